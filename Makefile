@@ -1,0 +1,40 @@
+# FlowEdge Relay: the two commands a newcomer needs are `make run` and `make test`.
+# Both bootstrap on first use (scripts/bootstrap.sh: .venv, pinned ROS 2 wheels, colcon build).
+
+SHELL := /bin/bash
+ENV := source scripts/env.sh &&
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint core sanitize bench clean help
+
+help:
+	@echo "make run    - start the relay on the bundled model with a demo producer (Ctrl-C stops)"
+	@echo "make test   - run the whole test suite (ruff + pytest)"
+	@echo "make setup  - only bootstrap (.venv, ROS 2 wheels, colcon build, C core)"
+	@echo "make lint   - ruff check"
+	@echo "make sanitize - C core tests under AddressSanitizer + UBSan"
+	@echo "make bench  - all benchmarks at full size (writes out/bench/*.json and *.png)"
+
+setup:
+	@scripts/bootstrap.sh
+
+run: setup
+	@$(ENV) python -m flowedge_relay.run_demo $(RUN_ARGS)
+
+lint: setup
+	@$(ENV) ruff check .
+
+test: setup
+	@$(ENV) ruff check . && python -m pytest test $(PYTEST_ARGS)
+
+core: setup
+	@$(ENV) python -m flowedge_relay._build_core
+
+sanitize: setup
+	@scripts/sanitize_core.sh
+
+bench: setup
+	@$(ENV) scripts/bench_all.sh
+
+clean:
+	rm -rf build install log .pytest_cache .hypothesis flowedge_relay/_fer_core*.so

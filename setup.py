@@ -1,0 +1,36 @@
+"""ament_python package flowedge_relay: the relay node, its C scheduling core (CFFI) and tools."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+package_name = "flowedge_relay"
+
+setup(
+    name=package_name,
+    version="0.1.0",
+    packages=find_packages(include=[package_name, f"{package_name}.*"]),
+    package_data={package_name: ["models/*.onnx", "models/*.json"]},
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
+        (f"share/{package_name}", ["package.xml"]),
+        (f"share/{package_name}/launch", glob("launch/*.launch.py")),
+        (f"share/{package_name}/config", glob("config/*.yaml")),
+    ],
+    setup_requires=["cffi>=1.15"],
+    install_requires=["setuptools", "cffi>=1.15", "numpy", "onnxruntime"],
+    cffi_modules=["flowedge_relay/_build_core.py:ffibuilder"],
+    zip_safe=False,
+    maintainer="FlowEdge Relay maintainers",
+    maintainer_email="maintainers@flowedge-relay.org",
+    description="Deadline-aware EDF inference relay for flow-matching action policies (ROS 2).",
+    license="Apache-2.0",
+    entry_points={
+        "console_scripts": [
+            "flowedge-relayd = flowedge_relay.cli:main",
+            "flowedge-relay-demo-producer = flowedge_relay.demo_producer:main",
+            "flowedge-relay-drill = flowedge_relay.drill:main",
+            "flowedge_relay_bench = flowedge_relay.bench.__main__:main",
+        ],
+    },
+)

@@ -1,0 +1,150 @@
+"""Both message types round-trip over real DDS between two real rclpy nodes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from builtin_interfaces.msg import Time
+from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from ros_helpers import ros_context, spinning, wait_for, wait_for_subscribers
+
+QOS = QoSProfile(depth=64, reliability=ReliabilityPolicy.RELIABLE)
+UINT64_MAX = 2**64 - 1
+UINT32_MAX = 2**32 - 1
+
+
+def _roundtrip(msg_type, messages):
+    """Publish messages from one node, receive them on another, return what arrived."""
+    import rclpy
+
+    received = []
+    with ros_context() as ctx:
+        tx = rclpy.create_node("msg_tx", context=ctx)
+        rx = rclpy.create_node("msg_rx", context=ctx)
+        try:
+            rx.create_subscription(msg_type, "roundtrip", received.append, QOS)
+            pub = tx.create_publisher(msg_type, "roundtrip", QOS)
+            with spinning(tx, rx, context=ctx):
+                wait_for_subscribers(pub)
+                for m in messages:
+                    pub.publish(m)
+                assert wait_for(lambda: len(received) >= len(messages), timeout=10)
+        finally:
+            tx.destroy_node()
+            rx.destroy_node()
+    return received
+
+
+def test_inference_request_roundtrip():
+    req = InferenceRequest(
+        session_id="arm-left/7",
+        sequence=UINT64_MAX,
+        generation=UINT64_MAX - 1,
+        retry_count=UINT32_MAX,
+        retry_reason=InferenceRequest.RETRY_AFTER_CAPACITY,
+        origin_stamp=Time(sec=1_700_000_000, nanosec=123_456_789),
+        deadline=Time(sec=2**31 - 1, nanosec=999_999_999),
+        remaining_nfe=16,
+        model_digest="sha256:" + "ab" * 32,
+        observation_dim=4,
+        action_dim=2,
+        action_horizon=8,
+        observation=[0.5, -1.25, math.pi, 1e-30],
+        noise_seed=UINT64_MAX,
+    )
+    (got,) = _roundtrip(InferenceRequest, [req])
+    assert got == req
+    assert len(got.observation) == got.observation_dim
+    assert (got.deadline.sec, got.deadline.nanosec) == (2**31 - 1, 999_999_999)
+    constants = [
+        InferenceRequest.RETRY_NONE,
+        InferenceRequest.RETRY_TIMEOUT,
+        InferenceRequest.RETRY_AFTER_STALE,
+        InferenceRequest.RETRY_AFTER_DEADLINE,
+        InferenceRequest.RETRY_AFTER_CAPACITY,
+        InferenceRequest.RETRY_AFTER_EXPIRED,
+    ]
+    assert constants == [0, 1, 2, 3, 4, 5]
+
+
+CODES = {
+    "INFERENCE": 0,
+    "REJECTED_STALE": 1,
+    "REJECTED_DEADLINE": 2,
+    "REJECTED_CAPACITY": 3,
+    "EXPIRED": 4,
+}
+
+
+def test_action_message_every_code_roundtrips():
+    assert {name: getattr(ActionMessage, name) for name in CODES} == CODES
+    sent = []
+    for name, code in CODES.items():
+        horizon, dim = 8, 2
+        msg = ActionMessage(
+            code=code,
+            session_id=f"s-{name}",
+            sequence=code,
+            generation=UINT64_MAX,
+            retry_count=code,
+            model_digest="sha256:" + "0f" * 32,
+            observation_dim=4,
+            action_dim=dim,
+            action_horizon=horizon,
+            deadline=Time(sec=12, nanosec=345),
+            remaining_nfe=0 if code == 0 else 7,
+            actions=[float(i) / 4 for i in range(horizon * dim)] if code == 0 else [],
+            nfe_done=9,
+            queue_ns=UINT64_MAX,
+            compute_ns=1,
+            retry_reason=InferenceRequest.RETRY_TIMEOUT,
+        )
+        msg.header.stamp = Time(sec=5, nanosec=6)
+        msg.header.frame_id = "relay"
+        sent.append(msg)
+    got = _roundtrip(ActionMessage, sent)
+    assert sorted(got, key=lambda m: m.code) == sent
+    inference = next(m for m in got if m.code == ActionMessage.INFERENCE)
+    assert len(inference.actions) == inference.action_horizon * inference.action_dim
+    assert all(len(m.actions) == 0 for m in got if m.code != ActionMessage.INFERENCE)
+
+
+def test_relay_stats_is_flat_and_numeric():
+    """rqt_plot graphs numeric fields: every field but the stamp must be a number."""
+    stats = RelayStats(queue_depth=3, latency_p99_ms=1.5, rejected_capacity=UINT64_MAX)
+    for name, kind in RelayStats.get_fields_and_field_types().items():
+        if name == "stamp":
+            continue
+        assert kind in {"uint64", "uint32", "double"}, (name, kind)
+    (got,) = _roundtrip(RelayStats, [stats])
+    assert got == stats
+
+
+REQUEST_FIELDS = {
+    "session_id": "string", "sequence": "uint64", "generation": "uint64",
+    "retry_count": "uint32", "retry_reason": "uint8",
+    "origin_stamp": "builtin_interfaces/Time", "deadline": "builtin_interfaces/Time",
+    "remaining_nfe": "uint32", "model_digest": "string", "observation_dim": "uint32",
+    "action_dim": "uint32", "action_horizon": "uint32", "observation": "sequence<float>",
+    "noise_seed": "uint64",
+}
+ACTION_FIELDS = {
+    "header": "std_msgs/Header", "code": "uint8", "session_id": "string", "sequence": "uint64",
+    "generation": "uint64", "retry_count": "uint32", "model_digest": "string",
+    "observation_dim": "uint32", "action_dim": "uint32", "action_horizon": "uint32",
+    "deadline": "builtin_interfaces/Time", "remaining_nfe": "uint32",
+    "actions": "sequence<float>", "nfe_done": "uint32", "queue_ns": "uint64",
+    "compute_ns": "uint64",
+}
+
+
+@pytest.mark.parametrize(
+    ("msg_type", "contract"),
+    [(InferenceRequest, REQUEST_FIELDS), (ActionMessage, ACTION_FIELDS)],
+)
+def test_fields_are_the_contract(msg_type, contract):
+    """DESIGN.md section 2: names and types are the contract; adding is fine, renaming is not."""
+    fields = msg_type.get_fields_and_field_types()
+    assert {k: fields.get(k) for k in contract} == contract
