@@ -1,0 +1,309 @@
+/*
+ * fer.h - FlowEdge Relay scheduling core: the one public header.
+ *
+ * DESIGN.md sections 4-8 in C: sessions, a bounded EDF queue, W worker lanes, the calibrated
+ * admission test, dispatch, and single-producer/single-consumer outcome rings.
+ *
+ * This file is read verbatim by flowedge_relay/_build_core.py into ffibuilder.cdef(). Keep it
+ * cdef-parsable: declarations and plain integer #defines only, no #include, no include guard,
+ * no inline code, no attributes. C users include <stdint.h> first (fer_internal.h does), and
+ * include this header once per translation unit.
+ *
+ * Threads (docs/core-api.md): one request thread calls fer_core_submit; worker i calls
+ * fer_core_wait_for_work / dispatch / step / output_space / finish for lane i; one publisher
+ * thread calls fer_core_wait_outputs / fer_core_pop_outcomes; any thread may call the rest.
+ * One pthread mutex inside the core guards sessions, queue, lanes and counters; every call holds
+ * it for O(queue_capacity + workers + max_sessions) work at most. The rings are lock-free SPSC and
+ * the consumer never takes that mutex. Nothing allocates after fer_core_create.
+ *
+ * Times are uint64 nanoseconds of CLOCK_MONOTONIC, passed in explicitly as `now` so that tests can
+ * run in virtual time. A deadline of 0 means "none". Time arithmetic saturates at UINT64_MAX,
+ * and a saturated result means "later than any representable time": it meets no deadline.
+ */
+
+/* ---- limits ---------------------------------------------------------------------------------- */
+#define FER_SESSION_ID_MAX 64
+#define FER_MAX_WORKERS 64
+#define FER_MAX_QUEUE 65536
+#define FER_MAX_SESSIONS 65536
+#define FER_MAX_RING 1048576
+#define FER_NUM_CODES 5
+#define FER_RETRY_COUNT_BUCKETS 8
+#define FER_RETRY_REASONS 6
+
+/* ---- status codes: >= 0 success (some calls return a value), < 0 error ----------------------- */
+#define FER_OK 0
+#define FER_EINVAL -1
+#define FER_ENOMEM -2
+#define FER_ESTATE -3
+#define FER_EFULL -4
+#define FER_ESYS -5
+
+/* ---- outcome codes (same values as ActionMessage) -------------------------------------------- */
+#define FER_INFERENCE 0
+#define FER_REJECTED_STALE 1
+#define FER_REJECTED_DEADLINE 2
+#define FER_REJECTED_CAPACITY 3
+#define FER_EXPIRED 4
+
+/* ---- decisions returned by fer_core_submit: an outcome code, or one of these ---------------- */
+#define FER_ACCEPTED 0
+#define FER_COALESCED 5
+
+/* ---- fer_core_step results ------------------------------------------------------------------- */
+#define FER_STEP_CONTINUE 0
+#define FER_STEP_DONE 1
+#define FER_STEP_STOP_STALE 2
+#define FER_STEP_STOP_EXPIRED 3
+
+/* ---- age_gate (DESIGN §6) -------------------------------------------------------------------- */
+#define FER_AGE_GATE_OFF 0
+#define FER_AGE_GATE_RETRIES 1
+#define FER_AGE_GATE_ALL 2
+
+/*
+ * Configuration, fixed at create except the fields fer_core_set_calibration / set_policy change.
+ * Invariants checked by fer_core_create: 1 <= workers <= FER_MAX_WORKERS,
+ * 1 <= queue_capacity <= FER_MAX_QUEUE, 1 <= max_sessions <= FER_MAX_SESSIONS, max_nfe >= 1,
+ * 1 <= ring_capacity <= FER_MAX_RING (rounded up to a power of two), age_gate <= 2.
+ */
+struct fer_config {
+    uint32_t workers;                    /* W lanes */
+    uint32_t queue_capacity;             /* queued (not running) requests */
+    uint32_t max_sessions;               /* tracked sessions; idle ones are evicted when full */
+    uint32_t max_nfe;                    /* largest remaining_nfe accepted by submit */
+    uint32_t obs_dim;                    /* observation floats copied into the core at submit */
+    uint32_t action_len;                 /* floats per INFERENCE outcome */
+    uint32_t ring_capacity;              /* records per outcome ring */
+    uint32_t reject_if_retry_count_gte;  /* retry_count >= this makes a request a retry (§6) */
+    uint32_t age_gate;                   /* FER_AGE_GATE_* */
+    uint32_t _pad;
+    uint64_t nfe_ns;                     /* calibrated ns per NFE; 0 = admission test off (§5) */
+    uint64_t admission_reserve_ns;       /* safety reserve added to every finish time */
+    uint64_t reject_if_queue_age_ns_gte; /* 0 = off */
+    uint64_t queue_timeout_ns;           /* 0 = off: queued longer than this -> rejected at dispatch */
+    uint64_t session_idle_ns;            /* evicting a session seen more recently is counted early */
+};
+
+/* A validated request, times already on the monotonic clock. Copied into the core by submit. */
+struct fer_request {
+    char session_id[FER_SESSION_ID_MAX]; /* not NUL-terminated; session_id_len bytes */
+    uint32_t session_id_len;             /* 0..FER_SESSION_ID_MAX */
+    uint32_t retry_count;
+    uint32_t retry_reason;               /* 0..FER_RETRY_REASONS-1 */
+    uint32_t remaining_nfe;              /* 1..max_nfe */
+    uint64_t sequence;
+    uint64_t generation;
+    uint64_t origin_ns;                  /* producer's first issue of this (session, sequence) */
+    uint64_t deadline_ns;                /* monotonic; 0 = none */
+    uint64_t deadline_ros_ns;            /* echoed back untouched */
+    uint64_t noise_seed;
+    const float *observation;            /* obs_dim floats; copied, not retained */
+};
+
+/* What a worker gets from dispatch. observation points at the caller's obs_dim-float buffer. */
+struct fer_work {
+    char session_id[FER_SESSION_ID_MAX];
+    uint32_t session_id_len;
+    uint32_t lane;
+    uint32_t slot;
+    uint32_t remaining_nfe;
+    uint64_t sequence;
+    uint64_t generation;
+    uint64_t noise_seed;
+    uint64_t deadline_ns;
+    float *observation;                  /* caller-owned, filled by dispatch */
+};
+
+/*
+ * One future ActionMessage. queue_ns = (dispatch time, or decision time if never dispatched)
+ * - arrival; compute_ns = decision time - dispatch time (0 if never dispatched). lane = -1 when the
+ * outcome was decided by submit (ring 0). Actions, when has_actions, travel in the ring's slab.
+ */
+struct fer_outcome {
+    char session_id[FER_SESSION_ID_MAX];
+    uint32_t session_id_len;
+    uint32_t code;                       /* FER_INFERENCE .. FER_EXPIRED */
+    int32_t lane;
+    uint32_t retry_count;
+    uint32_t retry_reason;
+    uint32_t remaining_nfe;              /* steps still outstanding when decided */
+    uint32_t nfe_done;
+    uint32_t has_actions;                /* 1 iff code == FER_INFERENCE */
+    uint64_t sequence;
+    uint64_t generation;
+    uint64_t deadline_ros_ns;
+    uint64_t queue_ns;
+    uint64_t compute_ns;
+    uint64_t arrival_ns;
+    uint64_t finish_ns;                  /* when the outcome was decided */
+};
+
+/* Counters (monotonic) and gauges (marked). */
+struct fer_stats {
+    uint64_t submitted;
+    uint64_t accepted;
+    uint64_t outcomes[FER_NUM_CODES];    /* per code, counted when emitted, dropped or not */
+    uint64_t coalesced;                  /* duplicate_retries_coalesced */
+    uint64_t rejected_late_retries;      /* REJECTED_DEADLINE at the retry / age gate */
+    uint64_t retries_by_count[FER_RETRY_COUNT_BUCKETS]; /* retry_count >= 1, capped at 7 */
+    uint64_t retries_by_reason[FER_RETRY_REASONS];      /* same requests, by retry_reason */
+    uint64_t calibration_misses;         /* a request that passed the admission test ended EXPIRED */
+    uint64_t rejection_outputs_dropped;
+    uint64_t action_outputs_dropped;
+    uint64_t nfe_total;
+    uint64_t nfe_wasted;                 /* NFE of work that ended EXPIRED or REJECTED_STALE */
+    uint64_t displaced;
+    uint64_t sessions_evicted;
+    uint64_t sessions_evicted_early;     /* of those, seen less than session_idle_ns before */
+    uint64_t queue_depth;                /* gauge */
+    uint64_t sessions;                   /* gauge */
+    uint64_t lanes_busy;                 /* gauge */
+    uint64_t lanes_alive;                /* gauge */
+    uint64_t oldest_queued_arrival_ns;   /* gauge, 0 if empty */
+    uint64_t busy_ns;                    /* sum of measured NFE time over all lanes */
+};
+
+/* One queued request, for snapshots (EDF order). */
+struct fer_queued_item {
+    char session_id[FER_SESSION_ID_MAX];
+    uint32_t session_id_len;
+    uint32_t slot;
+    uint32_t remaining_nfe;
+    uint32_t tested;                     /* passed the admission test when accepted */
+    uint64_t sequence;
+    uint64_t generation;
+    uint64_t deadline_ns;
+    uint64_t arrival_ns;
+    uint64_t arrival_seq;                /* EDF tie-break: submit order */
+};
+
+/* One lane, for snapshots. Fields after `busy` are meaningful only when busy. */
+struct fer_lane_state {
+    char session_id[FER_SESSION_ID_MAX];
+    uint32_t session_id_len;
+    uint32_t lane;
+    uint32_t alive;
+    uint32_t busy;
+    uint32_t slot;
+    uint32_t remaining_nfe;
+    uint32_t nfe_done;
+    uint32_t cancelled;                  /* a newer generation was accepted: stops at next step */
+    uint64_t sequence;
+    uint64_t generation;
+    uint64_t deadline_ns;
+    uint64_t dispatch_ns;
+};
+
+struct fer_core;
+struct fer_ring;
+
+/* One admission-simulation job: a queued request in EDF order. deadline_ns 0 = none. */
+struct fer_admit_job {
+    uint64_t deadline_ns;
+    uint64_t remaining_nfe;
+};
+
+const char *fer_strerror(int rc);
+
+/* ---- core lifetime ----------------------------------------------------------------------------
+ * create: validates cfg, allocates everything the core will ever use. FER_OK, FER_EINVAL,
+ * FER_ENOMEM, FER_ESYS. destroy: frees; callers must have stopped every other thread first.
+ * shutdown: wakes every wait_for_work / wait_outputs waiter; later waits return at once. */
+int fer_core_create(const struct fer_config *cfg, struct fer_core **out);
+void fer_core_destroy(struct fer_core *core);
+void fer_core_shutdown(struct fer_core *core);
+/* Effective configuration (ring_capacity rounded, current calibration and policy). */
+int fer_core_get_config(struct fer_core *core, struct fer_config *out);
+
+/* ---- request thread ---------------------------------------------------------------------------
+ * Decides on req in DESIGN §4 order at time now. Returns FER_ACCEPTED, FER_REJECTED_*,
+ * FER_EXPIRED, FER_COALESCED, or FER_EINVAL for input that validation should have discarded
+ * (session id too long, remaining_nfe 0 or > max_nfe, retry_reason out of range; not counted).
+ * Rejections and any displaced / pruned / drained work are pushed to ring 0. */
+int fer_core_submit(struct fer_core *core, const struct fer_request *req, uint64_t now);
+
+/* ---- worker thread for lane ------------------------------------------------------------------
+ * wait_for_work: waits up to timeout_ns (CLOCK_MONOTONIC) for a non-empty queue. 1 if the queue
+ *   is non-empty, 0 on timeout or after shutdown.
+ * dispatch: lane must be alive and idle. Pops the EDF head (earliest deadline, none last, ties by
+ *   arrival); queued work that can no longer finish is EXPIRED and queue-timeout victims are
+ *   REJECTED_DEADLINE into ring lane+1, and skipped. 1 with *out filled, 0 if nothing to run.
+ * step: after each NFE. Returns FER_STEP_*; on STOP_* the outcome is emitted and the lane freed.
+ * output_space: 1 if ring lane+1 has a free record, else 0.
+ * finish: after STEP_DONE. Emits INFERENCE with action_len floats (EXPIRED if now > deadline,
+ *   REJECTED_STALE if cancelled after its last step) into ring lane+1, frees the lane, returns
+ *   the code. A full ring drops the record and counts action_outputs_dropped.
+ * disable_lane: the lane's worker has exited. The lane leaves admission; its work is EXPIRED into
+ *   ring lane+1. Call only once that worker is gone, so the ring keeps a single producer. */
+int fer_core_wait_for_work(struct fer_core *core, uint32_t lane, uint64_t timeout_ns);
+int fer_core_dispatch(struct fer_core *core, uint32_t lane, uint64_t now, struct fer_work *out);
+int fer_core_step(struct fer_core *core, uint32_t lane, uint64_t now, uint64_t nfe_ns_measured);
+int fer_core_output_space(struct fer_core *core, uint32_t lane);
+int fer_core_finish(struct fer_core *core, uint32_t lane, uint64_t now, const float *actions);
+int fer_core_disable_lane(struct fer_core *core, uint32_t lane, uint64_t now);
+
+/* ---- publisher thread (the single consumer of every ring) ------------------------------------
+ * wait_outputs: waits up to timeout_ns for any ring to hold a record; 1 if one does, else 0.
+ * pop_outcomes: up to max_n records, round robin over the rings; record i's actions (when
+ *   has_actions) go to actions[i * action_len]. Returns the number popped. */
+int fer_core_wait_outputs(struct fer_core *core, uint64_t timeout_ns);
+int fer_core_pop_outcomes(struct fer_core *core, struct fer_outcome *out, float *actions,
+                          uint32_t max_n);
+
+/* ---- any thread ------------------------------------------------------------------------------ */
+int fer_core_set_calibration(struct fer_core *core, uint64_t nfe_ns, uint64_t admission_reserve_ns);
+int fer_core_set_policy(struct fer_core *core, uint32_t reject_if_retry_count_gte, uint32_t age_gate,
+                        uint64_t reject_if_queue_age_ns_gte, uint64_t queue_timeout_ns);
+int fer_core_stats(struct fer_core *core, struct fer_stats *out);
+/* Snapshots return the number of items written (at most max_n). */
+int fer_core_queue_snapshot(struct fer_core *core, struct fer_queued_item *out, uint32_t max_n);
+int fer_core_lanes_snapshot(struct fer_core *core, struct fer_lane_state *out, uint32_t max_n);
+/* 1 and *generation set if the session is tracked, 0 if not. */
+int fer_core_session_generation(struct fer_core *core, const char *session_id, uint32_t len,
+                                uint64_t *generation);
+
+/* ---- the admission predicate (DESIGN §5), pure ------------------------------------------------
+ * Simulates non-preemptive EDF over nlanes lanes that free at lane_start[]: jobs[] (EDF order)
+ * are placed one by one on the lane that frees first; finish = start + remaining_nfe * nfe_ns.
+ * Returns the index of the first job at or after check_from with a finite deadline and
+ * finish + reserve_ns later than that deadline (saturating; a saturated sum misses), or njobs if
+ * every such job meets its deadline. scratch holds nlanes uint64; inputs are not modified.
+ * With nlanes == 0 every finite-deadline job at or after check_from misses. */
+uint32_t fer_admit_first_miss(const uint64_t *lane_start, uint32_t nlanes,
+                              const struct fer_admit_job *jobs, uint32_t njobs, uint32_t check_from,
+                              uint64_t nfe_ns, uint64_t reserve_ns, uint64_t *scratch);
+
+/* ---- standalone SPSC outcome ring (the core owns workers + 1 of these) -----------------------
+ * create: capacity rounded up to a power of two, action_len floats of slab per record.
+ * push (producer only): copies rec and, if rec->has_actions, action_len floats; FER_OK, or
+ *   FER_EFULL after counting a drop. Rings the ring's doorbell.
+ * pop (consumer only): 1 and copies the oldest record (and its actions if has_actions and
+ *   actions != NULL), or 0 if empty.
+ * peek / peek_actions / release (consumer only): zero-copy read of the oldest record; NULL if empty.
+ * free_slots (producer), count (either side; exact for the calling side's own view), dropped.
+ * wait (consumer): up to timeout_ns for a record; 1 if non-empty. */
+int fer_ring_create(uint32_t capacity, uint32_t action_len, struct fer_ring **out);
+void fer_ring_destroy(struct fer_ring *ring);
+int fer_ring_push(struct fer_ring *ring, const struct fer_outcome *rec, const float *actions);
+int fer_ring_pop(struct fer_ring *ring, struct fer_outcome *rec, float *actions);
+const struct fer_outcome *fer_ring_peek(struct fer_ring *ring);
+const float *fer_ring_peek_actions(struct fer_ring *ring);
+void fer_ring_release(struct fer_ring *ring);
+uint32_t fer_ring_capacity(const struct fer_ring *ring);
+uint32_t fer_ring_free_slots(struct fer_ring *ring);
+uint32_t fer_ring_count(struct fer_ring *ring);
+uint64_t fer_ring_dropped(struct fer_ring *ring);
+int fer_ring_wait(struct fer_ring *ring, uint64_t timeout_ns);
+
+/* ---- benchmark and stress drivers (csrc/fer_bench.c) -----------------------------------------
+ * bench_admission: builds its own core (queue of `depth` feasible requests, `workers` busy lanes,
+ *   admission on) and times `samples` admissible submits with CLOCK_MONOTONIC into lat_ns[].
+ *   Returns FER_OK or an error code.
+ * bench_ring_produce: pushes n records (sequence first..first+n-1, actions[k] = sequence + k),
+ *   spinning while full; returns the number of times it found the ring full.
+ * bench_ring_consume: pops n records, checks order and payload; returns the number of errors. */
+int fer_bench_admission(uint32_t depth, uint32_t workers, uint32_t samples, uint64_t seed,
+                        uint64_t *lat_ns);
+uint64_t fer_bench_ring_produce(struct fer_ring *ring, uint64_t first, uint64_t n);
+uint64_t fer_bench_ring_consume(struct fer_ring *ring, uint64_t first, uint64_t n);

@@ -1,0 +1,99 @@
+"""CFFI builder of the C scheduling core (out-of-line API mode).
+
+Used two ways:
+
+* by ``setup.py`` (``cffi_modules=["flowedge_relay/_build_core.py:ffibuilder"]``), so pip and
+  colcon build ``flowedge_relay._fer_core`` like any extension;
+* as ``python -m flowedge_relay._build_core`` (or as a script), which compiles the extension in
+  place next to this file, using a temporary directory under ``build/``. ``FER_SANITIZE=1`` adds
+  AddressSanitizer and UndefinedBehaviorSanitizer to compile and link (see
+  ``scripts/sanitize_core.sh``); ``FER_BUILD_DIR`` and ``FER_OUTPUT_DIR`` redirect the temporary and
+  output directories (the sanitizer build keeps its .so apart from the normal one).
+
+The cdef is ``csrc/fer.h`` read verbatim: the header is written to be cdef-parsable, so the
+Python declarations can never drift from the C ones.
+"""
+
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+
+from cffi import FFI
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+CSRC = ROOT / "csrc"
+SOURCES = ["fer_queue.c", "fer_admit.c", "fer_ring.c", "fer_bench.c"]
+MODULE = "flowedge_relay._fer_core"
+
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+                  "-fno-sanitize-recover=undefined"]
+
+
+def _sanitize() -> bool:
+    return os.environ.get("FER_SANITIZE", "") not in ("", "0")
+
+
+def _make_builder(absolute: bool) -> FFI:
+    builder = FFI()
+    builder.cdef((CSRC / "fer.h").read_text())
+    extra_compile = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wshadow", "-Wno-unused-parameter",
+                     "-D_POSIX_C_SOURCE=200809L"]
+    extra_link = []
+    if _sanitize():
+        extra_compile += SANITIZE_FLAGS + ["-O1", "-g"]
+        extra_link += SANITIZE_FLAGS
+    # setup.py runs with the repository root as cwd and prefers paths relative to it; the
+    # in-place build compiles from a temporary directory and needs absolute ones. Both are
+    # resolved from this file's location, never guessed from the cwd.
+    if not absolute and pathlib.Path.cwd().resolve() == ROOT:
+        sources = [os.path.join("csrc", s) for s in SOURCES]
+        include = ["csrc"]
+    else:
+        sources = [str(CSRC / s) for s in SOURCES]
+        include = [str(CSRC)]
+    builder.set_source(
+        MODULE,
+        '#include <stdint.h>\n#include "fer.h"\n',
+        sources=sources,
+        include_dirs=include,
+        extra_compile_args=extra_compile,
+        extra_link_args=extra_link,
+        libraries=["pthread"],
+    )
+    return builder
+
+
+ffibuilder = _make_builder(absolute=False)
+
+
+def build_in_place(verbose: bool = False) -> pathlib.Path:
+    """Compile the extension and copy it next to this file (or into FER_OUTPUT_DIR)."""
+    out_dir = pathlib.Path(os.environ.get("FER_OUTPUT_DIR", HERE)).resolve()
+    build_root = pathlib.Path(os.environ.get("FER_BUILD_DIR", ROOT / "build" / "fer_core"))
+    build_root.mkdir(parents=True, exist_ok=True)
+    builder = _make_builder(absolute=True)  # re-reads FER_SANITIZE at call time
+    with tempfile.TemporaryDirectory(dir=build_root) as tmp:
+        built = pathlib.Path(builder.compile(tmpdir=tmp, verbose=verbose))
+        if not built.is_absolute():
+            built = pathlib.Path(tmp) / built
+        out_dir.mkdir(parents=True, exist_ok=True)
+        target = out_dir / built.name
+        # Copy to a temporary name and rename: a concurrent importer sees the old or new module,
+        # never a half-written one.
+        partial = target.with_name(target.name + ".partial")
+        shutil.copy2(built, partial)
+        os.replace(partial, target)
+    return target
+
+
+def main() -> int:
+    target = build_in_place(verbose="-v" in sys.argv)
+    print(f"built {target}{' (sanitizers)' if _sanitize() else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
