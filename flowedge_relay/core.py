@@ -1,0 +1,515 @@
+"""Thin typed wrapper of the C scheduling core (``csrc/``, built by ``_build_core.py``).
+
+The API is ``docs/core-api.md``; the rules are DESIGN.md sections 4-8 and live in C. This module
+only converts between Python values and C structs, and turns C status codes into exceptions in
+one place, :func:`_check`.
+
+Buffers: each calling role has its own preallocated cdata (the request struct for the request
+thread, a work struct and observation / action buffers per lane, an outcome array for the
+publisher), so the hot path allocates no C memory. The flip side is the thread contract of
+core-api.md: one request thread calls ``submit``, only worker ``i`` calls the lane-``i`` methods,
+one publisher thread calls ``wait_outputs`` / ``pop_outcomes``. CFFI releases the GIL inside every
+C call, so a worker blocked in ``wait_for_work`` does not block the interpreter.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+try:
+    from flowedge_relay._fer_core import ffi, lib
+except ImportError as exc:  # pragma: no cover - exercised only without a build
+    raise ImportError(
+        "flowedge_relay._fer_core (the C scheduling core) is not built: run `make core` or "
+        "`python -m flowedge_relay._build_core` from the repository root"
+    ) from exc
+
+SESSION_ID_MAX = lib.FER_SESSION_ID_MAX
+
+
+class Code(enum.IntEnum):
+    """Outcome codes, same values as ActionMessage."""
+
+    INFERENCE = 0
+    REJECTED_STALE = 1
+    REJECTED_DEADLINE = 2
+    REJECTED_CAPACITY = 3
+    EXPIRED = 4
+
+
+class Decision(enum.IntEnum):
+    """What happened to a submitted request itself."""
+
+    ACCEPTED = 0
+    REJECTED_STALE = 1
+    REJECTED_DEADLINE = 2
+    REJECTED_CAPACITY = 3
+    EXPIRED = 4
+    COALESCED = 5
+
+
+class AgeGate(enum.IntEnum):
+    OFF = 0
+    RETRIES = 1
+    ALL = 2
+
+
+class Step(enum.IntEnum):
+    CONTINUE = 0
+    DONE = 1
+    STOP_STALE = 2
+    STOP_EXPIRED = 3
+
+
+# ---- errors: the one place C status codes become exceptions --------------------------------------
+
+
+class CoreError(Exception):
+    """A C core call failed; ``code`` is the FER_E* status."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(f"{message} (fer status {code})")
+        self.code = code
+
+
+class InvalidArgument(CoreError, ValueError):
+    """FER_EINVAL: bad configuration, lane index or request that validation should have caught."""
+
+
+class OutOfMemory(CoreError, MemoryError):
+    """FER_ENOMEM: allocation failed in create."""
+
+
+class InvalidState(CoreError, RuntimeError):
+    """FER_ESTATE: the call does not fit the lane's state (e.g. step on an idle lane)."""
+
+
+class RingFull(CoreError):
+    """FER_EFULL: a standalone ring refused a push (it counted the drop)."""
+
+
+class SystemFailure(CoreError, OSError):
+    """FER_ESYS: pthread initialisation failed."""
+
+
+_ERRORS = {
+    lib.FER_EINVAL: InvalidArgument,
+    lib.FER_ENOMEM: OutOfMemory,
+    lib.FER_ESTATE: InvalidState,
+    lib.FER_EFULL: RingFull,
+    lib.FER_ESYS: SystemFailure,
+}
+
+
+def _check(rc: int) -> int:
+    """Return rc if it is a success value (>= 0), else raise the matching CoreError subclass."""
+    if rc < 0:
+        raise _ERRORS.get(rc, CoreError)(rc, ffi.string(lib.fer_strerror(rc)).decode())
+    return rc
+
+
+# ---- data ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    workers: int = 1
+    queue_capacity: int = 64
+    max_sessions: int = 256
+    max_nfe: int = 64
+    obs_dim: int = 4
+    action_len: int = 16
+    ring_capacity: int = 256
+    nfe_ns: int = 0
+    admission_reserve_ns: int = 0
+    reject_if_retry_count_gte: int = 1
+    age_gate: AgeGate = AgeGate.RETRIES
+    reject_if_queue_age_ns_gte: int = 0
+    queue_timeout_ns: int = 0
+    session_idle_ns: int = 10_000_000_000
+
+
+@dataclass
+class Request:
+    session_id: bytes
+    sequence: int
+    generation: int
+    retry_count: int
+    retry_reason: int
+    origin_ns: int
+    deadline_ns: int
+    deadline_ros_ns: int
+    remaining_nfe: int
+    noise_seed: int
+    observation: np.ndarray
+
+
+@dataclass(frozen=True)
+class Work:
+    """A dispatched request. ``observation`` is the lane's own buffer: valid until the lane's
+    next dispatch (copy it to keep it longer)."""
+
+    lane: int
+    slot: int
+    session_id: bytes
+    sequence: int
+    generation: int
+    remaining_nfe: int
+    noise_seed: int
+    deadline_ns: int
+    observation: np.ndarray
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: Code
+    session_id: bytes
+    sequence: int
+    generation: int
+    retry_count: int
+    retry_reason: int
+    deadline_ros_ns: int
+    remaining_nfe: int
+    nfe_done: int
+    queue_ns: int
+    compute_ns: int
+    arrival_ns: int
+    finish_ns: int
+    lane: int
+    actions: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class Stats:
+    submitted: int
+    accepted: int
+    outcomes: list[int]
+    coalesced: int
+    rejected_late_retries: int
+    retries_by_count: list[int]
+    retries_by_reason: list[int]
+    calibration_misses: int
+    rejection_outputs_dropped: int
+    action_outputs_dropped: int
+    nfe_total: int
+    nfe_wasted: int
+    displaced: int
+    sessions_evicted: int
+    sessions_evicted_early: int
+    queue_depth: int
+    sessions: int
+    lanes_busy: int
+    lanes_alive: int
+    oldest_queued_arrival_ns: int
+    busy_ns: int
+
+
+@dataclass(frozen=True)
+class QueuedItem:
+    slot: int
+    session_id: bytes
+    sequence: int
+    generation: int
+    deadline_ns: int
+    arrival_ns: int
+    arrival_seq: int
+    remaining_nfe: int
+    tested: bool
+
+
+@dataclass(frozen=True)
+class LaneState:
+    lane: int
+    alive: bool
+    busy: bool
+    slot: int
+    session_id: bytes
+    sequence: int
+    generation: int
+    remaining_nfe: int
+    nfe_done: int
+    deadline_ns: int
+    dispatch_ns: int
+    cancelled: bool
+
+
+_STATS_SCALARS = [f for f in Stats.__dataclass_fields__ if f not in
+                  ("outcomes", "retries_by_count", "retries_by_reason")]
+_POP_CHUNK = 256
+
+
+def _float_buffer(n: int):
+    """A C float[n] (at least one element) and a numpy view of its first n floats."""
+    buf = ffi.new("float[]", max(n, 1))
+    return buf, np.frombuffer(ffi.buffer(buf), dtype=np.float32)[:n]
+
+
+class Core:
+    """One scheduling core. Close it (or use it as a context manager) after its threads stop."""
+
+    def __init__(self, config: CoreConfig):
+        cfg = ffi.new("struct fer_config *")
+        for name in CoreConfig.__dataclass_fields__:
+            value = getattr(config, name)
+            if not isinstance(value, int) or value < 0:
+                raise InvalidArgument(lib.FER_EINVAL, f"config.{name} must be an int >= 0")
+            try:
+                setattr(cfg, name, int(value))
+            except OverflowError as exc:
+                raise InvalidArgument(lib.FER_EINVAL, f"config.{name} out of range") from exc
+        out = ffi.new("struct fer_core **")
+        _check(lib.fer_core_create(cfg, out))
+        self._core = out[0]
+        self.config = config
+        self.workers = config.workers
+        self.obs_dim = config.obs_dim
+        self.action_len = config.action_len
+        # request thread
+        self._req = ffi.new("struct fer_request *")
+        self._req_obs, _ = _float_buffer(config.obs_dim)
+        self._req.observation = self._req_obs
+        # worker lanes
+        self._work = [ffi.new("struct fer_work *") for _ in range(config.workers)]
+        self._work_obs = [_float_buffer(config.obs_dim) for _ in range(config.workers)]
+        for w, (buf, _) in zip(self._work, self._work_obs):
+            w.observation = buf
+        self._act = [_float_buffer(config.action_len) for _ in range(config.workers)]
+        # publisher
+        self._out = ffi.new("struct fer_outcome[]", _POP_CHUNK)
+        self._out_act, self._out_act_np = _float_buffer(_POP_CHUNK * config.action_len)
+
+    # ---- lifetime ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        core, self._core = getattr(self, "_core", None), None
+        if core is not None:
+            lib.fer_core_destroy(core)
+
+    def __enter__(self) -> Core:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def shutdown(self) -> None:
+        """Wake every wait_for_work / wait_outputs waiter; later waits return at once."""
+        lib.fer_core_shutdown(self._live())
+
+    def _live(self):
+        if self._core is None:
+            raise InvalidState(lib.FER_ESTATE, "core is closed")
+        return self._core
+
+    # ---- request thread ------------------------------------------------------------------------
+
+    def submit(self, req: Request, now: int) -> Decision:
+        r = self._req
+        sid = req.session_id
+        if len(sid) > SESSION_ID_MAX:
+            raise InvalidArgument(lib.FER_EINVAL, "session_id longer than SESSION_ID_MAX")
+        obs = req.observation
+        if obs.dtype != np.float32 or obs.shape != (self.obs_dim,):
+            raise InvalidArgument(lib.FER_EINVAL, f"observation must be float32[{self.obs_dim}]")
+        ffi.memmove(r.session_id, sid, len(sid))
+        r.session_id_len = len(sid)
+        r.sequence = req.sequence
+        r.generation = req.generation
+        r.retry_count = req.retry_count
+        r.retry_reason = req.retry_reason
+        r.origin_ns = req.origin_ns
+        r.deadline_ns = req.deadline_ns
+        r.deadline_ros_ns = req.deadline_ros_ns
+        r.remaining_nfe = req.remaining_nfe
+        r.noise_seed = req.noise_seed
+        if self.obs_dim:
+            ffi.memmove(self._req_obs, np.ascontiguousarray(obs), 4 * self.obs_dim)
+        return Decision(_check(lib.fer_core_submit(self._live(), r, now)))
+
+    # ---- worker thread for a lane --------------------------------------------------------------
+
+    def wait_for_work(self, lane: int, timeout_ns: int) -> bool:
+        """Wait up to timeout_ns for queued work; True if the queue is non-empty (False after
+        shutdown)."""
+        return bool(_check(lib.fer_core_wait_for_work(self._live(), lane, timeout_ns)))
+
+    def dispatch(self, lane: int, now: int) -> Work | None:
+        w = self._work[lane] if 0 <= lane < self.workers else ffi.NULL
+        if not _check(lib.fer_core_dispatch(self._live(), lane, now, w)):
+            return None
+        return Work(lane=w.lane, slot=w.slot,
+                    session_id=ffi.unpack(w.session_id, w.session_id_len),
+                    sequence=w.sequence, generation=w.generation,
+                    remaining_nfe=w.remaining_nfe, noise_seed=w.noise_seed,
+                    deadline_ns=w.deadline_ns, observation=self._work_obs[lane][1])
+
+    def step(self, lane: int, now: int, nfe_ns_measured: int) -> Step:
+        return Step(_check(lib.fer_core_step(self._live(), lane, now, nfe_ns_measured)))
+
+    def output_space(self, lane: int) -> bool:
+        return bool(_check(lib.fer_core_output_space(self._live(), lane)))
+
+    def finish(self, lane: int, now: int, actions: np.ndarray) -> Code:
+        if not 0 <= lane < self.workers:
+            _check(lib.FER_EINVAL)
+        buf, _ = self._act[lane]
+        if actions.dtype != np.float32 or actions.size != self.action_len:
+            raise InvalidArgument(lib.FER_EINVAL, f"actions must be float32[{self.action_len}]")
+        if self.action_len:
+            ffi.memmove(buf, np.ascontiguousarray(actions), 4 * self.action_len)
+        return Code(_check(lib.fer_core_finish(self._live(), lane, now, buf)))
+
+    def disable_lane(self, lane: int, now: int) -> None:
+        _check(lib.fer_core_disable_lane(self._live(), lane, now))
+
+    # ---- publisher thread -------------------------------------------------------------------------
+
+    def wait_outputs(self, timeout_ns: int) -> None:
+        _check(lib.fer_core_wait_outputs(self._live(), timeout_ns))
+
+    def pop_outcomes(self, max_n: int = 256) -> list[Outcome]:
+        core = self._live()
+        out, al, result = self._out, self.action_len, []
+        while len(result) < max_n:
+            want = min(_POP_CHUNK, max_n - len(result))
+            n = _check(lib.fer_core_pop_outcomes(core, out, self._out_act, want))
+            for i in range(n):
+                o = out[i]
+                actions = (self._out_act_np[i * al:(i + 1) * al].copy()
+                           if o.has_actions else None)
+                result.append(Outcome(
+                    code=Code(o.code), session_id=ffi.unpack(o.session_id, o.session_id_len),
+                    sequence=o.sequence, generation=o.generation, retry_count=o.retry_count,
+                    retry_reason=o.retry_reason, deadline_ros_ns=o.deadline_ros_ns,
+                    remaining_nfe=o.remaining_nfe, nfe_done=o.nfe_done, queue_ns=o.queue_ns,
+                    compute_ns=o.compute_ns, arrival_ns=o.arrival_ns, finish_ns=o.finish_ns,
+                    lane=o.lane, actions=actions))
+            if n < want:
+                break
+        return result
+
+    # ---- any thread -----------------------------------------------------------------------------
+
+    def set_calibration(self, nfe_ns: int, admission_reserve_ns: int) -> None:
+        _check(lib.fer_core_set_calibration(self._live(), nfe_ns, admission_reserve_ns))
+
+    def set_policy(self, reject_if_retry_count_gte: int, age_gate: AgeGate,
+                   reject_if_queue_age_ns_gte: int, queue_timeout_ns: int) -> None:
+        _check(lib.fer_core_set_policy(self._live(), reject_if_retry_count_gte, int(age_gate),
+                                       reject_if_queue_age_ns_gte, queue_timeout_ns))
+
+    def stats(self) -> Stats:
+        s = ffi.new("struct fer_stats *")
+        _check(lib.fer_core_stats(self._live(), s))
+        return Stats(outcomes=list(s.outcomes), retries_by_count=list(s.retries_by_count),
+                     retries_by_reason=list(s.retries_by_reason),
+                     **{name: getattr(s, name) for name in _STATS_SCALARS})
+
+    def queue_snapshot(self) -> list[QueuedItem]:
+        buf = ffi.new("struct fer_queued_item[]", self.config.queue_capacity)
+        n = _check(lib.fer_core_queue_snapshot(self._live(), buf, self.config.queue_capacity))
+        return [QueuedItem(slot=q.slot, session_id=ffi.unpack(q.session_id, q.session_id_len),
+                           sequence=q.sequence, generation=q.generation,
+                           deadline_ns=q.deadline_ns, arrival_ns=q.arrival_ns,
+                           arrival_seq=q.arrival_seq, remaining_nfe=q.remaining_nfe,
+                           tested=bool(q.tested))
+                for q in buf[0:n]]
+
+    def lanes_snapshot(self) -> list[LaneState]:
+        buf = ffi.new("struct fer_lane_state[]", self.workers)
+        n = _check(lib.fer_core_lanes_snapshot(self._live(), buf, self.workers))
+        return [LaneState(lane=x.lane, alive=bool(x.alive), busy=bool(x.busy), slot=x.slot,
+                          session_id=ffi.unpack(x.session_id, x.session_id_len),
+                          sequence=x.sequence, generation=x.generation,
+                          remaining_nfe=x.remaining_nfe, nfe_done=x.nfe_done,
+                          deadline_ns=x.deadline_ns, dispatch_ns=x.dispatch_ns,
+                          cancelled=bool(x.cancelled))
+                for x in buf[0:n]]
+
+    def session_generation(self, session_id: bytes) -> int | None:
+        gen = ffi.new("uint64_t *")
+        found = _check(lib.fer_core_session_generation(self._live(), session_id,
+                                                       len(session_id), gen))
+        return gen[0] if found else None
+
+
+class Ring:
+    """A standalone SPSC outcome ring (the core owns workers + 1 of these internally).
+
+    Exactly one thread may push and one thread may pop at a time; the buffers here are per role.
+    """
+
+    def __init__(self, capacity: int, action_len: int):
+        out = ffi.new("struct fer_ring **")
+        _check(lib.fer_ring_create(capacity, action_len, out))
+        self._ring = out[0]
+        self.action_len = action_len
+        self._push_rec = ffi.new("struct fer_outcome *")
+        self._push_act, _ = _float_buffer(action_len)
+        self._pop_rec = ffi.new("struct fer_outcome *")
+        self._pop_act, self._pop_act_np = _float_buffer(action_len)
+
+    @property
+    def ptr(self):
+        """The C ``struct fer_ring *`` (for lib.fer_bench_ring_* drivers)."""
+        return self._ring
+
+    def close(self) -> None:
+        ring, self._ring = getattr(self, "_ring", None), None
+        if ring is not None:
+            lib.fer_ring_destroy(ring)
+
+    def __enter__(self) -> Ring:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    @property
+    def capacity(self) -> int:
+        return lib.fer_ring_capacity(self._ring)
+
+    def push(self, sequence: int, actions: np.ndarray | None = None, code: Code = Code.INFERENCE,
+             session_id: bytes = b"") -> bool:
+        """Producer: True if committed, False if the ring was full (the drop is counted)."""
+        rec = self._push_rec
+        rec.sequence = sequence
+        rec.code = int(code)
+        ffi.memmove(rec.session_id, session_id, len(session_id))
+        rec.session_id_len = len(session_id)
+        rec.has_actions = actions is not None
+        if actions is not None and self.action_len:
+            ffi.memmove(self._push_act, np.ascontiguousarray(actions, dtype=np.float32),
+                        4 * self.action_len)
+        rc = lib.fer_ring_push(self._ring, rec, self._push_act)
+        if rc == lib.FER_EFULL:
+            return False
+        _check(rc)
+        return True
+
+    def pop(self) -> tuple[int, np.ndarray | None] | None:
+        """Consumer: (sequence, actions or None) of the oldest record, or None if empty."""
+        if not lib.fer_ring_pop(self._ring, self._pop_rec, self._pop_act):
+            return None
+        rec = self._pop_rec
+        return rec.sequence, (self._pop_act_np.copy() if rec.has_actions else None)
+
+    def wait(self, timeout_ns: int) -> bool:
+        return bool(lib.fer_ring_wait(self._ring, timeout_ns))
+
+    def count(self) -> int:
+        return lib.fer_ring_count(self._ring)
+
+    def free_slots(self) -> int:
+        return lib.fer_ring_free_slots(self._ring)
+
+    def dropped(self) -> int:
+        return lib.fer_ring_dropped(self._ring)
