@@ -1,0 +1,65 @@
+"""`flowedge-relayd`: the relay as a command, in the ROS form and the ADR 0015 form.
+
+    flowedge-relayd --ros-args -p nfe_ns:=250000 --params-file config/relay.yaml
+    flowedge-relayd --nfe-ns 250000 --admission-reserve-ns 500000
+
+The ADR flags win over --ros-args and YAML, and are reflected in the node's parameters, so
+`ros2 param get /flowedge_relay nfe_ns` always tells the truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.parameter import Parameter
+from rclpy.utilities import remove_ros_args
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def parse_adr_flags(argv: list[str]) -> tuple[list[Parameter], argparse.Namespace]:
+    """Split the ADR flags off argv (program name excluded); return them as parameter overrides."""
+    parser = argparse.ArgumentParser(
+        prog="flowedge-relayd",
+        description="Deadline-aware EDF inference relay (ROS 2). Other options: --ros-args ...",
+    )
+    parser.add_argument("--nfe-ns", type=_non_negative, metavar="N",
+                        help="measured upper bound of one NFE in ns; enables admission (ADR 0015)")
+    parser.add_argument("--admission-reserve-ns", type=_non_negative, metavar="N",
+                        help="fixed safety reserve in ns added to every admission finish time")
+    args = parser.parse_args(remove_ros_args(args=["flowedge-relayd", *argv])[1:])
+    overrides = []
+    if args.nfe_ns is not None:
+        overrides.append(Parameter("nfe_ns", value=args.nfe_ns))
+    if args.admission_reserve_ns is not None:
+        overrides.append(Parameter("admission_reserve_ns", value=args.admission_reserve_ns))
+    return overrides, args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    overrides, _ = parse_adr_flags(argv)
+    from flowedge_relay.node import RelayNode, spin_relay
+
+    try:
+        with rclpy.init(args=["flowedge-relayd", *argv]):
+            node = RelayNode(parameter_overrides=overrides)
+            try:
+                spin_relay(node)
+            finally:
+                node.destroy_node()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""A demo producer: several robot sessions asking the relay for actions, and what comes back.
+
+It is the newcomer's first look at the relay, so it produces every outcome on purpose:
+  - sessions advance their generation now and then      -> older work gets REJECTED_STALE
+  - some deadlines are impossible for the requested NFE  -> REJECTED_DEADLINE (admission on)
+  - some deadlines have already passed when sent         -> EXPIRED
+  - every few seconds a burst larger than the queue      -> REJECTED_CAPACITY
+  - a rejected first attempt is sometimes retried with retry_count + 1 (same sequence, origin)
+and prints a one-line summary each second: sent, answered, per outcome code, p99 latency of
+INFERENCE answers, relay queue depth.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import rclpy
+from builtin_interfaces.msg import Time
+from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+from flowedge_relay.model import ModelError, default_model_path, load_model
+
+CODE_NAMES = {
+    ActionMessage.INFERENCE: "inference",
+    ActionMessage.REJECTED_STALE: "stale",
+    ActionMessage.REJECTED_DEADLINE: "deadline",
+    ActionMessage.REJECTED_CAPACITY: "capacity",
+    ActionMessage.EXPIRED: "expired",
+}
+RETRY_REASON = {
+    ActionMessage.REJECTED_STALE: InferenceRequest.RETRY_AFTER_STALE,
+    ActionMessage.REJECTED_DEADLINE: InferenceRequest.RETRY_AFTER_DEADLINE,
+    ActionMessage.REJECTED_CAPACITY: InferenceRequest.RETRY_AFTER_CAPACITY,
+    ActionMessage.EXPIRED: InferenceRequest.RETRY_AFTER_EXPIRED,
+}
+PENDING_LIMIT = 10_000  # requests awaiting an answer that the producer remembers
+
+
+@dataclass
+class _Pending:
+    request: InferenceRequest
+    sent_ns: int
+
+
+class DemoProducer(Node):
+    """Publishes mixed InferenceRequests to flowedge/requests and summarises the answers."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("flowedge_relay_demo_producer", **kwargs)
+
+        def param(name, default, text):
+            return self.declare_parameter(
+                name, default, ParameterDescriptor(description=text, read_only=True)
+            ).value
+
+        self.rate_hz = param("rate_hz", 40.0, "requests per second in steady state")
+        self.sessions = param("sessions", 3, "producer sessions (robots) to simulate")
+        self.nfe = param("nfe", 8, "remaining_nfe of each request")
+        self.burst_every_s = param("burst_every_s", 5.0, "seconds between bursts; 0 = none")
+        self.burst_size = param("burst_size", 120, "requests in a burst")
+        self.retry_probability = param("retry_probability", 0.3, "chance to retry a rejection")
+        self.quiet = param("quiet", False, "do not print the per-second summary")
+        model_path = param("model_path", "", "model whose digest and dims to use; empty=bundled")
+        seed = param("seed", 7, "random seed of the traffic mix")
+
+        self.rng = random.Random(seed)
+        self.model = None
+        try:
+            self.model = load_model(model_path or default_model_path())
+        except ModelError as exc:
+            self.get_logger().error(f"cannot read the model's digest and dims: {exc}")
+        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+        self.pub = self.create_publisher(InferenceRequest, "flowedge/requests", qos)
+        self.create_subscription(ActionMessage, "flowedge/actions", self._on_action, qos)
+        self.create_subscription(RelayStats, "flowedge/stats", self._on_stats, 10)
+        self.sequence = {f"robot-{i}": 0 for i in range(self.sessions)}
+        self.generation = dict.fromkeys(self.sequence, 1)
+        self.pending: dict[tuple[str, int, int], _Pending] = {}
+        self.sent = 0
+        self.answered = Counter()
+        self.latencies_ms: list[float] = []
+        self.queue_depth = 0
+        self.started = time.monotonic()
+        self.last_burst = self.started
+        self.create_timer(1.0 / self.rate_hz, self._tick)
+        self.create_timer(1.0, self._summary)
+
+    # -- sending -------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        if self.model is None:
+            return
+        if self.burst_every_s > 0 and time.monotonic() - self.last_burst >= self.burst_every_s:
+            self.last_burst = time.monotonic()
+            for _ in range(self.burst_size):
+                self._send_new(deadline_kind="generous")
+        self._send_new()
+
+    def _send_new(self, deadline_kind: str | None = None) -> None:
+        session = self.rng.choice(list(self.sequence))
+        self.sequence[session] += 1
+        if self.sequence[session] % 12 == 0:
+            self.generation[session] += 1  # newer observation: older work is stale now
+        now_ns = self.get_clock().now().nanoseconds
+        kind = deadline_kind or self.rng.choices(
+            ["generous", "tight", "impossible", "passed", "none"], [60, 15, 12, 5, 8]
+        )[0]
+        deadline_ns = {
+            "generous": now_ns + 500_000_000,
+            "tight": now_ns + 60_000_000,
+            "impossible": now_ns + 200_000,
+            "passed": now_ns - 1_000_000,
+            "none": 0,
+        }[kind]
+        obs = self.rng.uniform(-1.0, 1.0)
+        m = self.model
+        req = InferenceRequest(
+            session_id=session,
+            sequence=self.sequence[session],
+            generation=self.generation[session],
+            retry_count=0,
+            retry_reason=InferenceRequest.RETRY_NONE,
+            origin_stamp=_time(now_ns),
+            deadline=_time(deadline_ns),
+            remaining_nfe=self.nfe,
+            model_digest=m.digest,
+            observation_dim=m.obs_dim,
+            action_dim=m.action_dim,
+            action_horizon=m.action_horizon,
+            observation=np.full(m.obs_dim, obs, dtype=np.float32).tolist(),
+            noise_seed=self.rng.getrandbits(63),
+        )
+        self._publish(req)
+
+    def _publish(self, req: InferenceRequest) -> None:
+        if len(self.pending) >= PENDING_LIMIT:
+            self.pending.pop(next(iter(self.pending)))  # forget the oldest: bounded memory
+        self.pending[(req.session_id, req.sequence, req.retry_count)] = _Pending(
+            req, time.monotonic_ns()
+        )
+        self.pub.publish(req)
+        self.sent += 1
+
+    # -- receiving -----------------------------------------------------------------------------
+
+    def _on_action(self, msg: ActionMessage) -> None:
+        self.answered[CODE_NAMES.get(msg.code, str(msg.code))] += 1
+        pending = self.pending.pop((msg.session_id, msg.sequence, msg.retry_count), None)
+        if pending is None:
+            return
+        if msg.code == ActionMessage.INFERENCE:
+            self.latencies_ms.append((time.monotonic_ns() - pending.sent_ns) / 1e6)
+        elif (
+            msg.retry_count == 0
+            and msg.code in RETRY_REASON
+            and self.rng.random() < self.retry_probability
+        ):
+            retry = pending.request
+            retry.retry_count += 1
+            retry.retry_reason = RETRY_REASON[msg.code]
+            self._publish(retry)
+
+    def _on_stats(self, msg: RelayStats) -> None:
+        self.queue_depth = msg.queue_depth
+
+    def _summary(self) -> None:
+        if self.quiet:
+            return
+        lat = self.latencies_ms[-2000:]
+        p99 = float(np.percentile(lat, 99)) if lat else 0.0
+        codes = " ".join(f"{name}={self.answered[name]}" for name in CODE_NAMES.values())
+        print(
+            f"t={time.monotonic() - self.started:5.1f}s sent={self.sent} "
+            f"answered={sum(self.answered.values())} | {codes} | "
+            f"p99 latency {p99:.1f} ms | queue {self.queue_depth}",
+            flush=True,
+        )
+
+
+def _time(ns: int) -> Time:
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000) if ns > 0 else Time()
+
+
+def main(args: list[str] | None = None) -> None:
+    try:
+        with rclpy.init(args=args):
+            producer = DemoProducer()
+            try:
+                rclpy.spin(producer)
+            finally:
+                producer.destroy_node()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""Health on /diagnostics and numbers on flowedge/stats, from one snapshot of the relay.
+
+Shaped like ros/diagnostics' diagnostic_updater (name "node: task", a stable hardware_id, one
+level per status, key/value pairs) but published directly, because diagnostic_updater is not
+available as a wheel. One status per concern: admission, queue, workers, model, output.
+
+Levels (DESIGN.md section 9): WARN for calibration misses, dropped outputs, or admission off
+while deadlines arrive; ERROR for a model that failed to load or a dead/stalled worker. A WARN
+caused by a counter increase is held for `hold_s` seconds so a 1 Hz viewer cannot miss it.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+OK = DiagnosticStatus.OK
+WARN = DiagnosticStatus.WARN
+ERROR = DiagnosticStatus.ERROR
+CODE_NAMES = ("inference", "rejected_stale", "rejected_deadline", "rejected_capacity", "expired")
+
+
+@dataclass
+class Snapshot:
+    """Everything diagnostics and stats report, read once per period by the node."""
+
+    now_ns: int
+    received: int
+    deadlines_seen: int
+    discarded: dict[str, int]
+    core: object  # core.Stats
+    nfe_ns: int
+    admission_reserve_ns: int
+    nfe_p50_ns: float
+    nfe_p99_ns: float
+    nfe_samples: int
+    workers: int
+    dead_lanes: list[int]
+    stalled_lanes: list[int]
+    model_ok: bool
+    model_error: str
+    model_path: str
+    model_digest: str
+    latency_p50_ms: float
+    latency_p99_ms: float
+    utilisation: float
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def oldest_queue_age_ms(self) -> float:
+        arrival = self.core.oldest_queued_arrival_ns
+        return 0.0 if arrival == 0 else max(self.now_ns - arrival, 0) / 1e6
+
+
+class _Hold:
+    """Remembers when a counter last grew, so WARN stays up for a while after an event."""
+
+    def __init__(self, hold_ns: int) -> None:
+        self.hold_ns = hold_ns
+        self.last_value: dict[str, int] = {}
+        self.last_growth_ns: dict[str, int] = {}
+
+    def recent(self, key: str, value: int, now_ns: int) -> bool:
+        previous = self.last_value.get(key, 0)
+        self.last_value[key] = value
+        if value > previous:
+            self.last_growth_ns[key] = now_ns
+        grew = self.last_growth_ns.get(key)
+        return grew is not None and now_ns - grew <= self.hold_ns
+
+
+def _kv(pairs: dict[str, object]) -> list[KeyValue]:
+    return [KeyValue(key=k, value=f"{v:.3f}" if isinstance(v, float) else str(v))
+            for k, v in pairs.items()]
+
+
+class DiagnosticsBuilder:
+    """Turns snapshots into DiagnosticArray messages; keeps only the WARN hold state."""
+
+    def __init__(self, node_name: str, hold_s: float = 10.0) -> None:
+        self.node_name = node_name
+        self.hardware_id = f"flowedge_relay@{socket.gethostname()}"
+        self._hold = _Hold(int(hold_s * 1e9))
+
+    def _status(self, task: str, level: int, message: str, values: dict) -> DiagnosticStatus:
+        return DiagnosticStatus(
+            level=level,
+            name=f"{self.node_name}: {task}",
+            message=message,
+            hardware_id=self.hardware_id,
+            values=_kv(values),
+        )
+
+    def build(self, s: Snapshot, stamp) -> DiagnosticArray:
+        array = DiagnosticArray()
+        array.header.stamp = stamp
+        array.status = [
+            self._admission(s),
+            self._queue(s),
+            self._workers(s),
+            self._model(s),
+            self._output(s),
+        ]
+        return array
+
+    def _admission(self, s: Snapshot) -> DiagnosticStatus:
+        c = s.core
+        misses = self._hold.recent("calibration_misses", c.calibration_misses, s.now_ns)
+        blind = s.nfe_ns == 0 and self._hold.recent("deadlines", s.deadlines_seen, s.now_ns)
+        values = {
+            "admission": "on" if s.nfe_ns > 0 else "off",
+            "nfe_ns": s.nfe_ns,
+            "admission_reserve_ns": s.admission_reserve_ns,
+            "received": s.received,
+            "accepted": c.accepted,
+            "invalid_discarded": sum(s.discarded.values()),
+            **{f"invalid.{k}": v for k, v in s.discarded.items()},
+            **{f"outcome.{name}": c.outcomes[i] for i, name in enumerate(CODE_NAMES)},
+            "duplicate_retries_coalesced": c.coalesced,
+            "rejected_late_retries": c.rejected_late_retries,
+            **{f"retries.count_{i}{'+' if i == 7 else ''}": n
+               for i, n in enumerate(c.retries_by_count) if i > 0},
+            **{f"retries.reason_{i}": n for i, n in enumerate(c.retries_by_reason) if i > 0},
+            "calibration_misses": c.calibration_misses,
+            "nfe_total": c.nfe_total,
+            "nfe_wasted": c.nfe_wasted,
+        }
+        if misses:
+            level, msg = WARN, "calibration misses: admitted work missed its deadline"
+        elif blind:
+            level, msg = WARN, "admission off (nfe_ns = 0) while requests carry deadlines"
+        else:
+            level, msg = OK, "admission on" if s.nfe_ns > 0 else "admission off"
+        return self._status("admission", level, msg, values)
+
+    def _queue(self, s: Snapshot) -> DiagnosticStatus:
+        c = s.core
+        values = {
+            "queue_depth": c.queue_depth,
+            "oldest_queue_age_ms": s.oldest_queue_age_ms,
+            "displaced": c.displaced,
+            "sessions": c.sessions,
+            "sessions_evicted": c.sessions_evicted,
+        }
+        return self._status("queue", OK, f"{c.queue_depth} queued", values)
+
+    def _workers(self, s: Snapshot) -> DiagnosticStatus:
+        values = {
+            "workers": s.workers,
+            "lanes_alive": s.core.lanes_alive,
+            "lanes_busy": s.core.lanes_busy,
+            "lane_utilisation": s.utilisation,
+            "dead_lanes": ",".join(map(str, s.dead_lanes)) or "none",
+            "stalled_lanes": ",".join(map(str, s.stalled_lanes)) or "none",
+            "nfe_ns_p50": s.nfe_p50_ns,
+            "nfe_ns_p99": s.nfe_p99_ns,
+            "nfe_ns_configured": s.nfe_ns,
+            "nfe_samples": s.nfe_samples,
+            "latency_p50_ms": s.latency_p50_ms,
+            "latency_p99_ms": s.latency_p99_ms,
+            **s.extra,
+        }
+        if s.dead_lanes:
+            level, msg = ERROR, f"worker(s) {values['dead_lanes']} died; lanes removed"
+        elif s.stalled_lanes:
+            level, msg = ERROR, f"worker(s) {values['stalled_lanes']} stalled"
+        elif s.nfe_ns > 0 and s.nfe_samples and s.nfe_p99_ns > s.nfe_ns:
+            level, msg = WARN, "measured NFE p99 exceeds the configured nfe_ns"
+        else:
+            level, msg = OK, f"{s.core.lanes_alive} of {s.workers} workers running"
+        return self._status("workers", level, msg, values)
+
+    def _model(self, s: Snapshot) -> DiagnosticStatus:
+        values = {"model_path": s.model_path, "model_digest": s.model_digest}
+        if not s.model_ok:
+            values["error"] = s.model_error
+            return self._status("model", ERROR, f"model failed to load: {s.model_error}", values)
+        return self._status("model", OK, "model loaded", values)
+
+    def _output(self, s: Snapshot) -> DiagnosticStatus:
+        c = s.core
+        drops = c.rejection_outputs_dropped + c.action_outputs_dropped
+        values = {
+            "rejection_outputs_dropped": c.rejection_outputs_dropped,
+            "action_outputs_dropped": c.action_outputs_dropped,
+        }
+        if self._hold.recent("drops", drops, s.now_ns):
+            return self._status("output", WARN, "outcomes dropped: output ring full", values)
+        return self._status("output", OK, "no drops" if drops == 0 else "draining", values)
+
+
+def stats_message(s: Snapshot, stamp):
+    """The flat numeric RelayStats for rqt_plot."""
+    from flowedge_relay_msgs.msg import RelayStats
+
+    c = s.core
+    inference, stale, deadline, capacity, expired = c.outcomes
+    return RelayStats(
+        stamp=stamp,
+        received=s.received,
+        accepted=c.accepted,
+        invalid_discarded=sum(s.discarded.values()),
+        duplicate_retries_coalesced=c.coalesced,
+        rejected_late_retries=c.rejected_late_retries,
+        inference=inference,
+        rejected_stale=stale,
+        rejected_deadline=deadline,
+        rejected_capacity=capacity,
+        expired=expired,
+        calibration_misses=c.calibration_misses,
+        rejection_outputs_dropped=c.rejection_outputs_dropped,
+        action_outputs_dropped=c.action_outputs_dropped,
+        nfe_total=c.nfe_total,
+        nfe_wasted=c.nfe_wasted,
+        queue_depth=c.queue_depth,
+        oldest_queue_age_ms=s.oldest_queue_age_ms,
+        lane_utilisation=s.utilisation,
+        lanes_alive=c.lanes_alive,
+        sessions=c.sessions,
+        nfe_ns_p50=float(s.nfe_p50_ns),
+        nfe_ns_p99=float(s.nfe_p99_ns),
+        nfe_ns_configured=s.nfe_ns,
+        admission_reserve_ns=s.admission_reserve_ns,
+        latency_p50_ms=s.latency_p50_ms,
+        latency_p99_ms=s.latency_p99_ms,
+    )

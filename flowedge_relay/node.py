@@ -1,0 +1,388 @@
+"""The relay node `flowedge_relay`: ROS 2 in and out, the C core and the workers in between.
+
+A request travels top to bottom through this file:
+
+    flowedge/requests --(request executor thread)--> _on_request: validate -> Core.submit
+        -> EDF queue -> worker threads (workers.py): dispatch, one NFE at a time
+        -> outcome rings -> publisher thread: _publish_outcomes -> flowedge/actions
+
+Threads: the request executor spins only the request callback group (nothing else may delay
+admission); the main executor runs timers and parameter services; W workers run the model; one
+publisher thread drains the outcome rings. See DESIGN.md sections 4-9 and docs/core-api.md.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray
+from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from flowedge_relay import parameters
+from flowedge_relay.core import AgeGate, Code, Core, CoreConfig, Request
+from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_message
+from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_forever
+from flowedge_relay.model import ModelError, default_model_path, load_model
+from flowedge_relay.realtime import apply_thread_settings
+from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, stamp_ns
+from flowedge_relay.validation import ModelContract, Validator
+from flowedge_relay.workers import WorkerPool
+
+NODE_NAME = "flowedge_relay"
+ACTIONS_TOPIC = "flowedge/actions"
+STATS_TOPIC = "flowedge/stats"
+DIAGNOSTICS_TOPIC = "/diagnostics"
+LATENCY_WINDOW = 4096  # INFERENCE latencies kept for p50/p99 (a fixed ring, never grows)
+MS = 1_000_000
+
+
+def _reliable(depth: int) -> QoSProfile:
+    return QoSProfile(
+        depth=depth, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
+    )
+
+
+def _ros_time(ns: int) -> Time:
+    return Time(sec=min(ns // 1_000_000_000, 2**31 - 1), nanosec=ns % 1_000_000_000)
+
+
+class RelayNode(Node):
+    """Deadline-aware EDF inference relay (DESIGN.md)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        p = parameters.declare_all(self)
+        for name in ("solver", "age_gate", "request_topics"):
+            problem = parameters.check_value(name, p[name])
+            if problem:
+                raise ValueError(problem)
+        self._p = p
+        self._stop = threading.Event()
+        self._destroyed = False
+        self._received = 0
+        self._deadlines_seen = 0
+        self._latency_ms = np.zeros(LATENCY_WINDOW)
+        self._latency_count = 0
+
+        # Model: a failure is an ERROR diagnostic, not a crash loop; requests are then discarded
+        # as model_unavailable and the node stays up to say why.
+        self.model_path = p["model_path"] or default_model_path()
+        self.model = None
+        self.model_error = ""
+        try:
+            self.model = load_model(self.model_path)
+        except ModelError as exc:
+            self.model_error = str(exc)
+            self.get_logger().error(f"model failed to load: {exc}")
+        contract = None
+        if self.model is not None:
+            contract = ModelContract(
+                self.model.digest, self.model.obs_dim, self.model.action_dim,
+                self.model.action_horizon,
+            )
+        self.validator = Validator(contract, p["max_nfe"])
+
+        self.core = Core(
+            CoreConfig(
+                workers=p["workers"],
+                queue_capacity=p["queue_capacity"],
+                max_sessions=p["max_sessions"],
+                max_nfe=p["max_nfe"],
+                obs_dim=self.model.obs_dim if self.model else 1,
+                action_len=self.model.action_len if self.model else 1,
+                ring_capacity=p["output_ring_capacity"],
+                nfe_ns=p["nfe_ns"],
+                admission_reserve_ns=p["admission_reserve_ns"],
+                reject_if_retry_count_gte=p["reject_if_retry_count_gte"],
+                age_gate=AgeGate[p["age_gate"].upper()],
+                reject_if_queue_age_ns_gte=p["reject_if_queue_age_ms_gte"] * MS,
+                queue_timeout_ns=p["queue_timeout_ms"] * MS,
+                session_idle_ns=p["session_idle_ms"] * MS,
+            )
+        )
+        self.pool = None
+        if self.model is not None:
+            self.pool = WorkerPool(
+                self.core,
+                self.model,
+                workers=p["workers"],
+                intra_op_threads=p["intra_op_threads"],
+                solver=p["solver"],
+                cpu_affinity=p["worker_cpu_affinity"],
+                rt_priority=p["worker_rt_priority"],
+                output_wait_ns=p["action_output_wait_ms"] * MS,
+                stall_ns=p["worker_stall_ms"] * MS,
+                fault_nfe_delay_ns=int(p["fault_nfe_delay_ms"] * MS),
+                logger=self.get_logger(),
+            )
+            self.pool.start()
+        else:
+            # No model, no workers: the lanes are gone, so calibrated admission cannot promise.
+            for lane in range(p["workers"]):
+                self.core.disable_lane(lane, time.monotonic_ns())
+
+        # Callback groups. request_group protects the core's single submit producer (ring 0):
+        # only the request executor thread runs it. Everything else (timers, parameter services)
+        # is in the default group on the main executor.
+        self.request_group = MutuallyExclusiveCallbackGroup()
+        self._request_subs = [
+            self.create_subscription(
+                InferenceRequest, topic, self._on_request, _reliable(p["request_qos_depth"]),
+                callback_group=self.request_group,
+            )
+            for topic in p["request_topics"]
+        ]
+        self._actions_pub = self.create_publisher(
+            ActionMessage, ACTIONS_TOPIC, _reliable(p["action_qos_depth"])
+        )
+        self._stats_pub = self.create_publisher(RelayStats, STATS_TOPIC, 10)
+        self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
+        self._diagnostics = DiagnosticsBuilder(self.get_fully_qualified_name().lstrip("/"))
+        self._dead_lanes: list[int] = []
+        self._stalled_lanes: list[int] = []
+        self._busy_prev = (time.monotonic_ns(), 0)
+        self._utilisation = 0.0
+        self.create_timer(1.0, self._publish_diagnostics)
+        self.create_timer(1.0 / p["stats_rate_hz"], self._publish_stats)
+        self.create_timer(0.1, self._poll_health)
+        self.add_on_set_parameters_callback(self._validate_parameters)
+        self.add_post_set_parameters_callback(self._apply_parameters)
+
+        self._publisher_thread = threading.Thread(
+            target=self._publish_outcomes, name="flowedge-publisher", daemon=True
+        )
+        self._publisher_thread.start()
+        self._request_executor: RequestExecutor | None = None
+        self._request_thread: threading.Thread | None = None
+        self.get_logger().info(
+            f"relay up: model={self.model_path} workers={p['workers']} "
+            f"queue_capacity={p['queue_capacity']} nfe_ns={p['nfe_ns']} "
+            f"(admission {'on' if p['nfe_ns'] else 'off'}) topics={list(p['request_topics'])}"
+        )
+
+    # -- request path (request executor thread only) -------------------------------------------
+
+    def _on_request(self, msg: InferenceRequest) -> None:
+        """Validate, convert clocks, hand to the C core. No model work, no blocking."""
+        now_mono = time.monotonic_ns()
+        self._received += 1
+        reason, sid, obs = self.validator.check(msg)
+        if reason is not None:
+            self.get_logger().warning(
+                f"discarding invalid request ({reason.value}); counts in /diagnostics",
+                throttle_duration_sec=5.0,
+            )
+            return
+        now_ros = self.get_clock().now().nanoseconds
+        deadline_ros = stamp_ns(msg.deadline)
+        if deadline_ros:
+            self._deadlines_seen += 1
+        self.core.submit(
+            Request(
+                session_id=sid,
+                sequence=msg.sequence,
+                generation=msg.generation,
+                retry_count=msg.retry_count,
+                retry_reason=msg.retry_reason,
+                origin_ns=origin_to_monotonic(stamp_ns(msg.origin_stamp), now_ros, now_mono),
+                deadline_ns=deadline_to_monotonic(deadline_ros, now_ros, now_mono),
+                deadline_ros_ns=deadline_ros,
+                remaining_nfe=msg.remaining_nfe,
+                noise_seed=msg.noise_seed,
+                observation=obs,
+            ),
+            now_mono,
+        )
+
+    def start_request_executor(self, context=None) -> None:
+        """Spin the request group on a dedicated single-threaded executor thread."""
+        executor = RequestExecutor([self.request_group], context=context or self.context)
+        executor.add_node(self)
+
+        def run() -> None:
+            apply_thread_settings(
+                "request executor",
+                self._p["executor_cpu_affinity"],
+                self._p["executor_rt_priority"],
+                self.get_logger().warning,
+            )
+            spin_forever(executor)
+
+        self._request_executor = executor
+        self._request_thread = threading.Thread(target=run, name="flowedge-requests", daemon=True)
+        self._request_thread.start()
+
+    # -- output path (publisher thread) --------------------------------------------------------
+
+    def _publish_outcomes(self) -> None:
+        """Drain every outcome ring into flowedge/actions until shutdown (then drain once more)."""
+        while True:
+            stopping = self._stop.is_set()
+            self.core.wait_outputs(20 * MS)
+            while outcomes := self.core.pop_outcomes(256):
+                for outcome in outcomes:
+                    self._publish_one(outcome)
+            if stopping:
+                return
+
+    def _publish_one(self, o) -> None:
+        model = self.model
+        msg = ActionMessage()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.code = int(o.code)
+        msg.session_id = o.session_id.decode("utf-8", "surrogatepass")
+        msg.sequence = o.sequence
+        msg.generation = o.generation
+        msg.retry_count = o.retry_count
+        msg.retry_reason = o.retry_reason
+        if model is not None:
+            msg.model_digest = model.digest
+            msg.observation_dim = model.obs_dim
+            msg.action_dim = model.action_dim
+            msg.action_horizon = model.action_horizon
+        msg.deadline = _ros_time(o.deadline_ros_ns)
+        msg.remaining_nfe = o.remaining_nfe
+        msg.nfe_done = o.nfe_done
+        msg.queue_ns = o.queue_ns
+        msg.compute_ns = o.compute_ns
+        if o.code == Code.INFERENCE and o.actions is not None:
+            msg.actions = o.actions.tolist()
+            self._latency_ms[self._latency_count % LATENCY_WINDOW] = (
+                max(o.finish_ns - o.arrival_ns, 0) / MS
+            )
+            self._latency_count += 1
+        try:
+            self._actions_pub.publish(msg)
+        except Exception as exc:  # context shut down under us: nothing left to publish to
+            if not self._stop.is_set():
+                self.get_logger().error(f"publishing an outcome failed: {exc}")
+
+    # -- health, diagnostics and stats (main executor) -----------------------------------------
+
+    def _poll_health(self) -> None:
+        if self.pool is None:
+            return
+        now = time.monotonic_ns()
+        health = self.pool.poll_health(now)
+        self._dead_lanes = sorted(health.dead)
+        self._stalled_lanes = sorted(health.stalled)
+
+    def snapshot(self) -> Snapshot:
+        now = time.monotonic_ns()
+        stats = self.core.stats()
+        p50, p99, samples = self.pool.nfe_percentiles() if self.pool else (0.0, 0.0, 0)
+        then, busy_then = self._busy_prev
+        lanes = max(stats.lanes_alive, 1)
+        if now > then:
+            self._utilisation = min((stats.busy_ns - busy_then) / ((now - then) * lanes), 1.0)
+        self._busy_prev = (now, stats.busy_ns)
+        n = min(self._latency_count, LATENCY_WINDOW)
+        lat50, lat99 = (
+            (float(np.percentile(self._latency_ms[:n], 50)),
+             float(np.percentile(self._latency_ms[:n], 99)))
+            if n else (0.0, 0.0)
+        )
+        return Snapshot(
+            now_ns=now,
+            received=self._received,
+            deadlines_seen=self._deadlines_seen,
+            discarded={r.value: c for r, c in self.validator.discarded.items()},
+            core=stats,
+            nfe_ns=self.get_parameter("nfe_ns").value,
+            admission_reserve_ns=self.get_parameter("admission_reserve_ns").value,
+            nfe_p50_ns=p50,
+            nfe_p99_ns=p99,
+            nfe_samples=samples,
+            workers=self._p["workers"],
+            dead_lanes=self._dead_lanes,
+            stalled_lanes=self._stalled_lanes,
+            model_ok=self.model is not None,
+            model_error=self.model_error,
+            model_path=self.model_path,
+            model_digest=self.model.digest if self.model else "",
+            latency_p50_ms=lat50,
+            latency_p99_ms=lat99,
+            utilisation=self._utilisation,
+        )
+
+    def _publish_diagnostics(self) -> None:
+        stamp = self.get_clock().now().to_msg()
+        self._diag_pub.publish(self._diagnostics.build(self.snapshot(), stamp))
+
+    def _publish_stats(self) -> None:
+        stamp = self.get_clock().now().to_msg()
+        self._stats_pub.publish(stats_message(self.snapshot(), stamp))
+
+    # -- live parameters -----------------------------------------------------------------------
+
+    def _validate_parameters(self, params: list[Parameter]) -> SetParametersResult:
+        """Reject values rclpy's ranges cannot express (enums); ranges are enforced by rclpy."""
+        for param in params:
+            problem = parameters.check_value(param.name, param.value)
+            if problem:
+                return SetParametersResult(successful=False, reason=problem)
+        return SetParametersResult(successful=True)
+
+    def _apply_parameters(self, params: list[Parameter]) -> None:
+        """Push accepted live values into the core and workers (cached values follow)."""
+        names = {param.name for param in params}
+        get = lambda name: self.get_parameter(name).value  # noqa: E731
+        if names & {"nfe_ns", "admission_reserve_ns"}:
+            self.core.set_calibration(get("nfe_ns"), get("admission_reserve_ns"))
+        if names & {"reject_if_retry_count_gte", "age_gate", "reject_if_queue_age_ms_gte",
+                    "queue_timeout_ms"}:
+            self.core.set_policy(
+                get("reject_if_retry_count_gte"),
+                AgeGate[get("age_gate").upper()],
+                get("reject_if_queue_age_ms_gte") * MS,
+                get("queue_timeout_ms") * MS,
+            )
+        if "fault_nfe_delay_ms" in names and self.pool is not None:
+            self.pool.fault_nfe_delay_ns = int(get("fault_nfe_delay_ms") * MS)
+        for name in names:
+            self._p[name] = get(name)
+
+    # -- teardown ------------------------------------------------------------------------------
+
+    def destroy_node(self) -> None:
+        """Stop intake, then workers, then flush outputs; every thread joined. Idempotent."""
+        if self._destroyed:
+            return
+        self._destroyed = True
+        if self._request_executor is not None:
+            self._request_executor.shutdown(timeout_sec=2.0)
+        if self._request_thread is not None:
+            self._request_thread.join(timeout=5.0)
+        try:
+            if self.pool is not None:
+                self.pool.stop()
+        finally:
+            self._stop.set()
+            self.core.shutdown()
+            self._publisher_thread.join(timeout=5.0)
+            self.core.close()
+            super().destroy_node()
+
+
+def spin_relay(node: RelayNode, extra_nodes=(), context=None) -> None:
+    """Spin the relay (and optional co-located nodes) until shutdown; used by cli and run_demo."""
+    node.start_request_executor(context)
+    executor = MainExecutor([node.request_group], context=context or node.context)
+    executor.add_node(node)
+    for extra in extra_nodes:
+        executor.add_node(extra)
+    try:
+        executor.spin()
+    except ExternalShutdownException:
+        pass
+    finally:
+        executor.shutdown(timeout_sec=2.0)

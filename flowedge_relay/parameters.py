@@ -1,0 +1,166 @@
+"""Every parameter of the relay node in one table (DESIGN.md section 9).
+
+Each entry becomes a `declare_parameter` with a ParameterDescriptor: description, range (rclpy
+enforces it on every set) and read_only where a change would need a restart (sizes of structures
+allocated once, threads already started). `config/relay.yaml` carries the same defaults with a
+comment each; test/test_parameters.py keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+AGE_GATES = ("off", "retries", "all")
+SOLVERS = ("euler", "midpoint")
+MINUTE_NS = 60_000_000_000
+HOUR_MS = 3_600_000
+UINT32_MAX = 2**32 - 1
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    default: object  # a Parameter.Type for an array parameter declared unset
+    description: str
+    low: float | None = None
+    high: float | None = None
+    read_only: bool = True
+
+    def descriptor(self) -> ParameterDescriptor:
+        d = ParameterDescriptor(description=self.description, read_only=self.read_only)
+        if self.low is not None:
+            if isinstance(self.default, float):
+                d.floating_point_range = [
+                    FloatingPointRange(from_value=float(self.low), to_value=float(self.high))
+                ]
+            else:
+                d.integer_range = [
+                    IntegerRange(from_value=int(self.low), to_value=int(self.high), step=1)
+                ]
+        return d
+
+
+SPECS: tuple[Spec, ...] = (
+    # Model and compute
+    Spec("model_path", "", "ONNX policy file; empty = the bundled policy_small.onnx"),
+    Spec("solver", "euler", "ODE solver for the flow: euler (1 NFE/step) or midpoint (2 NFE/step)"),
+    Spec("workers", 1, "worker threads = EDF lanes, each with its own ONNX Runtime session", 1, 64),
+    Spec("intra_op_threads", 1, "ONNX Runtime intra-op threads per worker session", 1, 64),
+    Spec("max_nfe", 64, "largest remaining_nfe accepted; above it a request is invalid", 1, 4096),
+    # Capacity
+    Spec("queue_capacity", 64, "queued (not running) requests held by the EDF queue", 1, 65536),
+    Spec("max_sessions", 256, "producer sessions tracked; idle ones are evicted", 1, 65536),
+    Spec("session_idle_ms", 10_000, "a session with no work unseen this long is idle", 0, HOUR_MS),
+    # Calibrated admission (ADR 0015): live
+    Spec(
+        "nfe_ns",
+        0,
+        "measured upper bound of one NFE on this host in ns; 0 = admission test off",
+        0,
+        MINUTE_NS,
+        read_only=False,
+    ),
+    Spec(
+        "admission_reserve_ns",
+        0,
+        "fixed safety reserve added to every finish time in the admission test, ns",
+        0,
+        MINUTE_NS,
+        read_only=False,
+    ),
+    # Retries and queue age (DESIGN.md section 6): live
+    Spec(
+        "reject_if_retry_count_gte",
+        1,
+        "a request with retry_count >= this is a retry for the age gate",
+        0,
+        UINT32_MAX,
+        read_only=False,
+    ),
+    Spec(
+        "age_gate",
+        "retries",
+        "who gets 'age >= slack -> REJECTED_DEADLINE': off, retries or all",
+        read_only=False,
+    ),
+    Spec(
+        "reject_if_queue_age_ms_gte",
+        0,
+        "reject any request at least this old (now - origin_stamp), ms; 0 = off",
+        0,
+        HOUR_MS,
+        read_only=False,
+    ),
+    Spec(
+        "queue_timeout_ms",
+        0,
+        "Triton-style policy: reject at dispatch work queued longer than this, ms; 0 = off",
+        0,
+        HOUR_MS,
+        read_only=False,
+    ),
+    # ROS interface
+    Spec("request_topics", ["flowedge/requests"], "topics carrying InferenceRequest"),
+    Spec("request_qos_depth", 1000, "history depth of each request subscription", 1, 100_000),
+    Spec("action_qos_depth", 1000, "history depth of the flowedge/actions publisher", 1, 100_000),
+    Spec("stats_rate_hz", 10.0, "publish rate of flowedge/stats (RelayStats)", 0.1, 100.0),
+    # Output path (DESIGN.md section 8)
+    Spec("output_ring_capacity", 1024, "slots per SPSC outcome ring (rounded up to 2^n)", 2, 65536),
+    Spec(
+        "action_output_wait_ms",
+        50,
+        "how long a worker waits for ring space before dropping an INFERENCE outcome",
+        0,
+        10_000,
+    ),
+    # Real-time settings (opt-in; degrade with a warning where not permitted)
+    Spec(
+        "executor_cpu_affinity",
+        Parameter.Type.INTEGER_ARRAY,
+        "CPUs for the request executor thread; unset = no pinning",
+    ),
+    Spec("executor_rt_priority", 0, "SCHED_FIFO priority of the request thread; 0 = off", 0, 99),
+    Spec(
+        "worker_cpu_affinity",
+        Parameter.Type.INTEGER_ARRAY,
+        "CPUs for worker threads, worker i gets entry i mod n; unset = no pinning",
+    ),
+    Spec("worker_rt_priority", 0, "SCHED_FIFO priority of worker threads; 0 = off", 0, 99),
+    Spec("worker_stall_ms", 2000, "a worker holding work with no step this long is stalled", 1,
+         HOUR_MS),
+    # Faults for drills and tests only
+    Spec(
+        "fault_nfe_delay_ms",
+        0.0,
+        "DRILLS AND TESTS ONLY: extra delay added to every NFE, ms; 0 = off",
+        0.0,
+        60_000.0,
+        read_only=False,
+    ),
+)
+
+BY_NAME = {spec.name: spec for spec in SPECS}
+
+
+def declare_all(node: Node) -> dict[str, object]:
+    """Declare every parameter and return their values (unset arrays as empty lists)."""
+    values = {}
+    for spec in SPECS:
+        value = node.declare_parameter(spec.name, spec.default, spec.descriptor()).value
+        values[spec.name] = [] if value is None else value
+    return values
+
+
+def check_value(name: str, value: object) -> str | None:
+    """Extra validation rclpy ranges cannot express; returns the reason or None when valid."""
+    if name == "age_gate" and value not in AGE_GATES:
+        return f"age_gate must be one of {', '.join(AGE_GATES)}, got {value!r}"
+    if name == "solver" and value not in SOLVERS:
+        return f"solver must be one of {', '.join(SOLVERS)}, got {value!r}"
+    if name == "request_topics" and (not value or any(not t for t in value)):
+        return "request_topics must name at least one non-empty topic"
+    return None

@@ -1,0 +1,56 @@
+"""`make run`: the relay and the demo producer in one process, until Ctrl-C (or --duration).
+
+Where `ros2 launch` is installed, `ros2 launch flowedge_relay relay.launch.py` starts the relay
+alone; this module is the no-ROS-install equivalent plus a producer to talk to (manual
+composition: both nodes share one process; the relay keeps its dedicated request thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import threading
+
+import rclpy
+from rclpy.executors import ExternalShutdownException
+
+CONFIG = pathlib.Path(__file__).resolve().parent.parent / "config"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make run", description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=0.0,
+                        help="stop after this many seconds (0 = until Ctrl-C)")
+    parser.add_argument("--params-file", default=str(CONFIG / "demo.yaml"),
+                        help="YAML with parameters for both nodes (default config/demo.yaml)")
+    args, ros_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+
+    from flowedge_relay.demo_producer import DemoProducer
+    from flowedge_relay.node import RelayNode, spin_relay
+
+    print(f"FlowEdge Relay demo: relay + demo producer, parameters from {args.params_file}")
+    print("Ctrl-C stops. One summary line per second:\n")
+    try:
+        with rclpy.init(args=["run_demo", "--ros-args", "--params-file", args.params_file,
+                              *ros_args]) as init:
+            context = getattr(init, "context", None) or rclpy.get_default_context()
+            relay = RelayNode()
+            try:
+                producer = DemoProducer()
+                try:
+                    if args.duration > 0:
+                        threading.Timer(args.duration, context.try_shutdown).start()
+                    spin_relay(relay, extra_nodes=[producer])
+                finally:
+                    producer.destroy_node()
+            finally:
+                relay.destroy_node()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    print("\ndemo stopped cleanly")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

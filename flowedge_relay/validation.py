@@ -1,0 +1,106 @@
+"""Request checks: what the relay refuses to schedule, and why (DESIGN.md section 3).
+
+Invalid or model-incompatible input is discarded with no output, because the relay cannot safely
+reflect untrusted identifiers back onto the bus. Every discard is counted per reason (a fixed set
+of keys, so hostile input cannot grow the counters) and logged with rate limiting by the node.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+SESSION_ID_MAX_BYTES = 64  # must match FER_SESSION_ID_MAX in csrc/fer.h
+MODEL_DIGEST_MAX_CHARS = 80  # "sha256:" + 64 hex digits = 71
+OBSERVATION_MAX_LEN = 65536  # anything longer is rejected before it is even compared
+
+
+class Reason(enum.Enum):
+    """Why a request was discarded. The value is the diagnostics key."""
+
+    MODEL_UNAVAILABLE = "model_unavailable"
+    SESSION_ID_EMPTY = "session_id_empty"
+    SESSION_ID_TOO_LONG = "session_id_too_long"
+    DIGEST_MISMATCH = "model_digest_mismatch"
+    DIMS_MISMATCH = "dims_mismatch"
+    OBSERVATION_LENGTH = "observation_length"
+    OBSERVATION_NOT_FINITE = "observation_not_finite"
+    NFE_ZERO = "remaining_nfe_zero"
+    NFE_ABOVE_MAX = "remaining_nfe_above_max"
+
+
+@dataclass(frozen=True)
+class ModelContract:
+    """What a request must match to be runnable on the loaded model."""
+
+    digest: str
+    observation_dim: int
+    action_dim: int
+    action_horizon: int
+
+
+class Validator:
+    """Checks one InferenceRequest against the loaded model and the configured limits.
+
+    Cheap checks run first so a flood of garbage costs as little as possible; the observation
+    is converted to float32 only once and handed back so the caller does not copy it again.
+    """
+
+    def __init__(self, model: ModelContract | None, max_nfe: int) -> None:
+        self.model = model
+        self.max_nfe = max_nfe
+        self.discarded: dict[Reason, int] = {reason: 0 for reason in Reason}
+
+    def check(self, msg) -> tuple[Reason | None, bytes, np.ndarray | None]:
+        """Return (reason or None, session id bytes, float32 observation) for one request."""
+        reason, sid, obs = self._check(msg)
+        if reason is not None:
+            self.discarded[reason] += 1
+        return reason, sid, obs
+
+    def _check(self, msg) -> tuple[Reason | None, bytes, np.ndarray | None]:
+        model = self.model
+        if model is None:
+            return Reason.MODEL_UNAVAILABLE, b"", None
+        session_id = msg.session_id
+        if not session_id:
+            return Reason.SESSION_ID_EMPTY, b"", None
+        # A str of n code points is at least n UTF-8 bytes: refuse huge ids before encoding them.
+        if len(session_id) > SESSION_ID_MAX_BYTES:
+            return Reason.SESSION_ID_TOO_LONG, b"", None
+        sid = session_id.encode("utf-8", "surrogatepass")
+        if len(sid) > SESSION_ID_MAX_BYTES:
+            return Reason.SESSION_ID_TOO_LONG, b"", None
+        digest = msg.model_digest
+        if len(digest) > MODEL_DIGEST_MAX_CHARS or digest != model.digest:
+            return Reason.DIGEST_MISMATCH, sid, None
+        if (
+            msg.observation_dim != model.observation_dim
+            or msg.action_dim != model.action_dim
+            or msg.action_horizon != model.action_horizon
+        ):
+            return Reason.DIMS_MISMATCH, sid, None
+        nfe = msg.remaining_nfe
+        if nfe == 0:
+            return Reason.NFE_ZERO, sid, None
+        if nfe > self.max_nfe:
+            return Reason.NFE_ABOVE_MAX, sid, None
+        raw = msg.observation
+        if len(raw) != model.observation_dim or len(raw) > OBSERVATION_MAX_LEN:
+            return Reason.OBSERVATION_LENGTH, sid, None
+        obs = np.frombuffer(raw, dtype=np.float32) if _is_float_buffer(raw) else np.asarray(
+            raw, dtype=np.float32
+        )
+        if not np.isfinite(obs).all():
+            return Reason.OBSERVATION_NOT_FINITE, sid, None
+        return None, sid, obs
+
+    def total_discarded(self) -> int:
+        return sum(self.discarded.values())
+
+
+def _is_float_buffer(raw) -> bool:
+    """rclpy hands float32[] over as array.array('f'): view it without a copy."""
+    return getattr(raw, "typecode", None) == "f"
