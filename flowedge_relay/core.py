@@ -111,7 +111,7 @@ def _check(rc: int) -> int:
     return rc
 
 
-# ---- data ------------------------------------------------------------------------------------------
+# ---- data ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,7 @@ class Core:
         # worker lanes
         self._work = [ffi.new("struct fer_work *") for _ in range(config.workers)]
         self._work_obs = [_float_buffer(config.obs_dim) for _ in range(config.workers)]
-        for w, (buf, _) in zip(self._work, self._work_obs):
+        for w, (buf, _) in zip(self._work, self._work_obs, strict=True):
             w.observation = buf
         self._act = [_float_buffer(config.action_len) for _ in range(config.workers)]
         # publisher
@@ -367,7 +367,7 @@ class Core:
     def disable_lane(self, lane: int, now: int) -> None:
         _check(lib.fer_core_disable_lane(self._live(), lane, now))
 
-    # ---- publisher thread -------------------------------------------------------------------------
+    # ---- publisher thread ------------------------------------------------------------------------
 
     def wait_outputs(self, timeout_ns: int) -> None:
         _check(lib.fer_core_wait_outputs(self._live(), timeout_ns))
