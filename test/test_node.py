@@ -1,0 +1,226 @@
+"""The relay node over real DDS: every outcome from a real scenario, parameters, diagnostics.
+
+Each test starts a real RelayNode (request executor thread + main executor + workers running the
+bundled ONNX model) and a real client node in a private rclpy context.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from diagnostic_msgs.msg import DiagnosticStatus
+from flowedge_relay_msgs.msg import ActionMessage
+from rclpy.parameter import Parameter
+
+from ros_helpers import running_relay, status_values, wait_for
+
+A = ActionMessage
+
+
+def test_inference_answer_carries_actions_and_echoes_the_request():
+    with running_relay() as h:
+        req = h.request(session_id="arm", sequence=42, generation=3, retry_count=0,
+                        remaining_nfe=4, noise_seed=9, deadline_ms=5_000)
+        h.send(req)
+        ans = h.answer_for(42)
+    assert ans is not None and ans.code == A.INFERENCE
+    m = h.model
+    assert len(ans.actions) == m.action_horizon * m.action_dim
+    assert (ans.session_id, ans.generation, ans.model_digest) == ("arm", 3, m.digest)
+    assert (ans.observation_dim, ans.action_dim, ans.action_horizon) == (
+        m.obs_dim, m.action_dim, m.action_horizon)
+    assert (ans.deadline.sec, ans.deadline.nanosec) == (req.deadline.sec, req.deadline.nanosec)
+    assert ans.nfe_done == 4 and ans.remaining_nfe == 0 and ans.compute_ns > 0
+
+
+def test_deadline_already_passed_is_expired():
+    with running_relay() as h:
+        h.send(h.request(sequence=1, deadline_ms=-5))
+        ans = h.answer_for(1)
+    assert ans.code == A.EXPIRED and len(ans.actions) == 0 and ans.nfe_done == 0
+
+
+def test_admission_is_off_by_default():
+    """With nfe_ns = 0 even a hopeless deadline is queued (and then expires), never rejected."""
+    with running_relay(fault_nfe_delay_ms=20.0) as h:
+        assert h.relay.get_parameter("nfe_ns").value == 0
+        h.send(h.request(sequence=1, remaining_nfe=8, deadline_ms=30))
+        ans = h.answer_for(1)
+    assert ans.code == A.EXPIRED and ans.nfe_done >= 1
+
+
+def test_calibrated_admission_rejects_what_cannot_finish():
+    with running_relay(nfe_ns=10_000_000) as h:  # 10 ms per NFE
+        h.send(h.request(sequence=1, remaining_nfe=8, deadline_ms=50))   # needs 80 ms
+        h.send(h.request(sequence=2, remaining_nfe=2, deadline_ms=3_000))  # needs 20 ms
+        first, second = h.answer_for(1), h.answer_for(2)
+    assert first.code == A.REJECTED_DEADLINE and first.nfe_done == 0
+    assert first.remaining_nfe == 8
+    assert second.code == A.INFERENCE
+
+
+def test_runtime_change_of_nfe_ns_takes_effect():
+    with running_relay() as h:
+        h.send(h.request(sequence=1, remaining_nfe=8, deadline_ms=2_000))
+        assert h.answer_for(1).code == A.INFERENCE
+        result = h.relay.set_parameters([Parameter("nfe_ns", value=1_000_000_000)])
+        assert result[0].successful
+        h.send(h.request(sequence=2, remaining_nfe=8, deadline_ms=2_000))
+        assert h.answer_for(2).code == A.REJECTED_DEADLINE
+        bad = h.relay.set_parameters([Parameter("age_gate", value="sometimes")])
+        assert not bad[0].successful
+        out_of_range = h.relay.set_parameters([Parameter("nfe_ns", value=-1)])
+        assert not out_of_range[0].successful
+        assert h.relay.get_parameter("nfe_ns").value == 1_000_000_000
+
+
+def test_newer_generation_cancels_queued_and_running_work():
+    with running_relay(fault_nfe_delay_ms=30.0) as h:
+        h.send(h.request(session_id="r", sequence=1, generation=1, remaining_nfe=20))
+        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+        h.send(h.request(session_id="r", sequence=2, generation=1, remaining_nfe=20))
+        assert wait_for(lambda: h.relay.core.stats().queue_depth == 1, 10)
+        h.send(h.request(session_id="r", sequence=3, generation=2, remaining_nfe=1))
+        running, queued, newer = h.answer_for(1), h.answer_for(2), h.answer_for(3)
+    assert queued.code == A.REJECTED_STALE and queued.nfe_done == 0
+    assert running.code == A.REJECTED_STALE and 1 <= running.nfe_done < 20
+    assert newer.code == A.INFERENCE
+
+
+def test_stale_generation_is_rejected():
+    with running_relay() as h:
+        h.send(h.request(session_id="r", sequence=1, generation=5))
+        assert h.answer_for(1).code == A.INFERENCE
+        h.send(h.request(session_id="r", sequence=2, generation=4))
+        assert h.answer_for(2).code == A.REJECTED_STALE
+
+
+def test_full_queue_displaces_the_latest_deadline():
+    with running_relay(queue_capacity=2, fault_nfe_delay_ms=30.0) as h:
+        h.send(h.request(session_id="a", sequence=1, remaining_nfe=20))  # occupies the worker
+        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+        h.send(h.request(session_id="b", sequence=2))                    # no deadline
+        h.send(h.request(session_id="c", sequence=3, deadline_ms=60_000))
+        assert wait_for(lambda: h.relay.core.stats().queue_depth == 2, 10)
+        h.send(h.request(session_id="d", sequence=4))                    # cannot displace
+        h.send(h.request(session_id="e", sequence=5, deadline_ms=30_000))  # displaces b
+        rejected_self, displaced = h.answer_for(4), h.answer_for(2)
+        kept = h.answer_for(5, timeout=30)
+    assert rejected_self.code == A.REJECTED_CAPACITY
+    assert displaced.code == A.REJECTED_CAPACITY
+    assert kept.code == A.INFERENCE
+
+
+def test_invalid_input_is_discarded_counted_and_unanswered():
+    with running_relay() as h:
+        h.send(h.request(sequence=1, model_digest="sha256:" + "0" * 64))
+        h.send(h.request(sequence=2, observation=[float("nan")] * h.model.obs_dim))
+        h.send(h.request(sequence=3, remaining_nfe=0))
+        h.send(h.request(sequence=4))  # a valid one, as a marker that the others went by
+        assert h.answer_for(4).code == A.INFERENCE
+        status = h.latest_status("admission")
+        values = status_values(status)
+        time.sleep(0.3)
+        answered = {a.sequence for a in h.answers()}
+    assert answered == {4}
+    assert values["invalid.model_digest_mismatch"] == "1"
+    assert values["invalid.observation_not_finite"] == "1"
+    assert values["invalid.remaining_nfe_zero"] == "1"
+    assert values["invalid_discarded"] == "3"
+
+
+def test_diagnostics_report_each_concern_with_levels():
+    with running_relay() as h:
+        h.send(h.request(sequence=1, deadline_ms=5_000))
+        h.answer_for(1)
+        statuses = {t: h.latest_status(t) for t in
+                    ("admission", "queue", "workers", "model", "output")}
+    assert all(s is not None for s in statuses.values())
+    ids = {s.hardware_id for s in statuses.values()}
+    assert len(ids) == 1 and ids.pop().startswith("flowedge_relay@")
+    assert statuses["model"].level == DiagnosticStatus.OK
+    # admission off while a deadline arrived: WARN, as DESIGN.md section 9 says
+    assert statuses["admission"].level == DiagnosticStatus.WARN
+    workers = status_values(statuses["workers"])
+    for key in ("nfe_ns_p50", "nfe_ns_p99", "nfe_ns_configured", "lane_utilisation"):
+        assert key in workers
+    assert float(workers["nfe_ns_p50"]) > 0
+
+
+def test_missing_model_is_an_error_diagnostic_and_the_node_stays_up(tmp_path):
+    with running_relay(model_path=str(tmp_path / "nope.onnx")) as h:
+        h.send(h.request(sequence=1))
+        status = h.latest_status("model")
+        time.sleep(0.3)
+        assert h.answers() == []
+        admission = status_values(h.latest_status("admission"))
+    assert status.level == DiagnosticStatus.ERROR and "nope.onnx" in status.message
+    assert admission["invalid.model_unavailable"] == "1"
+
+
+def test_exactly_one_outcome_per_valid_request_above_capacity():
+    """1,200 valid requests, 6 sessions, deadlines and generations mixed, offered faster than
+    one worker can serve: every request gets exactly one answer."""
+    n = 1200
+    with running_relay(queue_capacity=32, nfe_ns=2_000_000) as h:
+        requests = []
+        for i in range(n):
+            requests.append(h.request(
+                session_id=f"s{i % 6}", sequence=i, generation=1 + i // 300,
+                remaining_nfe=1 + i % 6, deadline_ms=(None if i % 5 == 0 else 20 + i % 200),
+            ))
+        for i in range(0, n, 100):
+            h.send(*requests[i:i + 100])
+            time.sleep(0.02)
+        answers = h.wait_answers(n, timeout=60)
+        time.sleep(0.5)
+        answers = h.answers()
+    by_seq: dict[int, int] = {}
+    for a in answers:
+        by_seq[a.sequence] = by_seq.get(a.sequence, 0) + 1
+    assert len(answers) == n
+    assert set(by_seq) == set(range(n)) and set(by_seq.values()) == {1}
+    codes = {a.code for a in answers}
+    assert A.INFERENCE in codes and len(codes) >= 3
+
+
+def test_no_relay_thread_outlives_the_node():
+    before = {t.ident for t in threading.enumerate()}
+    with running_relay(workers=2) as h:
+        h.send(h.request(sequence=1, remaining_nfe=30))
+        wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+    time.sleep(0.2)
+    left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    assert left == []
+
+
+def test_adr_flags_win_and_show_in_parameters():
+    import rclpy
+    from rclpy.context import Context
+
+    from flowedge_relay.cli import parse_adr_flags
+    from flowedge_relay.node import RelayNode
+
+    ros_args = ["--ros-args", "-p", "nfe_ns:=1", "-p", "admission_reserve_ns:=7"]
+    overrides, _ = parse_adr_flags(["--nfe-ns", "250000", *ros_args])
+    ctx = Context()
+    rclpy.init(args=["flowedge-relayd", *ros_args], context=ctx)
+    try:
+        node = RelayNode(context=ctx, parameter_overrides=overrides)
+        try:
+            assert node.get_parameter("nfe_ns").value == 250_000  # the ADR flag wins
+            assert node.get_parameter("admission_reserve_ns").value == 7  # --ros-args still apply
+        finally:
+            node.destroy_node()
+    finally:
+        ctx.try_shutdown()
+
+
+@pytest.mark.parametrize("bad", [["--nfe-ns", "-5"], ["--nfe-ns", "many"]])
+def test_adr_flags_refuse_bad_values(bad):
+    from flowedge_relay.cli import parse_adr_flags
+
+    with pytest.raises(SystemExit):
+        parse_adr_flags(bad)
