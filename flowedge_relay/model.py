@@ -1,0 +1,273 @@
+"""Loading a flow-matching policy from ONNX and integrating it one NFE at a time.
+
+The relay's unit of work is one NFE (function evaluation): one `InferenceSession` call that
+computes the velocity v(x, t, observation), plus one solver update. Workers call `FlowSampler.nfe()`
+once per scheduled step so the C core can cancel or expire the work between any two NFEs.
+
+Model contract (checked by `load_model`, violations raise `IncompatibleModel`):
+  inputs  `x` float32 [batch, action_horizon, action_dim], `t` float32 [batch, 1],
+          `observation` float32 [batch, obs_dim]; output `velocity` float32 shaped like `x`.
+  The batch dimension is symbolic (or 1); the relay runs batch 1.
+
+Time grid (a request's total NFE N fixes it, so a result never depends on how a run was split):
+  euler     K = N intervals, dt = 1/K; NFE j evaluates v(x, j*dt) and sets x += dt * v.
+  midpoint  K = ceil(N/2) intervals, dt = 1/K; interval k < N//2 spends two NFE
+            (v1 = v(x, k*dt); v2 = v(x + dt/2 * v1, (k + 1/2)*dt); x += dt * v2);
+            for odd N the last interval is one Euler NFE.
+Initial noise x(0) = numpy.random.default_rng(noise_seed).standard_normal(float32), so
+(observation, noise_seed, N, solver) -> bit-identical actions for a given model and runtime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+SOLVERS = ("euler", "midpoint")
+INPUT_X, INPUT_T, INPUT_OBS, OUTPUT_V = "x", "t", "observation", "velocity"
+_MODELS_DIR = Path(__file__).resolve().parent / "models"
+
+# Per-NFE solver actions, precomputed per (solver, N).
+_EULER, _MID_HALF, _MID_FULL = 0, 1, 2
+
+
+class ModelError(Exception):
+    """The configured model cannot be used; the node reports it as an ERROR diagnostic."""
+
+
+class MissingModel(ModelError):
+    """No readable file at the path."""
+
+
+class CorruptModel(ModelError):
+    """The file exists but onnxruntime cannot load it."""
+
+
+class IncompatibleModel(ModelError):
+    """The model loads but does not have the relay's inputs, outputs or shapes."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A validated model: its identity, its dims and the exact bytes that were hashed."""
+
+    path: str
+    digest: str  # "sha256:<hex>" of the file bytes
+    obs_dim: int
+    action_horizon: int
+    action_dim: int
+    model_bytes: bytes = field(repr=False, compare=False)
+
+    @property
+    def action_len(self) -> int:
+        return self.action_horizon * self.action_dim
+
+
+def default_model_path() -> str:
+    """The bundled small policy (the relay's default `model_path`)."""
+    return str(_MODELS_DIR / "policy_small.onnx")
+
+
+def bench_model_path() -> str:
+    """The bundled heavier policy (about 1 ms per NFE on one core) used by the benchmarks."""
+    return str(_MODELS_DIR / "policy_bench.onnx")
+
+
+def file_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _session_options(intra_op_threads: int) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = int(intra_op_threads)
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    if intra_op_threads > 1:
+        # Spinning pool threads would steal the cores other workers run on.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return so
+
+
+def make_session(model: ModelInfo | str | os.PathLike, intra_op_threads: int = 1):
+    """A fresh session with its own options (one per worker), from the bytes that were hashed."""
+    if intra_op_threads < 1:
+        raise ValueError("intra_op_threads must be >= 1")
+    info = model if isinstance(model, ModelInfo) else load_model(model)
+    return ort.InferenceSession(
+        info.model_bytes, _session_options(intra_op_threads), providers=["CPUExecutionProvider"]
+    )
+
+
+def _static_dim(dim: object) -> int | None:
+    return dim if isinstance(dim, int) and dim > 0 else None
+
+
+def _check_io(path: str, sess: ort.InferenceSession) -> tuple[int, int, int]:
+    """(obs_dim, action_horizon, action_dim) from the declared shapes, or IncompatibleModel."""
+
+    def bad(why: str) -> IncompatibleModel:
+        return IncompatibleModel(f"{path}: {why}")
+
+    inputs = {i.name: i for i in sess.get_inputs()}
+    outputs = {o.name: o for o in sess.get_outputs()}
+    if set(inputs) != {INPUT_X, INPUT_T, INPUT_OBS}:
+        raise bad(f"inputs must be x, t, observation; model has {sorted(inputs)}")
+    if OUTPUT_V not in outputs:
+        raise bad(f"no output named velocity; model has {sorted(outputs)}")
+    arrays = [inputs[INPUT_X], inputs[INPUT_T], inputs[INPUT_OBS], outputs[OUTPUT_V]]
+    for arg in arrays:
+        if arg.type != "tensor(float)":
+            raise bad(f"{arg.name} must be tensor(float), not {arg.type}")
+        if not arg.shape or (_static_dim(arg.shape[0]) not in (None, 1)):
+            raise bad(f"{arg.name} needs a leading batch dimension, has shape {arg.shape}")
+    x, t, obs, v = (a.shape for a in arrays)
+    if len(x) != 3 or _static_dim(x[1]) is None or _static_dim(x[2]) is None:
+        raise bad(f"x must be [batch, action_horizon, action_dim] with fixed dims, not {x}")
+    if len(t) != 2 or t[1] != 1:
+        raise bad(f"t must be [batch, 1], not {t}")
+    if len(obs) != 2 or _static_dim(obs[1]) is None:
+        raise bad(f"observation must be [batch, obs_dim] with a fixed obs_dim, not {obs}")
+    if len(v) != 3 or v[1:] != x[1:]:
+        raise bad(f"velocity must be shaped like x {x}, not {v}")
+    return obs[1], x[1], x[2]
+
+
+def load_model(path: str | os.PathLike) -> ModelInfo:
+    """Read, hash, load and validate a policy; one NFE is run on zeros to prove the shapes."""
+    path = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise MissingModel(f"{path}: cannot read model file ({exc.strerror or exc})") from exc
+    try:
+        sess = ort.InferenceSession(data, _session_options(1), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own Fail/InvalidProtobuf/... types
+        raise CorruptModel(f"{path}: onnxruntime cannot load it: {exc}") from exc
+    obs_dim, horizon, dim = _check_io(path, sess)
+    feeds = {
+        INPUT_X: np.zeros((1, horizon, dim), np.float32),
+        INPUT_T: np.zeros((1, 1), np.float32),
+        INPUT_OBS: np.zeros((1, obs_dim), np.float32),
+    }
+    try:
+        (velocity,) = sess.run([OUTPUT_V], feeds)
+    except Exception as exc:
+        raise IncompatibleModel(f"{path}: a test evaluation failed: {exc}") from exc
+    if velocity.shape != (1, horizon, dim) or velocity.dtype != np.float32:
+        raise IncompatibleModel(
+            f"{path}: velocity came back {velocity.dtype}{list(velocity.shape)}, "
+            f"expected float32{[1, horizon, dim]}"
+        )
+    return ModelInfo(path, file_digest(data), obs_dim, horizon, dim, data)
+
+
+def solver_plan(solver: str, total_nfe: int) -> tuple[np.ndarray, np.ndarray, np.float32]:
+    """Per-NFE evaluation times (float32), per-NFE update kinds, and dt of the fixed time grid."""
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; choose one of {SOLVERS}")
+    if total_nfe < 1:
+        raise ValueError("total_nfe must be >= 1")
+    if solver == "euler":
+        k = total_nfe
+        times = np.arange(k, dtype=np.float64) / k
+        kinds = np.full(k, _EULER, np.int8)
+    else:
+        k = math.ceil(total_nfe / 2)
+        pairs = total_nfe // 2
+        starts = np.arange(pairs, dtype=np.float64)
+        times = np.empty(total_nfe, np.float64)
+        times[0 : 2 * pairs : 2] = starts / k
+        times[1 : 2 * pairs : 2] = (starts + 0.5) / k
+        kinds = np.empty(total_nfe, np.int8)
+        kinds[0 : 2 * pairs : 2] = _MID_HALF
+        kinds[1 : 2 * pairs : 2] = _MID_FULL
+        if total_nfe % 2:
+            times[-1] = pairs / k
+            kinds[-1] = _EULER
+    return times.astype(np.float32), kinds, np.float32(1.0 / k)
+
+
+class FlowSampler:
+    """Integrates one request at a time on one session; owns every buffer of the hot path.
+
+    Not thread-safe: one sampler per worker thread. `start` costs one noise draw; each `nfe`
+    is one bound `run_with_iobinding` plus two in-place numpy ops, with no allocation.
+    """
+
+    def __init__(self, session: ort.InferenceSession, info: ModelInfo, solver: str = "euler"):
+        if solver not in SOLVERS:
+            raise ValueError(f"unknown solver {solver!r}; choose one of {SOLVERS}")
+        self.info, self.solver, self.session = info, solver, session
+        shape = (1, info.action_horizon, info.action_dim)
+        self._x_in = np.zeros(shape, np.float32)  # what the model sees
+        self._state = np.zeros(info.action_len, np.float32)  # x of the ODE (midpoint keeps it)
+        self._v = np.zeros(shape, np.float32)
+        self._tmp = np.zeros(info.action_len, np.float32)
+        self._t = np.zeros((1, 1), np.float32)
+        self._obs = np.zeros((1, info.obs_dim), np.float32)
+        self._x_flat, self._v_flat = self._x_in.reshape(-1), self._v.reshape(-1)
+        binding = session.io_binding()
+        for name, buf in ((INPUT_X, self._x_in), (INPUT_T, self._t), (INPUT_OBS, self._obs)):
+            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(buf))
+        binding.bind_ortvalue_output(OUTPUT_V, ort.OrtValue.ortvalue_from_numpy(self._v))
+        self._binding = binding
+        self._plans: dict[int, tuple[np.ndarray, np.ndarray, np.float32]] = {}
+        self._times, self._kinds, self._dt = solver_plan(solver, 1)
+        self._half_dt = np.float32(self._dt / 2)
+        self._next = self._total = 0
+
+    @property
+    def remaining(self) -> int:
+        return self._total - self._next
+
+    @property
+    def nfe_done(self) -> int:
+        return self._next
+
+    def start(self, observation: np.ndarray, noise_seed: int, total_nfe: int) -> None:
+        """Begin a request: x(0) from the seed, the time grid from total_nfe."""
+        plan = self._plans.get(total_nfe)
+        if plan is None:
+            plan = self._plans[total_nfe] = solver_plan(self.solver, total_nfe)
+        self._times, self._kinds, self._dt = plan
+        self._half_dt = np.float32(self._dt / 2)
+        np.copyto(self._obs[0], observation, casting="same_kind")
+        np.random.default_rng(noise_seed).standard_normal(dtype=np.float32, out=self._state)
+        np.copyto(self._x_flat, self._state)
+        self._next, self._total = 0, total_nfe
+
+    def nfe(self) -> None:
+        """Exactly one function evaluation and its solver update."""
+        j = self._next
+        if j >= self._total:
+            raise RuntimeError("no NFE left; call start() first")
+        self._t[0, 0] = self._times[j]
+        self.session.run_with_iobinding(self._binding)
+        kind = self._kinds[j]
+        if kind == _MID_HALF:  # model input becomes the midpoint, the state stays
+            np.multiply(self._v_flat, self._half_dt, out=self._tmp)
+            np.add(self._state, self._tmp, out=self._x_flat)
+        else:
+            np.multiply(self._v_flat, self._dt, out=self._tmp)
+            np.add(self._state, self._tmp, out=self._state)
+            np.copyto(self._x_flat, self._state)
+        self._next = j + 1
+
+    def actions(self) -> np.ndarray:
+        """The current state, float32 [action_len] (a view: copy it to keep it)."""
+        return self._state
+
+    def sample(self, observation: np.ndarray, noise_seed: int, total_nfe: int) -> np.ndarray:
+        """All NFE of one request at once; returns a copy of the actions."""
+        self.start(observation, noise_seed, total_nfe)
+        for _ in range(total_nfe):
+            self.nfe()
+        return self._state.copy()

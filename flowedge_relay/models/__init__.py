@@ -1,0 +1,1 @@
+"""Shipped ONNX policies (package data) and the toy task they were trained on."""

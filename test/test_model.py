@@ -1,0 +1,225 @@
+"""The shipped policies learned the detour task; the loader's digest, dims and errors; solvers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from flowedge_relay.model import (
+    CorruptModel,
+    FlowSampler,
+    IncompatibleModel,
+    MissingModel,
+    ModelError,
+    bench_model_path,
+    default_model_path,
+    load_model,
+    make_session,
+    solver_plan,
+)
+from flowedge_relay.models import detour_task as task
+
+EVAL_N = 300  # seeded observations per learned-task check
+EVAL_NFE = 10
+
+
+@pytest.fixture(scope="module")
+def small():
+    return load_model(default_model_path())
+
+
+@pytest.fixture(scope="module")
+def small_sampler(small):
+    return FlowSampler(make_session(small, 1), small, "euler")
+
+
+def _policy_actions(sampler: FlowSampler, obs: np.ndarray, nfe: int = EVAL_NFE) -> np.ndarray:
+    return np.stack([sampler.sample(o, 5000 + i, nfe) for i, o in enumerate(obs)])
+
+
+@pytest.fixture(scope="module")
+def eval_obs():
+    return task.sample_observations(np.random.default_rng(2024), EVAL_N)
+
+
+def test_digest_and_dims_match_file_and_sidecar(small):
+    path = Path(default_model_path())
+    assert small.digest == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    assert (small.obs_dim, small.action_horizon, small.action_dim) == (4, 8, 2)
+    assert small.action_len == 16
+    sidecar = json.loads(path.with_suffix(".json").read_text())
+    assert sidecar["digest"] == small.digest
+    assert sidecar["recipe"]["seed"] > 0 and sidecar["final_loss"] > 0
+    bench = load_model(bench_model_path())
+    assert (bench.obs_dim, bench.action_horizon, bench.action_dim) == (4, 8, 2)
+    assert bench.digest != small.digest
+    assert bench_model_path() != default_model_path()
+
+
+def test_small_policy_learned_the_task(small_sampler, eval_obs):
+    """Margins: policy success >= 85% where every baseline is <= 5% (>= 80 points apart);
+    policy goal error <= 0.05 and at most 1/10 of the random and dataset-mean baselines';
+    collisions <= 15% where the conditional mean (straight line) collides 100%; and it keeps
+    both modes (each side >= 20% of samples) instead of collapsing onto one."""
+    scored = task.score(eval_obs, _policy_actions(small_sampler, eval_obs))
+    policy = scored.summary()
+    demos = task.demonstrations(
+        np.random.default_rng(1), task.sample_observations(np.random.default_rng(2), 4000)
+    )
+    dataset_mean = np.broadcast_to(demos.mean(axis=0), (EVAL_N, demos.shape[1]))
+    baselines = {
+        "conditional_mean": task.score(eval_obs, task.straight_line(eval_obs)).summary(),
+        "dataset_mean": task.score(eval_obs, dataset_mean).summary(),
+        "random": task.score(
+            eval_obs, np.random.default_rng(3).standard_normal((EVAL_N, 16), np.float32)
+        ).summary(),
+    }
+    assert policy["success_rate"] >= 0.85, policy
+    for name, base in baselines.items():
+        assert base["success_rate"] <= 0.05, (name, base)
+        assert policy["success_rate"] - base["success_rate"] >= 0.80, (name, policy, base)
+    assert policy["mean_goal_error"] <= 0.05, policy
+    for name in ("dataset_mean", "random"):
+        assert policy["mean_goal_error"] * 10 <= baselines[name]["mean_goal_error"], name
+    assert baselines["conditional_mean"]["collision_rate"] == 1.0
+    assert policy["collision_rate"] <= 0.15, policy
+    left, right = float((scored.side > 0).mean()), float((scored.side < 0).mean())
+    assert left >= 0.2 and right >= 0.2, (left, right)
+
+
+def test_bench_policy_is_trained(eval_obs):
+    info = load_model(bench_model_path())
+    sampler = FlowSampler(make_session(info, 1), info, "euler")
+    obs = eval_obs[:100]
+    policy = task.score(obs, _policy_actions(sampler, obs)).summary()
+    random = task.score(obs, np.random.default_rng(3).standard_normal((100, 16), np.float32))
+    assert policy["success_rate"] >= 0.6, policy
+    assert policy["mean_goal_error"] * 10 <= random.summary()["mean_goal_error"], policy
+
+
+def test_midpoint_solver_learned_task(small, eval_obs):
+    sampler = FlowSampler(make_session(small, 1), small, "midpoint")
+    obs = eval_obs[:150]
+    summary = task.score(obs, _policy_actions(sampler, obs)).summary()
+    assert summary["success_rate"] >= 0.85, summary
+    euler = FlowSampler(make_session(small, 1), small, "euler")
+    assert not np.array_equal(sampler.sample(obs[0], 9, 10), euler.sample(obs[0], 9, 10))
+
+
+def test_solver_plans():
+    times, kinds, dt = solver_plan("euler", 4)
+    assert times.tolist() == [0.0, 0.25, 0.5, 0.75] and dt == np.float32(0.25)
+    assert len(kinds) == 4
+    times, kinds, dt = solver_plan("midpoint", 5)  # 2 midpoint intervals + 1 Euler, K = 3
+    assert dt == np.float32(1 / 3)
+    np.testing.assert_allclose(times, [0, 1 / 6, 1 / 3, 1 / 2, 2 / 3], rtol=1e-6)
+    assert kinds.tolist() == [1, 2, 1, 2, 0]  # half step, full step, ..., last one Euler
+    with pytest.raises(ValueError):
+        solver_plan("rk4", 4)
+    with pytest.raises(ValueError):
+        solver_plan("euler", 0)
+
+
+def test_actions_are_bit_identical_for_same_inputs(small, eval_obs):
+    obs = eval_obs[0]
+    a = FlowSampler(make_session(small, 1), small).sample(obs, 42, 12)
+    b = FlowSampler(make_session(small, 1), small).sample(obs, 42, 12)
+    c = FlowSampler(make_session(small, 2), small).sample(obs, 42, 12)
+    assert a.dtype == np.float32 and a.shape == (16,)
+    assert a.tobytes() == b.tobytes() == c.tobytes()
+    sampler = FlowSampler(make_session(small, 1), small)
+    sampler.sample(eval_obs[1], 7, 3)  # a previous request leaves no trace
+    sampler.start(obs, 42, 12)
+    for _ in range(12):
+        sampler.nfe()
+    assert sampler.actions().tobytes() == a.tobytes()
+    assert sampler.sample(obs, 43, 12).tobytes() != a.tobytes()
+    with pytest.raises(RuntimeError):
+        sampler.nfe()
+
+
+# ---------------------------------------------------------------- loader errors
+
+
+def _tiny_model(
+    path: Path,
+    x=("batch", 8, 2),
+    obs=("batch", 4),
+    v=None,
+    names=None,
+    t_type=TensorProto.FLOAT,
+    op="Identity",
+) -> Path:
+    names = names or {"x": "x", "t": "t", "observation": "observation"}
+    node = helper.make_node(op, [names["x"]], ["velocity"])
+    if op == "ReduceSum":
+        node = helper.make_node(op, [names["x"]], ["velocity"], axes=[2], keepdims=1)
+        op_version = 11
+    else:
+        op_version = 17
+    graph = helper.make_graph(
+        [node],
+        "tiny",
+        [
+            helper.make_tensor_value_info(names["x"], TensorProto.FLOAT, list(x)),
+            helper.make_tensor_value_info(names["t"], t_type, ["batch", 1]),
+            helper.make_tensor_value_info(names["observation"], TensorProto.FLOAT, list(obs)),
+        ],
+        [helper.make_tensor_value_info("velocity", TensorProto.FLOAT, list(v or x))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", op_version)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_tiny_compatible_model_loads(tmp_path):
+    info = load_model(_tiny_model(tmp_path / "ok.onnx", x=("batch", 3, 5), obs=("batch", 7)))
+    assert (info.obs_dim, info.action_horizon, info.action_dim) == (7, 3, 5)
+
+
+def test_missing_model(tmp_path):
+    with pytest.raises(MissingModel, match="nope.onnx"):
+        load_model(tmp_path / "nope.onnx")
+    with pytest.raises(MissingModel):
+        load_model(tmp_path)  # a directory
+
+
+@pytest.mark.parametrize("content", [b"", b"this is not an onnx model\x00\xff" * 10, "truncated"])
+def test_corrupt_model(tmp_path, content):
+    if content == "truncated":
+        content = Path(default_model_path()).read_bytes()[:1000]
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(content)
+    with pytest.raises(CorruptModel, match="bad.onnx"):
+        load_model(path)
+
+
+@pytest.mark.parametrize(
+    "kwargs, why",
+    [
+        ({"x": ("batch", 16)}, "x must be"),
+        ({"names": {"x": "x", "t": "t", "observation": "obs"}}, "inputs must be"),
+        ({"op": "ReduceSum", "v": ("batch", 8, 1)}, "velocity must be"),
+        ({"t_type": TensorProto.DOUBLE}, "tensor\\(float\\)"),
+        ({"obs": ("batch", "obs_dim")}, "observation must be"),
+        ({"x": (3, 8, 2)}, "batch dimension"),
+    ],
+)
+def test_incompatible_model(tmp_path, kwargs, why):
+    path = _tiny_model(tmp_path / "wrong.onnx", **kwargs)
+    with pytest.raises(IncompatibleModel, match=why) as err:
+        load_model(path)
+    assert isinstance(err.value, ModelError)
+
+
+def test_loader_errors_share_one_base():
+    for cls in (MissingModel, CorruptModel, IncompatibleModel):
+        assert issubclass(cls, ModelError)
+    assert onnx.__version__  # the tiny models above are built with the onnx helper API
