@@ -1,0 +1,257 @@
+"""The worker threads: each runs the policy one NFE at a time on work the C core dispatches.
+
+Why dedicated threads and not executor callbacks: a worker blocks in ONNX Runtime for a whole NFE
+and must check cancellation and the deadline between NFEs; the core (not this module) decides
+those, so the loop here only asks after every NFE (`Core.step`) and stops when told.
+
+Worker i owns lane i, its own `InferenceSession` (intra-op threads configurable, inter-op 1,
+created inside the thread after affinity/priority are applied, so the session's pool threads
+inherit them) and is the only producer of the core's ring i + 1:
+
+    wait_for_work -> dispatch -> [nfe -> step]* -> (DONE) wait for ring space -> finish
+
+Outcomes of stopped work (REJECTED_STALE, EXPIRED) are emitted by the core inside `step`.
+
+Shutdown (`stop`): a flag, `Core.shutdown()` to wake waiters, join every thread. Work in flight
+stops at its next NFE boundary; after its thread has exited the pool calls `disable_lane` for
+that lane, so the request gets an EXPIRED outcome (the node publishes it if it drains the rings
+after `stop()`), instead of vanishing. A crashed worker is handled the same way by
+`poll_health`, once, after the thread is gone, so ring lane + 1 never has two producers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from flowedge_relay.core import Core, Step
+from flowedge_relay.model import SOLVERS, FlowSampler, ModelInfo, make_session
+from flowedge_relay.realtime import apply_thread_settings
+
+NFE_HISTORY = 4096  # measured NFE durations kept per worker (a ring)
+
+
+class InjectedWorkerCrash(RuntimeError):
+    """Raised inside a worker by `WorkerPool.inject_worker_crash` (drills and tests only)."""
+
+
+@dataclass(frozen=True)
+class PoolHealth:
+    dead: list[int]  # lanes whose thread exited unexpectedly (each disabled in the core once)
+    stalled: list[int]  # lanes holding work with no step for longer than stall_ns
+
+
+@dataclass
+class _Worker:
+    lane: int
+    cpus: tuple[int, ...]
+    thread: threading.Thread | None = None
+    ready: threading.Event = field(default_factory=threading.Event)
+    nfe_ns: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int64))
+    nfe_count: int = 0  # total NFEs measured; nfe_ns[i % NFE_HISTORY] is the i-th
+    holding: bool = False  # has dispatched work that has not ended yet
+    last_progress_ns: int = 0  # dispatch or last step of the work it holds
+    crash_requested: bool = False
+    error: BaseException | None = None
+    disabled: bool = False  # lane disabled in the core (after the thread exited)
+    applied: dict[str, object] = field(default_factory=dict)
+
+
+class WorkerPool:
+    """W worker threads for one core and one model. Start it, stop it (or use `with`)."""
+
+    def __init__(
+        self,
+        core: Core,
+        model: ModelInfo,
+        workers: int = 1,
+        *,
+        intra_op_threads: int = 1,
+        solver: str = "euler",
+        cpu_affinity: Sequence[int] = (),
+        rt_priority: int = 0,
+        output_wait_ns: int = 5_000_000,
+        stall_ns: int = 2_000_000_000,
+        wait_timeout_ns: int = 100_000_000,
+        fault_nfe_delay_ns: int = 0,
+        logger=None,
+    ):
+        if workers < 1 or workers != core.workers:
+            raise ValueError(f"workers={workers} must be >= 1 and match the core ({core.workers})")
+        if solver not in SOLVERS:
+            raise ValueError(f"unknown solver {solver!r}; choose one of {SOLVERS}")
+        if model.obs_dim != core.obs_dim or model.action_len != core.action_len:
+            raise ValueError("model dims do not match the core's obs_dim / action_len")
+        self.core, self.model, self.solver = core, model, solver
+        self.intra_op_threads, self.rt_priority = intra_op_threads, rt_priority
+        self.output_wait_ns, self.stall_ns = output_wait_ns, stall_ns
+        self.wait_timeout_ns = wait_timeout_ns
+        #: DRILLS AND TESTS ONLY: a fixed extra sleep inside every NFE (counted in its duration).
+        self.fault_nfe_delay_ns = int(fault_nfe_delay_ns)
+        self.log = logger or logging.getLogger("flowedge_relay.workers")
+        cpus = list(cpu_affinity or ())
+        self._workers = [
+            _Worker(lane, (cpus[lane % len(cpus)],) if cpus else ()) for lane in range(workers)
+        ]
+        self._stop = threading.Event()
+        self._started = False
+
+    # ---- lifetime --------------------------------------------------------------------------------
+
+    def start(self, ready_timeout_s: float = 30.0) -> None:
+        """Start every thread and wait until each has its session (or has failed)."""
+        if self._started:
+            raise RuntimeError("WorkerPool already started")
+        self._started = True
+        for w in self._workers:
+            w.thread = threading.Thread(
+                target=self._thread_main, args=(w,), name=f"flowedge-worker-{w.lane}", daemon=True
+            )
+            w.thread.start()
+        for w in self._workers:
+            w.ready.wait(ready_timeout_s)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop and join every worker; in-flight work gets EXPIRED via disable_lane. Idempotent."""
+        self._stop.set()
+        self.core.shutdown()
+        for w in self._workers:
+            if w.thread is not None:
+                w.thread.join(timeout_s)
+                if w.thread.is_alive():
+                    self.log.error(f"worker {w.lane} did not stop within {timeout_s} s")
+        now = time.monotonic_ns()
+        for w in self._workers:
+            if w.holding and w.thread is not None and not w.thread.is_alive():
+                self._disable(w, now)
+
+    def __enter__(self) -> WorkerPool:
+        if not self._started:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- supervision (node timer) ----------------------------------------------------------------
+
+    def poll_health(self, now: int) -> PoolHealth:
+        """Disable (once) the lanes of exited threads; report dead and stalled lanes."""
+        dead, stalled = [], []
+        for w in self._workers:
+            if w.thread is None:
+                continue
+            if not w.thread.is_alive():
+                if self._stop.is_set() and w.error is None:
+                    continue  # a clean stop, not a death
+                if not w.disabled:
+                    self._disable(w, now)
+                dead.append(w.lane)
+            elif w.holding and now - w.last_progress_ns > self.stall_ns:
+                stalled.append(w.lane)
+        return PoolHealth(dead=dead, stalled=stalled)
+
+    def _disable(self, w: _Worker, now: int) -> None:
+        if w.disabled:
+            return
+        w.disabled = True
+        try:
+            self.core.disable_lane(w.lane, now)
+        except Exception as exc:  # a closed core during teardown: nothing left to tell
+            self.log.error(f"disable_lane({w.lane}) failed: {exc}")
+
+    def nfe_percentiles(self) -> tuple[float, float, int]:
+        """(p50_ns, p99_ns, samples) over the recent measured NFE durations of all workers."""
+        parts = [w.nfe_ns[: min(w.nfe_count, NFE_HISTORY)] for w in self._workers]
+        window = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        if window.size == 0:
+            return 0.0, 0.0, 0
+        p50, p99 = np.percentile(window, [50, 99])
+        return float(p50), float(p99), int(window.size)
+
+    @property
+    def nfe_count(self) -> int:
+        return sum(w.nfe_count for w in self._workers)
+
+    def worker_info(self) -> list[dict[str, object]]:
+        """Per worker: lane, alive, what scheduling was applied, NFE count, error."""
+        return [
+            {
+                "lane": w.lane,
+                "alive": bool(w.thread and w.thread.is_alive()),
+                "applied": dict(w.applied),
+                "nfe_count": w.nfe_count,
+                "error": repr(w.error) if w.error else None,
+            }
+            for w in self._workers
+        ]
+
+    def inject_worker_crash(self, lane: int) -> None:
+        """DRILLS AND TESTS ONLY: worker `lane` raises at its next step boundary."""
+        self._workers[lane].crash_requested = True
+
+    # ---- the worker thread -----------------------------------------------------------------
+
+    def _thread_main(self, w: _Worker) -> None:
+        try:
+            w.applied = apply_thread_settings(
+                f"worker {w.lane}", w.cpus, self.rt_priority, warn=self.log.warning
+            )
+            sampler = FlowSampler(
+                make_session(self.model, self.intra_op_threads), self.model, self.solver
+            )
+            sampler.sample(np.zeros(self.model.obs_dim, np.float32), 0, 2)  # first runs are slow
+            w.ready.set()
+            self._loop(w, sampler)
+        except BaseException as exc:  # the supervisor sees the dead thread and disables the lane
+            w.error = exc
+            if not isinstance(exc, InjectedWorkerCrash):
+                self.log.error(f"worker {w.lane} died: {exc!r}")
+        finally:
+            w.ready.set()
+
+    def _loop(self, w: _Worker, sampler: FlowSampler) -> None:
+        core, lane, stop = self.core, w.lane, self._stop
+        clock, ring, mask = time.monotonic_ns, w.nfe_ns, NFE_HISTORY
+        while not stop.is_set():
+            if w.crash_requested:
+                raise InjectedWorkerCrash(f"worker {lane}: injected crash")
+            if not core.wait_for_work(lane, self.wait_timeout_ns) or stop.is_set():
+                continue
+            now = clock()
+            work = core.dispatch(lane, now)
+            if work is None:
+                continue
+            w.last_progress_ns, w.holding = now, True
+            sampler.start(work.observation, work.noise_seed, work.remaining_nfe)
+            result = Step.CONTINUE
+            while result == Step.CONTINUE:
+                if stop.is_set():
+                    return  # lane left holding; stop() disables it after the join
+                if w.crash_requested:
+                    raise InjectedWorkerCrash(f"worker {lane}: injected crash")
+                t0 = clock()
+                sampler.nfe()
+                if self.fault_nfe_delay_ns:
+                    time.sleep(self.fault_nfe_delay_ns * 1e-9)
+                t1 = clock()
+                ring[w.nfe_count % mask] = t1 - t0
+                w.nfe_count += 1
+                result = core.step(lane, t1, t1 - t0)
+                w.last_progress_ns = t1
+            if result == Step.DONE:
+                self._finish(w, sampler)
+            w.holding = False  # STOP_STALE / STOP_EXPIRED: the core emitted the outcome
+
+    def _finish(self, w: _Worker, sampler: FlowSampler) -> None:
+        """Wait a bounded time for ring space, then hand the actions to the core."""
+        core, lane = self.core, w.lane
+        give_up = time.monotonic_ns() + self.output_wait_ns
+        while not core.output_space(lane) and time.monotonic_ns() < give_up:
+            time.sleep(50e-6)
+        core.finish(lane, time.monotonic_ns(), sampler.actions())  # full ring: counted drop

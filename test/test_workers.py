@@ -1,0 +1,263 @@
+"""Worker threads with the real C core and the real small model.
+
+No wall-time assertions: cancellation and expiry are measured in NFEs. `fault_nfe_delay_ns`
+makes every NFE slow enough that a test can act while a request is mid-run; loops that wait for
+something have a generous hang guard, never a pass/fail deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request
+from flowedge_relay.model import FlowSampler, default_model_path, load_model, make_session
+from flowedge_relay.models import detour_task as task
+from flowedge_relay.workers import WorkerPool
+
+MS = 1_000_000
+HANG_GUARD_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_model(default_model_path())
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    """Direct sampler on its own session: what the workers must reproduce bit for bit."""
+    return FlowSampler(make_session(model, 1), model, "euler")
+
+
+OBS = task.sample_observations(np.random.default_rng(99), 8)
+
+
+def make_core(workers: int = 1, **kw) -> Core:
+    return Core(CoreConfig(workers=workers, obs_dim=4, action_len=16, **kw))
+
+
+def request(
+    session: bytes,
+    seq: int,
+    gen: int = 1,
+    nfe: int = 8,
+    seed: int = 1,
+    obs=None,
+    deadline_ns: int = 0,
+) -> Request:
+    now = time.monotonic_ns()
+    return Request(
+        session_id=session,
+        sequence=seq,
+        generation=gen,
+        retry_count=0,
+        retry_reason=0,
+        origin_ns=now,
+        deadline_ns=deadline_ns,
+        deadline_ros_ns=0,
+        remaining_nfe=nfe,
+        noise_seed=seed,
+        observation=OBS[seq % len(OBS)] if obs is None else obs,
+    )
+
+
+def submit(core: Core, req: Request) -> None:
+    assert core.submit(req, time.monotonic_ns()) == Decision.ACCEPTED
+
+
+def collect(core: Core, n: int) -> list:
+    """Pop outcomes until n have arrived."""
+    got: list = []
+    guard = time.monotonic() + HANG_GUARD_S
+    while len(got) < n:
+        assert time.monotonic() < guard, f"only {len(got)} of {n} outcomes arrived: {got}"
+        core.wait_outputs(20 * MS)
+        got.extend(core.pop_outcomes())
+    return got
+
+
+def wait_until(predicate, what: str):
+    guard = time.monotonic() + HANG_GUARD_S
+    while not (value := predicate()):
+        assert time.monotonic() < guard, f"never happened: {what}"
+        time.sleep(0.001)
+    return value
+
+
+def lane_nfe_done(core: Core, lane: int = 0) -> int:
+    return core.lanes_snapshot()[lane].nfe_done
+
+
+def worker_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("flowedge-worker-")]
+
+
+def test_one_request_end_to_end(model, reference):
+    with make_core() as core, WorkerPool(core, model, workers=1) as pool:
+        submit(core, request(b"a", 1, nfe=8, seed=5))
+        (out,) = collect(core, 1)
+        assert out.code == Code.INFERENCE and out.lane == 0
+        assert out.nfe_done == 8 and out.remaining_nfe == 0
+        assert out.actions.dtype == np.float32 and out.actions.shape == (model.action_len,)
+        assert out.actions.tobytes() == reference.sample(OBS[1], 5, 8).tobytes()
+        p50, p99, samples = pool.nfe_percentiles()
+        assert samples == pool.nfe_count == 8 and 0 < p50 <= p99
+        pool.stop()
+    assert worker_threads() == []
+
+
+def test_determinism_through_workers(model, reference):
+    """Same (observation, noise_seed, nfe) -> bit-identical actions on any lane, any session."""
+    with make_core(workers=2) as core, WorkerPool(core, model, workers=2):
+        for i in range(6):
+            submit(core, request(b"s%d" % i, i % 3, nfe=5 + i % 3, seed=100 + i % 3))
+        outs = collect(core, 6)
+    by_seq: dict[int, set[bytes]] = {}
+    for out in outs:
+        assert out.code == Code.INFERENCE
+        expected = reference.sample(OBS[out.sequence], 100 + out.sequence, 5 + out.sequence)
+        assert out.actions.tobytes() == expected.tobytes()
+        by_seq.setdefault(out.sequence, set()).add(out.actions.tobytes())
+    assert all(len(v) == 1 for v in by_seq.values()) and len(by_seq) == 3
+
+
+def test_midpoint_solver_through_workers(model):
+    direct = FlowSampler(make_session(model, 1), model, "midpoint").sample(OBS[2], 3, 7)
+    with make_core() as core, WorkerPool(core, model, workers=1, solver="midpoint"):
+        submit(core, request(b"m", 2, nfe=7, seed=3))
+        (out,) = collect(core, 1)
+    assert out.code == Code.INFERENCE and out.nfe_done == 7
+    assert out.actions.tobytes() == direct.tobytes()
+
+
+def test_cancellation_stops_within_one_nfe(model):
+    """A newer generation cancels running work at the next NFE boundary: the cancelled request
+    spends at most one more NFE (the one in flight) after the newer one was accepted."""
+    with make_core() as core, WorkerPool(core, model, workers=1) as pool:
+        pool.fault_nfe_delay_ns = 20 * MS  # each NFE >= 20 ms: room to submit mid-run
+        submit(core, request(b"sess", 1, gen=1, nfe=40))
+        wait_until(lambda: lane_nfe_done(core) >= 3, "three NFEs of generation 1")
+        before = lane_nfe_done(core)
+        submit(core, request(b"sess", 2, gen=2, nfe=2))
+        after = lane_nfe_done(core)
+        outs = {o.generation: o for o in collect(core, 2)}
+        stale, fresh = outs[1], outs[2]
+        assert stale.code == Code.REJECTED_STALE and stale.actions is None
+        # Steps completed when gen 2 was accepted lie in [before, after]; exactly one more ran.
+        assert before + 1 <= stale.nfe_done <= after + 1
+        assert stale.remaining_nfe == 40 - stale.nfe_done
+        assert fresh.code == Code.INFERENCE and fresh.nfe_done == 2
+        assert pool.nfe_count == stale.nfe_done + 2  # no NFE was spent after the stop
+        assert core.stats().nfe_wasted == stale.nfe_done
+
+
+def test_deadline_expiry_between_steps(model):
+    with make_core() as core, WorkerPool(core, model, workers=1) as pool:
+        pool.fault_nfe_delay_ns = 20 * MS  # 40 NFE need >= 800 ms; the deadline allows 300
+        deadline = time.monotonic_ns() + 300 * MS
+        submit(core, request(b"d", 1, nfe=40, deadline_ns=deadline))
+        (out,) = collect(core, 1)
+        assert out.code == Code.EXPIRED and out.actions is None
+        assert 1 <= out.nfe_done < 40 and out.remaining_nfe == 40 - out.nfe_done
+        assert out.finish_ns >= deadline  # stopped because the deadline had passed ...
+        assert pool.nfe_count == out.nfe_done  # ... at the first boundary after it
+        assert core.stats().nfe_wasted == out.nfe_done
+
+
+def test_shutdown_with_work_in_flight_joins_every_thread(model):
+    core = make_core(workers=2)
+    pool = WorkerPool(core, model, workers=2, intra_op_threads=2)
+    pool.start()
+    assert len(worker_threads()) == 2
+    pool.fault_nfe_delay_ns = 10 * MS
+    submit(core, request(b"x", 1, nfe=60))
+    submit(core, request(b"y", 2, nfe=60))
+    wait_until(lambda: all(lane.busy for lane in core.lanes_snapshot()), "both lanes busy")
+    pool.stop()
+    assert worker_threads() == []
+    outs = collect(core, 2)  # in-flight work is answered EXPIRED, not dropped
+    assert sorted(o.code for o in outs) == [Code.EXPIRED, Code.EXPIRED]
+    assert all(o.nfe_done < 60 for o in outs)
+    pool.stop()  # idempotent
+    core.close()
+
+
+def test_crashed_worker_lane_disabled_others_continue(model):
+    with make_core(workers=2) as core, WorkerPool(core, model, workers=2) as pool:
+        pool.fault_nfe_delay_ns = 10 * MS
+        submit(core, request(b"c", 1, nfe=50))
+        busy = wait_until(
+            lambda: [x.lane for x in core.lanes_snapshot() if x.busy and x.nfe_done >= 1],
+            "the request running",
+        )
+        lane = busy[0]
+        pool.inject_worker_crash(lane)
+        health = wait_until(
+            lambda: (h := pool.poll_health(time.monotonic_ns())).dead and h, "the crash seen"
+        )
+        assert health.dead == [lane] and health.stalled == []
+        (lost,) = collect(core, 1)
+        assert lost.code == Code.EXPIRED and lost.lane == lane and lost.nfe_done < 50
+        assert core.stats().lanes_alive == 1
+        assert pool.poll_health(time.monotonic_ns()).dead == [lane]  # reported, disabled once
+        pool.fault_nfe_delay_ns = 0
+        submit(core, request(b"c2", 2, nfe=4))
+        (served,) = collect(core, 1)
+        assert served.code == Code.INFERENCE and served.lane == 1 - lane
+    assert worker_threads() == []
+
+
+def test_stalled_worker_reported(model):
+    with make_core() as core, WorkerPool(core, model, workers=1, stall_ns=2 * MS) as pool:
+        pool.fault_nfe_delay_ns = 50 * MS
+        submit(core, request(b"s", 1, nfe=6))
+        health = wait_until(
+            lambda: (h := pool.poll_health(time.monotonic_ns())).stalled and h, "a stall"
+        )
+        assert health.stalled == [0] and health.dead == []
+        pool.fault_nfe_delay_ns = 0
+        assert collect(core, 1)[0].code == Code.INFERENCE
+
+
+class _Log:
+    def __init__(self):
+        self.lines: list[tuple[str, str]] = []
+
+    def warning(self, msg):
+        self.lines.append(("warning", msg))
+
+    def error(self, msg):
+        self.lines.append(("error", msg))
+
+    def info(self, msg):
+        self.lines.append(("info", msg))
+
+
+def test_affinity_and_priority_applied_or_warned(model):
+    log = _Log()
+    with (
+        make_core() as core,
+        WorkerPool(core, model, workers=1, cpu_affinity=[0], rt_priority=1, logger=log) as pool,
+    ):
+        (info,) = pool.worker_info()
+        applied = info["applied"]
+        warned = " ".join(msg for level, msg in log.lines if level == "warning")
+        assert applied["affinity"] == [0] or "affinity" in warned
+        assert applied["fifo_priority"] == 1 or "SCHED_FIFO" in warned
+        submit(core, request(b"p", 1, nfe=3))
+        assert collect(core, 1)[0].code == Code.INFERENCE
+
+
+def test_pool_rejects_mismatched_configuration(model):
+    with make_core(workers=2) as core:
+        with pytest.raises(ValueError):
+            WorkerPool(core, model, workers=1)
+        with pytest.raises(ValueError):
+            WorkerPool(core, model, workers=2, solver="rk4")
+    with Core(CoreConfig(workers=1, obs_dim=3, action_len=16)) as core:
+        with pytest.raises(ValueError):
+            WorkerPool(core, model, workers=1)
