@@ -9,6 +9,7 @@ runs only the request group, the main executor everything else.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 
 from rclpy.callback_groups import CallbackGroup
@@ -63,9 +64,18 @@ class MainExecutor(_GroupFilter, MultiThreadedExecutor):
         self._set_groups(excluded, exclude=True)
 
 
-def spin_forever(executor) -> None:
-    """Thread target: spin until the executor or its context shuts down."""
+def spin_until(executor, stop: threading.Event, period_s: float = 0.1) -> None:
+    """Thread target: spin until `stop` is set or the context shuts down.
+
+    spin_once with a timeout rather than spin(): a thread blocked in spin() does not always
+    wake when another thread shuts the executor down after the context is gone, and teardown
+    must join every thread promptly.
+    """
+    context = executor.context
     try:
-        executor.spin()
+        while not stop.is_set() and context.ok():
+            executor.spin_once(timeout_sec=period_s)
     except ExternalShutdownException:
         pass
+    finally:
+        executor.shutdown(timeout_sec=0)

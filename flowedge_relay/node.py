@@ -30,7 +30,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from flowedge_relay import parameters
 from flowedge_relay.core import AgeGate, Code, Core, CoreConfig, Request
 from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_message
-from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_forever
+from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until
 from flowedge_relay.model import ModelError, default_model_path, load_model
 from flowedge_relay.realtime import apply_thread_settings
 from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, stamp_ns
@@ -66,7 +66,9 @@ class RelayNode(Node):
             if problem:
                 raise ValueError(problem)
         self._p = p
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # stops the publisher thread (after the workers)
+        self._intake_stop = threading.Event()  # stops the request thread (first)
+        self._stopped = False
         self._destroyed = False
         self._received = 0
         self._deadlines_seen = 0
@@ -161,7 +163,6 @@ class RelayNode(Node):
             target=self._publish_outcomes, name="flowedge-publisher", daemon=True
         )
         self._publisher_thread.start()
-        self._request_executor: RequestExecutor | None = None
         self._request_thread: threading.Thread | None = None
         self.get_logger().info(
             f"relay up: model={self.model_path} workers={p['workers']} "
@@ -215,9 +216,8 @@ class RelayNode(Node):
                 self._p["executor_rt_priority"],
                 self.get_logger().warning,
             )
-            spin_forever(executor)
+            spin_until(executor, self._intake_stop)
 
-        self._request_executor = executor
         self._request_thread = threading.Thread(target=run, name="flowedge-requests", daemon=True)
         self._request_thread.start()
 
@@ -353,15 +353,20 @@ class RelayNode(Node):
 
     # -- teardown ------------------------------------------------------------------------------
 
-    def destroy_node(self) -> None:
-        """Stop intake, then workers, then flush outputs; every thread joined. Idempotent."""
-        if self._destroyed:
+    def stop(self) -> None:
+        """Stop intake, then workers, then flush outputs; every thread joined. Idempotent.
+
+        Call before shutting the context down. rclpy's context shutdown destroys nodes while
+        holding the context lock, and a spinning request thread waits on that same lock, so
+        when destroy_node() runs from there the request thread is given only a short join; it
+        exits as soon as the context is gone.
+        """
+        if self._stopped:
             return
-        self._destroyed = True
-        if self._request_executor is not None:
-            self._request_executor.shutdown(timeout_sec=2.0)
+        self._stopped = True
+        self._intake_stop.set()
         if self._request_thread is not None:
-            self._request_thread.join(timeout=5.0)
+            self._request_thread.join(timeout=1.0)
         try:
             if self.pool is not None:
                 self.pool.stop()
@@ -369,8 +374,13 @@ class RelayNode(Node):
             self._stop.set()
             self.core.shutdown()
             self._publisher_thread.join(timeout=5.0)
+
+    def destroy_node(self) -> None:
+        self.stop()
+        if not self._destroyed:
+            self._destroyed = True
             self.core.close()
-            super().destroy_node()
+        super().destroy_node()
 
 
 def spin_relay(node: RelayNode, extra_nodes=(), context=None) -> None:

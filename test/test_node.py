@@ -165,18 +165,22 @@ def test_exactly_one_outcome_per_valid_request_above_capacity():
     one worker can serve: every request gets exactly one answer."""
     n = 1200
     with running_relay(queue_capacity=32, nfe_ns=2_000_000) as h:
-        requests = []
-        for i in range(n):
-            requests.append(h.request(
-                session_id=f"s{i % 6}", sequence=i, generation=1 + i // 300,
-                remaining_nfe=1 + i % 6, deadline_ms=(None if i % 5 == 0 else 20 + i % 200),
-            ))
-        for i in range(0, n, 100):
-            h.send(*requests[i:i + 100])
-            time.sleep(0.02)
-        answers = h.wait_answers(n, timeout=60)
+        for start in range(0, n, 50):
+            # built at send time, so deadlines (30-330 ms, one in five none) are relative to now
+            h.send(*[
+                h.request(
+                    session_id=f"s{i % 6}", sequence=i, generation=1 + i // 300,
+                    remaining_nfe=1 + i % 6,
+                    deadline_ms=None if i % 5 == 0 else 30 + (i * 7) % 300,
+                )
+                for i in range(start, start + 50)
+            ])
+            time.sleep(0.025)  # ~2,000 requests/s: above capacity, within DDS history depth
+        h.wait_answers(n, timeout=60)
         time.sleep(0.5)
         answers = h.answers()
+        stats = h.relay.core.stats()
+    assert stats.rejection_outputs_dropped == 0 and stats.action_outputs_dropped == 0
     by_seq: dict[int, int] = {}
     for a in answers:
         by_seq[a.sequence] = by_seq.get(a.sequence, 0) + 1
@@ -188,9 +192,9 @@ def test_exactly_one_outcome_per_valid_request_above_capacity():
 
 def test_no_relay_thread_outlives_the_node():
     before = {t.ident for t in threading.enumerate()}
-    with running_relay(workers=2) as h:
+    with running_relay(workers=2, fault_nfe_delay_ms=20.0) as h:
         h.send(h.request(sequence=1, remaining_nfe=30))
-        wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)  # work in flight
     time.sleep(0.2)
     left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
     assert left == []

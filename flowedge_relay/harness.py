@@ -1,0 +1,186 @@
+"""Run a real relay and real client nodes in one process: for tests, the drill and the benches.
+
+Everything here is real: a private rclpy context, real DDS topics, the RelayNode exactly as
+`flowedge-relayd` runs it (dedicated request thread + main executor + worker threads).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+
+
+@contextmanager
+def ros_context() -> Iterator[Context]:
+    """A private rclpy context, shut down on exit, so tests do not share global state."""
+    ctx = Context()
+    rclpy.init(context=ctx)
+    try:
+        yield ctx
+    finally:
+        ctx.try_shutdown()
+
+
+@contextmanager
+def spinning(*nodes: Node, context: Context) -> Iterator[SingleThreadedExecutor]:
+    """Spin the nodes on one executor in a background thread until the block exits."""
+    executor = SingleThreadedExecutor(context=context)
+    for node in nodes:
+        executor.add_node(node)
+    thread = threading.Thread(target=executor.spin, name="test-spin", daemon=True)
+    thread.start()
+    try:
+        yield executor
+    finally:
+        executor.shutdown(timeout_sec=2.0)
+        thread.join(timeout=5.0)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, period: float = 0.01) -> bool:
+    """Poll predicate until it holds or timeout seconds pass; returns its last value."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(period)
+    return predicate()
+
+
+def wait_for_subscribers(publisher, count: int = 1, timeout: float = 10.0) -> None:
+    """DDS discovery is asynchronous: publishing before it completes loses messages."""
+    if not wait_for(lambda: publisher.get_subscription_count() >= count, timeout):
+        raise TimeoutError(f"no subscriber matched {publisher.topic_name} within {timeout} s")
+
+
+# -- a real relay node and a real client node, for node-level tests ---------------------------
+
+class RelayHarness:
+    """A RelayNode spinning as in production (request thread + main executor) and a client node
+    that publishes InferenceRequests and collects ActionMessages and diagnostics over DDS."""
+
+    def __init__(self, ctx: Context, relay, client: Node) -> None:
+        from diagnostic_msgs.msg import DiagnosticArray
+        from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
+
+        from flowedge_relay.model import load_model
+
+        self.ctx = ctx
+        self.relay = relay
+        self.client = client
+        self.model = relay.model or load_model(_default_model())
+        self.actions: list = []
+        self.diagnostics: list = []
+        self._lock = threading.Lock()
+        qos = _reliable_qos()
+        self.pub = client.create_publisher(InferenceRequest, "flowedge/requests", qos)
+        client.create_subscription(ActionMessage, "flowedge/actions", self._on_action, qos)
+        client.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, 10)
+
+    def _on_action(self, msg) -> None:
+        with self._lock:
+            self.actions.append(msg)
+
+    def request(self, **fields):
+        """A valid request for the loaded model; fields override (deadline_ms: from now)."""
+        from builtin_interfaces.msg import Time
+        from flowedge_relay_msgs.msg import InferenceRequest
+
+        m = self.model
+        now = self.client.get_clock().now().nanoseconds
+        deadline_ms = fields.pop("deadline_ms", None)
+        req = InferenceRequest(
+            session_id="s", sequence=1, generation=1, remaining_nfe=4,
+            model_digest=m.digest, observation_dim=m.obs_dim, action_dim=m.action_dim,
+            action_horizon=m.action_horizon, observation=[0.1] * m.obs_dim, noise_seed=1,
+        )
+        req.origin_stamp = Time(sec=now // 10**9, nanosec=now % 10**9)
+        if deadline_ms is not None:
+            d = now + int(deadline_ms * 1e6)
+            req.deadline = Time(sec=d // 10**9, nanosec=d % 10**9)
+        for key, value in fields.items():
+            setattr(req, key, value)
+        return req
+
+    def send(self, *requests) -> None:
+        for req in requests:
+            self.pub.publish(req)
+
+    def answers(self) -> list:
+        with self._lock:
+            return list(self.actions)
+
+    def wait_answers(self, n: int, timeout: float = 20.0) -> list:
+        wait_for(lambda: len(self.actions) >= n, timeout)
+        return self.answers()
+
+    def answer_for(self, sequence: int, timeout: float = 20.0):
+        found = []
+
+        def look() -> bool:
+            found[:] = [a for a in self.answers() if a.sequence == sequence]
+            return bool(found)
+
+        wait_for(look, timeout)
+        return found[0] if found else None
+
+    def latest_status(self, task: str, timeout: float = 5.0):
+        """The newest /diagnostics status named '<node>: task' (waits for a fresh array)."""
+        start = len(self.diagnostics)
+        wait_for(lambda: len(self.diagnostics) > start, timeout)
+        for array in reversed(self.diagnostics):
+            for status in array.status:
+                if status.name.endswith(f": {task}"):
+                    return status
+        return None
+
+
+def _reliable_qos():
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    return QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def _default_model() -> str:
+    from flowedge_relay.model import default_model_path
+
+    return default_model_path()
+
+
+def status_values(status) -> dict[str, str]:
+    return {kv.key: kv.value for kv in status.values}
+
+
+@contextmanager
+def running_relay(**params) -> Iterator[RelayHarness]:
+    """Start a RelayNode with the given parameter overrides plus a client; tear both down."""
+    from rclpy.parameter import Parameter
+
+    from flowedge_relay.node import RelayNode, spin_relay
+
+    with ros_context() as ctx:
+        overrides = [Parameter(k, value=v) for k, v in params.items()]
+        relay = RelayNode(context=ctx, parameter_overrides=overrides)
+        client = rclpy.create_node("relay_test_client", context=ctx)
+        spin_thread = threading.Thread(
+            target=spin_relay, args=(relay,), kwargs={"context": ctx}, daemon=True
+        )
+        try:
+            harness = RelayHarness(ctx, relay, client)
+            spin_thread.start()
+            with spinning(client, context=ctx):
+                wait_for_subscribers(harness.pub)
+                yield harness
+        finally:
+            relay.stop()
+            ctx.try_shutdown()
+            if spin_thread.is_alive():
+                spin_thread.join(timeout=10)
+            relay.destroy_node()
+            client.destroy_node()
