@@ -1,7 +1,8 @@
 """A demo producer: several robot sessions asking the relay for actions, and what comes back.
 
 It is the newcomer's first look at the relay, so it produces every outcome on purpose:
-  - sessions advance their generation now and then      -> older work gets REJECTED_STALE
+  - sessions advance their generation now and then, and a few late frames carry the previous
+    generation                                          -> REJECTED_STALE
   - some deadlines are impossible for the requested NFE  -> REJECTED_DEADLINE (admission on)
   - some deadlines have already passed when sent         -> EXPIRED
   - every few seconds a burst larger than the queue      -> REJECTED_CAPACITY
@@ -41,6 +42,7 @@ RETRY_REASON = {
     ActionMessage.REJECTED_CAPACITY: InferenceRequest.RETRY_AFTER_CAPACITY,
     ActionMessage.EXPIRED: InferenceRequest.RETRY_AFTER_EXPIRED,
 }
+BURST_SESSION = "burst"
 PENDING_LIMIT = 10_000  # requests awaiting an answer that the producer remembers
 
 
@@ -82,6 +84,7 @@ class DemoProducer(Node):
         self.create_subscription(ActionMessage, "flowedge/actions", self._on_action, qos)
         self.create_subscription(RelayStats, "flowedge/stats", self._on_stats, 10)
         self.sequence = {f"robot-{i}": 0 for i in range(self.sessions)}
+        self.sequence[BURST_SESSION] = 0
         self.generation = dict.fromkeys(self.sequence, 1)
         self.pending: dict[tuple[str, int, int], _Pending] = {}
         self.sent = 0
@@ -100,15 +103,18 @@ class DemoProducer(Node):
             return
         if self.burst_every_s > 0 and time.monotonic() - self.last_burst >= self.burst_every_s:
             self.last_burst = time.monotonic()
+            # One extra session floods the queue with no-deadline work (never admission-tested):
+            # what does not fit gets REJECTED_CAPACITY.
             for _ in range(self.burst_size):
-                self._send_new(deadline_kind="generous")
+                self._send_new(deadline_kind="none", session=BURST_SESSION)
         self._send_new()
 
-    def _send_new(self, deadline_kind: str | None = None) -> None:
-        session = self.rng.choice(list(self.sequence))
+    def _send_new(self, deadline_kind: str | None = None, session: str | None = None) -> None:
+        if session is None:
+            session = self.rng.choice([s for s in self.sequence if s != BURST_SESSION])
+            if self.sequence[session] % 12 == 11:
+                self.generation[session] += 1  # newer observation: older work is stale now
         self.sequence[session] += 1
-        if self.sequence[session] % 12 == 0:
-            self.generation[session] += 1  # newer observation: older work is stale now
         now_ns = self.get_clock().now().nanoseconds
         kind = deadline_kind or self.rng.choices(
             ["generous", "tight", "impossible", "passed", "none"], [60, 15, 12, 5, 8]
@@ -116,16 +122,19 @@ class DemoProducer(Node):
         deadline_ns = {
             "generous": now_ns + 500_000_000,
             "tight": now_ns + 60_000_000,
-            "impossible": now_ns + 200_000,
+            "impossible": now_ns + 10_000_000,  # < nfe x nfe_ns + reserve with demo.yaml
             "passed": now_ns - 1_000_000,
             "none": 0,
         }[kind]
+        generation = self.generation[session]
+        if generation > 1 and session != BURST_SESSION and self.rng.random() < 0.05:
+            generation -= 1  # a late frame from a slow sensor pipeline: REJECTED_STALE
         obs = self.rng.uniform(-1.0, 1.0)
         m = self.model
         req = InferenceRequest(
             session_id=session,
             sequence=self.sequence[session],
-            generation=self.generation[session],
+            generation=generation,
             retry_count=0,
             retry_reason=InferenceRequest.RETRY_NONE,
             origin_stamp=_time(now_ns),
