@@ -7,8 +7,8 @@ It is the newcomer's first look at the relay, so it produces every outcome on pu
   - some deadlines have already passed when sent         -> EXPIRED
   - every few seconds a burst larger than the queue      -> REJECTED_CAPACITY
   - a rejected first attempt is sometimes retried with retry_count + 1 (same sequence, origin)
-and prints a one-line summary each second: sent, answered, per outcome code, p99 latency of
-INFERENCE answers, relay queue depth.
+and prints a one-line summary each second: sent, admitted by the relay, answered, per outcome
+code, p99 latency of INFERENCE answers, relay queue depth.
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ class DemoProducer(Node):
         self.answered = Counter()
         self.latencies_ms: list[float] = []
         self.queue_depth = 0
+        self.admitted = 0
         self.started = time.monotonic()
         self.last_burst = self.started
         self.create_timer(1.0 / self.rate_hz, self._tick)
@@ -179,6 +180,7 @@ class DemoProducer(Node):
 
     def _on_stats(self, msg: RelayStats) -> None:
         self.queue_depth = msg.queue_depth
+        self.admitted = msg.accepted
 
     def _summary(self) -> None:
         if self.quiet:
@@ -188,7 +190,7 @@ class DemoProducer(Node):
         codes = " ".join(f"{name}={self.answered[name]}" for name in CODE_NAMES.values())
         print(
             f"t={time.monotonic() - self.started:5.1f}s sent={self.sent} "
-            f"answered={sum(self.answered.values())} | {codes} | "
+            f"admitted={self.admitted} answered={sum(self.answered.values())} | {codes} | "
             f"p99 latency {p99:.1f} ms | queue {self.queue_depth}",
             flush=True,
         )
