@@ -54,3 +54,24 @@ def test_help_lists_the_adr_flags():
     )
     assert out.returncode == 0
     assert "--nfe-ns" in out.stdout and "--admission-reserve-ns" in out.stdout
+
+
+def test_make_run_demo_shows_outcomes_and_stops_cleanly():
+    """What `make run` starts: relay + demo producer; every outcome code shows within seconds."""
+    out = subprocess.run(
+        [sys.executable, "-m", "flowedge_relay.run_demo", "--duration", "6",
+         "--ros-args", "-p", "flowedge_relay_demo_producer:burst_every_s:=2.0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=90,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "demo stopped cleanly" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
+    summaries = [line for line in out.stdout.splitlines() if line.startswith("t=")]
+    assert len(summaries) >= 3
+    last = dict(
+        field.split("=", 1) for field in summaries[-1].replace("|", " ").split() if "=" in field
+    )
+    for code in ("inference", "stale", "deadline", "capacity", "expired"):
+        assert int(last[code]) > 0, (code, summaries[-1])
+    assert int(last["answered"]) > 0 and int(last["admitted"]) > 0
