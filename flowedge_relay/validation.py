@@ -15,6 +15,8 @@ import numpy as np
 SESSION_ID_MAX_BYTES = 64  # must match FER_SESSION_ID_MAX in csrc/fer.h
 MODEL_DIGEST_MAX_CHARS = 80  # "sha256:" + 64 hex digits = 71
 OBSERVATION_MAX_LEN = 65536  # anything longer is rejected before it is even compared
+RETRY_REASON_MAX = 5  # InferenceRequest.RETRY_AFTER_EXPIRED; must match FER_RETRY_REASONS - 1
+NANOSEC_PER_SEC = 1_000_000_000
 
 
 class Reason(enum.Enum):
@@ -29,6 +31,9 @@ class Reason(enum.Enum):
     OBSERVATION_NOT_FINITE = "observation_not_finite"
     NFE_ZERO = "remaining_nfe_zero"
     NFE_ABOVE_MAX = "remaining_nfe_above_max"
+    RETRY_REASON_UNKNOWN = "retry_reason_unknown"  # above RETRY_AFTER_EXPIRED: uint8 allows 255
+    TIME_INVALID = "time_invalid"  # deadline/origin_stamp with sec < 0 or nanosec >= 1e9
+    CORE_REFUSED = "core_refused"  # passed these checks but the C core refused it: a bug, ERROR
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,10 @@ class Validator:
             return Reason.NFE_ZERO, sid, None
         if nfe > self.max_nfe:
             return Reason.NFE_ABOVE_MAX, sid, None
+        if msg.retry_reason > RETRY_REASON_MAX:
+            return Reason.RETRY_REASON_UNKNOWN, sid, None
+        if not (_stamp_ok(msg.deadline) and _stamp_ok(msg.origin_stamp)):
+            return Reason.TIME_INVALID, sid, None
         raw = msg.observation
         if len(raw) != model.observation_dim or len(raw) > OBSERVATION_MAX_LEN:
             return Reason.OBSERVATION_LENGTH, sid, None
@@ -99,6 +108,12 @@ class Validator:
 
     def total_discarded(self) -> int:
         return sum(self.discarded.values())
+
+
+def _stamp_ok(stamp) -> bool:
+    """builtin_interfaces/Time: sec is int32 (a negative one has no uint64 nanosecond value);
+    nanosec is defined in [0, 1e9)."""
+    return stamp.sec >= 0 and stamp.nanosec < NANOSEC_PER_SEC
 
 
 def _is_float_buffer(raw) -> bool:
