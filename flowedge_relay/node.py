@@ -34,7 +34,7 @@ from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until
 from flowedge_relay.model import ModelError, default_model_path, load_model
 from flowedge_relay.realtime import apply_thread_settings
 from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, stamp_ns
-from flowedge_relay.validation import ModelContract, Validator
+from flowedge_relay.validation import ModelContract, Reason, Validator
 from flowedge_relay.workers import WorkerPool
 
 NODE_NAME = "flowedge_relay"
@@ -187,6 +187,16 @@ class RelayNode(Node):
         deadline_ros = stamp_ns(msg.deadline)
         if deadline_ros:
             self._deadlines_seen += 1
+        try:
+            self._submit(msg, sid, obs, now_mono, now_ros, deadline_ros)
+        except Exception as exc:  # one hostile message must never kill the request thread
+            self.validator.discarded[Reason.CORE_REFUSED] += 1
+            self.get_logger().error(
+                f"the core refused a validated request ({exc!r}): validation misses a case",
+                throttle_duration_sec=5.0,
+            )
+
+    def _submit(self, msg, sid, obs, now_mono: int, now_ros: int, deadline_ros: int) -> None:
         self.core.submit(
             Request(
                 session_id=sid,
