@@ -67,6 +67,9 @@ class RelayNode(Node):
                 raise ValueError(problem)
         self._p = p
         self._stop = threading.Event()  # stops the publisher thread (after the workers)
+        #: DRILLS AND TESTS ONLY: while set, the publisher thread stops draining the outcome rings,
+        #: as if the action consumer stopped (DESIGN.md section 8: full rings drop and count).
+        self.fault_pause_output = threading.Event()
         self._intake_stop = threading.Event()  # stops the request thread (first)
         self._stopped = False
         self._destroyed = False
@@ -237,6 +240,9 @@ class RelayNode(Node):
         """Drain every outcome ring into flowedge/actions until shutdown (then drain once more)."""
         while True:
             stopping = self._stop.is_set()
+            if self.fault_pause_output.is_set() and not stopping:
+                time.sleep(0.01)
+                continue
             self.core.wait_outputs(20 * MS)
             while outcomes := self.core.pop_outcomes(256):
                 for outcome in outcomes:
