@@ -1,0 +1,176 @@
+"""The blind-retry drill (issue 6, DESIGN.md section 6) and the retry rules it rests on.
+
+The drill tests run `flowedge-relay-drill` at a tenth of its time scale (50 ms per NFE, 300 ms
+budget: every margin it relies on is 40-90 ms, well above Python/DDS jitter) and check that it
+passes its own verdict, and that the same drill fails it with the age gate off. The node tests
+pin the section 6 rules over real DDS: a retry of a queued id is coalesced and answered once; a
+late retry drains its queued late original and is then REJECTED_DEADLINE; and the gate ignores
+an idle worker.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
+from ros_helpers import running_relay, status_values, wait_for
+
+from flowedge_relay import drill
+
+A = ActionMessage
+R = InferenceRequest
+SCALE = "0.1"
+
+
+def _retry(h, first, retry_count: int, reason: int, deadline_ms: float):
+    """What a blind client sends: same id and origin_stamp, retry_count + 1, a fresh deadline."""
+    return h.request(session_id=first.session_id, sequence=first.sequence,
+                     remaining_nfe=first.remaining_nfe, origin_stamp=first.origin_stamp,
+                     retry_count=retry_count, retry_reason=reason, deadline_ms=deadline_ms)
+
+
+def _answers(h, sequence: int) -> list:
+    return [a for a in h.answers() if a.sequence == sequence]
+
+
+# -- the drill ------------------------------------------------------------------------------------
+
+def test_drill_passes_its_own_verdict_at_a_small_time_scale(tmp_path, capsys):
+    out = tmp_path / "drill.json"
+    rc = drill.main(["--time-scale", SCALE, "--json", str(out)])
+    report = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert report["verdict"] == "pass", report["reasons"]
+    assert rc == 0 and "verdict: PASS" in printed and "retry rejected" in printed
+    assert all(report["checks"].values()) and len(report["checks"]) == 5
+
+    budget = 3000 * float(SCALE)
+    events = report["events"]
+    keys = {"t_ms", "queue_age_ms", "deadline_slack_ms", "retry_count", "worker_utilisation",
+            "decision", "nfe_spent_on_id"}
+    assert all(keys <= e.keys() for e in events)
+    unc = [e for e in events if e["variant"] == "uncapped"]
+    sends = [e for e in unc if e["event"] == "send"]
+    # The blind client: same id, retry_count 0..3, every attempt with a fresh full budget.
+    assert [e["retry_count"] for e in sends] == [0, 1, 2, 3]
+    assert {(e["session_id"], e["sequence"]) for e in unc} == {("flowedge-drill-uncapped", 1)}
+    assert all(e["deadline_slack_ms"] == pytest.approx(budget) for e in sends)
+    assert sends[0]["queue_age_ms"] == 0  # origin_stamp kept: ages grow across the retries
+    assert [e["queue_age_ms"] for e in sends] == sorted(e["queue_age_ms"] for e in sends)
+    # Rejected retries: after the slack of the original was gone, age >= slack, no NFE.
+    rejected = [e for e in unc if e["event"] == "answer" and e["decision"] == "REJECTED_DEADLINE"]
+    assert rejected and all(e["t_ms"] >= budget and e["nfe_done"] == 0 for e in rejected)
+    assert all(e["queue_age_ms"] >= e["deadline_slack_ms"] for e in sends
+               if e["decision"] == "REJECTED_DEADLINE")
+    v = report["variants"]
+    assert v["uncapped"]["nfe_spent_on_id"] == v["uncapped"]["nfe_of_first_attempt"] <= 5
+    assert v["capped"]["attempts_sent"] == 1 and v["happy"]["final"] == "INFERENCE"
+    assert v["uncapped"]["relay"]["rejected_late_retries"] >= 1
+    # /diagnostics carried the retry counters
+    diag = report["diagnostics"]
+    assert int(diag["rejected_late_retries"]) >= 1 and "duplicate_retries_coalesced" in diag
+    assert int(diag["retries.count_1"]) >= 1
+    milestones = {row["milestone"].split(" (")[0]: row for row in report["timeline"]}
+    assert milestones["retry rejected"]["uncapped"] >= milestones["worker late"]["uncapped"]
+
+
+def test_drill_fails_its_verdict_with_the_age_gate_off():
+    admission = {**drill.load_admission(None), "age_gate": "off"}
+    cond = drill.Conditions(time_scale=float(SCALE))
+    report = drill.run_drill(cond, admission, log=lambda text: None)
+    assert report["verdict"] == "fail"
+    assert not report["checks"]["rejects_after_slack_gone"]
+    assert not report["checks"]["nfe_not_multiplied"]
+    unc = report["variants"]["uncapped"]
+    # the late retries were admitted and ran again: the NFE on the id were multiplied
+    assert unc["nfe_spent_on_id"] > unc["nfe_of_first_attempt"] >= 1
+    assert unc["relay"]["rejected_late_retries"] == 0
+
+
+def test_drill_admission_block_loads_and_scales(tmp_path):
+    admission = drill.load_admission(None)  # config/drill.yaml
+    assert admission["age_gate"] == "retries" and admission["reject_if_retry_count_gte"] == 1
+    assert admission["reject_if_queue_age_ms_gte"] > 3000  # a backstop beyond the budget
+    params = drill.relay_parameters(drill.Conditions(time_scale=0.1), admission)
+    assert params["nfe_ns"] == 50_000_000 and params["admission_reserve_ns"] == 30_000_000
+    assert params["reject_if_queue_age_ms_gte"] == admission["reject_if_queue_age_ms_gte"] // 10
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("flowedge_relay:\n  ros__parameters:\n    nfe_ns: 5\n")
+    with pytest.raises(ValueError, match="nfe_ns"):
+        drill.load_admission(bad)
+
+
+# -- the section 6 rules over real DDS ------------------------------------------------------------
+
+def test_retry_of_a_queued_id_is_coalesced_and_answered_once():
+    with running_relay(fault_nfe_delay_ms=30.0) as h:
+        h.send(h.request(session_id="busy", sequence=1, remaining_nfe=30))  # ~0.9 s of work
+        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+        first = h.request(session_id="arm", sequence=7, remaining_nfe=2, deadline_ms=30_000)
+        h.send(first)
+        assert wait_for(lambda: h.relay.core.stats().queue_depth == 1, 10)
+        h.send(_retry(h, first, 1, R.RETRY_TIMEOUT, 30_000))
+        assert wait_for(lambda: h.relay.core.stats().coalesced == 1, 10)
+        assert h.relay.core.stats().queue_depth == 1  # no second copy
+        answer = h.answer_for(7, timeout=30)
+        assert h.answer_for(1, timeout=30) is not None
+        time.sleep(0.2)  # room for a second answer that must not come
+        answers = _answers(h, 7)
+        values = status_values(h.latest_status("admission"))
+    assert len(answers) == 1
+    assert answer.code == A.INFERENCE and answer.retry_count == 0 and answer.nfe_done == 2
+    assert values["duplicate_retries_coalesced"] == "1"
+    assert values["retries.count_1"] == "1" and values["retries.reason_1"] == "1"
+    assert values["rejected_late_retries"] == "0" and values["nfe_total"] == "32"
+
+
+def test_late_retry_is_rejected_deadline_and_drains_queued_late_copies():
+    with running_relay(fault_nfe_delay_ms=40.0) as h:  # admission off: late work gets queued
+        h.send(h.request(session_id="busy", sequence=1, remaining_nfe=40))  # ~1.6 s of work
+        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+        first = h.request(session_id="arm", sequence=7, remaining_nfe=2, deadline_ms=150)
+        h.send(first)
+        assert wait_for(lambda: h.relay.core.stats().queue_depth == 1, 10)
+        time.sleep(0.25)  # its deadline passes while it waits behind the busy worker
+        assert h.relay.core.stats().queue_depth == 1
+        # A blind retry of the queued, late original: coalesced, and the original is drained
+        # now (EXPIRED, no NFE) instead of waiting for a worker.
+        h.send(_retry(h, first, 1, R.RETRY_TIMEOUT, 150))
+        drained = h.answer_for(7, timeout=5)
+        stats = h.relay.core.stats()
+        assert stats.lanes_busy == 1 and stats.queue_depth == 0 and stats.coalesced == 1
+        # The client retries again: nothing left to coalesce into; age >= slack -> rejected.
+        h.send(_retry(h, first, 2, R.RETRY_AFTER_EXPIRED, 150))
+        assert wait_for(lambda: len(_answers(h, 7)) >= 2, 5)
+        assert h.answer_for(1, timeout=30) is not None
+        time.sleep(0.2)
+        answers = _answers(h, 7)
+        stats = h.relay.core.stats()
+    assert drained.code == A.EXPIRED and drained.retry_count == 0 and drained.nfe_done == 0
+    assert len(answers) == 2
+    rejected = answers[1]
+    assert rejected.code == A.REJECTED_DEADLINE and rejected.retry_count == 2
+    assert rejected.nfe_done == 0 and rejected.remaining_nfe == 2
+    assert stats.rejected_late_retries == 1 and stats.coalesced == 1
+    assert stats.nfe_total == 40  # only the busy request ever ran
+
+
+def test_age_gate_rejects_a_late_retry_even_with_an_idle_worker():
+    """Utilisation is not a permit: an idle, calibrated relay still rejects age >= slack."""
+    with running_relay(nfe_ns=10_000_000) as h:
+        old = h.request(sequence=0)
+        origin = old.origin_stamp
+        origin.sec -= 1  # first issued a second ago
+        assert h.relay.core.stats().lanes_busy == 0
+        h.send(h.request(sequence=1, remaining_nfe=2, origin_stamp=origin, deadline_ms=500,
+                         retry_count=1, retry_reason=R.RETRY_AFTER_EXPIRED))
+        late = h.answer_for(1)
+        # the same age on a first attempt passes (age_gate: retries), and admission fits it
+        h.send(h.request(sequence=2, remaining_nfe=2, origin_stamp=origin, deadline_ms=500))
+        first = h.answer_for(2)
+        stats = h.relay.core.stats()
+    assert late.code == A.REJECTED_DEADLINE and late.nfe_done == 0
+    assert first.code == A.INFERENCE
+    assert stats.rejected_late_retries == 1 and stats.nfe_total == 2
