@@ -1,0 +1,179 @@
+"""`bench model`: what one NFE of each shipped policy costs, and what the worker loop adds.
+
+Raw cost: `InferenceSession.run` on batch 1, per model, at 1 and 2 intra-op threads (p50 / p99 /
+max ns). Worker overhead: the same NFEs driven by a real `WorkerPool` through the real C core
+(dispatch, step after every NFE, finish) against a bare `session.run` loop on the same model,
+as `worker_throughput_ratio` (target >= 0.95). Trials alternate bare / worker runs and the
+median of each is compared, so a noisy neighbour hurts both sides alike.
+
+This is a measurement, not a test: numbers depend on the host, its load and thermal state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from flowedge_relay.bench.progress import Progress
+from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request
+from flowedge_relay.model import (
+    INPUT_OBS,
+    INPUT_T,
+    INPUT_X,
+    OUTPUT_V,
+    ModelInfo,
+    bench_model_path,
+    default_model_path,
+    load_model,
+    make_session,
+)
+from flowedge_relay.models import detour_task as task
+from flowedge_relay.workers import WorkerPool
+
+TARGET_RATIO = 0.95
+THREADS = (1, 2)
+SIZES = {  # (raw samples small, raw samples bench, requests, nfe per request, trials)
+    "quick": (300, 100, 4, 25, 1),
+    "full": (3000, 1000, 20, 50, 5),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="small sample sizes (CI)")
+    parser.add_argument(
+        "--throughput-model",
+        choices=["small", "bench"],
+        default="bench",
+        help="model for worker_throughput_ratio (default: bench, ~1 ms per NFE)",
+    )
+
+
+def _feeds(info: ModelInfo) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    obs = task.sample_observations(rng, 1)
+    x = rng.standard_normal((1, info.action_horizon, info.action_dim), dtype=np.float32)
+    return {INPUT_X: x, INPUT_T: np.full((1, 1), 0.5, np.float32), INPUT_OBS: obs}
+
+
+def raw_nfe_cost(info: ModelInfo, threads: int, samples: int) -> dict[str, float]:
+    """Per-call ns of `session.run` on batch 1 after a warm-up."""
+    sess = make_session(info, threads)
+    feeds, outs = _feeds(info), [OUTPUT_V]
+    for _ in range(max(20, samples // 20)):
+        sess.run(outs, feeds)
+    durations = np.empty(samples, np.int64)
+    clock = time.perf_counter_ns
+    for i in range(samples):
+        t0 = clock()
+        sess.run(outs, feeds)
+        durations[i] = clock() - t0
+    p50, p99 = np.percentile(durations, [50, 99])
+    return {
+        "p50_ns": float(p50),
+        "p99_ns": float(p99),
+        "max_ns": float(durations.max()),
+        "samples": samples,
+    }
+
+
+def _bare_loop(info: ModelInfo, sess, nfe: int) -> float:
+    """NFE per second of `session.run` back to back (no solver, no scheduling)."""
+    feeds, outs = _feeds(info), [OUTPUT_V]
+    t0 = time.perf_counter_ns()
+    for _ in range(nfe):
+        sess.run(outs, feeds)
+    return nfe / ((time.perf_counter_ns() - t0) * 1e-9)
+
+
+def _worker_loop(core: Core, requests: int, nfe: int, trial: int) -> float:
+    """NFE per second through the pool: submit every request, wait for every outcome."""
+    obs = task.sample_observations(np.random.default_rng(trial), requests)
+    t0 = time.perf_counter_ns()
+    for i in range(requests):
+        now = time.monotonic_ns()
+        req = Request(
+            session_id=b"bench-%d" % trial, sequence=i, generation=1, retry_count=0,
+            retry_reason=0, origin_ns=now, deadline_ns=0, deadline_ros_ns=0,
+            remaining_nfe=nfe, noise_seed=i, observation=obs[i],
+        )  # fmt: skip
+        if core.submit(req, now) != Decision.ACCEPTED:
+            raise RuntimeError("bench request was not accepted")
+    done = 0
+    while done < requests:
+        core.wait_outputs(100_000_000)
+        for out in core.pop_outcomes():
+            if out.code != Code.INFERENCE:
+                raise RuntimeError(f"bench request ended {out.code.name}")
+            done += 1
+    return requests * nfe / ((time.perf_counter_ns() - t0) * 1e-9)
+
+
+def worker_throughput(info: ModelInfo, requests: int, nfe: int, trials: int, bar: Progress) -> dict:
+    """Median NFE/s of the worker pool and of a bare loop, trials interleaved, one thread each."""
+    bare_sess = make_session(info, 1)
+    _bare_loop(info, bare_sess, 20)
+    cfg = CoreConfig(workers=1, obs_dim=info.obs_dim, action_len=info.action_len,
+                     queue_capacity=max(64, requests), max_nfe=max(64, nfe))  # fmt: skip
+    bare, worker = [], []
+    with Core(cfg) as core, WorkerPool(core, info, workers=1, intra_op_threads=1) as pool:
+        _worker_loop(core, 2, 5, trial=999)  # warm-up (its own session id)
+        for trial in range(trials):
+            bar.update(label=f"throughput trial {trial + 1}/{trials}: bare session.run")
+            bare.append(_bare_loop(info, bare_sess, requests * nfe))
+            bar.update(label=f"throughput trial {trial + 1}/{trials}: worker pool")
+            worker.append(_worker_loop(core, requests, nfe, trial))
+            bar.advance()
+        p50, p99, _ = pool.nfe_percentiles()
+    bare_rate, worker_rate = float(np.median(bare)), float(np.median(worker))
+    return {
+        "model": info.path.rsplit("/", 1)[-1],
+        "requests": requests,
+        "nfe_per_request": nfe,
+        "trials": trials,
+        "bare_nfe_per_s": bare_rate,
+        "worker_nfe_per_s": worker_rate,
+        "bare_nfe_per_s_trials": bare,
+        "worker_nfe_per_s_trials": worker,
+        "worker_nfe_p50_ns": p50,
+        "worker_nfe_p99_ns": p99,
+        "ratio": worker_rate / bare_rate,
+    }
+
+
+def run(args: argparse.Namespace) -> dict:
+    n_small, n_bench, requests, nfe, trials = SIZES["quick" if args.quick else "full"]
+    models = {"policy_small": load_model(default_model_path()),
+              "policy_bench": load_model(bench_model_path())}  # fmt: skip
+    cost: dict[str, dict] = {}
+    with Progress("model", total=len(models) * len(THREADS) + trials) as bar:
+        for name, info in models.items():
+            samples = n_small if name == "policy_small" else n_bench
+            cost[name] = {"digest": info.digest}
+            for threads in THREADS:
+                bar.update(label=f"raw NFE cost {name} intra_op_threads={threads}")
+                cost[name][f"threads_{threads}"] = raw_nfe_cost(info, threads, samples)
+                bar.advance()
+        info = models["policy_bench" if args.throughput_model == "bench" else "policy_small"]
+        throughput = worker_throughput(info, requests, nfe, trials, bar)
+    rows = [
+        {
+            "model": name,
+            "intra_op_threads": threads,
+            "nfe_p50_us": round(c[f"threads_{threads}"]["p50_ns"] / 1e3, 1),
+            "nfe_p99_us": round(c[f"threads_{threads}"]["p99_ns"] / 1e3, 1),
+            "nfe_max_us": round(c[f"threads_{threads}"]["max_ns"] / 1e3, 1),
+        }
+        for name, c in cost.items()
+        for threads in THREADS
+    ]
+    return {
+        "size": "quick" if args.quick else "full",
+        "nfe_cost": cost,
+        "rows": rows,
+        "worker_throughput": throughput,
+        "worker_throughput_ratio": throughput["ratio"],
+        "worker_throughput_target": TARGET_RATIO,
+        "note": "raw session.run on batch 1; numbers depend on host load and thermal state",
+    }
