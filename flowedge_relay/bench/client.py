@@ -1,0 +1,213 @@
+"""A real relay and a light measuring client in one process, talking over real DDS.
+
+`bench_relay(**params)` starts a `RelayNode` exactly as `flowedge-relayd` runs it (dedicated
+request thread, main executor, worker threads; see `harness.running_relay`) plus a `BenchClient`
+node spinning on its own executor thread. The client stamps every request just before it
+publishes it and every answer in its subscription callback (so client-side latency includes DDS
+both ways and the client's executor), keyed by (session_id, sequence).
+
+All client times are `time.time_ns()` (CLOCK_REALTIME), which is also the ROS clock the relay
+converts deadlines from (use_sim_time is off), so "on time" is `received_ns <= deadline`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import rclpy
+from builtin_interfaces.msg import Time
+from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
+from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from flowedge_relay.harness import ros_context, spinning, wait_for, wait_for_subscribers
+from flowedge_relay.model import ModelInfo, bench_model_path, default_model_path
+
+CODE_NAMES = ("INFERENCE", "REJECTED_STALE", "REJECTED_DEADLINE", "REJECTED_CAPACITY", "EXPIRED")
+INFERENCE = 0
+
+
+def model_path(choice: str) -> str:
+    """`small` (the relay's default model), `bench` (~1 ms per NFE) or a path."""
+    return {"small": default_model_path(), "bench": bench_model_path()}.get(choice, choice)
+
+
+def ros_time(ns: int) -> Time:
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
+def percentiles(values, qs=(50, 99, 99.9)) -> list[float]:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        return [0.0 for _ in qs]
+    return [float(v) for v in np.percentile(arr, qs)]
+
+
+@dataclass(frozen=True)
+class Answer:
+    code: int
+    received_ns: int  # client callback, CLOCK_REALTIME
+    published_ns: int  # header.stamp: when the relay's publisher thread published it
+    nfe_done: int
+    remaining_nfe: int
+    queue_ns: int
+    compute_ns: int
+
+
+class BenchClient:
+    """Publishes requests, records send and receive times (no other work in its callbacks)."""
+
+    def __init__(self, node: Node, model: ModelInfo, qos_depth: int = 10_000) -> None:
+        self.node, self.model = node, model
+        qos = QoSProfile(
+            depth=qos_depth, history=HistoryPolicy.KEEP_LAST,
+            reliability=ReliabilityPolicy.RELIABLE,
+        )  # fmt: skip
+        self.pub = node.create_publisher(InferenceRequest, "flowedge/requests", qos)
+        self.sub = node.create_subscription(
+            ActionMessage, "flowedge/actions", self._on_action, qos
+        )
+        self._seq = itertools.count(1)
+        self.sent: dict[tuple[str, int], int] = {}
+        self.answers: dict[tuple[str, int], Answer] = {}
+        self.extra_answers = 0  # a second answer for one key: would break "exactly one"
+        self._cv = threading.Condition()
+        rng = np.random.default_rng(12345)
+        self._obs = [rng.uniform(-1, 1, model.obs_dim).astype(np.float32).tolist()
+                     for _ in range(16)]  # fmt: skip
+
+    def _on_action(self, msg: ActionMessage) -> None:
+        now = time.time_ns()
+        key = (msg.session_id, msg.sequence)
+        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        ans = Answer(msg.code, now, stamp, msg.nfe_done, msg.remaining_nfe, msg.queue_ns,
+                     msg.compute_ns)  # fmt: skip
+        with self._cv:
+            if key in self.answers:
+                self.extra_answers += 1
+            self.answers[key] = ans
+            self._cv.notify_all()
+
+    def next_sequence(self) -> int:
+        """Sequences unique across the whole run, so (session_id, sequence) keys never repeat."""
+        return next(self._seq)
+
+    def request(
+        self, session: str, sequence: int, nfe: int, *, generation: int = 1,
+        deadline_ns: int = 0, noise_seed: int = 0,
+    ) -> InferenceRequest:  # fmt: skip
+        m = self.model
+        req = InferenceRequest(
+            session_id=session, sequence=sequence, generation=generation, remaining_nfe=nfe,
+            model_digest=m.digest, observation_dim=m.obs_dim, action_dim=m.action_dim,
+            action_horizon=m.action_horizon, observation=self._obs[sequence % len(self._obs)],
+            noise_seed=noise_seed,
+        )  # fmt: skip
+        if deadline_ns:
+            req.deadline = ros_time(deadline_ns)
+        return req
+
+    def send(self, req: InferenceRequest, slack_ns: int = 0) -> int:
+        """Publish now; with slack_ns the deadline is set to send time + slack. Returns send ns."""
+        now = time.time_ns()
+        req.origin_stamp = ros_time(now)
+        if slack_ns:
+            req.deadline = ros_time(now + slack_ns)
+        self.sent[(req.session_id, req.sequence)] = now
+        self.pub.publish(req)
+        return now
+
+    def answer(self, key: tuple[str, int], timeout: float) -> Answer | None:
+        end = time.monotonic() + timeout
+        with self._cv:
+            while key not in self.answers:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cv.wait(left)
+            return self.answers[key]
+
+    def wait_keys(self, keys, timeout: float) -> bool:
+        keys = list(keys)
+        end = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                if all(k in self.answers for k in keys):
+                    return True
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(min(left, 0.05))
+
+    def count_answered(self, keys) -> int:
+        with self._cv:
+            return sum(1 for k in keys if k in self.answers)
+
+
+def wait_idle(relay, timeout: float = 10.0) -> bool:
+    """The relay's queue is empty and no lane is busy."""
+
+    def idle() -> bool:
+        s = relay.core.stats()
+        return s.queue_depth == 0 and s.lanes_busy == 0
+
+    return wait_for(idle, timeout, period=0.005)
+
+
+@contextmanager
+def bench_relay(**params) -> Iterator[tuple[object, BenchClient]]:
+    """A RelayNode with these parameter overrides and a BenchClient, torn down in order."""
+    from rclpy.parameter import Parameter
+
+    from flowedge_relay.node import RelayNode, spin_relay
+
+    with ros_context() as ctx:
+        overrides = [Parameter(k, value=v) for k, v in params.items()]
+        relay = RelayNode(context=ctx, parameter_overrides=overrides)
+        if relay.model is None:
+            relay.destroy_node()
+            raise RuntimeError(f"relay could not load its model: {relay.model_error}")
+        node = rclpy.create_node("flowedge_bench_client", context=ctx)
+        spin_thread = threading.Thread(
+            target=spin_relay, args=(relay,), kwargs={"context": ctx}, daemon=True
+        )
+        try:
+            client = BenchClient(node, relay.model)
+            spin_thread.start()
+            with spinning(node, context=ctx):
+                wait_for_subscribers(client.pub)
+                if not wait_for(lambda: client.sub.get_publisher_count() >= 1, 10.0):
+                    raise TimeoutError("the client never matched the relay's actions publisher")
+                yield relay, client
+        finally:
+            relay.stop()
+            ctx.try_shutdown()
+            if spin_thread.is_alive():
+                spin_thread.join(timeout=10)
+            relay.destroy_node()
+            node.destroy_node()
+
+
+def set_policy(relay, **values) -> None:
+    """Set live relay parameters (nfe_ns, admission_reserve_ns, queue_timeout_ms, ...)."""
+    from rclpy.parameter import Parameter
+
+    results = relay.set_parameters([Parameter(k, value=v) for k, v in values.items()])
+    bad = [r.reason for r in results if not r.successful]
+    if bad:
+        raise ValueError(f"relay refused parameters {values}: {bad}")
+
+
+def warm_up(client: BenchClient, n: int = 5, nfe: int = 2, timeout: float = 10.0) -> None:
+    """A few sequential requests so DDS, the workers and ONNX Runtime are warm."""
+    for _ in range(n):
+        req = client.request("bench-warmup", client.next_sequence(), nfe)
+        client.send(req)
+        if client.answer((req.session_id, req.sequence), timeout) is None:
+            raise TimeoutError("no answer to a warm-up request: is the relay receiving?")

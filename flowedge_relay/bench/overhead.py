@@ -1,0 +1,240 @@
+"""`bench overhead`: what the relay adds on top of the model, at light load and at saturation.
+
+One real RelayNode (bench model, admission off) and one client node in one process, over DDS.
+
+Light load: requests of `--nfe` NFE sent one at a time (the next one `--gap-ms` after the answer).
+  overhead = client end-to-end latency - the relay's compute_ns (dispatch -> finish), i.e.
+  DDS in, validation, C admission, queueing and dispatch wake-up, outcome ring, publisher thread,
+  DDS out and the client's executor. Broken down with the ActionMessage's queue_ns and
+  header.stamp (publish time). Per-step work inside the worker loop is not in it; it shows in
+  the throughput ratio instead.
+
+Saturation: NFE per second delivered through the relay (answers received by the client, with
+  2 x workers + 2 requests of `--sat-nfe` NFE always outstanding, no deadline) against a bare
+  loop of `FlowSampler.nfe()` on the same number of threads, each with its own session.
+  Trials alternate bare / relay; the medians are compared (relay_throughput_ratio).
+
+Targets (printed, not asserted): overhead p99 <= 2 ms, relay_throughput_ratio >= 0.95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+import numpy as np
+
+from flowedge_relay.bench.client import (
+    INFERENCE,
+    bench_relay,
+    model_path,
+    percentiles,
+    warm_up,
+)
+from flowedge_relay.bench.progress import Progress
+from flowedge_relay.model import FlowSampler, make_session
+
+TARGET_OVERHEAD_P99_NS = 2_000_000
+TARGET_THROUGHPUT_RATIO = 0.95
+SIZES = {"quick": (24, 0.4, 1), "full": (1000, 4.0, 3)}  # light requests, seconds/trial, trials
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="tiny size (CI)")
+    parser.add_argument("--model", default="bench", help="small, bench or an ONNX path")
+    parser.add_argument("--workers", type=int, default=1, help="relay workers = bare threads")
+    parser.add_argument("--requests", type=int, help="light-load requests")
+    parser.add_argument("--nfe", type=int, default=4, help="NFE per light-load request")
+    parser.add_argument("--gap-ms", type=float, default=2.0, help="pause after each answer")
+    parser.add_argument("--sat-nfe", type=int, default=16, help="NFE per saturation request")
+    parser.add_argument("--seconds", type=float, help="seconds per throughput trial")
+    parser.add_argument("--trials", type=int, help="throughput trials per side")
+
+
+def light_load(client, n: int, nfe: int, gap_s: float, bar=None, timeout: float = 10.0) -> dict:
+    e2e, compute, queue, delivery = [], [], [], []
+    for _ in range(n):
+        req = client.request("bench-overhead", client.next_sequence(), nfe)
+        sent = client.send(req)
+        ans = client.answer((req.session_id, req.sequence), timeout)
+        if ans is None or ans.code != INFERENCE:
+            raise RuntimeError(f"light-load request failed: {ans}")
+        e2e.append(ans.received_ns - sent)
+        compute.append(ans.compute_ns)
+        queue.append(ans.queue_ns)
+        delivery.append(ans.received_ns - ans.published_ns)
+        if bar is not None:
+            bar.advance()
+        time.sleep(gap_s)
+    return {k: np.asarray(v, np.int64) for k, v in
+            dict(e2e=e2e, compute=compute, queue=queue, delivery=delivery).items()}  # fmt: skip
+
+
+def bare_throughput(samplers, seconds: float) -> float:
+    """NFE/s of len(samplers) threads each running FlowSampler.nfe() back to back."""
+    counts = [0] * len(samplers)
+    stop = threading.Event()
+    obs = np.zeros(samplers[0].info.obs_dim, np.float32)
+
+    def loop(i: int) -> None:
+        s, n = samplers[i], 0
+        while not stop.is_set():
+            s.start(obs, n, 16)
+            for _ in range(16):
+                s.nfe()
+            n += 16
+        counts[i] = n
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(len(samplers))]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.perf_counter() - t0)
+
+
+def relay_throughput(client, workers: int, nfe: int, seconds: float) -> float:
+    """NFE/s answered to the client with 2W+2 requests always outstanding (no deadline)."""
+    outstanding = []
+    window = 2 * workers + 2
+    done_nfe, first, last = 0, None, None
+    end = time.monotonic() + seconds
+    while time.monotonic() < end or outstanding:
+        while len(outstanding) < window and time.monotonic() < end:
+            req = client.request("bench-throughput", client.next_sequence(), nfe)
+            client.send(req)
+            outstanding.append((req.session_id, req.sequence))
+        ans = client.answer(outstanding[0], 10.0)
+        if ans is None or ans.code != INFERENCE:
+            raise RuntimeError(f"saturation request failed: {ans}")
+        outstanding.pop(0)
+        if first is None:
+            first = ans.received_ns  # the window starts at the first answer: pipeline full
+        else:
+            done_nfe += ans.nfe_done
+            last = ans.received_ns
+    if last is None or last <= first:
+        return 0.0
+    return done_nfe / ((last - first) * 1e-9)
+
+
+def run(args: argparse.Namespace) -> dict:
+    n_light, seconds, trials = SIZES["quick" if args.quick else "full"]
+    n_light = args.requests or n_light
+    seconds = args.seconds or seconds
+    trials = args.trials or trials
+    path = model_path(args.model)
+    params = dict(model_path=path, workers=args.workers, max_nfe=max(64, args.nfe, args.sat_nfe))
+    bare, relay_rates = [], []
+    total = n_light + 2 * trials * seconds
+    with Progress("overhead", total) as bar:
+        bar.update(label="starting relay")
+        with bench_relay(**params) as (relay, client):
+            warm_up(client)
+            bar.update(label=f"light load: {n_light} x {args.nfe} NFE")
+            light = light_load(client, n_light, args.nfe, args.gap_ms / 1e3, bar)
+            info = relay.model
+            samplers = [FlowSampler(make_session(info, 1), info) for _ in range(args.workers)]
+            bare_throughput(samplers, 0.1)  # warm-up
+            for trial in range(trials):
+                bar.update(label=f"throughput trial {trial + 1}/{trials}: bare onnxruntime")
+                bare.append(bare_throughput(samplers, seconds))
+                bar.advance(seconds, label=f"throughput trial {trial + 1}/{trials}: relay")
+                relay_rates.append(relay_throughput(client, args.workers, args.sat_nfe, seconds))
+                bar.advance(seconds)
+    overhead = light["e2e"] - light["compute"]
+    rest = overhead - light["queue"] - light["delivery"]
+    o50, o99, o999 = percentiles(overhead, (50, 99, 99.9))
+    bare_rate, relay_rate = float(np.median(bare)), float(np.median(relay_rates))
+    ratio = relay_rate / bare_rate if bare_rate else 0.0
+    parts = {}
+    for name, values in (("e2e", light["e2e"]), ("compute", light["compute"]),
+                         ("queue", light["queue"]), ("delivery", light["delivery"]),
+                         ("ingress_and_publish", rest)):  # fmt: skip
+        p50, p99 = percentiles(values, (50, 99))
+        parts[name] = {"p50_ns": p50, "p99_ns": p99, "max_ns": float(np.max(values))}
+    report = {
+        "size": "quick" if args.quick else "full",
+        "model": path.rsplit("/", 1)[-1],
+        "workers": args.workers,
+        "light_requests": int(len(overhead)),
+        "light_nfe": args.nfe,
+        "overhead_p50_ns": o50,
+        "overhead_p99_ns": o99,
+        "overhead_p99_9_ns": o999,
+        "overhead_max_ns": float(np.max(overhead)),
+        "breakdown": parts,
+        "bare_nfe_per_s": bare_rate,
+        "relay_nfe_per_s": relay_rate,
+        "bare_nfe_per_s_trials": bare,
+        "relay_nfe_per_s_trials": relay_rates,
+        "relay_throughput_ratio": ratio,
+        "throughput_trials": trials,
+        "seconds_per_trial": seconds,
+        "sat_nfe": args.sat_nfe,
+        "targets": {
+            "overhead_p99_ns": {"target": f"<= {TARGET_OVERHEAD_P99_NS}", "value": o99,
+                                "met": o99 <= TARGET_OVERHEAD_P99_NS},
+            "relay_throughput_ratio": {"target": f">= {TARGET_THROUGHPUT_RATIO}", "value": ratio,
+                                       "met": ratio >= TARGET_THROUGHPUT_RATIO},
+        },  # fmt: skip
+        "samples": {"overhead_ns": overhead.tolist()},
+    }
+    report["rows"] = [
+        {"measure": name.replace("_", " "), "p50_us": round(p["p50_ns"] / 1e3, 1),
+         "p99_us": round(p["p99_ns"] / 1e3, 1), "max_us": round(p["max_ns"] / 1e3, 1)}
+        for name, p in [("overhead (e2e - compute)", {"p50_ns": o50, "p99_ns": o99,
+                                                      "max_ns": report["overhead_max_ns"]}),
+                        *parts.items()]
+    ]  # fmt: skip
+    return report
+
+
+def table(report: dict) -> str:
+    from flowedge_relay.bench.tables import format_rows
+
+    t = report["targets"]
+    verdict = lambda m: "met" if t[m]["met"] else "MISSED"  # noqa: E731
+    return "\n".join([
+        f"overhead: {report['model']}, {report['workers']} worker(s); light load = "
+        f"{report['light_requests']} sequential requests of {report['light_nfe']} NFE",
+        format_rows(report["rows"]),
+        f"throughput ({report['throughput_trials']} alternating trials of "
+        f"{report['seconds_per_trial']:g} s, medians): relay {report['relay_nfe_per_s']:.0f} NFE/s"
+        f" vs bare onnxruntime {report['bare_nfe_per_s']:.0f} NFE/s",
+        "targets (printed, not asserted):",
+        f"  overhead_p99_ns        {report['overhead_p99_ns'] / 1e6:8.3f} ms (target <= 2 ms) "
+        f"{verdict('overhead_p99_ns')}",
+        f"  relay_throughput_ratio {report['relay_throughput_ratio']:8.3f}    (target >= 0.95) "
+        f"{verdict('relay_throughput_ratio')}",
+    ])  # fmt: skip
+
+
+def plot(report: dict, path: str) -> str:
+    from flowedge_relay.bench import plots
+
+    fig, (ax_cdf, ax_tp) = plots.subplots(ncols=2, width=5.2, height=3.8)
+    plots.ecdf(ax_cdf, np.asarray(report["samples"]["overhead_ns"]) / 1e3, "e2e - compute")
+    ax_cdf.axvline(TARGET_OVERHEAD_P99_NS / 1e3, color="k", ls="--", lw=1, label="2 ms target")
+    ax_cdf.set_xscale("log")
+    ax_cdf.set_xlabel("relay overhead per request, us (log)")
+    ax_cdf.set_ylabel("fraction of requests")
+    ax_cdf.legend(fontsize=8, loc="lower right")
+    n = len(report["bare_nfe_per_s_trials"])
+    x = np.arange(n)
+    ax_tp.bar(x - 0.2, report["bare_nfe_per_s_trials"], 0.4, label="bare onnxruntime")
+    ax_tp.bar(x + 0.2, report["relay_nfe_per_s_trials"], 0.4, label="through the relay")
+    ax_tp.set_xticks(x, [f"trial {i + 1}" for i in range(n)])
+    ax_tp.set_ylabel("NFE per second")
+    ax_tp.legend(fontsize=8, loc="lower right")
+    ax_tp.set_title(f"ratio of medians {report['relay_throughput_ratio']:.3f}", fontsize=9)
+    return plots.save(
+        fig, path,
+        title=f"overhead: {report['model']}, {report['workers']} worker(s)",
+        note=f"light load: {report['light_requests']} x {report['light_nfe']} NFE one at a time; "
+             f"saturation: {report['sat_nfe']} NFE requests, 2W+2 outstanding",
+    )  # fmt: skip

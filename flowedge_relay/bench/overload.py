@@ -1,0 +1,333 @@
+"""`bench overload`: does the relay keep its promises past capacity? Three policies, one trace.
+
+One real RelayNode (bench model, `--workers` lanes) and one client node in one process, over DDS.
+First a short inline calibration (`calibrate.measure`, same relay, same run) gives the mean and
+the recommended `nfe_ns` / `admission_reserve_ns`; capacity (requests/s) = workers / (mean NFE of
+the trace distribution x measured mean relay compute ns per NFE). Then the seeded trace
+(`trace.py`) is replayed at 0.5, 1, 1.5, 2 and 3 x capacity for each policy, switching the policy
+through the relay's live parameters, policies interleaved per load so a noisy neighbour hits them
+alike:
+
+  edf_admission   nfe_ns / admission_reserve_ns = the inline recommendation (DESIGN.md section 5)
+  expire_only     nfe_ns = 0: everything is queued, expired at dispatch / between steps
+  queue_timeout   nfe_ns = 0 and queue_timeout_ms = T (Triton-style: reject at dispatch work
+                  queued longer than T); T defaults to the median deadline slack minus the mean
+                  service time
+
+"On time" is judged by the client: an INFERENCE answer received (client callback clock) no later
+than the request's deadline. Per policy and load:
+
+  on_time_goodput          on-time answers / offered requests
+  goodput_vs_capacity      on-time answers per second / capacity
+  on_time_ratio_admitted   on-time answers / (accepted by the core - displaced - stale-cancelled)
+  wasted_nfe_ratio         (NFE of work that ended EXPIRED or REJECTED_STALE + NFE of INFERENCE
+                           answers received late) / all NFE computed
+  outcomes                 answers per code, plus late_inference and lost (no answer)
+  latency_p50_ns / p99_ns  client publish -> client receive, INFERENCE answers
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from flowedge_relay.bench import calibrate
+from flowedge_relay.bench.client import (
+    CODE_NAMES,
+    INFERENCE,
+    bench_relay,
+    model_path,
+    percentiles,
+    set_policy,
+    wait_idle,
+    warm_up,
+)
+from flowedge_relay.bench.progress import Progress
+from flowedge_relay.bench.trace import Trace, TraceSpec, capacity_rps
+
+LOADS = (0.5, 1.0, 1.5, 2.0, 3.0)
+POLICIES = ("edf_admission", "expire_only", "queue_timeout")
+METRICS = (
+    "on_time_goodput", "goodput_vs_capacity", "on_time_ratio_admitted", "wasted_nfe_ratio",
+    "outcomes", "latency_p50_ns", "latency_p99_ns",
+)  # fmt: skip
+TARGETS = {  # at 2x load, calibrated EDF admission (printed, never asserted)
+    "on_time_ratio_admitted": (">=", 0.9999),
+    "goodput_vs_capacity": (">=", 0.90),
+    "wasted_nfe_ratio": ("<=", 0.01),
+}
+SIZES = {"quick": (0.4, 12), "full": (8.0, 300)}  # seconds per point, calibration requests
+REPORT_CODES = CODE_NAMES
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="tiny size (CI)")
+    parser.add_argument("--duration", type=float, help="seconds of trace per (policy, load) point")
+    parser.add_argument("--model", default="bench", help="small, bench or an ONNX path")
+    parser.add_argument("--workers", type=int, default=1, help="relay worker threads")
+    parser.add_argument("--queue-capacity", type=int, default=64)
+    parser.add_argument("--loads", type=float, nargs="+", default=list(LOADS))
+    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    parser.add_argument("--seed", type=int, default=TraceSpec.seed)
+    parser.add_argument("--sessions", type=int, default=TraceSpec.sessions)
+    parser.add_argument("--nfe-min", type=int, default=TraceSpec.nfe_min)
+    parser.add_argument("--nfe-max", type=int, default=TraceSpec.nfe_max)
+    parser.add_argument("--slack-min-ms", type=float, default=TraceSpec.slack_min_ms)
+    parser.add_argument("--slack-max-ms", type=float, default=TraceSpec.slack_max_ms)
+    parser.add_argument("--nfe-ns", type=int, help="override the inline calibration's nfe_ns")
+    parser.add_argument("--admission-reserve-ns", type=int, help="override the reserve")
+    parser.add_argument("--queue-timeout-ms", type=int, help="T of the queue_timeout policy")
+
+
+def _policy_params(policy: str, nfe_ns: int, reserve_ns: int, timeout_ms: int) -> dict:
+    if policy == "edf_admission":
+        return {"nfe_ns": nfe_ns, "admission_reserve_ns": reserve_ns, "queue_timeout_ms": 0}
+    if policy == "expire_only":
+        return {"nfe_ns": 0, "admission_reserve_ns": 0, "queue_timeout_ms": 0}
+    return {"nfe_ns": 0, "admission_reserve_ns": 0, "queue_timeout_ms": timeout_ms}
+
+
+def replay(relay, client, arrivals, *, drain_timeout_s: float, on_tick=None) -> dict:
+    """Publish the arrivals on schedule, wait for every answer (or the timeout), then measure."""
+    before = relay.core.stats()
+    n = len(arrivals)
+    keys, deadlines, lag = [], [], np.zeros(n, np.int64)
+    start = time.monotonic_ns() + 20_000_000
+    for i, a in enumerate(arrivals):
+        req = client.request(a.session, client.next_sequence(), a.nfe, noise_seed=a.noise_seed)
+        target = start + a.offset_ns
+        delay = target - time.monotonic_ns()
+        if delay > 0:
+            time.sleep(delay * 1e-9)
+        lag[i] = time.monotonic_ns() - target
+        sent = client.send(req, slack_ns=a.slack_ns)
+        keys.append((req.session_id, req.sequence))
+        deadlines.append(sent + a.slack_ns)
+        if on_tick is not None and i % 16 == 0:
+            on_tick((time.monotonic_ns() - start) * 1e-9)
+    client.wait_keys(keys, drain_timeout_s)
+    wait_idle(relay, timeout=drain_timeout_s)
+    after = relay.core.stats()
+    return _measure(client, keys, deadlines, lag, before, after)
+
+
+def _measure(client, keys, deadlines, lag, before, after) -> dict:
+    outcomes = {name: 0 for name in REPORT_CODES}
+    outcomes.update(late_inference=0, lost=0)
+    on_time, late_nfe, latency = 0, 0, []
+    for key, deadline in zip(keys, deadlines, strict=True):
+        ans = client.answers.get(key)
+        if ans is None:
+            outcomes["lost"] += 1
+            continue
+        outcomes[REPORT_CODES[ans.code]] += 1
+        if ans.code == INFERENCE:
+            latency.append(ans.received_ns - client.sent[key])
+            if ans.received_ns <= deadline:
+                on_time += 1
+            else:
+                outcomes["late_inference"] += 1
+                late_nfe += ans.nfe_done
+    delta = lambda name: getattr(after, name) - getattr(before, name)  # noqa: E731
+    admitted = delta("accepted")
+    cancelled = delta("displaced") + outcomes["REJECTED_STALE"]
+    nfe_total, nfe_wasted = delta("nfe_total"), delta("nfe_wasted")
+    p50, p99 = percentiles(latency, (50, 99))
+    lag_p99, lag_max = (percentiles(lag, (99, 100)) if len(lag) else (0.0, 0.0))
+    offered = len(keys)
+    return {
+        "offered": offered,
+        "on_time": on_time,
+        "admitted": admitted,
+        "cancelled": cancelled,
+        "on_time_goodput": on_time / offered if offered else None,
+        "on_time_ratio_admitted": (
+            on_time / (admitted - cancelled) if admitted - cancelled > 0 else None
+        ),
+        "wasted_nfe_ratio": (nfe_wasted + late_nfe) / nfe_total if nfe_total else 0.0,
+        "nfe_total": nfe_total,
+        "nfe_wasted_relay": nfe_wasted,
+        "nfe_late_inference": late_nfe,
+        "calibration_misses": delta("calibration_misses"),
+        "outcomes": outcomes,
+        "latency_p50_ns": p50,
+        "latency_p99_ns": p99,
+        "send_lag_p99_ns": lag_p99,
+        "send_lag_max_ns": lag_max,
+        "extra_answers": client.extra_answers,
+    }
+
+
+def run(args: argparse.Namespace) -> dict:
+    duration, cal_requests = SIZES["quick" if args.quick else "full"]
+    duration = args.duration or duration
+    spec = TraceSpec(
+        seed=args.seed, sessions=args.sessions, nfe_min=args.nfe_min, nfe_max=args.nfe_max,
+        slack_min_ms=args.slack_min_ms, slack_max_ms=args.slack_max_ms,
+    )  # fmt: skip
+    trace = Trace(spec)
+    loads = [float(x) for x in args.loads]
+    path = model_path(args.model)
+    cal_nfe = max(1, round(spec.mean_nfe))
+    params = dict(model_path=path, workers=args.workers, queue_capacity=args.queue_capacity,
+                  max_nfe=max(64, spec.nfe_max))  # fmt: skip
+    points = len(loads) * len(args.policies)
+    results: dict[str, dict[str, dict]] = {p: {} for p in args.policies}
+    with Progress("overload", points + 1, unit=" points") as bar:
+        bar.update(label="starting relay")
+        with bench_relay(**params) as (relay, client):
+            warm_up(client)
+            bar.update(label="inline calibration")
+            samples = calibrate.measure(relay, client, cal_requests, cal_nfe, 20 * cal_requests, 4)
+            cal = calibrate.summarize(samples, cal_nfe)
+            ns_per_nfe = cal["relay_compute_ns_per_nfe_mean"]
+            capacity = capacity_rps(args.workers, spec.mean_nfe, ns_per_nfe)
+            nfe_ns = args.nfe_ns or cal["recommended_nfe_ns"]
+            reserve = (args.admission_reserve_ns if args.admission_reserve_ns is not None
+                       else cal["recommended_admission_reserve_ns"])  # fmt: skip
+            mean_service_ms = spec.mean_nfe * ns_per_nfe / 1e6
+            median_slack_ms = (spec.slack_min_ms + spec.slack_max_ms) / 2
+            timeout_ms = args.queue_timeout_ms or max(1, round(median_slack_ms - mean_service_ms))
+            bar.advance(label="trace")
+            drain = spec.slack_max_ms / 1e3 + 2.0
+            for li, load in enumerate(loads):
+                arrivals = trace.at_load(load * capacity, duration)
+                order = args.policies[li % len(args.policies):] + args.policies[
+                    : li % len(args.policies)
+                ]
+                for policy in order:
+                    done = bar.done
+                    bar.update(label=f"load {load:g} {policy} ({len(arrivals)} requests)")
+                    set_policy(relay, **_policy_params(policy, nfe_ns, reserve, timeout_ms))
+                    tick = lambda s, d=done: bar.update(done=d + min(s / duration, 1.0))  # noqa: E731
+                    results[policy][f"{load:.1f}"] = replay(
+                        relay, client, arrivals, drain_timeout_s=drain, on_tick=tick
+                    )
+                    results[policy][f"{load:.1f}"]["goodput_vs_capacity"] = (
+                        results[policy][f"{load:.1f}"]["on_time"] / duration / capacity
+                    )
+                    bar.update(done=done + 1)
+            nfe_p50, nfe_p99, _ = relay.pool.nfe_percentiles()
+    cal_public = {k: v for k, v in cal.items() if not isinstance(v, list | dict)}
+    report = {
+        "size": "quick" if args.quick else "full",
+        "model": path.rsplit("/", 1)[-1],
+        "workers": args.workers,
+        "queue_capacity": args.queue_capacity,
+        "duration_s_per_point": duration,
+        "loads": [f"{x:.1f}" for x in loads],
+        "trace": spec.describe(),
+        "calibration": cal_public,
+        "ns_per_nfe_mean": ns_per_nfe,
+        "capacity_rps": capacity,
+        "capacity_definition": (
+            f"workers / (mean NFE {spec.mean_nfe:g} x mean relay compute ns per NFE "
+            f"{ns_per_nfe:.0f} measured inline)"
+        ),
+        "nfe_ns": nfe_ns,
+        "admission_reserve_ns": reserve,
+        "queue_timeout_ms": timeout_ms,
+        "worker_nfe_p50_ns": nfe_p50,
+        "worker_nfe_p99_ns": nfe_p99,
+        "policies": results,
+    }
+    report["targets"] = _targets(report)
+    report["rows"] = _rows(report)
+    return report
+
+
+def _targets(report: dict) -> dict:
+    point = report["policies"].get("edf_admission", {}).get("2.0")
+    out = {}
+    for metric, (op, bound) in TARGETS.items():
+        value = point.get(metric) if point else None
+        met = None if value is None else (value >= bound if op == ">=" else value <= bound)
+        out[metric] = {"target": f"{op} {bound:g}", "value": value, "met": met}
+    return out
+
+
+def _fmt_pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.2f}%"
+
+
+def _rows(report: dict) -> list[dict]:
+    rows = []
+    for policy, by_load in report["policies"].items():
+        for load, m in by_load.items():
+            o = m["outcomes"]
+            rows.append({
+                "policy": policy,
+                "load": load,
+                "offered": m["offered"],
+                "goodput": _fmt_pct(m["on_time_goodput"]),
+                "vs_capacity": _fmt_pct(m["goodput_vs_capacity"]),
+                "on_time_admitted": _fmt_pct(m["on_time_ratio_admitted"]),
+                "wasted_nfe": _fmt_pct(m["wasted_nfe_ratio"]),
+                "inf": o["INFERENCE"],
+                "late": o["late_inference"],
+                "rej_dl": o["REJECTED_DEADLINE"],
+                "rej_cap": o["REJECTED_CAPACITY"],
+                "expired": o["EXPIRED"],
+                "lost": o["lost"],
+                "p50_ms": round(m["latency_p50_ns"] / 1e6, 1),
+                "p99_ms": round(m["latency_p99_ns"] / 1e6, 1),
+            })  # fmt: skip
+    return rows
+
+
+def table(report: dict) -> str:
+    from flowedge_relay.bench.tables import format_rows
+
+    t = report["trace"]
+    lines = [
+        f"overload: {report['model']}, {report['workers']} worker(s), queue_capacity "
+        f"{report['queue_capacity']}, {report['duration_s_per_point']:g} s of trace per point",
+        f"trace: seed {t['seed']}; {t['arrivals']}; sessions {t['session']}; NFE {t['nfe']}; "
+        f"deadline {t['deadline']}",
+        f"capacity {report['capacity_rps']:.1f} requests/s = {report['capacity_definition']}",
+        f"edf_admission: nfe_ns={report['nfe_ns']} admission_reserve_ns="
+        f"{report['admission_reserve_ns']} (inline calibration); queue_timeout: "
+        f"queue_timeout_ms={report['queue_timeout_ms']}",
+        format_rows(report["rows"]),
+        "targets (edf_admission at 2x load; printed, not asserted):",
+    ]
+    for metric, t in report["targets"].items():
+        verdict = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
+        value = "-" if t["value"] is None else f"{t['value']:.4%}"
+        lines.append(f"  {metric:<24} {value:>10} (target {t['target']}) {verdict}")
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: str) -> str:
+    from flowedge_relay.bench import plots
+
+    fig, axes = plots.subplots(ncols=3, width=4.6, height=3.8)
+    ax_good, ax_waste, ax_ratio = axes
+    loads = [float(x) for x in report["loads"]]
+    for policy, by_load in report["policies"].items():
+        style = plots.POLICY_STYLE.get(policy, {"label": policy})
+        xs = [x for x in loads if f"{x:.1f}" in by_load]
+        pts = [by_load[f"{x:.1f}"] for x in xs]
+        ax_good.plot(xs, [100 * p["goodput_vs_capacity"] for p in pts], **style)
+        ax_waste.plot(xs, [100 * p["wasted_nfe_ratio"] for p in pts], **style)
+        ax_ratio.plot(
+            xs, [100 * (p["on_time_ratio_admitted"] or 0) for p in pts], **style
+        )
+    ax_good.plot(loads, [100 * min(x, 1.0) for x in loads], "k:", lw=1, label="ideal")
+    ax_good.set_ylabel("on-time goodput, % of capacity")
+    ax_waste.set_ylabel("wasted NFE, % of NFE computed")
+    ax_ratio.set_ylabel("on time among admitted, %")
+    for ax in axes:
+        ax.set_xlabel("offered load (x capacity)")
+        ax.set_xticks(loads)
+    ax_good.legend(fontsize=7, loc="lower right")
+    return plots.save(
+        fig, path,
+        title=f"overload: {report['model']}, {report['workers']} worker(s), capacity "
+              f"{report['capacity_rps']:.0f} req/s, {report['duration_s_per_point']:g} s per point",
+        note=f"trace seed {report['trace']['seed']}, NFE {report['trace']['nfe']}, deadline "
+             f"{report['trace']['deadline']}; nfe_ns={report['nfe_ns']}, "
+             f"queue_timeout_ms={report['queue_timeout_ms']}",
+    )  # fmt: skip

@@ -1,0 +1,24 @@
+"""Plain-text and Markdown tables from a list of dicts (bench reports keep their rows as such)."""
+
+from __future__ import annotations
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.0f}"
+    return "-" if value is None else str(value)
+
+
+def format_rows(rows: list[dict], markdown: bool = False) -> str:
+    """Aligned columns (keys of the first row are the header); `markdown=True` for README use."""
+    if not rows:
+        return "(no rows)"
+    keys = list(rows[0])
+    cells = [[_cell(r.get(k)) for k in keys] for r in rows]
+    if markdown:
+        lines = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
+        lines += ["| " + " | ".join(c) + " |" for c in cells]
+        return "\n".join(lines)
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    fmt = lambda row: "  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True))  # noqa: E731
+    return "\n".join([fmt(keys), fmt(["-" * w for w in widths])] + [fmt(c) for c in cells])
