@@ -191,6 +191,17 @@ class WorkerPool:
             for w in self._workers
         ]
 
+    def thread_cpu_ns(self) -> list[int]:
+        """CPU time each worker thread has used (0 for one not running): overhead accounting."""
+        out = []
+        for w in self._workers:
+            try:
+                clock = time.pthread_getcpuclockid(w.thread.ident)  # type: ignore[union-attr]
+                out.append(time.clock_gettime_ns(clock))
+            except (AttributeError, OSError, TypeError):
+                out.append(0)
+        return out
+
     def inject_worker_crash(self, lane: int) -> None:
         """DRILLS AND TESTS ONLY: worker `lane` raises at its next step boundary."""
         self._workers[lane].crash_requested = True

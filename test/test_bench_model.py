@@ -29,6 +29,8 @@ def _check_report(report: dict) -> None:
     wt = report["worker_throughput"]
     assert wt["bare_nfe_per_s"] > 0 and wt["worker_nfe_per_s"] > 0
     assert report["worker_throughput_ratio"] == wt["ratio"] > 0
+    assert report["worker_cpu_ratio"] == wt["cpu_ratio"] > 0
+    assert wt["bare_cpu_ns_per_nfe"] > 0 and wt["worker_cpu_ns_per_nfe"] > 0
     assert report["worker_throughput_target"] == 0.95
 
 

@@ -3,8 +3,9 @@
 Raw cost: `InferenceSession.run` on batch 1, per model, at 1 and 2 intra-op threads (p50 / p99 /
 max ns). Worker overhead: the same NFEs driven by a real `WorkerPool` through the real C core
 (dispatch, step after every NFE, finish) against a bare `session.run` loop on the same model,
-as `worker_throughput_ratio` (target >= 0.95). Trials alternate bare / worker runs and the
-median of each is compared, so a noisy neighbour hurts both sides alike.
+as `worker_throughput_ratio` (target >= 0.95): the median ratio over back-to-back pairs of
+equal-length bare and worker runs, so a noisy neighbour hurts both sides of a pair alike; plus
+`worker_cpu_ratio`, the same comparison in thread CPU time per NFE (immune to load).
 
 This is a measurement, not a test: numbers depend on the host, its load and thermal state.
 """
@@ -34,9 +35,9 @@ from flowedge_relay.workers import WorkerPool
 
 TARGET_RATIO = 0.95
 THREADS = (1, 2)
-SIZES = {  # (raw samples small, raw samples bench, requests, nfe per request, trials)
-    "quick": (300, 100, 4, 25, 1),
-    "full": (3000, 1000, 20, 50, 5),
+SIZES = {  # (raw samples small, raw samples bench, requests per trial, nfe per request, pairs)
+    "quick": (300, 100, 2, 25, 2),
+    "full": (3000, 1000, 4, 50, 15),
 }
 
 
@@ -78,19 +79,20 @@ def raw_nfe_cost(info: ModelInfo, threads: int, samples: int) -> dict[str, float
     }
 
 
-def _bare_loop(info: ModelInfo, sess, nfe: int) -> float:
-    """NFE per second of `session.run` back to back (no solver, no scheduling)."""
+def _bare_loop(info: ModelInfo, sess, nfe: int) -> tuple[float, float]:
+    """(NFE/s, CPU ns per NFE) of `session.run` back to back: no solver, no scheduling."""
     feeds, outs = _feeds(info), [OUTPUT_V]
-    t0 = time.perf_counter_ns()
+    c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
     for _ in range(nfe):
         sess.run(outs, feeds)
-    return nfe / ((time.perf_counter_ns() - t0) * 1e-9)
+    wall, cpu = time.perf_counter_ns() - t0, time.thread_time_ns() - c0
+    return nfe / (wall * 1e-9), cpu / nfe
 
 
-def _worker_loop(core: Core, requests: int, nfe: int, trial: int) -> float:
-    """NFE per second through the pool: submit every request, wait for every outcome."""
+def _worker_loop(core: Core, pool: WorkerPool, requests: int, nfe: int, trial: int):
+    """(NFE/s, worker CPU ns per NFE) through the pool: submit all, wait for every outcome."""
     obs = task.sample_observations(np.random.default_rng(trial), requests)
-    t0 = time.perf_counter_ns()
+    c0, t0 = pool.thread_cpu_ns()[0], time.perf_counter_ns()
     for i in range(requests):
         now = time.monotonic_ns()
         req = Request(
@@ -107,47 +109,59 @@ def _worker_loop(core: Core, requests: int, nfe: int, trial: int) -> float:
             if out.code != Code.INFERENCE:
                 raise RuntimeError(f"bench request ended {out.code.name}")
             done += 1
-    return requests * nfe / ((time.perf_counter_ns() - t0) * 1e-9)
+    wall, cpu = time.perf_counter_ns() - t0, pool.thread_cpu_ns()[0] - c0
+    return requests * nfe / (wall * 1e-9), cpu / (requests * nfe)
 
 
-def worker_throughput(info: ModelInfo, requests: int, nfe: int, trials: int, bar: Progress) -> dict:
-    """Median NFE/s of the worker pool and of a bare loop, trials interleaved, one thread each."""
+def worker_throughput(info: ModelInfo, requests: int, nfe: int, pairs: int, bar: Progress) -> dict:
+    """Worker pool vs bare loop, one thread each, in back-to-back pairs.
+
+    The shared host's load drifts over seconds, so each pair (bare run, then the same number of
+    NFE through the pool) is compared on its own and the median pair ratio is reported.
+    CPU time per NFE (the worker thread's own clock vs the bare loop's) is the load-independent
+    view of the same overhead.
+    """
     bare_sess = make_session(info, 1)
     _bare_loop(info, bare_sess, 20)
     cfg = CoreConfig(workers=1, obs_dim=info.obs_dim, action_len=info.action_len,
                      queue_capacity=max(64, requests), max_nfe=max(64, nfe))  # fmt: skip
-    bare, worker = [], []
+    bare, worker, bare_cpu, worker_cpu = [], [], [], []
     with Core(cfg) as core, WorkerPool(core, info, workers=1, intra_op_threads=1) as pool:
-        _worker_loop(core, 2, 5, trial=999)  # warm-up (its own session id)
-        for trial in range(trials):
-            bar.update(label=f"throughput trial {trial + 1}/{trials}: bare session.run")
-            bare.append(_bare_loop(info, bare_sess, requests * nfe))
-            bar.update(label=f"throughput trial {trial + 1}/{trials}: worker pool")
-            worker.append(_worker_loop(core, requests, nfe, trial))
+        _worker_loop(core, pool, 2, 5, trial=999)  # warm-up (its own session id)
+        for k in range(pairs):
+            bar.update(label=f"throughput pair {k + 1}/{pairs}")
+            rate, cpu = _bare_loop(info, bare_sess, requests * nfe)
+            bare.append(rate)
+            bare_cpu.append(cpu)
+            rate, cpu = _worker_loop(core, pool, requests, nfe, k)
+            worker.append(rate)
+            worker_cpu.append(cpu)
             bar.advance()
         p50, p99, _ = pool.nfe_percentiles()
-    bare_rate, worker_rate = float(np.median(bare)), float(np.median(worker))
+    ratios = np.asarray(worker) / np.asarray(bare)
     return {
         "model": info.path.rsplit("/", 1)[-1],
-        "requests": requests,
+        "requests_per_trial": requests,
         "nfe_per_request": nfe,
-        "trials": trials,
-        "bare_nfe_per_s": bare_rate,
-        "worker_nfe_per_s": worker_rate,
-        "bare_nfe_per_s_trials": bare,
-        "worker_nfe_per_s_trials": worker,
+        "pairs": pairs,
+        "bare_nfe_per_s": float(np.median(bare)),
+        "worker_nfe_per_s": float(np.median(worker)),
+        "pair_ratios": [round(float(r), 4) for r in ratios],
+        "ratio": float(np.median(ratios)),
+        "bare_cpu_ns_per_nfe": float(np.median(bare_cpu)),
+        "worker_cpu_ns_per_nfe": float(np.median(worker_cpu)),
+        "cpu_ratio": float(np.median(bare_cpu) / np.median(worker_cpu)),
         "worker_nfe_p50_ns": p50,
         "worker_nfe_p99_ns": p99,
-        "ratio": worker_rate / bare_rate,
     }
 
 
 def run(args: argparse.Namespace) -> dict:
-    n_small, n_bench, requests, nfe, trials = SIZES["quick" if args.quick else "full"]
+    n_small, n_bench, requests, nfe, pairs = SIZES["quick" if args.quick else "full"]
     models = {"policy_small": load_model(default_model_path()),
               "policy_bench": load_model(bench_model_path())}  # fmt: skip
     cost: dict[str, dict] = {}
-    with Progress("model", total=len(models) * len(THREADS) + trials) as bar:
+    with Progress("model", total=len(models) * len(THREADS) + pairs) as bar:
         for name, info in models.items():
             samples = n_small if name == "policy_small" else n_bench
             cost[name] = {"digest": info.digest}
@@ -156,7 +170,7 @@ def run(args: argparse.Namespace) -> dict:
                 cost[name][f"threads_{threads}"] = raw_nfe_cost(info, threads, samples)
                 bar.advance()
         info = models["policy_bench" if args.throughput_model == "bench" else "policy_small"]
-        throughput = worker_throughput(info, requests, nfe, trials, bar)
+        throughput = worker_throughput(info, requests, nfe, pairs, bar)
     rows = [
         {
             "model": name,
@@ -174,6 +188,7 @@ def run(args: argparse.Namespace) -> dict:
         "rows": rows,
         "worker_throughput": throughput,
         "worker_throughput_ratio": throughput["ratio"],
+        "worker_cpu_ratio": throughput["cpu_ratio"],
         "worker_throughput_target": TARGET_RATIO,
         "note": "raw session.run on batch 1; numbers depend on host load and thermal state",
     }
