@@ -13,7 +13,7 @@ NFE (`FlowSampler.nfe()`: one bound `run_with_iobinding` + the solver update) on
 
 Recommendation (conservative starting point, ADR 0015):
   recommended_nfe_ns               = ceil(margin x p99 of e2e ns per NFE), whole microseconds
-  recommended_admission_reserve_ns = ceil(margin x p99.9 of the fixed part), whole microseconds
+  recommended_admission_reserve_ns = ceil(margin x p99 of the fixed part), whole microseconds
 The e2e per-NFE figure already carries the fixed part spread over `--nfe` steps, so the two
 overlap on purpose. Production calibration needs representative traces, thermal state, CPU
 affinity and a safety margin; the report says so.
@@ -34,6 +34,7 @@ from flowedge_relay.bench.client import (
     percentiles,
     warm_up,
 )
+from flowedge_relay.bench.perfdoc import host_info
 from flowedge_relay.bench.progress import Progress
 from flowedge_relay.model import FlowSampler, load_model, make_session
 
@@ -43,6 +44,7 @@ CAVEAT = (
     "(observation sizes, NFE counts, concurrency), the host's thermal state and power mode, the "
     "deployed CPU affinity / real-time priority, and a safety margin on top. Re-run it there."
 )
+NOISY_TAIL_RATIO = 3.0  # raw NFE p99 / p50 above this: the host stalls; say so
 SIZES = {"quick": (16, 4, 100, 2), "full": (800, 10, 4000, 8)}  # requests, nfe, raw NFEs, blocks
 
 
@@ -141,9 +143,11 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
         report[f"{name}_max"] = float(np.max(values)) if len(values) else 0.0
         report[f"{name}_mean"] = float(np.mean(values)) if len(values) else 0.0
     report["recommended_nfe_ns"] = _us_ceil(margin * report["e2e_ns_per_nfe_p99"])
-    report["recommended_admission_reserve_ns"] = _us_ceil(
-        margin * report["fixed_overhead_ns_p99_9"]
-    )
+    report["recommended_admission_reserve_ns"] = _us_ceil(margin * report["fixed_overhead_ns_p99"])
+    # A tail far above the median means stalls (other processes, throttling), not the model.
+    tail = report["raw_ns_per_nfe_p99"] / max(report["raw_ns_per_nfe_p50"], 1.0)
+    report["raw_tail_ratio"] = tail
+    report["noisy_host"] = bool(tail > NOISY_TAIL_RATIO)
     report["nfe_per_request"] = nfe
     report["requests"] = int(len(samples["e2e_ns"]))
     report["raw_nfe_samples"] = int(len(samples["raw_nfe_ns"]))
@@ -152,6 +156,7 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
+    host = host_info()  # load average before this run adds its own
     requests, nfe, raw_nfe, blocks = SIZES["quick" if args.quick else "full"]
     requests = args.requests or requests
     nfe = args.nfe or nfe
@@ -170,6 +175,7 @@ def run(args: argparse.Namespace) -> dict:
         model_digest=info.digest,
         workers=args.workers,
         size="quick" if args.quick else "full",
+        host=host,
         worker_nfe_p50_ns=nfe_p50,  # the pool's own per-NFE timing (sampler.nfe() only)
         worker_nfe_p99_ns=nfe_p99,
         method=(
@@ -218,11 +224,17 @@ def table(report: dict) -> str:
         f"recommended nfe_ns               = {report['recommended_nfe_ns']:>10d}"
         f"  (p99 end-to-end ns per NFE x margin {report['margin']:g})",
         f"recommended admission_reserve_ns = {report['recommended_admission_reserve_ns']:>10d}"
-        "  (p99.9 fixed part x margin)",
+        "  (p99 fixed part x margin)",
         f"  flowedge-relayd --nfe-ns {report['recommended_nfe_ns']} "
         f"--admission-reserve-ns {report['recommended_admission_reserve_ns']}",
         "caveat: " + report["caveat"],
     ]
+    if report["noisy_host"]:
+        lines.append(
+            f"WARNING: raw NFE p99 is {report['raw_tail_ratio']:.1f}x its p50: this host stalls "
+            "(other load, throttling); the tail, and so the recommendation, measures the stalls. "
+            "Calibrate on a quiet host with the deployed CPU affinity."
+        )
     return "\n".join(lines)
 
 

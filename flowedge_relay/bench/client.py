@@ -6,6 +6,10 @@ node spinning on its own executor thread. The client stamps every request just b
 publishes it and every answer in its subscription callback (so client-side latency includes DDS
 both ways and the client's executor), keyed by (session_id, sequence).
 
+The pair runs in a private DDS domain (`bench_domain_id()`: `FLOWEDGE_BENCH_DOMAIN_ID`, else
+derived from the process id, 200-229) with localhost-only discovery, so a relay or producer
+elsewhere on the machine neither receives the bench's requests nor answers them.
+
 All client times are `time.time_ns()` (CLOCK_REALTIME), which is also the ROS clock the relay
 converts deadlines from (use_sim_time is off), so "on time" is `received_ns <= deadline`.
 """
@@ -13,6 +17,7 @@ converts deadlines from (use_sim_time is off), so "on time" is `received_ns <= d
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -23,10 +28,11 @@ import numpy as np
 import rclpy
 from builtin_interfaces.msg import Time
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
+from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from flowedge_relay.harness import ros_context, spinning, wait_for, wait_for_subscribers
+from flowedge_relay.harness import spinning, wait_for, wait_for_subscribers
 from flowedge_relay.model import ModelInfo, bench_model_path, default_model_path
 
 CODE_NAMES = ("INFERENCE", "REJECTED_STALE", "REJECTED_DEADLINE", "REJECTED_CAPACITY", "EXPIRED")
@@ -150,6 +156,23 @@ class BenchClient:
             return sum(1 for k in keys if k in self.answers)
 
 
+def bench_domain_id() -> int:
+    """FLOWEDGE_BENCH_DOMAIN_ID if set, else 200 + pid % 30 (test runs use 100-199)."""
+    return int(os.environ.get("FLOWEDGE_BENCH_DOMAIN_ID", 200 + os.getpid() % 30))
+
+
+@contextmanager
+def private_context() -> Iterator[Context]:
+    """An rclpy context in the bench's own domain, localhost only; shut down on exit."""
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    ctx = Context()
+    rclpy.init(context=ctx, domain_id=bench_domain_id())
+    try:
+        yield ctx
+    finally:
+        ctx.try_shutdown()
+
+
 def wait_idle(relay, timeout: float = 10.0) -> bool:
     """The relay's queue is empty and no lane is busy."""
 
@@ -167,7 +190,7 @@ def bench_relay(**params) -> Iterator[tuple[object, BenchClient]]:
 
     from flowedge_relay.node import RelayNode, spin_relay
 
-    with ros_context() as ctx:
+    with private_context() as ctx:
         overrides = [Parameter(k, value=v) for k, v in params.items()]
         relay = RelayNode(context=ctx, parameter_overrides=overrides)
         if relay.model is None:

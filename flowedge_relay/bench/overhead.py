@@ -32,6 +32,7 @@ from flowedge_relay.bench.client import (
     percentiles,
     warm_up,
 )
+from flowedge_relay.bench.perfdoc import host_info
 from flowedge_relay.bench.progress import Progress
 from flowedge_relay.model import FlowSampler, make_session
 
@@ -123,6 +124,7 @@ def relay_throughput(client, workers: int, nfe: int, seconds: float) -> float:
 
 
 def run(args: argparse.Namespace) -> dict:
+    host = host_info()  # load average before this run adds its own
     n_light, seconds, trials = SIZES["quick" if args.quick else "full"]
     n_light = args.requests or n_light
     seconds = args.seconds or seconds
@@ -159,6 +161,7 @@ def run(args: argparse.Namespace) -> dict:
         parts[name] = {"p50_ns": p50, "p99_ns": p99, "max_ns": float(np.max(values))}
     report = {
         "size": "quick" if args.quick else "full",
+        "host": host,
         "model": path.rsplit("/", 1)[-1],
         "workers": args.workers,
         "light_requests": int(len(overhead)),

@@ -1,0 +1,109 @@
+"""`bench calibrate`, `overload` and `overhead` at a tiny size: documented keys, JSON, plots.
+
+Each runs the real relay node and a client over real DDS in this process. Only shapes and
+sanity are checked, never a timing target: on a shared machine the bench is a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flowedge_relay.bench import calibrate, overhead, overload
+from flowedge_relay.bench.progress import Progress
+from flowedge_relay.bench.trace import Trace, TraceSpec, capacity_rps
+
+# The bench picks a private DDS domain of its own; in tests, use the run's domain (conftest).
+os.environ.setdefault("FLOWEDGE_BENCH_DOMAIN_ID", os.environ["ROS_DOMAIN_ID"])
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _args(module, argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def _is_png(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == PNG and path.stat().st_size > 5000
+
+
+def _roundtrip(report: dict) -> dict:
+    return json.loads(json.dumps(report, allow_nan=False))  # strict JSON: no NaN / Infinity
+
+
+def test_trace_is_seeded_and_scales_with_load():
+    spec = TraceSpec(seed=3)
+    a, b = Trace(spec).at_load(100.0, 2.0), Trace(spec).at_load(100.0, 2.0)
+    assert a == b and 150 < len(a) < 250  # Poisson, about rate x duration
+    double = Trace(spec).at_load(200.0, 2.0)
+    assert [x.nfe for x in double[: len(a)]] == [x.nfe for x in a]  # same sequence, compressed
+    assert all(spec.nfe_min <= x.nfe <= spec.nfe_max for x in double)
+    assert all(40e6 <= x.slack_ns <= 160e6 for x in double)
+    assert capacity_rps(2, 10, 1_000_000) == pytest.approx(200.0)
+
+
+def test_progress_bar_writes_to_its_stream(tmp_path):
+    log = tmp_path / "progress.txt"
+    with log.open("w") as stream, Progress("t", 4, stream=stream, log_every_s=0) as bar:
+        for _ in range(4):
+            bar.advance(label="step")
+    text = log.read_text()
+    assert "[t]" in text and "100%" in text
+
+
+def test_calibrate_tiny(tmp_path):
+    report = _roundtrip(calibrate.run(_args(calibrate, ["--quick", "--model", "bench",
+                                                        "--requests", "8"])))  # fmt: skip
+    for key in ("e2e_ns_per_nfe", "raw_ns_per_nfe", "relay_compute_ns_per_nfe"):
+        p50, p99, p999, top = (report[f"{key}_{q}"] for q in ("p50", "p99", "p99_9", "max"))
+        assert 0 < p50 <= p99 <= p999 <= top
+    assert report["requests"] == 8
+    assert report["recommended_nfe_ns"] >= report["e2e_ns_per_nfe_p99"] > 0
+    assert report["recommended_nfe_ns"] % 1000 == 0
+    assert report["recommended_admission_reserve_ns"] > 0
+    assert "representative traces" in report["caveat"]
+    assert "recommended nfe_ns" in calibrate.table(report)
+    assert _is_png(Path(calibrate.plot(report, tmp_path / "calibrate.png")))
+
+
+def test_overload_tiny(tmp_path):
+    report = _roundtrip(overload.run(_args(overload, ["--quick", "--duration", "0.3"])))
+    assert set(report["policies"]) == {"edf_admission", "expire_only", "queue_timeout"}
+    assert report["capacity_rps"] > 0 and report["nfe_ns"] > 0 and report["queue_timeout_ms"] > 0
+    for policy, by_load in report["policies"].items():
+        assert set(by_load) == {"0.5", "1.0", "1.5", "2.0", "3.0"}, policy
+        for load, m in by_load.items():
+            assert set(overload.METRICS) <= set(m), (policy, load)
+            assert sum(m["outcomes"][c] for c in overload.REPORT_CODES) + m["outcomes"][
+                "lost"] == m["offered"]  # fmt: skip
+            assert m["outcomes"]["lost"] == 0 and m["extra_answers"] == 0  # exactly one answer
+            assert 0 <= m["on_time_goodput"] <= 1 and 0 <= m["wasted_nfe_ratio"] <= 1
+            assert m["goodput_vs_capacity"] >= 0
+            assert m["latency_p50_ns"] <= m["latency_p99_ns"]
+    # The same trace for every policy at a load.
+    offered = {p: report["policies"][p]["2.0"]["offered"] for p in report["policies"]}
+    assert len(set(offered.values())) == 1
+    assert set(report["targets"]) == set(overload.TARGETS)
+    assert "edf_admission" in overload.table(report)
+    assert _is_png(Path(overload.plot(report, tmp_path / "overload.png")))
+
+
+def test_overhead_tiny(tmp_path):
+    report = _roundtrip(overhead.run(_args(overhead, ["--quick", "--requests", "12",
+                                                      "--seconds", "0.3"])))  # fmt: skip
+    assert report["light_requests"] == 12
+    assert 0 < report["overhead_p50_ns"] <= report["overhead_p99_ns"]
+    assert report["relay_throughput_ratio"] > 0 and math.isfinite(report["relay_throughput_ratio"])
+    assert report["bare_nfe_per_s"] > 0 and report["relay_nfe_per_s"] > 0
+    assert "relay_throughput_ratio" in overhead.table(report)
+    assert _is_png(Path(overhead.plot(report, tmp_path / "overhead.png")))
