@@ -1,8 +1,9 @@
 """The blind-retry drill (issue 6, DESIGN.md section 6) and the retry rules it rests on.
 
-The drill tests run `flowedge-relay-drill` at a tenth of its time scale (50 ms per NFE, 300 ms
-budget: every margin it relies on is 40-90 ms, well above Python/DDS jitter) and check that it
-passes its own verdict, and that the same drill fails it with the age gate off. The node tests
+The drill tests run `flowedge-relay-drill` at a fifth of its time scale (100 ms per NFE, 260 ms
+with the fault, 600 ms budget: the margins the verdict relies on are 70-180 ms, well above
+Python/DDS jitter on a loaded host) and check that it passes its own verdict, and that the same
+drill fails it with the age gate off. The node tests
 pin the section 6 rules over real DDS: a retry of a queued id is coalesced and answered once; a
 late retry drains its queued late original and is then REJECTED_DEADLINE; and the gate ignores
 an idle worker.
@@ -21,7 +22,7 @@ from flowedge_relay import drill
 
 A = ActionMessage
 R = InferenceRequest
-SCALE = "0.1"
+SCALE = "0.2"
 
 
 def _retry(h, first, retry_count: int, reason: int, deadline_ms: float):
@@ -44,7 +45,7 @@ def test_drill_passes_its_own_verdict_at_a_small_time_scale(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert report["verdict"] == "pass", report["reasons"]
     assert rc == 0 and "verdict: PASS" in printed and "retry rejected" in printed
-    assert all(report["checks"].values()) and len(report["checks"]) == 5
+    assert all(report["checks"].values()) and len(report["checks"]) == 4
 
     budget = 3000 * float(SCALE)
     events = report["events"]
@@ -65,8 +66,8 @@ def test_drill_passes_its_own_verdict_at_a_small_time_scale(tmp_path, capsys):
     assert all(e["queue_age_ms"] >= e["deadline_slack_ms"] for e in sends
                if e["decision"] == "REJECTED_DEADLINE")
     v = report["variants"]
-    assert v["uncapped"]["nfe_spent_on_id"] == v["uncapped"]["nfe_of_first_attempt"] <= 5
-    assert v["capped"]["attempts_sent"] == 1 and v["happy"]["final"] == "INFERENCE"
+    assert v["uncapped"]["attempts_that_ran"] == 1 and v["uncapped"]["nfe_spent_on_id"] <= 5
+    assert v["capped"]["attempts_sent"] == 1
     assert v["uncapped"]["relay"]["rejected_late_retries"] >= 1
     # /diagnostics carried the retry counters
     diag = report["diagnostics"]
@@ -85,7 +86,7 @@ def test_drill_fails_its_verdict_with_the_age_gate_off():
     assert not report["checks"]["nfe_not_multiplied"]
     unc = report["variants"]["uncapped"]
     # the late retries were admitted and ran again: the NFE on the id were multiplied
-    assert unc["nfe_spent_on_id"] > unc["nfe_of_first_attempt"] >= 1
+    assert unc["attempts_that_ran"] >= 2 and unc["nfe_spent_on_id"] > 5 // 2
     assert unc["relay"]["rejected_late_retries"] == 0
 
 
@@ -94,7 +95,7 @@ def test_drill_admission_block_loads_and_scales(tmp_path):
     assert admission["age_gate"] == "retries" and admission["reject_if_retry_count_gte"] == 1
     assert admission["reject_if_queue_age_ms_gte"] > 3000  # a backstop beyond the budget
     params = drill.relay_parameters(drill.Conditions(time_scale=0.1), admission)
-    assert params["nfe_ns"] == 50_000_000 and params["admission_reserve_ns"] == 30_000_000
+    assert params["nfe_ns"] == 50_000_000 and params["admission_reserve_ns"] == 15_000_000
     assert params["reject_if_queue_age_ms_gte"] == admission["reject_if_queue_age_ms_gte"] // 10
     bad = tmp_path / "bad.yaml"
     bad.write_text("flowedge_relay:\n  ros__parameters:\n    nfe_ns: 5\n")
