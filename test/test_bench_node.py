@@ -10,8 +10,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

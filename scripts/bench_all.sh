@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Every flowedge_relay_bench subcommand at full size, one after the other (`make bench` runs this):
+#   out/bench/<name>.json, out/bench/<name>.png and out/bench/<name>.txt (the printed table),
+# then docs/performance.md, docs/img/bench-*.png and the README's Performance section from them
+# (python -m flowedge_relay.bench.perfdoc), so no figure in the docs is typed by hand.
+#
+#   scripts/bench_all.sh                    # all of them (about 6-8 minutes on 2 cores)
+#   scripts/bench_all.sh overload overhead  # only these (the docs still list every JSON there)
+#   BENCH_OUT=/tmp/b BENCH_DOCS=0 scripts/bench_all.sh   # elsewhere, docs untouched
+#
+# Measurements, not tests: a busy host shows in the numbers (each report records the load).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [ -z "${VIRTUAL_ENV:-}" ] || ! python -c "import flowedge_relay_msgs" 2>/dev/null; then
+    # shellcheck source=/dev/null
+    source scripts/env.sh
+fi
+OUT=${BENCH_OUT:-out/bench}
+mkdir -p "$OUT"
+
+# name and its full-size arguments; calibrate uses the bench model (~1 ms per NFE) like
+# overload and overhead, so the three describe the same workload.
+declare -A ARGS=(
+    [model]=""
+    [admission]=""
+    [calibrate]="--model bench"
+    [overload]=""
+    [overhead]=""
+)
+ORDER=(model admission calibrate overload overhead)
+if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
+
+failed=()
+for name in "${ORDER[@]}"; do
+    echo "== flowedge_relay_bench $name ${ARGS[$name]:-} --json $OUT/$name.json --plot $OUT/$name.png" >&2
+    # shellcheck disable=SC2086
+    if python -m flowedge_relay.bench "$name" ${ARGS[$name]:-} \
+            --json "$OUT/$name.json" --plot "$OUT/$name.png" | tee "$OUT/$name.txt"; then
+        :
+    else
+        echo "bench_all: $name failed" >&2
+        failed+=("$name")
+    fi
+done
+
+if [ "${BENCH_DOCS:-1}" != "0" ]; then
+    python -m flowedge_relay.bench.perfdoc "$OUT" --command "make bench"
+fi
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "bench_all: failed: ${failed[*]}" >&2
+    exit 1
+fi
