@@ -32,15 +32,18 @@ def _check_report(report: dict) -> None:
     assert report["worker_cpu_ratio"] == wt["cpu_ratio"] > 0
     assert wt["bare_cpu_ns_per_nfe"] > 0 and wt["worker_cpu_ns_per_nfe"] > 0
     assert report["worker_throughput_target"] == 0.95
+    assert set(report["targets"]["worker_throughput_ratio"]) == {"target", "met"}
 
 
-def test_bench_model_module_quick():
+def test_bench_model_module_quick(tmp_path):
     parser = argparse.ArgumentParser()
     bench_model.add_arguments(parser)
     report = bench_model.run(parser.parse_args(["--quick", "--throughput-model", "small"]))
     assert report["size"] == "quick"
     _check_report(report)
     json.dumps(report)  # JSON-serialisable as is
+    assert "worker_throughput_ratio" in bench_model.table(report)
+    assert Path(bench_model.plot(report, str(tmp_path / "model.png"))).stat().st_size > 0
 
 
 @pytest.mark.skipif(

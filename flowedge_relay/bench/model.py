@@ -190,5 +190,60 @@ def run(args: argparse.Namespace) -> dict:
         "worker_throughput_ratio": throughput["ratio"],
         "worker_cpu_ratio": throughput["cpu_ratio"],
         "worker_throughput_target": TARGET_RATIO,
+        "targets": {
+            "worker_throughput_ratio": {
+                "target": TARGET_RATIO,
+                "met": throughput["ratio"] >= TARGET_RATIO,
+            }
+        },
         "note": "raw session.run on batch 1; numbers depend on host load and thermal state",
     }
+
+
+def table(report: dict) -> str:
+    from flowedge_relay.bench.tables import format_rows
+
+    wt = report["worker_throughput"]
+    met = "met" if report["worker_throughput_ratio"] >= TARGET_RATIO else "MISSED"
+    return "\n".join([
+        "model: raw onnxruntime cost of one NFE (session.run, batch 1)",
+        format_rows(report["rows"]),
+        f"worker loop vs bare session.run ({wt['model']}, 1 thread each, {wt['pairs']} pairs of "
+        f"{wt['requests_per_trial']} x {wt['nfe_per_request']} NFE): "
+        f"worker {wt['worker_nfe_per_s']:.0f} NFE/s, bare {wt['bare_nfe_per_s']:.0f} NFE/s",
+        f"  CPU per NFE: worker {wt['worker_cpu_ns_per_nfe'] / 1e3:.1f} us, bare "
+        f"{wt['bare_cpu_ns_per_nfe'] / 1e3:.1f} us (worker_cpu_ratio {wt['cpu_ratio']:.4f})",
+        "target (printed, not asserted):",
+        f"  worker_throughput_ratio {report['worker_throughput_ratio']:.3f} (median pair ratio; "
+        f"target >= {TARGET_RATIO}) {met}",
+    ])  # fmt: skip
+
+
+def plot(report: dict, path: str) -> str:
+    from flowedge_relay.bench import plots
+
+    fig, (ax_cost, ax_tp) = plots.subplots(ncols=2, width=5.2, height=3.8)
+    rows = report["rows"]
+    x = np.arange(len(rows))
+    for offset, key, label in ((-0.2, "nfe_p50_us", "p50"), (0.2, "nfe_p99_us", "p99")):
+        ax_cost.bar(x + offset, [r[key] for r in rows], 0.4, label=label)
+    ax_cost.set_xticks(
+        x, [f"{r['model'].removeprefix('policy_')}\n{r['intra_op_threads']} thr" for r in rows]
+    )
+    ax_cost.set_yscale("log")
+    ax_cost.set_ylabel("one NFE, us (log)")
+    ax_cost.legend(fontsize=8)
+    wt = report["worker_throughput"]
+    ratios = wt["pair_ratios"]
+    ax_tp.plot(np.arange(1, len(ratios) + 1), ratios, "o-", label="worker / bare, per pair")
+    ax_tp.axhline(wt["ratio"], color="C1", lw=1.5, label=f"median {wt['ratio']:.3f}")
+    ax_tp.axhline(TARGET_RATIO, color="k", ls="--", lw=1, label=f"target {TARGET_RATIO}")
+    ax_tp.set_xlabel("pair (bare run, then worker run)")
+    ax_tp.set_ylabel("NFE/s ratio")
+    ax_tp.legend(fontsize=8, loc="lower right")
+    ax_tp.set_title(f"CPU-time ratio {wt['cpu_ratio']:.4f}", fontsize=9)
+    return plots.save(
+        fig, path,
+        title="model: NFE cost of the shipped policies and worker-loop throughput",
+        note=f"{report['size']} size; {wt['model']} for throughput; shared host, noisy",
+    )  # fmt: skip
