@@ -1,0 +1,90 @@
+"""`flowedge_relay_bench`: the relay's benchmarks, one subcommand each.
+
+    flowedge_relay_bench <subcommand> [options] [--json PATH] [--plot PATH.png]
+    python -m flowedge_relay.bench <subcommand> ...
+
+Every subcommand is a module in this package registered in SUBCOMMANDS below, with
+`add_arguments(parser)` and `run(args) -> dict` (JSON-serialisable report), and optionally
+`table(report) -> str` (the readable table printed on stdout; else the report's `rows`) and
+`plot(report, path) -> str` (a PNG, for `--plot`). Progress goes to stderr (bench/progress.py).
+To add one: write the module, add one line to SUBCOMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+# name -> (module, one-line help). A module that is not there (yet) is simply not offered.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "calibrate": ("flowedge_relay.bench.calibrate",
+                  "end-to-end vs raw ns per NFE through the real node; recommended nfe_ns"),
+    "overload": ("flowedge_relay.bench.overload",
+                 "seeded trace at 0.5-3x capacity: EDF admission vs expire-only vs queue timeout"),
+    "overhead": ("flowedge_relay.bench.overhead",
+                 "relay latency minus compute at light load; throughput vs bare onnxruntime"),
+    "model": ("flowedge_relay.bench.model",
+              "raw NFE cost of the shipped policies; worker loop vs bare session.run"),
+    "admission": ("flowedge_relay.bench.admission", "the C core's admission path"),
+}  # fmt: skip
+
+
+def available() -> dict[str, tuple[str, str]]:
+    return {
+        name: entry
+        for name, entry in SUBCOMMANDS.items()
+        if importlib.util.find_spec(entry[0]) is not None
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flowedge_relay_bench",
+        description="FlowEdge Relay benchmarks (measurements, not tests: a busy host shows).",
+    )
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+    for name, (module_name, help_text) in available().items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module_name).add_arguments(p)
+        p.add_argument("--json", metavar="PATH", help="write the report as JSON here")
+        p.add_argument("--plot", metavar="PATH.png", help="write the plot (PNG) here")
+    return parser
+
+
+def _print_table(module, report: dict) -> None:
+    if hasattr(module, "table"):
+        print(module.table(report))
+        return
+    rows = report.get("rows")
+    if isinstance(rows, list) and rows and isinstance(rows[0], dict):
+        from flowedge_relay.bench.tables import format_rows
+
+        print(format_rows(rows))
+    else:
+        print(json.dumps(report, indent=2, default=str))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module = importlib.import_module(SUBCOMMANDS[args.subcommand][0])
+    report = module.run(args)
+    _print_table(module, report)
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=1, allow_nan=False, default=str) + "\n")
+        print(f"wrote {path}", file=sys.stderr)
+    if args.plot:
+        if not hasattr(module, "plot"):
+            print(f"{args.subcommand}: no plot for this subcommand", file=sys.stderr)
+            return 2
+        print(f"wrote {module.plot(report, args.plot)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
