@@ -10,6 +10,8 @@ import argparse
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,28 @@ def test_overhead_tiny(tmp_path):
     assert report["bare_nfe_per_s"] > 0 and report["relay_nfe_per_s"] > 0
     assert "relay_throughput_ratio" in overhead.table(report)
     assert _is_png(Path(overhead.plot(report, tmp_path / "overhead.png")))
+
+
+def test_registered_with_json_and_plot_options():
+    from flowedge_relay.bench.__main__ import build_parser
+
+    parser = build_parser()
+    for name in ("calibrate", "overload", "overhead"):
+        args = parser.parse_args([name, "--quick", "--json", "x.json", "--plot", "x.png"])
+        assert args.subcommand == name and args.json == "x.json" and args.plot == "x.png"
+
+
+def test_cli_writes_json_and_plot(tmp_path):
+    out, png = tmp_path / "overhead.json", tmp_path / "overhead.png"
+    proc = subprocess.run(
+        [sys.executable, "-m", "flowedge_relay.bench", "overhead", "--quick", "--requests", "6",
+         "--seconds", "0.2", "--json", str(out), "--plot", str(png)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "relay_throughput_ratio" in proc.stdout  # the readable table
+    assert "[overhead]" in proc.stderr  # the progress bar
+    report = json.loads(out.read_text())
+    for key in ("overhead_p50_ns", "overhead_p99_ns", "relay_throughput_ratio"):
+        assert report[key] > 0
+    assert _is_png(png)
