@@ -55,10 +55,33 @@ def _ros_time(ns: int) -> Time:
     return Time(sec=min(ns // 1_000_000_000, 2**31 - 1), nanosec=ns % 1_000_000_000)
 
 
+class _BusyWindow:
+    """Lane utilisation since the previous call: busy lane-time over elapsed x alive lanes."""
+
+    def __init__(self) -> None:
+        self.then = time.monotonic_ns()
+        self.busy_then = 0
+
+    def update(self, now: int, busy_ns: int, lanes: int) -> float:
+        elapsed = (now - self.then) * max(lanes, 1)
+        value = min(max(busy_ns - self.busy_then, 0) / elapsed, 1.0) if elapsed > 0 else 0.0
+        self.then, self.busy_then = now, busy_ns
+        return value
+
+
 class RelayNode(Node):
     """Deadline-aware EDF inference relay (DESIGN.md)."""
 
+    # Defaults that let stop()/destroy_node() run whatever point __init__ reached.
+    core: Core | None = None
+    pool: WorkerPool | None = None
+    _stopped = False
+    _request_thread: threading.Thread | None = None
+    _publisher_thread: threading.Thread | None = None
+
     def __init__(self, **kwargs) -> None:
+        self._stop = threading.Event()  # stops the publisher thread (after the workers)
+        self._intake_stop = threading.Event()  # stops the request thread (first)
         super().__init__(NODE_NAME, **kwargs)
         p = parameters.declare_all(self)
         for name in ("solver", "age_gate", "request_topics"):
@@ -66,13 +89,9 @@ class RelayNode(Node):
             if problem:
                 raise ValueError(problem)
         self._p = p
-        self._stop = threading.Event()  # stops the publisher thread (after the workers)
         #: DRILLS AND TESTS ONLY: while set, the publisher thread stops draining the outcome rings,
         #: as if the action consumer stopped (DESIGN.md section 8: full rings drop and count).
         self.fault_pause_output = threading.Event()
-        self._intake_stop = threading.Event()  # stops the request thread (first)
-        self._stopped = False
-        self._destroyed = False
         self._received = 0
         self._deadlines_seen = 0
         self._latency_ms = np.zeros(LATENCY_WINDOW)
@@ -154,8 +173,9 @@ class RelayNode(Node):
         self._diagnostics = DiagnosticsBuilder(self.get_fully_qualified_name().lstrip("/"))
         self._dead_lanes: list[int] = []
         self._stalled_lanes: list[int] = []
-        self._busy_prev = (time.monotonic_ns(), 0)
-        self._utilisation = 0.0
+        # one utilisation window per consumer, so the 10 Hz stats and 1 Hz diagnostics each
+        # report their own period
+        self._util_windows = {"stats": _BusyWindow(), "diagnostics": _BusyWindow()}
         self.create_timer(1.0, self._publish_diagnostics)
         self.create_timer(1.0 / p["stats_rate_hz"], self._publish_stats)
         self.create_timer(0.1, self._poll_health)
@@ -292,15 +312,14 @@ class RelayNode(Node):
         self._dead_lanes = sorted(health.dead)
         self._stalled_lanes = sorted(health.stalled)
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, window: str = "external") -> Snapshot:
+        """Everything diagnostics and stats report; `window` names whose utilisation period."""
         now = time.monotonic_ns()
         stats = self.core.stats()
         p50, p99, samples = self.pool.nfe_percentiles() if self.pool else (0.0, 0.0, 0)
-        then, busy_then = self._busy_prev
-        lanes = max(stats.lanes_alive, 1)
-        if now > then:
-            self._utilisation = min((stats.busy_ns - busy_then) / ((now - then) * lanes), 1.0)
-        self._busy_prev = (now, stats.busy_ns)
+        busy = stats.busy_ns + (self.pool.inflight_ns(now) if self.pool else 0)
+        meter = self._util_windows.setdefault(window, _BusyWindow())
+        utilisation = meter.update(now, busy, stats.lanes_alive)
         n = min(self._latency_count, LATENCY_WINDOW)
         lat50, lat99 = (
             (float(np.percentile(self._latency_ms[:n], 50)),
@@ -327,16 +346,16 @@ class RelayNode(Node):
             model_digest=self.model.digest if self.model else "",
             latency_p50_ms=lat50,
             latency_p99_ms=lat99,
-            utilisation=self._utilisation,
+            utilisation=utilisation,
         )
 
     def _publish_diagnostics(self) -> None:
         stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(self._diagnostics.build(self.snapshot(), stamp))
+        self._diag_pub.publish(self._diagnostics.build(self.snapshot("diagnostics"), stamp))
 
     def _publish_stats(self) -> None:
         stamp = self.get_clock().now().to_msg()
-        self._stats_pub.publish(stats_message(self.snapshot(), stamp))
+        self._stats_pub.publish(stats_message(self.snapshot("stats"), stamp))
 
     # -- live parameters -----------------------------------------------------------------------
 
@@ -388,14 +407,15 @@ class RelayNode(Node):
                 self.pool.stop()
         finally:
             self._stop.set()
-            self.core.shutdown()
-            self._publisher_thread.join(timeout=5.0)
+            if self.core is not None:
+                self.core.shutdown()
+            if self._publisher_thread is not None:
+                self._publisher_thread.join(timeout=5.0)
 
     def destroy_node(self) -> None:
         self.stop()
-        if not self._destroyed:
-            self._destroyed = True
-            self.core.close()
+        if self.core is not None:
+            self.core.close()  # idempotent
         super().destroy_node()
 
 

@@ -174,6 +174,15 @@ class WorkerPool:
         p50, p99 = np.percentile(window, [50, 99])
         return float(p50), float(p99), int(window.size)
 
+    def inflight_ns(self, now: int) -> int:
+        """Time the running NFEs have taken so far: the core counts an NFE's time only when it
+        ends, so utilisation over a window shorter than one NFE needs this part too."""
+        total = 0
+        for w in self._workers:
+            if w.holding and not w.disabled:
+                total += max(now - w.last_progress_ns, 0)
+        return total
+
     @property
     def nfe_count(self) -> int:
         return sum(w.nfe_count for w in self._workers)
