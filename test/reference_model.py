@@ -1,0 +1,392 @@
+"""A small pure-Python reference of DESIGN.md sections 4-7 (plus dispatch / step / finish / rings).
+
+Written from the contract, not from the C: plain lists kept sorted, a dict of sessions, Python
+integers for time (a sum that reaches UINT64_MAX is "saturated" and meets no deadline). The
+property tests drive it and the C core with the same operations and compare decisions, outcomes
+and state. Where DESIGN leaves a choice, it makes the one documented in docs/core-api.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+U64 = 2**64 - 1
+
+INFERENCE, REJECTED_STALE, REJECTED_DEADLINE, REJECTED_CAPACITY, EXPIRED = range(5)
+ACCEPTED, COALESCED = 0, 5
+CONTINUE, DONE, STOP_STALE, STOP_EXPIRED = range(4)
+GATE_OFF, GATE_RETRIES, GATE_ALL = range(3)
+ESTATE = "ESTATE"
+
+
+def sat(x: int) -> int:
+    return min(x, U64)
+
+
+def meets(end: int, deadline: int) -> bool:
+    """A saturated end (>= UINT64_MAX) meets nothing."""
+    return end < U64 and end <= deadline
+
+
+def edf_key(deadline: int, arrival_seq: int) -> tuple:
+    return (deadline == 0, deadline, arrival_seq)
+
+
+@dataclass
+class Item:
+    session_id: bytes
+    sequence: int
+    generation: int
+    retry_count: int
+    retry_reason: int
+    remaining_nfe: int
+    deadline_ns: int
+    deadline_ros_ns: int
+    arrival_ns: int
+    arrival_seq: int
+    tested: bool
+    nfe_done: int = 0
+    dispatch_ns: int = 0
+    cancelled: bool = False
+
+    def key(self) -> tuple:
+        return edf_key(self.deadline_ns, self.arrival_seq)
+
+
+@dataclass
+class Session:
+    generation: int
+    touch: int
+    last_seen_ns: int
+
+
+@dataclass
+class RefConfig:
+    workers: int
+    queue_capacity: int
+    max_sessions: int
+    max_nfe: int
+    action_len: int
+    ring_capacity: int
+    nfe_ns: int
+    admission_reserve_ns: int
+    reject_if_retry_count_gte: int
+    age_gate: int
+    reject_if_queue_age_ns_gte: int
+    queue_timeout_ns: int
+    session_idle_ns: int
+
+
+@dataclass
+class RefStats:
+    submitted: int = 0
+    accepted: int = 0
+    outcomes: list = field(default_factory=lambda: [0] * 5)
+    coalesced: int = 0
+    rejected_late_retries: int = 0
+    retries_by_count: list = field(default_factory=lambda: [0] * 8)
+    retries_by_reason: list = field(default_factory=lambda: [0] * 6)
+    calibration_misses: int = 0
+    rejection_outputs_dropped: int = 0
+    action_outputs_dropped: int = 0
+    nfe_total: int = 0
+    nfe_wasted: int = 0
+    displaced: int = 0
+    sessions_evicted: int = 0
+    sessions_evicted_early: int = 0
+    busy_ns: int = 0
+
+
+class RefCore:
+    def __init__(self, cfg: RefConfig):
+        self.cfg = cfg
+        cap = 1
+        while cap < cfg.ring_capacity:
+            cap *= 2
+        self.ring_cap = cap
+        self.queue: list[Item] = []               # kept in EDF order
+        self.lanes: list[Item | None] = [None] * cfg.workers
+        self.alive = [True] * cfg.workers
+        self.sessions: dict[bytes, Session] = {}
+        self.rings: list[list[dict]] = [[] for _ in range(cfg.workers + 1)]
+        self.cursor = 0
+        self.arrival_seq = 0
+        self.touch = 0
+        self.st = RefStats()
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def outstanding(self, sid: bytes) -> list[Item]:
+        return [q for q in self.queue if q.session_id == sid] + \
+               [w for w in self.lanes if w is not None and w.session_id == sid]
+
+    def _emit(self, ring: int, out: dict) -> None:
+        self.st.outcomes[out["code"]] += 1
+        if len(self.rings[ring]) < self.ring_cap:
+            self.rings[ring].append(out)
+        elif out["code"] == INFERENCE:
+            self.st.action_outputs_dropped += 1
+        else:
+            self.st.rejection_outputs_dropped += 1
+
+    def _emit_request(self, r: dict, code: int, now: int) -> None:
+        self._emit(0, dict(code=code, session_id=r["session_id"], sequence=r["sequence"],
+                           generation=r["generation"], retry_count=r["retry_count"],
+                           retry_reason=r["retry_reason"], deadline_ros_ns=r["deadline_ros_ns"],
+                           remaining_nfe=r["remaining_nfe"], nfe_done=0, queue_ns=0,
+                           compute_ns=0, arrival_ns=now, finish_ns=now, lane=-1, actions=None))
+
+    def _emit_item(self, it: Item, code: int, now: int, lane: int, ran: bool,
+                   actions=None) -> None:
+        if code in (EXPIRED, REJECTED_STALE):
+            self.st.nfe_wasted += it.nfe_done
+        if code == EXPIRED and it.tested:
+            self.st.calibration_misses += 1
+        self._emit(0 if lane < 0 else lane + 1, dict(
+            code=code, session_id=it.session_id, sequence=it.sequence, generation=it.generation,
+            retry_count=it.retry_count, retry_reason=it.retry_reason,
+            deadline_ros_ns=it.deadline_ros_ns, remaining_nfe=it.remaining_nfe,
+            nfe_done=it.nfe_done,
+            queue_ns=max(0, (it.dispatch_ns if ran else now) - it.arrival_ns),
+            compute_ns=max(0, now - it.dispatch_ns) if ran else 0,
+            arrival_ns=it.arrival_ns, finish_ns=now, lane=lane,
+            actions=list(actions) if code == INFERENCE else None))
+
+    # ---- §4 ---------------------------------------------------------------------------------
+
+    def submit(self, r: dict, now: int):
+        cfg = self.cfg
+        if not (len(r["session_id"]) <= 64 and 1 <= r["remaining_nfe"] <= cfg.max_nfe
+                and 0 <= r["retry_reason"] < 6):
+            return "EINVAL"
+        self.st.submitted += 1
+        if r["retry_count"] >= 1:
+            self.st.retries_by_count[min(r["retry_count"], 7)] += 1
+            self.st.retries_by_reason[r["retry_reason"]] += 1
+        sid, gen, dl = r["session_id"], r["generation"], r["deadline_ns"]
+        sess = self.sessions.get(sid)
+
+        # 2. duplicate of queued or running (session, sequence)
+        for it in self.outstanding(sid):
+            if it.sequence == r["sequence"]:
+                self.st.coalesced += 1
+                if it in self.queue and it.deadline_ns and now >= it.deadline_ns:
+                    self.queue.remove(it)
+                    self._emit_item(it, EXPIRED, now, -1, ran=False)
+                return COALESCED
+        # 3. stale generation
+        if sess is not None and gen < sess.generation:
+            self._emit_request(r, REJECTED_STALE, now)
+            return REJECTED_STALE
+        # 4. deadline passed
+        if dl and now >= dl:
+            self._emit_request(r, EXPIRED, now)
+            return EXPIRED
+        # 5. retry / age gate
+        age = max(0, now - r["origin_ns"])
+        is_retry = r["retry_count"] >= cfg.reject_if_retry_count_gte
+        gated = cfg.age_gate == GATE_ALL or (cfg.age_gate == GATE_RETRIES and is_retry)
+        if (dl and gated and age >= dl - now) or \
+                (cfg.reject_if_queue_age_ns_gte and age >= cfg.reject_if_queue_age_ns_gte):
+            self.st.rejected_late_retries += 1
+            self._emit_request(r, REJECTED_DEADLINE, now)
+            return REJECTED_DEADLINE
+
+        # 6. capacity after removing the queued work x would cancel
+        def cancelled_by_x(it: Item) -> bool:
+            return sess is not None and it.session_id == sid and it.generation < gen
+
+        retained = [q for q in self.queue if not cancelled_by_x(q)]
+        victim = None
+        if len(retained) >= cfg.queue_capacity:
+            victim = max(retained, key=Item.key)
+            if not (dl and (victim.deadline_ns == 0 or dl < victim.deadline_ns)):
+                self._emit_request(r, REJECTED_CAPACITY, now)
+                return REJECTED_CAPACITY
+        evict = None
+        if sess is None and len(self.sessions) >= cfg.max_sessions:
+            idle = [(s.touch, k) for k, s in self.sessions.items() if not self.outstanding(k)]
+            if not idle:
+                self._emit_request(r, REJECTED_CAPACITY, now)
+                return REJECTED_CAPACITY
+            evict = min(idle)[1]
+        # 7. calibrated admission
+        tested = False
+        if cfg.nfe_ns and dl:
+            if not self._admissible(r, now, retained, victim, cancelled_by_x):
+                self._emit_request(r, REJECTED_DEADLINE, now)
+                return REJECTED_DEADLINE
+            tested = True
+        # 8. accept
+        if evict is not None:
+            s = self.sessions.pop(evict)
+            self.st.sessions_evicted += 1
+            if max(0, now - s.last_seen_ns) < cfg.session_idle_ns:
+                self.st.sessions_evicted_early += 1
+        if sess is None:
+            sess = self.sessions[sid] = Session(generation=gen, touch=0, last_seen_ns=now)
+        elif gen > sess.generation:
+            sess.generation = gen
+            for q in [q for q in self.queue if q.session_id == sid and q.generation < gen]:
+                self.queue.remove(q)
+                self._emit_item(q, REJECTED_STALE, now, -1, ran=False)
+            for w in self.lanes:
+                if w is not None and w.session_id == sid and w.generation < gen:
+                    w.cancelled = True
+        self.touch += 1
+        sess.touch = self.touch
+        sess.last_seen_ns = now
+        if victim is not None:
+            self.queue.remove(victim)
+            self.st.displaced += 1
+            self._emit_item(victim, REJECTED_CAPACITY, now, -1, ran=False)
+        self.arrival_seq += 1
+        self.queue.append(Item(
+            session_id=sid, sequence=r["sequence"], generation=gen,
+            retry_count=r["retry_count"], retry_reason=r["retry_reason"],
+            remaining_nfe=r["remaining_nfe"], deadline_ns=dl,
+            deadline_ros_ns=r["deadline_ros_ns"], arrival_ns=now,
+            arrival_seq=self.arrival_seq, tested=tested))
+        self.queue.sort(key=Item.key)
+        self.st.accepted += 1
+        return ACCEPTED
+
+    # ---- §5 -----------------------------------------------------------------------------------
+
+    def _admissible(self, r, now, retained, victim, cancelled_by_x) -> bool:
+        nfe = self.cfg.nfe_ns
+        lanes = []
+        for i, w in enumerate(self.lanes):
+            if not self.alive[i]:
+                continue
+            if w is None:
+                lanes.append(now)
+            elif w.cancelled or cancelled_by_x(w):
+                lanes.append(sat(now + nfe))
+            else:
+                lanes.append(sat(now + w.remaining_nfe * nfe))
+        if not lanes:
+            return False
+        x_key = edf_key(r["deadline_ns"], self.arrival_seq + 1)
+        jobs = [(q.key(), q.deadline_ns, q.remaining_nfe, False)
+                for q in retained if q is not victim]
+        jobs.append((x_key, r["deadline_ns"], r["remaining_nfe"], True))
+        jobs.sort(key=lambda j: j[0])
+        judged = False
+        for _, deadline, n, is_x in jobs:
+            judged = judged or is_x
+            if deadline == 0:
+                break
+            k = min(range(len(lanes)), key=lambda i: lanes[i])
+            lanes[k] = sat(lanes[k] + n * nfe)
+            if judged and not meets(lanes[k] + self.cfg.admission_reserve_ns, deadline):
+                return False
+        return True
+
+    # ---- workers --------------------------------------------------------------------------------
+
+    def dispatch(self, lane: int, now: int):
+        if not self.alive[lane] or self.lanes[lane] is not None:
+            return ESTATE
+        nfe = self.cfg.nfe_ns
+        while self.queue:
+            it = self.queue.pop(0)
+            if it.deadline_ns and (not meets(now + it.remaining_nfe * nfe, it.deadline_ns)
+                                   if nfe else now >= it.deadline_ns):
+                self._emit_item(it, EXPIRED, now, lane, ran=False)
+                continue
+            if self.cfg.queue_timeout_ns and now - it.arrival_ns > self.cfg.queue_timeout_ns:
+                self._emit_item(it, REJECTED_DEADLINE, now, lane, ran=False)
+                continue
+            it.dispatch_ns = now
+            self.lanes[lane] = it
+            return it
+        return None
+
+    def step(self, lane: int, now: int, measured: int):
+        it = self.lanes[lane]
+        if not self.alive[lane] or it is None or it.remaining_nfe == 0:
+            return ESTATE
+        it.remaining_nfe -= 1
+        it.nfe_done += 1
+        self.st.nfe_total += 1
+        self.st.busy_ns = sat(self.st.busy_ns + measured)
+        if it.cancelled:
+            self._free_lane(lane, REJECTED_STALE, now)
+            return STOP_STALE
+        if it.remaining_nfe == 0:
+            return DONE
+        if it.deadline_ns and now >= it.deadline_ns:
+            self._free_lane(lane, EXPIRED, now)
+            return STOP_EXPIRED
+        return CONTINUE
+
+    def _free_lane(self, lane: int, code: int, now: int, actions=None) -> None:
+        it = self.lanes[lane]
+        self.lanes[lane] = None
+        self._emit_item(it, code, now, lane, ran=True, actions=actions)
+
+    def finish(self, lane: int, now: int, actions):
+        it = self.lanes[lane]
+        if not self.alive[lane] or it is None or it.remaining_nfe != 0:
+            return ESTATE
+        if it.cancelled:
+            code = REJECTED_STALE
+        elif it.deadline_ns and now > it.deadline_ns:
+            code = EXPIRED
+        else:
+            code = INFERENCE
+        self._free_lane(lane, code, now, actions)
+        return code
+
+    def output_space(self, lane: int) -> bool:
+        return len(self.rings[lane + 1]) < self.ring_cap
+
+    def disable_lane(self, lane: int, now: int) -> None:
+        if not self.alive[lane]:
+            return
+        it = self.lanes[lane]
+        if it is not None:
+            it.tested = False  # a dead worker is not a calibration miss
+            self._free_lane(lane, EXPIRED, now)
+        self.alive[lane] = False
+
+    # ---- publisher / any thread -----------------------------------------------------------------
+
+    def pop_outcomes(self, max_n: int) -> list[dict]:
+        out = []
+        while len(out) < max_n:
+            got = False
+            for _ in range(len(self.rings)):
+                if len(out) >= max_n:
+                    break
+                ring = self.rings[self.cursor]
+                self.cursor = (self.cursor + 1) % len(self.rings)
+                if ring:
+                    out.append(ring.pop(0))
+                    got = True
+            if not got:
+                break
+        return out
+
+    def set_calibration(self, nfe_ns: int, reserve_ns: int) -> None:
+        self.cfg.nfe_ns, self.cfg.admission_reserve_ns = nfe_ns, reserve_ns
+
+    def set_policy(self, gte: int, gate: int, age_gte: int, timeout: int) -> None:
+        self.cfg.reject_if_retry_count_gte, self.cfg.age_gate = gte, gate
+        self.cfg.reject_if_queue_age_ns_gte, self.cfg.queue_timeout_ns = age_gte, timeout
+
+    def queue_view(self) -> list[tuple]:
+        return [(q.session_id, q.sequence, q.generation, q.deadline_ns, q.arrival_ns,
+                 q.remaining_nfe, q.tested) for q in self.queue]
+
+    def lanes_view(self) -> list[tuple]:
+        out = []
+        for i, w in enumerate(self.lanes):
+            if w is None:
+                out.append((i, self.alive[i], False))
+            else:
+                out.append((i, self.alive[i], True, w.session_id, w.sequence, w.generation,
+                            w.remaining_nfe, w.nfe_done, w.deadline_ns, w.dispatch_ns,
+                            w.cancelled))
+        return out
