@@ -77,15 +77,31 @@ class RelayHarness:
         self.model = relay.model or load_model(_default_model())
         self.actions: list = []
         self.diagnostics: list = []
+        self.diagnostics_seen = 0
+        # Long runs (flowedge_relay.stress soak) keep the client bounded: answers go only to
+        # on_answer when keep_answers is False, and only the newest max_diagnostics arrays stay.
+        self.keep_answers = True
+        self.on_answer: Callable[[object], None] | None = None
+        self.max_diagnostics: int | None = None
         self._lock = threading.Lock()
         qos = _reliable_qos()
         self.pub = client.create_publisher(InferenceRequest, "flowedge/requests", qos)
         client.create_subscription(ActionMessage, "flowedge/actions", self._on_action, qos)
-        client.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, 10)
+        client.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
 
     def _on_action(self, msg) -> None:
+        if self.on_answer is not None:
+            self.on_answer(msg)
+        if self.keep_answers:
+            with self._lock:
+                self.actions.append(msg)
+
+    def _on_diagnostics(self, msg) -> None:
         with self._lock:
-            self.actions.append(msg)
+            self.diagnostics.append(msg)
+            self.diagnostics_seen += 1
+            if self.max_diagnostics is not None and len(self.diagnostics) > self.max_diagnostics:
+                del self.diagnostics[0]
 
     def request(self, **fields):
         """A valid request for the loaded model; fields override (deadline_ms: from now)."""
@@ -132,9 +148,11 @@ class RelayHarness:
 
     def latest_status(self, task: str, timeout: float = 5.0):
         """The newest /diagnostics status named '<node>: task' (waits for a fresh array)."""
-        start = len(self.diagnostics)
-        wait_for(lambda: len(self.diagnostics) > start, timeout)
-        for array in reversed(self.diagnostics):
+        start = self.diagnostics_seen
+        wait_for(lambda: self.diagnostics_seen > start, timeout)
+        with self._lock:
+            arrays = list(self.diagnostics)
+        for array in reversed(arrays):
             for status in array.status:
                 if status.name.endswith(f": {task}"):
                     return status
