@@ -12,8 +12,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ -z "${VIRTUAL_ENV:-}" ] || ! python -c "import flowedge_relay_msgs" 2>/dev/null; then
+    set +u  # colcon's setup.bash reads unset variables
     # shellcheck source=/dev/null
     source scripts/env.sh
+    set -u
 fi
 OUT=${BENCH_OUT:-out/bench}
 mkdir -p "$OUT"
@@ -30,8 +32,13 @@ declare -A ARGS=(
 ORDER=(model admission calibrate overload overhead)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
+REGISTERED=" $(python -c 'from flowedge_relay.bench.__main__ import available; print(*available())') "
 failed=()
 for name in "${ORDER[@]}"; do
+    if [[ "$REGISTERED" != *" $name "* ]]; then
+        echo "bench_all: $name is not a registered subcommand (yet); skipped" >&2
+        continue
+    fi
     echo "== flowedge_relay_bench $name ${ARGS[$name]:-} --json $OUT/$name.json --plot $OUT/$name.png" >&2
     # shellcheck disable=SC2086
     if python -m flowedge_relay.bench "$name" ${ARGS[$name]:-} \

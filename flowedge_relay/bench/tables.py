@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def _cell(value) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.0f}"
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:.0f}"
     return "-" if value is None else str(value)
 
 
