@@ -1,0 +1,693 @@
+"""One test per rule of DESIGN.md sections 4-8 on the C core, with hand-computed expectations.
+
+Times are virtual nanoseconds passed explicitly; T is an arbitrary base time.
+"""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from flowedge_relay.core import (
+    AgeGate,
+    Code,
+    Core,
+    CoreConfig,
+    Decision,
+    InvalidArgument,
+    InvalidState,
+    Request,
+    Step,
+)
+
+T = 1_000_000
+U64 = 2**64 - 1
+OBS = 2
+ACT = 2
+
+
+def make(**kw) -> Core:
+    return Core(CoreConfig(**{"obs_dim": OBS, "action_len": ACT, **kw}))
+
+
+def req(sid=b"s", seq=0, gen=0, deadline=0, nfe=1, retry=0, reason=0, origin=None, now=T,
+        obs=None) -> Request:
+    return Request(session_id=sid, sequence=seq, generation=gen, retry_count=retry,
+                   retry_reason=reason, origin_ns=now if origin is None else origin,
+                   deadline_ns=deadline, deadline_ros_ns=min(deadline + 17, U64) if deadline else 0,
+                   remaining_nfe=nfe, noise_seed=seq,
+                   observation=np.zeros(OBS, np.float32) if obs is None else obs)
+
+
+def sub(core: Core, now=T, **kw) -> Decision:
+    return core.submit(req(now=now, **kw), now)
+
+
+def queue(core: Core) -> list[tuple]:
+    return [(q.session_id, q.sequence) for q in core.queue_snapshot()]
+
+
+def codes(core: Core) -> list[tuple]:
+    return [(o.code, o.session_id, o.sequence, o.lane) for o in core.pop_outcomes()]
+
+
+def run_to_done(core: Core, lane: int, now: int) -> None:
+    while core.step(lane, now, 1) == Step.CONTINUE:
+        pass
+
+
+# ---- §4 step 2 / §6: duplicates -----------------------------------------------------------------
+
+
+def test_duplicate_of_queued_is_coalesced_without_output():
+    with make() as c:
+        assert sub(c, seq=1) == Decision.ACCEPTED
+        assert sub(c, seq=1, retry=1, reason=1) == Decision.COALESCED
+        assert queue(c) == [(b"s", 1)]
+        assert codes(c) == []
+        assert c.stats().coalesced == 1
+
+
+def test_duplicate_check_comes_before_stale_and_retry_gate():
+    with make() as c:
+        assert sub(c, seq=1, gen=3, deadline=T + 100) == Decision.ACCEPTED
+        # Generation 1 < 3 and age 10_000 >= slack 100: still a duplicate first.
+        assert sub(c, seq=1, gen=1, deadline=T + 100, retry=1, origin=T - 10_000) == \
+            Decision.COALESCED
+        assert codes(c) == []
+
+
+def test_duplicate_drains_late_queued_original_as_expired():
+    with make() as c:
+        assert sub(c, seq=1, deadline=T + 500) == Decision.ACCEPTED
+        assert sub(c, now=T + 500, seq=1, deadline=T + 500, retry=1) == Decision.COALESCED
+        (o,) = c.pop_outcomes()
+        assert (o.code, o.sequence, o.lane, o.queue_ns, o.compute_ns) == \
+            (Code.EXPIRED, 1, -1, 500, 0)
+        assert queue(c) == []
+
+
+def test_duplicate_of_running_is_coalesced_even_when_late():
+    with make() as c:
+        sub(c, seq=1, deadline=T + 500, nfe=3)
+        assert c.dispatch(0, T).sequence == 1
+        assert sub(c, now=T + 600, seq=1, retry=1) == Decision.COALESCED
+        assert codes(c) == []
+        assert c.lanes_snapshot()[0].busy
+
+
+# ---- §4 steps 3-4 -------------------------------------------------------------------------------
+
+
+def test_older_generation_is_rejected_stale_and_echoed():
+    with make() as c:
+        assert sub(c, seq=1, gen=2) == Decision.ACCEPTED
+        assert sub(c, seq=2, gen=1, deadline=T + 900, retry=2, reason=4) == \
+            Decision.REJECTED_STALE
+        (o,) = c.pop_outcomes()
+        assert (o.code, o.sequence, o.generation, o.lane) == (Code.REJECTED_STALE, 2, 1, -1)
+        assert (o.retry_count, o.retry_reason, o.deadline_ros_ns) == (2, 4, T + 917)
+        assert (o.remaining_nfe, o.nfe_done, o.arrival_ns, o.finish_ns) == (1, 0, T, T)
+        assert c.session_generation(b"s") == 2
+        assert sub(c, seq=3, gen=2) == Decision.ACCEPTED  # equal generation is fresh
+
+
+def test_deadline_already_passed_is_expired():
+    with make() as c:
+        assert sub(c, seq=1, deadline=T) == Decision.EXPIRED
+        assert sub(c, seq=2, deadline=T - 1) == Decision.EXPIRED
+        assert sub(c, seq=3, deadline=T + 1) == Decision.ACCEPTED
+        assert [o.code for o in c.pop_outcomes()] == [Code.EXPIRED, Code.EXPIRED]
+
+
+# ---- §4 step 5 / §6: retry and age gate ---------------------------------------------------------
+
+
+def test_retry_gate_age_beats_slack():
+    # slack = 500; age 500 >= 500 rejects a retry, age 499 does not.
+    with make() as c:
+        assert sub(c, seq=1, deadline=T + 500, retry=1, origin=T - 500) == \
+            Decision.REJECTED_DEADLINE
+        assert sub(c, seq=2, deadline=T + 500, retry=1, origin=T - 499) == Decision.ACCEPTED
+        # A first attempt is not a retry under the default gate (RETRIES).
+        assert sub(c, seq=3, deadline=T + 500, retry=0, origin=T - 5000) == Decision.ACCEPTED
+        # No deadline: no slack to compare with.
+        assert sub(c, seq=4, retry=3, origin=0) == Decision.ACCEPTED
+        assert c.stats().rejected_late_retries == 1
+        assert c.pop_outcomes()[0].code == Code.REJECTED_DEADLINE
+
+
+def test_retry_threshold_and_age_gate_modes():
+    with make(reject_if_retry_count_gte=2) as c:
+        assert sub(c, seq=1, deadline=T + 10, retry=1, origin=0) == Decision.ACCEPTED
+        assert sub(c, seq=2, deadline=T + 10, retry=2, origin=0) == Decision.REJECTED_DEADLINE
+    with make(age_gate=AgeGate.ALL) as c:
+        assert sub(c, seq=1, deadline=T + 10, origin=T - 10) == Decision.REJECTED_DEADLINE
+    with make(age_gate=AgeGate.OFF) as c:
+        assert sub(c, seq=1, deadline=T + 10, retry=5, origin=0) == Decision.ACCEPTED
+
+
+def test_queue_age_gate_rejects_any_old_request():
+    with make(reject_if_queue_age_ns_gte=1000) as c:
+        assert sub(c, seq=1, origin=T - 1000) == Decision.REJECTED_DEADLINE  # no deadline, too
+        assert sub(c, seq=2, origin=T - 999) == Decision.ACCEPTED
+        assert sub(c, seq=3, origin=T + 50) == Decision.ACCEPTED  # origin in the future: age 0
+        assert c.stats().rejected_late_retries == 1
+
+
+# ---- §4 step 6 / §7: capacity ------------------------------------------------------------------
+
+
+def test_full_queue_displaces_latest_deadline():
+    with make(queue_capacity=2) as c:
+        sub(c, sid=b"a", deadline=T + 5000)
+        sub(c, sid=b"b", deadline=T + 9000)
+        assert sub(c, sid=b"x", deadline=T + 7000) == Decision.ACCEPTED
+        assert queue(c) == [(b"a", 0), (b"x", 0)]
+        assert codes(c) == [(Code.REJECTED_CAPACITY, b"b", 0, -1)]
+        assert c.stats().displaced == 1
+
+
+def test_full_queue_rejects_what_cannot_displace():
+    with make(queue_capacity=2) as c:
+        sub(c, sid=b"a", deadline=T + 5000)
+        sub(c, sid=b"b", deadline=T + 9000)
+        assert sub(c, sid=b"x", deadline=T + 9000) == Decision.REJECTED_CAPACITY  # not earlier
+        assert sub(c, sid=b"y") == Decision.REJECTED_CAPACITY                     # no deadline
+        assert queue(c) == [(b"a", 0), (b"b", 0)]
+        assert [o.session_id for o in c.pop_outcomes()] == [b"x", b"y"]
+        assert c.stats().displaced == 0
+
+
+def test_no_deadline_is_latest_and_ties_displace_latest_arrival():
+    with make(queue_capacity=3) as c:
+        sub(c, sid=b"a", deadline=T + 100)
+        sub(c, sid=b"b")
+        sub(c, sid=b"c")
+        assert sub(c, sid=b"x", deadline=T + 1_000_000) == Decision.ACCEPTED
+        assert codes(c) == [(Code.REJECTED_CAPACITY, b"c", 0, -1)]
+    with make(queue_capacity=2) as c:
+        sub(c, sid=b"a", deadline=T + 500)
+        sub(c, sid=b"b", deadline=T + 500)
+        assert sub(c, sid=b"x", deadline=T + 499) == Decision.ACCEPTED
+        assert codes(c) == [(Code.REJECTED_CAPACITY, b"b", 0, -1)]
+
+
+def test_capacity_is_counted_after_work_x_cancels():
+    with make(queue_capacity=1) as c:
+        sub(c, seq=1, gen=1, deadline=T + 100)
+        assert sub(c, seq=2, gen=2, deadline=T + 900) == Decision.ACCEPTED
+        assert queue(c) == [(b"s", 2)]
+        assert codes(c) == [(Code.REJECTED_STALE, b"s", 1, -1)]
+        assert c.stats().displaced == 0
+
+
+# ---- §4: a request rejected at steps 3-7 changes nothing ----------------------------------------
+
+
+def test_rejection_at_admission_changes_nothing():
+    with make(workers=1, queue_capacity=2, nfe_ns=100) as c:
+        sub(c, seq=1, gen=1, nfe=5)                            # runs 500 ns
+        c.dispatch(0, T)
+        sub(c, seq=2, gen=1)                                   # queued, no deadline
+        sub(c, sid=b"o", deadline=T + 100_000)                 # fills the queue
+        before = (queue(c), c.lanes_snapshot(), c.stats())
+        # gen 2 would cancel seq 1 and 2; capacity would let it displace b"o"; but it cannot
+        # finish in 50 ns (lane frees at T+100, one NFE -> T+200).
+        assert sub(c, seq=3, gen=2, deadline=T + 150) == Decision.REJECTED_DEADLINE
+        after = c.stats()
+        assert (queue(c), c.lanes_snapshot()) == before[:2]
+        assert c.session_generation(b"s") == 1
+        assert not c.lanes_snapshot()[0].cancelled
+        assert (after.displaced, after.outcomes[Code.REJECTED_STALE]) == (0, 0)
+        assert codes(c) == [(Code.REJECTED_DEADLINE, b"s", 3, -1)]
+
+
+def test_rejection_at_capacity_changes_nothing():
+    with make(queue_capacity=1) as c:
+        sub(c, sid=b"a", seq=1, gen=1, deadline=T + 100)
+        c.dispatch(0, T)                                   # a runs
+        sub(c, sid=b"b", seq=1, gen=1)                     # b queued: the queue is full
+        assert sub(c, sid=b"a", seq=2, gen=5) == Decision.REJECTED_CAPACITY
+        assert c.session_generation(b"a") == 1
+        assert not c.lanes_snapshot()[0].cancelled
+
+
+# ---- §4 step 8: accepting a newer generation ---------------------------------------------------
+
+
+def test_newer_generation_prunes_queued_and_cancels_running():
+    with make(workers=1) as c:
+        sub(c, seq=1, gen=1, nfe=3)
+        c.dispatch(0, T)
+        sub(c, seq=2, gen=1)
+        assert sub(c, now=T + 10, seq=3, gen=2) == Decision.ACCEPTED
+        assert codes(c) == [(Code.REJECTED_STALE, b"s", 2, -1)]
+        assert c.lanes_snapshot()[0].cancelled
+        assert c.session_generation(b"s") == 2
+        assert c.step(0, T + 100, 90) == Step.STOP_STALE
+        (o,) = c.pop_outcomes()
+        assert (o.code, o.sequence, o.lane, o.nfe_done, o.remaining_nfe) == \
+            (Code.REJECTED_STALE, 1, 0, 1, 2)
+        assert (o.queue_ns, o.compute_ns) == (0, 100)
+        s = c.stats()
+        assert (s.nfe_total, s.nfe_wasted, s.lanes_busy) == (1, 1, 0)
+
+
+def test_cancelled_after_last_step_finishes_stale():
+    with make(workers=1) as c:
+        sub(c, seq=1, gen=1, nfe=1)
+        c.dispatch(0, T)
+        assert c.step(0, T + 10, 10) == Step.DONE
+        sub(c, now=T + 11, seq=2, gen=2)
+        assert c.finish(0, T + 12, np.ones(ACT, np.float32)) == Code.REJECTED_STALE
+        assert [(o.code, o.actions) for o in c.pop_outcomes()] == [(Code.REJECTED_STALE, None)]
+
+
+# ---- §5: calibrated admission ------------------------------------------------------------------
+
+
+def test_admission_off_when_nfe_ns_is_zero():
+    with make(nfe_ns=0, max_nfe=64) as c:
+        assert sub(c, deadline=T + 1, nfe=64) == Decision.ACCEPTED
+        assert not c.queue_snapshot()[0].tested
+
+
+def test_admission_single_lane_prefix_sums():
+    # W = 1, nfe 100, idle lane. EDF: A(d+300, 2 NFE) -> 200; B(d+600, 3) -> 500.
+    with make(workers=1, nfe_ns=100) as c:
+        assert sub(c, sid=b"a", deadline=T + 300, nfe=2) == Decision.ACCEPTED
+        assert sub(c, sid=b"b", deadline=T + 600, nfe=3) == Decision.ACCEPTED
+        # x(d+450, 1): A 200, x 300 <= 450, B 600 <= 600.
+        assert sub(c, sid=b"x", deadline=T + 450, nfe=1) == Decision.ACCEPTED
+        # y(d+450, 1) sorts after x (tie, later arrival): y 400 <= 450 but B 700 > 600.
+        assert sub(c, sid=b"y", deadline=T + 450, nfe=1) == Decision.REJECTED_DEADLINE
+        # z(d+2000) after B: A 200, x 300, B 600, z 700.
+        assert sub(c, sid=b"z", deadline=T + 700, nfe=1) == Decision.ACCEPTED
+        assert [q.tested for q in c.queue_snapshot()] == [True] * 4
+
+
+def test_admission_two_lanes_hand_simulation():
+    # nfe 100. Lane 0 runs 3 NFE (frees T+300), lane 1 idle (T).
+    def setup(c):
+        sub(c, sid=b"r", nfe=3)
+        c.dispatch(0, T)
+        assert sub(c, sid=b"a", deadline=T + 250, nfe=2) == Decision.ACCEPTED  # L1 -> 200
+        assert sub(c, sid=b"b", deadline=T + 600, nfe=3) == Decision.ACCEPTED  # L1 200 -> 500
+
+    with make(workers=2, nfe_ns=100) as c:
+        setup(c)
+        # x(d+400, 1): A on L1 -> 200; x on L1 (200 < 300) -> 300; B on L0 (300, lower index on a
+        # tie) -> 600 <= 600.
+        assert sub(c, sid=b"x", deadline=T + 400, nfe=1) == Decision.ACCEPTED
+    with make(workers=2, nfe_ns=100) as c:
+        setup(c)
+        # Same, but x needs 2 NFE: x on L1 -> 400 <= 400; B on L0 -> 600 <= 600: accepted.
+        assert sub(c, sid=b"x", deadline=T + 400, nfe=2) == Decision.ACCEPTED
+        # y(d+400, 1) after x: A L1 200, x L1 400, y L0 400 <= 400, B L1 (400) -> 700 > 600.
+        assert sub(c, sid=b"y", deadline=T + 400, nfe=1) == Decision.REJECTED_DEADLINE
+
+
+def test_admission_cancelled_running_work_counts_one_nfe():
+    with make(workers=1, nfe_ns=100) as c:
+        sub(c, sid=b"s", gen=1, nfe=10)             # frees at T + 1000 unless cancelled
+        c.dispatch(0, T)
+        assert sub(c, sid=b"o", deadline=T + 250) == Decision.REJECTED_DEADLINE  # 1100 > 250
+        # gen 2 cancels the running work: the lane frees after the step in flight, T + 100.
+        assert sub(c, sid=b"s", seq=1, gen=2, deadline=T + 200) == Decision.ACCEPTED
+        # Already-cancelled running work also counts one NFE for later requests.
+        assert sub(c, sid=b"p", deadline=T + 300) == Decision.ACCEPTED   # 100 + 100 + 100
+
+
+def test_admission_no_deadline_sorts_last_and_is_never_tested():
+    with make(workers=1, nfe_ns=100) as c:
+        sub(c, sid=b"r", nfe=50)
+        c.dispatch(0, T)                                                 # frees at T + 5000
+        assert sub(c, sid=b"n", nfe=64 - 14) == Decision.ACCEPTED        # hopeless, untested
+        assert sub(c, sid=b"d", deadline=T + 5100) == Decision.ACCEPTED  # n is behind it
+        assert [(q.session_id, q.tested) for q in c.queue_snapshot()] == \
+            [(b"d", True), (b"n", False)]
+
+
+def test_admission_with_no_alive_lane_rejects_deadline_requests():
+    with make(workers=2, nfe_ns=100) as c:
+        c.disable_lane(0, T)
+        c.disable_lane(1, T)
+        assert sub(c, seq=1, deadline=T + 10**9) == Decision.REJECTED_DEADLINE
+        assert sub(c, seq=2) == Decision.ACCEPTED
+        c.set_calibration(0, 0)
+        assert sub(c, seq=3, deadline=T + 10**9) == Decision.ACCEPTED
+
+
+def test_admission_reserve():
+    with make(workers=1, nfe_ns=100, admission_reserve_ns=1) as c:
+        assert sub(c, seq=1, deadline=T + 100) == Decision.REJECTED_DEADLINE  # 100 + 1 > 100
+        assert sub(c, seq=2, deadline=T + 101) == Decision.ACCEPTED
+
+
+def test_admission_does_not_judge_requests_ahead_of_x():
+    with make(workers=1, nfe_ns=100) as c:
+        sub(c, sid=b"a", deadline=T + 300, nfe=2)
+        c.set_calibration(200, 0)   # a now looks late (400 > 300): x does not make it later
+        assert sub(c, sid=b"x", deadline=T + 1000) == Decision.ACCEPTED   # a 400, x 600
+        assert sub(c, sid=b"y", deadline=T + 250) == Decision.REJECTED_DEADLINE  # y 200, a 600
+
+
+def test_admission_saturates_near_uint64_max():
+    now = U64 - 1000
+    with make(workers=1, nfe_ns=100, max_nfe=64) as c:
+        # 9 NFE end at U64 - 100 <= U64 - 1.
+        assert sub(c, now=now, seq=1, deadline=U64 - 1, nfe=9) == Decision.ACCEPTED
+        # Behind it, 1 more NFE ends exactly at U64: the saturated value, meets nothing.
+        assert sub(c, now=now, seq=2, deadline=U64, nfe=1) == Decision.REJECTED_DEADLINE
+        # 20 NFE overflow: saturated, rejected instead of wrapping to a small time.
+        assert sub(c, now=now, seq=3, deadline=U64 - 1, nfe=20) == Decision.REJECTED_DEADLINE
+
+
+def test_admission_remaining_times_nfe_overflow():
+    with make(workers=1, nfe_ns=2**63, max_nfe=64) as c:
+        assert sub(c, seq=1, deadline=U64 - 1, nfe=2) == Decision.REJECTED_DEADLINE  # 2 * 2^63
+        assert sub(c, seq=2, deadline=U64 - 1, nfe=1) == Decision.ACCEPTED           # T + 2^63
+    with make(workers=1, nfe_ns=100, max_nfe=64) as c:
+        sub(c, seq=1, nfe=64)
+        c.dispatch(0, T)
+        c.set_calibration(2**60, 0)  # the running lane: 64 * 2^60 overflows -> never frees
+        assert sub(c, seq=2, deadline=U64 - 1) == Decision.REJECTED_DEADLINE
+
+
+# ---- dispatch -----------------------------------------------------------------------------------
+
+
+def test_dispatch_is_edf_with_ties_by_arrival():
+    with make(queue_capacity=8) as c:
+        for sid, d in [(b"a", 500), (b"b", 300), (b"c", 500), (b"d", 0), (b"e", 300)]:
+            sub(c, sid=sid, deadline=T + d if d else 0)
+        got = []
+        for _ in range(5):
+            got.append(c.dispatch(0, T).session_id)
+            c.step(0, T, 1)
+            c.finish(0, T, np.zeros(ACT, np.float32))
+        assert got == [b"b", b"e", b"a", b"c", b"d"]
+        assert c.dispatch(0, T) is None
+
+
+def test_dispatch_expires_work_that_can_no_longer_finish():
+    with make(workers=1, nfe_ns=100) as c:
+        assert sub(c, sid=b"a", deadline=T + 500, nfe=3) == Decision.ACCEPTED
+        assert sub(c, sid=b"b", deadline=T + 900, nfe=1) == Decision.ACCEPTED
+        # At T+201: a would end at T+501 > T+500 -> EXPIRED (a calibration miss); b runs.
+        w = c.dispatch(0, T + 201)
+        assert w.session_id == b"b"
+        (o,) = c.pop_outcomes()
+        assert (o.code, o.session_id, o.lane, o.queue_ns, o.nfe_done) == \
+            (Code.EXPIRED, b"a", 0, 201, 0)
+        assert c.stats().calibration_misses == 1
+    with make(workers=1, nfe_ns=0) as c:
+        sub(c, sid=b"a", deadline=T + 500, nfe=3)
+        sub(c, sid=b"b", deadline=T + 501, nfe=3)
+        assert c.dispatch(0, T + 500).session_id == b"b"   # a: now >= deadline; b: not yet
+        assert codes(c) == [(Code.EXPIRED, b"a", 0, 0)]
+        assert c.stats().calibration_misses == 0           # never tested: not a miss
+
+
+def test_queue_timeout_rejects_at_dispatch():
+    with make(queue_timeout_ns=1000) as c:
+        sub(c, sid=b"a")
+        sub(c, now=T + 1, sid=b"b")
+        assert c.dispatch(0, T + 1001).session_id == b"b"  # a waited 1001 > 1000; b 1000
+        assert codes(c) == [(Code.REJECTED_DEADLINE, b"a", 0, 0)]
+        assert c.stats().calibration_misses == 0
+
+
+def test_observation_is_copied_at_submit():
+    with make() as c:
+        obs = np.array([1.5, -2.0], np.float32)
+        c.submit(req(obs=obs), T)
+        obs[:] = 99
+        assert c.dispatch(0, T).observation.tolist() == [1.5, -2.0]
+
+
+# ---- step / finish ------------------------------------------------------------------------------
+
+
+def test_steps_then_finish_emits_inference():
+    with make(workers=1) as c:
+        sub(c, seq=7, deadline=T + 1000, nfe=2, retry=1, reason=1)
+        w = c.dispatch(0, T + 100)
+        assert (w.sequence, w.remaining_nfe, w.deadline_ns, w.noise_seed) == (7, 2, T + 1000, 7)
+        assert c.step(0, T + 300, 200) == Step.CONTINUE
+        assert c.lanes_snapshot()[0].remaining_nfe == 1
+        assert c.step(0, T + 500, 190) == Step.DONE
+        assert c.output_space(0)
+        assert c.finish(0, T + 1000, np.array([0.25, 4.0], np.float32)) == Code.INFERENCE
+        (o,) = c.pop_outcomes()
+        assert (o.code, o.sequence, o.lane, o.nfe_done, o.remaining_nfe) == \
+            (Code.INFERENCE, 7, 0, 2, 0)
+        assert (o.queue_ns, o.compute_ns, o.arrival_ns, o.finish_ns) == (100, 900, T, T + 1000)
+        assert (o.retry_count, o.retry_reason, o.deadline_ros_ns) == (1, 1, T + 1017)
+        assert o.actions.tolist() == [0.25, 4.0]
+        s = c.stats()
+        assert (s.nfe_total, s.nfe_wasted, s.busy_ns, s.outcomes[0]) == (2, 0, 390, 1)
+
+
+def test_step_stops_expired_work_between_steps():
+    with make(workers=1, nfe_ns=100) as c:
+        sub(c, deadline=T + 300, nfe=3)                    # tested: fits exactly
+        c.dispatch(0, T)
+        assert c.step(0, T + 299, 150) == Step.CONTINUE
+        assert c.step(0, T + 300, 150) == Step.STOP_EXPIRED  # now >= deadline, 1 step left
+        (o,) = c.pop_outcomes()
+        assert (o.code, o.nfe_done, o.remaining_nfe, o.lane) == (Code.EXPIRED, 2, 1, 0)
+        s = c.stats()
+        assert (s.nfe_wasted, s.calibration_misses, s.lanes_busy) == (2, 1, 0)
+
+
+def test_finish_after_deadline_is_expired_without_actions():
+    with make(workers=1) as c:
+        sub(c, seq=1, deadline=T + 100)
+        c.dispatch(0, T)
+        c.step(0, T + 100, 100)
+        assert c.finish(0, T + 100, np.ones(ACT, np.float32)) == Code.INFERENCE  # on time
+        sub(c, now=T + 100, seq=2, deadline=T + 200)
+        c.dispatch(0, T + 100)
+        c.step(0, T + 150, 50)
+        assert c.finish(0, T + 201, np.ones(ACT, np.float32)) == Code.EXPIRED
+        assert [(o.code, o.actions is None) for o in c.pop_outcomes()] == \
+            [(Code.INFERENCE, False), (Code.EXPIRED, True)]
+        assert c.stats().nfe_wasted == 1
+        assert c.stats().calibration_misses == 0   # admission off: never promised
+
+
+def test_calls_out_of_lane_state_raise():
+    with make(workers=1) as c:
+        with pytest.raises(InvalidState):
+            c.step(0, T, 1)                               # idle lane
+        with pytest.raises(InvalidState):
+            c.finish(0, T, np.zeros(ACT, np.float32))     # idle lane
+        sub(c, nfe=2)
+        c.dispatch(0, T)
+        with pytest.raises(InvalidState):
+            c.dispatch(0, T)                              # busy lane
+        with pytest.raises(InvalidState):
+            c.finish(0, T, np.zeros(ACT, np.float32))     # not DONE
+        run_to_done(c, 0, T)
+        with pytest.raises(InvalidState):
+            c.step(0, T, 1)                               # DONE: finish, not step
+        with pytest.raises(InvalidArgument):
+            c.step(1, T, 1)                               # no such lane
+
+
+# ---- §8: rings and drops -----------------------------------------------------------------------
+
+
+def test_full_rings_drop_and_count():
+    with make(workers=1, ring_capacity=1) as c:
+        assert sub(c, seq=1, deadline=T) == Decision.EXPIRED       # ring 0: 1/1
+        assert sub(c, seq=2, deadline=T) == Decision.EXPIRED       # dropped
+        s = c.stats()
+        assert (s.outcomes[Code.EXPIRED], s.rejection_outputs_dropped) == (2, 1)
+        # Ring 1: an EXPIRED at dispatch fills it, then the INFERENCE has no room.
+        sub(c, seq=3, deadline=T + 10)
+        sub(c, seq=4, deadline=T + 100)
+        assert c.dispatch(0, T + 10).sequence == 4
+        assert not c.output_space(0)
+        c.step(0, T + 20, 10)
+        assert c.finish(0, T + 20, np.ones(ACT, np.float32)) == Code.INFERENCE
+        s = c.stats()
+        assert (s.outcomes[Code.INFERENCE], s.action_outputs_dropped) == (1, 1)
+        assert [o.sequence for o in c.pop_outcomes()] == [1, 3]
+        assert c.output_space(0)
+
+
+def test_pop_outcomes_round_robin_over_rings():
+    with make(workers=1) as c:
+        sub(c, seq=1, deadline=T)                   # ring 0
+        sub(c, seq=2, deadline=T)                   # ring 0
+        sub(c, seq=3, deadline=T + 5)
+        sub(c, seq=4)
+        c.dispatch(0, T + 5)                        # seq 3 EXPIRED into ring 1
+        assert [o.sequence for o in c.pop_outcomes(2)] == [1, 3]
+        assert [o.sequence for o in c.pop_outcomes()] == [2]
+
+
+def test_wait_outputs_wakes_on_commit_from_another_thread():
+    with make() as c:
+        woke = []
+
+        def publisher():
+            t0 = time.monotonic()
+            c.wait_outputs(5_000_000_000)
+            woke.append((time.monotonic() - t0, c.pop_outcomes()))
+
+        th = threading.Thread(target=publisher)
+        th.start()
+        time.sleep(0.05)
+        sub(c, deadline=T)                          # EXPIRED into ring 0 rings the doorbell
+        th.join(5)
+        assert woke and woke[0][0] < 2.0 and woke[0][1][0].code == Code.EXPIRED
+
+
+def test_wait_for_work_wakes_on_submit_and_shutdown():
+    with make(workers=2) as c:
+        assert c.wait_for_work(0, 1_000_000) is False      # empty: times out after 1 ms
+        results = []
+
+        def worker(lane):
+            results.append((lane, c.wait_for_work(lane, 5_000_000_000)))
+
+        th = threading.Thread(target=worker, args=(0,))
+        th.start()
+        time.sleep(0.05)
+        sub(c)
+        th.join(5)
+        assert results == [(0, True)]
+        c.dispatch(0, T)
+        waiters = [threading.Thread(target=worker, args=(1,)),
+                   threading.Thread(target=lambda: results.append(c.wait_outputs(5 * 10**9)))]
+        t0 = time.monotonic()
+        for th in waiters:
+            th.start()
+        time.sleep(0.05)
+        c.shutdown()
+        for th in waiters:
+            th.join(5)
+        assert time.monotonic() - t0 < 2.0
+        assert (1, False) in results
+
+
+# ---- sessions ----------------------------------------------------------------------------------
+
+
+def finish_all(c: Core, now: int) -> None:
+    while (w := c.dispatch(0, now)) is not None:
+        run_to_done(c, w.lane, now)
+        c.finish(0, now, np.zeros(ACT, np.float32))
+
+
+def test_full_session_table_evicts_least_recently_accepted_idle_session():
+    with make(max_sessions=2) as c:
+        sub(c, now=T, sid=b"a", gen=5)
+        sub(c, now=T + 1, sid=b"b", gen=5)
+        sub(c, now=T + 2, sid=b"a", seq=1, gen=5)   # a accepted again: b is now the LRU
+        finish_all(c, T + 3)
+        assert sub(c, now=T + 4, sid=b"c") == Decision.ACCEPTED
+        assert c.session_generation(b"b") is None
+        assert c.session_generation(b"a") == 5
+        s = c.stats()
+        assert (s.sessions, s.sessions_evicted) == (2, 1)
+        # Eviction forgets the watermark: b's old generation 0 is no longer stale.
+        finish_all(c, T + 5)
+        assert sub(c, now=T + 6, sid=b"b", gen=0) == Decision.ACCEPTED
+
+
+def test_full_session_table_with_no_idle_session_rejects_capacity():
+    with make(max_sessions=2, workers=1) as c:
+        sub(c, sid=b"a")
+        sub(c, sid=b"b")
+        c.dispatch(0, T)                                      # a running, b queued
+        assert sub(c, sid=b"c") == Decision.REJECTED_CAPACITY
+        assert c.stats().sessions_evicted == 0
+        assert sub(c, sid=b"a", seq=1) == Decision.ACCEPTED   # known sessions still work
+
+
+def test_early_evictions_are_counted_against_session_idle_ns():
+    with make(max_sessions=1, session_idle_ns=1000) as c:
+        sub(c, now=T, sid=b"a")
+        finish_all(c, T)
+        sub(c, now=T + 999, sid=b"b")                         # a seen 999 ago: early
+        finish_all(c, T + 999)
+        sub(c, now=T + 1999, sid=b"c")                        # b seen 1000 ago: not early
+        s = c.stats()
+        assert (s.sessions_evicted, s.sessions_evicted_early) == (2, 1)
+
+
+# ---- lanes, counters, validation ---------------------------------------------------------------
+
+
+def test_disable_lane_expires_in_flight_work():
+    with make(workers=2, nfe_ns=100) as c:
+        sub(c, deadline=T + 1000, nfe=3)
+        c.dispatch(1, T)
+        c.step(1, T + 100, 100)
+        c.disable_lane(1, T + 150)
+        c.disable_lane(1, T + 150)                            # idempotent
+        (o,) = c.pop_outcomes()
+        assert (o.code, o.lane, o.nfe_done, o.remaining_nfe) == (Code.EXPIRED, 1, 1, 2)
+        s = c.stats()
+        assert (s.lanes_alive, s.lanes_busy, s.calibration_misses, s.nfe_wasted) == (1, 0, 0, 1)
+        with pytest.raises(InvalidState):
+            c.dispatch(1, T)
+
+
+def test_retry_counters_by_count_and_reason():
+    with make() as c:
+        sub(c, seq=1, retry=0, reason=0)
+        sub(c, seq=2, retry=1, reason=1)
+        sub(c, seq=3, retry=3, reason=4)
+        sub(c, seq=3, retry=9, reason=4)                      # coalesced: still counted
+        s = c.stats()
+        assert s.retries_by_count == [0, 1, 0, 1, 0, 0, 0, 1]
+        assert s.retries_by_reason == [0, 1, 0, 0, 2, 0]
+        assert (s.submitted, s.accepted, s.coalesced) == (4, 3, 1)
+
+
+def test_gauges():
+    with make(workers=2) as c:
+        sub(c, now=T + 5, seq=1)
+        sub(c, now=T + 7, seq=2)
+        sub(c, now=T + 9, seq=3)
+        c.dispatch(0, T + 10)
+        s = c.stats()
+        assert (s.queue_depth, s.sessions, s.lanes_busy, s.lanes_alive) == (2, 1, 1, 2)
+        assert s.oldest_queued_arrival_ns == T + 7
+
+
+def test_invalid_input_raises_and_is_not_counted():
+    with make(max_nfe=4) as c:
+        for bad in [dict(nfe=0), dict(nfe=5), dict(sid=b"x" * 65), dict(reason=6)]:
+            with pytest.raises(InvalidArgument):
+                sub(c, **bad)
+        with pytest.raises(InvalidArgument):
+            c.submit(req(obs=np.zeros(OBS + 1, np.float32)), T)
+        assert sub(c, sid=b"x" * 64, nfe=4) == Decision.ACCEPTED
+        assert c.stats().submitted == 1
+    for bad in [dict(workers=0), dict(queue_capacity=0), dict(max_sessions=0),
+                dict(ring_capacity=0), dict(workers=65), dict(max_nfe=0)]:
+        with pytest.raises(InvalidArgument):
+            make(**bad)
+
+
+def test_ring_capacity_is_rounded_to_a_power_of_two():
+    with make(ring_capacity=3) as c:
+        for i in range(6):
+            sub(c, seq=i, deadline=T)
+        assert c.stats().rejection_outputs_dropped == 2   # 4 fit
+
+
+def test_close_is_idempotent_and_closed_core_refuses_calls():
+    c = make()
+    c.close()
+    c.close()
+    with pytest.raises(InvalidState):
+        sub(c)
