@@ -5,7 +5,7 @@ SHELL := /bin/bash
 ENV := source scripts/env.sh &&
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint core sanitize bench clean help
+.PHONY: setup run test lint core sanitize fuzz stress bench clean help
 
 help:
 	@echo "make run    - start the relay on the bundled model with a demo producer (Ctrl-C stops)"
@@ -13,6 +13,8 @@ help:
 	@echo "make setup  - only bootstrap (.venv, ROS 2 wheels, colcon build, C core)"
 	@echo "make lint   - ruff check"
 	@echo "make sanitize - C core tests under AddressSanitizer + UBSan"
+	@echo "make fuzz   - fuzz the C core for FUZZ_SECONDS (default 300) on an ASan + UBSan build"
+	@echo "make stress - hostile-input campaign, fault drills and a 10-minute soak (out/*.json, png)"
 	@echo "make bench  - all benchmarks at full size (writes out/bench/*.json and *.png)"
 
 setup:
@@ -32,6 +34,14 @@ core: setup
 
 sanitize: setup
 	@scripts/sanitize_core.sh
+
+fuzz: setup
+	@$(ENV) python tools/fuzz_core.py --sanitize --seconds $${FUZZ_SECONDS:-300} --json out/fuzz.json
+
+stress: setup
+	@$(ENV) python -m flowedge_relay.stress malformed --json out/malformed.json && \
+	python -m flowedge_relay.stress faults --json out/faults.json && \
+	python -m flowedge_relay.stress soak --duration 600 --json out/soak.json --plot out/soak.png
 
 bench: setup
 	@$(ENV) scripts/bench_all.sh
