@@ -70,7 +70,9 @@ int fer_ring_nonempty(struct fer_ring *ring);
 /* ---- request slot ------------------------------------------------------------------------------
  * queue_capacity + workers slots exist. Invariants: state FREE <=> on the free stack;
  * QUEUED <=> in queue[]; RUNNING <=> lanes[lane].slot == this slot. session is the index of a
- * live session whose `outstanding` counts this slot. cancelled only when RUNNING. */
+ * live session whose `outstanding` counts this slot, and snext / sprev link the session's
+ * non-FREE slots (so per-session work is O(its own requests), not O(queue)). cancelled only
+ * when RUNNING. */
 enum fer_slot_state { FER_SLOT_FREE = 0, FER_SLOT_QUEUED = 1, FER_SLOT_RUNNING = 2 };
 
 struct fer_slot {
@@ -82,6 +84,8 @@ struct fer_slot {
     uint32_t remaining_nfe;
     uint32_t nfe_done;
     uint32_t lane;
+    uint32_t snext;     /* next / previous slot of the same session, FER_NONE at the ends */
+    uint32_t sprev;
     uint8_t state;
     uint8_t tested;     /* passed the admission test: an EXPIRED end is a calibration miss */
     uint8_t cancelled;  /* a newer generation was accepted while this ran */
@@ -99,11 +103,13 @@ struct fer_slot {
 /* ---- session -----------------------------------------------------------------------------------
  * Invariants: in_use <=> reachable from the hash table; generation = highest accepted generation
  * (the freshness watermark; eviction forgets it); outstanding = number of QUEUED or RUNNING slots
- * of this session; touch = value of core->touch_seq at the last acceptance (LRU order, unique). */
+ * of this session, and head the first of them (FER_NONE if none); touch = value of
+ * core->touch_seq at the last acceptance (LRU order, unique). */
 struct fer_session {
     char id[FER_SESSION_ID_MAX];
     uint32_t len;
     uint32_t outstanding;
+    uint32_t head;
     uint64_t hash;
     uint64_t generation;
     uint64_t touch;
@@ -120,7 +126,9 @@ struct fer_lane {
 
 /* ---- the core ----------------------------------------------------------------------------------
  * Everything below `mu` is guarded by it except rings (SPSC, see above) and pop_cursor (consumer
- * only). queue[0..qlen) holds QUEUED slot ids sorted by fer_edf_before (EDF head first). */
+ * only). queue[0..qlen) holds QUEUED slot ids in EDF order (head first); qjobs[i] mirrors the
+ * deadline and remaining NFE of queue[i], so the admission simulation reads one contiguous
+ * array instead of chasing slots. */
 struct fer_core {
     pthread_mutex_t mu;
     pthread_cond_t work_cv;     /* signalled on enqueue and on shutdown */
@@ -136,6 +144,7 @@ struct fer_core {
     float *obs_slab;
 
     uint32_t *queue;
+    struct fer_admit_job *qjobs;
     uint32_t qlen;
 
     struct fer_session *sessions;
@@ -152,8 +161,10 @@ struct fer_core {
     struct fer_doorbell bell;
     uint32_t pop_cursor;        /* consumer only: next ring to look at */
 
-    /* admission scratch (queue_capacity + 1 jobs, workers lanes); used only under mu */
+    /* admission scratch (queue_capacity + 1 jobs, workers lanes, a skip flag per slot that is
+     * always all-zero between calls); used only under mu */
     struct fer_admit_job *jobs;
+    uint8_t *skip;
     uint64_t *lane_start;
     uint64_t *lane_scratch;
 

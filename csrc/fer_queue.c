@@ -151,6 +151,7 @@ static uint32_t session_create(struct fer_core *c, const struct fer_request *r, 
     s->hash = h;
     s->generation = r->generation;
     s->outstanding = 0;
+    s->head = FER_NONE;
     s->in_use = 1;
     session_index_insert(c, si);
     return si;
@@ -158,11 +159,32 @@ static uint32_t session_create(struct fer_core *c, const struct fer_request *r, 
 
 /* ---- slots and the queue ---------------------------------------------------------------------- */
 
+static void session_link(struct fer_core *c, uint32_t si, uint32_t id)
+{
+    struct fer_session *ss = &c->sessions[si];
+    struct fer_slot *s = &c->slots[id];
+
+    s->session = si;
+    s->sprev = FER_NONE;
+    s->snext = ss->head;
+    if (ss->head != FER_NONE)
+        c->slots[ss->head].sprev = id;
+    ss->head = id;
+    ss->outstanding++;
+}
+
 static void slot_free(struct fer_core *c, uint32_t id)
 {
     struct fer_slot *s = &c->slots[id];
+    struct fer_session *ss = &c->sessions[s->session];
 
-    c->sessions[s->session].outstanding--;
+    if (s->sprev != FER_NONE)
+        c->slots[s->sprev].snext = s->snext;
+    else
+        ss->head = s->snext;
+    if (s->snext != FER_NONE)
+        c->slots[s->snext].sprev = s->sprev;
+    ss->outstanding--;
     s->state = FER_SLOT_FREE;
     s->cancelled = 0;
     c->free_slots[c->nfree++] = id;
@@ -185,21 +207,47 @@ static uint32_t queue_position(const struct fer_core *c, uint64_t deadline, uint
     return lo;
 }
 
+/* Index of queued slot id (keys are unique: arrival_seq breaks every tie). O(log queue). */
+static uint32_t queue_find(const struct fer_core *c, uint32_t id)
+{
+    const struct fer_slot *s = &c->slots[id];
+    uint32_t lo = 0, hi = c->qlen, mid;
+
+    while (lo < hi) {
+        const struct fer_slot *q;
+        mid = lo + (hi - lo) / 2;
+        q = &c->slots[c->queue[mid]];
+        if (edf_before(q->deadline_ns, q->arrival_seq, s->deadline_ns, s->arrival_seq))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static void queue_insert(struct fer_core *c, uint32_t id)
 {
     struct fer_slot *s = &c->slots[id];
     uint32_t pos = queue_position(c, s->deadline_ns, s->arrival_seq);
+    size_t tail = (size_t)(c->qlen - pos);
 
-    memmove(&c->queue[pos + 1], &c->queue[pos], (size_t)(c->qlen - pos) * sizeof(*c->queue));
+    memmove(&c->queue[pos + 1], &c->queue[pos], tail * sizeof(*c->queue));
+    memmove(&c->qjobs[pos + 1], &c->qjobs[pos], tail * sizeof(*c->qjobs));
     c->queue[pos] = id;
+    c->qjobs[pos].deadline_ns = s->deadline_ns;
+    c->qjobs[pos].remaining_nfe = s->remaining_nfe;
     c->qlen++;
     s->state = FER_SLOT_QUEUED;
 }
 
-static void queue_remove_at(struct fer_core *c, uint32_t pos)
+/* Remove the first n entries from position pos on. */
+static void queue_remove(struct fer_core *c, uint32_t pos, uint32_t n)
 {
-    memmove(&c->queue[pos], &c->queue[pos + 1], (size_t)(c->qlen - pos - 1) * sizeof(*c->queue));
-    c->qlen--;
+    size_t tail = (size_t)(c->qlen - pos - n);
+
+    memmove(&c->queue[pos], &c->queue[pos + n], tail * sizeof(*c->queue));
+    memmove(&c->qjobs[pos], &c->qjobs[pos + n], tail * sizeof(*c->qjobs));
+    c->qlen -= n;
 }
 
 /* ---- outcomes ----------------------------------------------------------------------------------- */
@@ -315,6 +363,8 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
     c->free_slots = calloc(c->nslots, sizeof(*c->free_slots));
     c->obs_slab = calloc((size_t)c->nslots * (cfg->obs_dim ? cfg->obs_dim : 1), sizeof(float));
     c->queue = calloc(cfg->queue_capacity, sizeof(*c->queue));
+    c->qjobs = calloc(cfg->queue_capacity, sizeof(*c->qjobs));
+    c->skip = calloc(c->nslots, sizeof(*c->skip));
     c->sessions = calloc(cfg->max_sessions, sizeof(*c->sessions));
     c->session_free = calloc(cfg->max_sessions, sizeof(*c->session_free));
     c->session_hash = calloc(c->session_hash_mask + 1, sizeof(*c->session_hash));
@@ -323,7 +373,8 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
     c->jobs = calloc((size_t)cfg->queue_capacity + 1, sizeof(*c->jobs));
     c->lane_start = calloc(cfg->workers, sizeof(*c->lane_start));
     c->lane_scratch = calloc(cfg->workers, sizeof(*c->lane_scratch));
-    if (!c->slots || !c->free_slots || !c->obs_slab || !c->queue || !c->sessions ||
+    if (!c->slots || !c->free_slots || !c->obs_slab || !c->queue || !c->qjobs || !c->skip ||
+        !c->sessions ||
         !c->session_free || !c->session_hash || !c->lanes || !c->rings || !c->jobs ||
         !c->lane_start || !c->lane_scratch) {
         fer_core_destroy(c);
@@ -397,6 +448,8 @@ void fer_core_destroy(struct fer_core *c)
     free(c->free_slots);
     free(c->obs_slab);
     free(c->queue);
+    free(c->qjobs);
+    free(c->skip);
     free(c->sessions);
     free(c->session_free);
     free(c->session_hash);
@@ -432,14 +485,35 @@ static int cancels(const struct fer_slot *s, uint32_t si, uint64_t gen)
     return si != FER_NONE && s->session == si && s->generation < gen;
 }
 
-/* §5: build the simulated state for x and run the predicate. victim_pos is the queue index of the
- * request x displaces, or FER_NONE. Returns 1 if x is admissible. */
+/* Up to this many skipped queue entries are located by binary search and the queue copied in
+ * contiguous segments around them; more fall back to one flagged pass (O(queue) either way). */
+#define FER_SKIP_FAST 8
+
+/* Append the retained queue entries in [from, to) to c->jobs, with x inserted before queue index
+ * xq if xq falls in [from, to]. */
+static void jobs_append(struct fer_core *c, uint32_t from, uint32_t to, uint32_t xq,
+                        const struct fer_admit_job *x, uint32_t *nj, uint32_t *xpos)
+{
+    if (*xpos == FER_NONE && xq <= to) {
+        memcpy(&c->jobs[*nj], &c->qjobs[from], (size_t)(xq - from) * sizeof(*c->jobs));
+        *nj += xq - from;
+        *xpos = (*nj)++;
+        c->jobs[*xpos] = *x;
+        from = xq;
+    }
+    memcpy(&c->jobs[*nj], &c->qjobs[from], (size_t)(to - from) * sizeof(*c->jobs));
+    *nj += to - from;
+}
+
+/* §5: build the simulated state for x and run the predicate. victim is the slot x displaces,
+ * or FER_NONE. Returns 1 if x is admissible. O(workers + queue), mostly contiguous copies. */
 static int admissible(struct fer_core *c, const struct fer_request *r, uint32_t si, uint32_t victim,
                       uint64_t now)
 {
     uint64_t nfe = c->cfg.nfe_ns;
-    uint32_t nl = 0, nj = 0, xpos = FER_NONE, i;
-    uint64_t xseq = c->arrival_seq + 1;
+    uint32_t nl = 0, nj = 0, nskip = 0, xq, xpos = FER_NONE, i, k, id, from;
+    uint32_t skip_pos[FER_SKIP_FAST];
+    struct fer_admit_job x;
 
     if (c->lanes_alive == 0)
         return 0;
@@ -459,24 +533,53 @@ static int admissible(struct fer_core *c, const struct fer_request *r, uint32_t 
         else
             c->lane_start[nl++] = fer_sat_finish(now, s->remaining_nfe, nfe);
     }
-    for (i = 0; i < c->qlen; i++) {
-        const struct fer_slot *q = &c->slots[c->queue[i]];
-        if (xpos == FER_NONE &&
-            edf_before(r->deadline_ns, xseq, q->deadline_ns, q->arrival_seq)) {
-            xpos = nj;
-            c->jobs[nj].deadline_ns = r->deadline_ns;
-            c->jobs[nj++].remaining_nfe = r->remaining_nfe;
+    /* The queue as it would be: minus the work x cancels and the victim, plus x (which arrives
+     * last, so it goes after every entry it does not precede). */
+    x.deadline_ns = r->deadline_ns;
+    x.remaining_nfe = r->remaining_nfe;
+    xq = queue_position(c, r->deadline_ns, c->arrival_seq + 1);
+    if (si != FER_NONE)
+        for (id = c->sessions[si].head; id != FER_NONE; id = c->slots[id].snext)
+            if (c->slots[id].state == FER_SLOT_QUEUED &&
+                cancels(&c->slots[id], si, r->generation)) {
+                if (nskip < FER_SKIP_FAST)
+                    skip_pos[nskip] = queue_find(c, id);
+                c->skip[id] = 1;
+                nskip++;
+            }
+    if (victim != FER_NONE) {
+        if (nskip < FER_SKIP_FAST)
+            skip_pos[nskip] = queue_find(c, victim);
+        c->skip[victim] = 1;
+        nskip++;
+    }
+    if (nskip <= FER_SKIP_FAST) {
+        /* Sort the few skipped positions, then copy the segments between them. */
+        for (i = 1; i < nskip; i++)
+            for (k = i; k > 0 && skip_pos[k - 1] > skip_pos[k]; k--) {
+                uint32_t t = skip_pos[k];
+                skip_pos[k] = skip_pos[k - 1];
+                skip_pos[k - 1] = t;
+            }
+        for (from = 0, k = 0; k < nskip; from = skip_pos[k++] + 1)
+            jobs_append(c, from, skip_pos[k], xq, &x, &nj, &xpos);
+        jobs_append(c, from, c->qlen, xq, &x, &nj, &xpos);
+    } else {
+        for (i = 0; i <= c->qlen; i++) {
+            if (i == xq) {
+                xpos = nj;
+                c->jobs[nj++] = x;
+            }
+            if (i < c->qlen && !c->skip[c->queue[i]])
+                c->jobs[nj++] = c->qjobs[i];
         }
-        if (i == victim || cancels(q, si, r->generation))
-            continue;
-        c->jobs[nj].deadline_ns = q->deadline_ns;
-        c->jobs[nj++].remaining_nfe = q->remaining_nfe;
     }
-    if (xpos == FER_NONE) {
-        xpos = nj;
-        c->jobs[nj].deadline_ns = r->deadline_ns;
-        c->jobs[nj++].remaining_nfe = r->remaining_nfe;
-    }
+    /* Leave skip all-zero for the next call. */
+    if (si != FER_NONE)
+        for (id = c->sessions[si].head; id != FER_NONE; id = c->slots[id].snext)
+            c->skip[id] = 0;
+    if (victim != FER_NONE)
+        c->skip[victim] = 0;
     /* Jobs ahead of x are not re-judged: x's acceptance only removes work (cancelled, displaced)
      * or shortens it (cancelled lanes), and EDF list placement is monotone in that, so they
      * finish no later than they already would. */
@@ -495,25 +598,22 @@ static int submit_locked(struct fer_core *c, const struct fer_request *r, uint64
 {
     uint64_t h = fnv1a(r->session_id, r->session_id_len);
     uint32_t si = session_find(c, r->session_id, r->session_id_len, h);
-    uint32_t i, retained, victim = FER_NONE, evict = FER_NONE, id;
+    uint32_t i, id, last = FER_NONE, ncancel = 0, victim = FER_NONE, evict = FER_NONE;
     uint64_t age;
     int tested = 0;
     struct fer_slot *s;
 
     /* 2. duplicate of queued or running (session_id, sequence): coalesce, no output. */
-    if (si != FER_NONE && c->sessions[si].outstanding > 0) {
-        for (i = 0; i < c->nslots; i++) {
-            s = &c->slots[i];
-            if (s->state == FER_SLOT_FREE || s->session != si || s->sequence != r->sequence)
+    if (si != FER_NONE) {
+        for (id = c->sessions[si].head; id != FER_NONE; id = c->slots[id].snext) {
+            s = &c->slots[id];
+            if (s->sequence != r->sequence)
                 continue;
             c->st.coalesced++;
             /* The original answers once; if it is queued and already late, answer now. */
             if (s->state == FER_SLOT_QUEUED && s->deadline_ns != 0 && now >= s->deadline_ns) {
-                uint32_t pos;
-                for (pos = 0; c->queue[pos] != i; pos++)
-                    ;
-                queue_remove_at(c, pos);
-                *rang |= emit_slot(c, i, FER_EXPIRED, now, -1, NULL);
+                queue_remove(c, queue_find(c, id), 1);
+                *rang |= emit_slot(c, id, FER_EXPIRED, now, -1, NULL);
             }
             return FER_COALESCED;
         }
@@ -543,16 +643,17 @@ static int submit_locked(struct fer_core *c, const struct fer_request *r, uint64
     /* 6. capacity, counted after removing queued work x would cancel (§7). The victim is the
      * retained request with the latest deadline (none = latest, ties: latest arrival), i.e. the
      * last retained entry in EDF order. */
-    retained = 0;
-    for (i = 0; i < c->qlen; i++)
-        retained += !cancels(&c->slots[c->queue[i]], si, r->generation);
-    if (retained >= c->cfg.queue_capacity) {
+    if (si != FER_NONE)
+        for (id = c->sessions[si].head; id != FER_NONE; id = c->slots[id].snext)
+            ncancel += c->slots[id].state == FER_SLOT_QUEUED &&
+                       cancels(&c->slots[id], si, r->generation);
+    if (c->qlen - ncancel >= c->cfg.queue_capacity) {
         const struct fer_slot *v;
         for (i = c->qlen; i-- > 0;)
             if (!cancels(&c->slots[c->queue[i]], si, r->generation))
                 break;
-        victim = i;
-        v = &c->slots[c->queue[victim]];
+        victim = c->queue[i];
+        v = &c->slots[victim];
         if (r->deadline_ns == 0 || (v->deadline_ns != 0 && r->deadline_ns >= v->deadline_ns)) {
             *rang |= emit_request(c, r, FER_REJECTED_CAPACITY, now);
             return FER_REJECTED_CAPACITY;
@@ -581,36 +682,46 @@ static int submit_locked(struct fer_core *c, const struct fer_request *r, uint64
         si = session_create(c, r, h);
     } else if (r->generation > c->sessions[si].generation) {
         c->sessions[si].generation = r->generation;
-        /* Queued older generations are answered now; running ones stop at their next step. */
-        for (i = 0; i < c->qlen;) {
-            uint32_t q = c->queue[i];
-            if (cancels(&c->slots[q], si, r->generation)) {
-                if (victim != FER_NONE && victim > i)
-                    victim--;
-                queue_remove_at(c, i);
-                *rang |= emit_slot(c, q, FER_REJECTED_STALE, now, -1, NULL);
-            } else {
-                i++;
-            }
+        /* Running older generations stop at their next step; queued ones are answered now, in
+         * EDF order: one by binary search (the usual case: the previous generation), several
+         * by one compacting pass over the queue. */
+        for (id = c->sessions[si].head; id != FER_NONE; id = c->slots[id].snext) {
+            s = &c->slots[id];
+            if (!cancels(s, si, r->generation))
+                continue;
+            if (s->state == FER_SLOT_RUNNING)
+                s->cancelled = 1;
+            else
+                last = id;
         }
-        for (i = 0; i < c->cfg.workers; i++)
-            if (c->lanes[i].slot != FER_NONE && cancels(&c->slots[c->lanes[i].slot], si,
-                                                        r->generation))
-                c->slots[c->lanes[i].slot].cancelled = 1;
+        if (ncancel == 1) {
+            queue_remove(c, queue_find(c, last), 1);
+            *rang |= emit_slot(c, last, FER_REJECTED_STALE, now, -1, NULL);
+        } else if (ncancel > 1) {
+            uint32_t j = 0;
+            for (i = 0; i < c->qlen; i++) {
+                id = c->queue[i];
+                if (cancels(&c->slots[id], si, r->generation)) {
+                    *rang |= emit_slot(c, id, FER_REJECTED_STALE, now, -1, NULL);
+                } else {
+                    c->queue[j] = id;
+                    c->qjobs[j++] = c->qjobs[i];
+                }
+            }
+            c->qlen = j;
+        }
     }
     c->sessions[si].touch = ++c->touch_seq;
     c->sessions[si].last_seen_ns = now;
     if (victim != FER_NONE) {
-        id = c->queue[victim];
-        queue_remove_at(c, victim);
+        queue_remove(c, queue_find(c, victim), 1);
         c->st.displaced++;
-        *rang |= emit_slot(c, id, FER_REJECTED_CAPACITY, now, -1, NULL);
+        *rang |= emit_slot(c, victim, FER_REJECTED_CAPACITY, now, -1, NULL);
     }
     id = c->free_slots[--c->nfree];
     s = &c->slots[id];
     memcpy(s->session_id, r->session_id, r->session_id_len);
     s->session_id_len = r->session_id_len;
-    s->session = si;
     s->retry_count = r->retry_count;
     s->retry_reason = r->retry_reason;
     s->remaining_nfe = r->remaining_nfe;
@@ -628,7 +739,7 @@ static int submit_locked(struct fer_core *c, const struct fer_request *r, uint64
     s->dispatch_ns = 0;
     if (c->cfg.obs_dim)
         memcpy(s->obs, r->observation, (size_t)c->cfg.obs_dim * sizeof(float));
-    c->sessions[si].outstanding++;
+    session_link(c, si, id);
     queue_insert(c, id);
     c->st.accepted++;
     pthread_cond_signal(&c->work_cv);
@@ -703,7 +814,7 @@ int fer_core_dispatch(struct fer_core *c, uint32_t lane, uint64_t now, struct fe
         return FER_ESTATE;
     }
     /* Skip (and answer) the head entries that can no longer be served; remove them and the
-     * dispatched one with a single memmove so the whole call stays O(queue). */
+     * dispatched one with a single queue_remove so the whole call stays O(queue). */
     for (i = 0; i < c->qlen; i++) {
         uint32_t q = c->queue[i];
         s = &c->slots[q];
@@ -718,8 +829,7 @@ int fer_core_dispatch(struct fer_core *c, uint32_t lane, uint64_t now, struct fe
             break;
         }
     }
-    memmove(&c->queue[0], &c->queue[i], (size_t)(c->qlen - i) * sizeof(*c->queue));
-    c->qlen -= i;
+    queue_remove(c, 0, i);
     if (id != FER_NONE) {
         s = &c->slots[id];
         s->state = FER_SLOT_RUNNING;

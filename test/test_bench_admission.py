@@ -33,8 +33,8 @@ def test_quick_report_shape():
     json.dumps(report, allow_nan=False)                       # what --json writes
 
 
-def test_full_depth_point_and_json_via_main(tmp_path):
-    # One depth-1024 point through the CLI entry point: the JSON has the `results` keys.
+def test_depth_1024_point_and_json_keys(tmp_path):
+    # One depth-1024 point, written as --json does: the JSON has the `results` keys.
     from flowedge_relay.bench.__main__ import SUBCOMMANDS
 
     assert "admission" in SUBCOMMANDS

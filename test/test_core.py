@@ -320,6 +320,22 @@ def test_admission_cancelled_running_work_counts_one_nfe():
         assert sub(c, sid=b"p", deadline=T + 300) == Decision.ACCEPTED   # 100 + 100 + 100
 
 
+def test_admission_excludes_many_cancelled_queued_requests():
+    # 12 queued requests of s (more than the core's 8-entry fast path), 1 NFE each, due at
+    # T+1300: they end at 100..1200. x (6 NFE, due T+1350) sorts after them.
+    with make(workers=1, nfe_ns=100, queue_capacity=16) as c:
+        for i in range(12):
+            assert sub(c, seq=i, gen=1, deadline=T + 1300) == Decision.ACCEPTED
+        # Same generation: x waits for all 12 and ends at 1800 > 1350.
+        assert sub(c, seq=98, gen=1, deadline=T + 1350, nfe=6) == Decision.REJECTED_DEADLINE
+        # Generation 2 cancels all 12: x alone ends at 600.
+        assert sub(c, seq=99, gen=2, deadline=T + 1350, nfe=6) == Decision.ACCEPTED
+        assert queue(c) == [(b"s", 99)]
+        outs = c.pop_outcomes()
+        assert [o.sequence for o in outs] == [98] + list(range(12))   # pruned in EDF order
+        assert {o.code for o in outs[1:]} == {Code.REJECTED_STALE}
+
+
 def test_admission_no_deadline_sorts_last_and_is_never_tested():
     with make(workers=1, nfe_ns=100) as c:
         sub(c, sid=b"r", nfe=50)
