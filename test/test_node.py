@@ -13,7 +13,6 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticStatus
 from flowedge_relay_msgs.msg import ActionMessage
 from rclpy.parameter import Parameter
-
 from ros_helpers import running_relay, status_values, wait_for
 
 A = ActionMessage
