@@ -220,7 +220,8 @@ int fer_core_get_config(struct fer_core *core, struct fer_config *out);
  * Decides on req in DESIGN §4 order at time now. Returns FER_ACCEPTED, FER_REJECTED_*,
  * FER_EXPIRED, FER_COALESCED, or FER_EINVAL for input that validation should have discarded
  * (session id too long, remaining_nfe 0 or > max_nfe, retry_reason out of range; not counted).
- * Rejections and any displaced / pruned / drained work are pushed to ring 0. */
+ * Rejections and any displaced / pruned / drained work are pushed to ring 0. With no alive lane,
+ * a request is REJECTED_CAPACITY (REJECTED_DEADLINE if the admission test would judge it). */
 int fer_core_submit(struct fer_core *core, const struct fer_request *req, uint64_t now);
 
 /* ---- worker thread for lane ------------------------------------------------------------------
@@ -235,7 +236,9 @@ int fer_core_submit(struct fer_core *core, const struct fer_request *req, uint64
  *   REJECTED_STALE if cancelled after its last step) into ring lane+1, frees the lane, returns
  *   the code. A full ring drops the record and counts action_outputs_dropped.
  * disable_lane: the lane's worker has exited. The lane leaves admission; its work is EXPIRED into
- *   ring lane+1. Call only once that worker is gone, so the ring keeps a single producer. */
+ *   ring lane+1; if it was the last alive lane, every queued request is REJECTED_CAPACITY into
+ *   ring lane+1 too (and later submits are refused, see below). Call only once that worker is
+ *   gone, so the ring keeps a single producer. */
 int fer_core_wait_for_work(struct fer_core *core, uint32_t lane, uint64_t timeout_ns);
 int fer_core_dispatch(struct fer_core *core, uint32_t lane, uint64_t now, struct fer_work *out);
 int fer_core_step(struct fer_core *core, uint32_t lane, uint64_t now, uint64_t nfe_ns_measured);

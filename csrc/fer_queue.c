@@ -659,6 +659,12 @@ static int submit_locked(struct fer_core *c, const struct fer_request *r, uint64
             return FER_REJECTED_CAPACITY;
         }
     }
+    /* No alive lane can ever serve it (all workers died): no capacity. A request the admission
+     * test judges gets its answer from the lane simulation instead (step 7: it misses). */
+    if (c->lanes_alive == 0 && !(c->cfg.nfe_ns != 0 && r->deadline_ns != 0)) {
+        *rang |= emit_request(c, r, FER_REJECTED_CAPACITY, now);
+        return FER_REJECTED_CAPACITY;
+    }
     if (si == FER_NONE && c->nsession_free == 0) {
         evict = session_evictable(c);
         if (evict == FER_NONE) {
@@ -954,6 +960,15 @@ int fer_core_disable_lane(struct fer_core *c, uint32_t lane, uint64_t now)
         }
         c->lanes[lane].alive = 0;
         c->lanes_alive--;
+        /* The last lane is gone: nothing queued will ever be dispatched. Answer it all now
+         * (ring lane+1 has this caller as its only producer). */
+        if (c->lanes_alive == 0) {
+            uint32_t i;
+            for (i = 0; i < c->qlen; i++)
+                rang |= emit_slot(c, c->queue[i], FER_REJECTED_CAPACITY, now, (int32_t)lane,
+                                  NULL);
+            queue_remove(c, 0, c->qlen);
+        }
     }
     pthread_mutex_unlock(&c->mu);
     if (rang)

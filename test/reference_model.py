@@ -203,6 +203,9 @@ class RefCore:
             if not (dl and (victim.deadline_ns == 0 or dl < victim.deadline_ns)):
                 self._emit_request(r, REJECTED_CAPACITY, now)
                 return REJECTED_CAPACITY
+        if not any(self.alive) and not (cfg.nfe_ns and dl):
+            self._emit_request(r, REJECTED_CAPACITY, now)     # no lane will ever serve it
+            return REJECTED_CAPACITY
         evict = None
         if sess is None and len(self.sessions) >= cfg.max_sessions:
             idle = [(s.touch, k) for k, s in self.sessions.items() if not self.outstanding(k)]
@@ -350,6 +353,10 @@ class RefCore:
             it.tested = False  # a dead worker is not a calibration miss
             self._free_lane(lane, EXPIRED, now)
         self.alive[lane] = False
+        if not any(self.alive):                                 # the last lane: drain the queue
+            for q in self.queue:
+                self._emit_item(q, REJECTED_CAPACITY, now, lane, ran=False)
+            self.queue = []
 
     # ---- publisher / any thread -----------------------------------------------------------------
 

@@ -346,14 +346,23 @@ def test_admission_no_deadline_sorts_last_and_is_never_tested():
             [(b"d", True), (b"n", False)]
 
 
-def test_admission_with_no_alive_lane_rejects_deadline_requests():
+def test_no_alive_lane_answers_everything():
     with make(workers=2, nfe_ns=100) as c:
-        c.disable_lane(0, T)
-        c.disable_lane(1, T)
-        assert sub(c, seq=1, deadline=T + 10**9) == Decision.REJECTED_DEADLINE
-        assert sub(c, seq=2) == Decision.ACCEPTED
+        sub(c, seq=1, deadline=T + 10**9)
+        sub(c, seq=2)
+        c.dispatch(0, T)
+        c.disable_lane(0, T)                       # seq 1 EXPIRED; seq 2 still queued for lane 1
+        assert codes(c) == [(Code.EXPIRED, b"s", 1, 0)]
+        c.disable_lane(1, T + 5)                   # the last lane: the queue is drained
+        assert codes(c) == [(Code.REJECTED_CAPACITY, b"s", 2, 1)]
+        assert c.stats().queue_depth == 0
+        # Nothing can run any more: the lane simulation rejects a judged request...
+        assert sub(c, seq=3, deadline=T + 10**9) == Decision.REJECTED_DEADLINE
+        # ...and everything else has no capacity (instead of waiting forever in the queue).
+        assert sub(c, seq=4) == Decision.REJECTED_CAPACITY
         c.set_calibration(0, 0)
-        assert sub(c, seq=3, deadline=T + 10**9) == Decision.ACCEPTED
+        assert sub(c, seq=5, deadline=T + 10**9) == Decision.REJECTED_CAPACITY
+        assert [o.sequence for o in c.pop_outcomes()] == [3, 4, 5]
 
 
 def test_admission_reserve():
