@@ -133,12 +133,8 @@ def test_worker_thread_dies_lane_leaves_admission_in_flight_gets_an_outcome():
     assert alive["request"] and alive["publisher"] and sum(alive.values()) == len(alive) - 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (core/workers owner): with every lane dead (lanes_alive == 0) a valid request is "
-    "accepted into the queue and never answered; DESIGN 3 says every valid request gets one "
-    "ActionMessage. Expected: REJECTED_CAPACITY (or EXPIRED) at admission, and queued work "
-    "drained when the last lane is disabled."))
 def test_regression_all_workers_dead_still_answers_every_valid_request():
+    """Regression: with every lane dead, valid requests used to sit in the queue unanswered."""
     with running_relay(workers=1) as h:
         h.relay.pool.inject_worker_crash(0)
         assert wait_for(lambda: h.relay.core.stats().lanes_alive == 0, 10)
