@@ -176,29 +176,39 @@ def status_values(status) -> dict[str, str]:
 
 
 @contextmanager
-def running_relay(**params) -> Iterator[RelayHarness]:
-    """Start a RelayNode with the given parameter overrides plus a client; tear both down."""
+def relay_spinning(ctx: Context, client_name: str, **params) -> Iterator[tuple[object, Node]]:
+    """A RelayNode spinning as in production (request thread + main executor) plus a client
+    node in `ctx`; on exit both are torn down in order: relay threads, context, nodes."""
     from rclpy.parameter import Parameter
 
     from flowedge_relay.node import RelayNode, spin_relay
 
-    with ros_context() as ctx:
-        overrides = [Parameter(k, value=v) for k, v in params.items()]
-        relay = RelayNode(context=ctx, parameter_overrides=overrides)
-        client = rclpy.create_node("relay_test_client", context=ctx)
-        spin_thread = threading.Thread(
-            target=spin_relay, args=(relay,), kwargs={"context": ctx}, daemon=True
-        )
-        try:
-            harness = RelayHarness(ctx, relay, client)
-            spin_thread.start()
-            with spinning(client, context=ctx):
-                wait_for_subscribers(harness.pub)
-                yield harness
-        finally:
-            relay.stop()
-            ctx.try_shutdown()
-            if spin_thread.is_alive():
-                spin_thread.join(timeout=10)
-            relay.destroy_node()
-            client.destroy_node()
+    overrides = [Parameter(k, value=v) for k, v in params.items()]
+    relay = RelayNode(context=ctx, parameter_overrides=overrides)
+    client = rclpy.create_node(client_name, context=ctx)
+    spin_thread = threading.Thread(
+        target=spin_relay, args=(relay,), kwargs={"context": ctx}, daemon=True
+    )
+    try:
+        spin_thread.start()
+        yield relay, client
+    finally:
+        relay.stop()
+        ctx.try_shutdown()
+        if spin_thread.is_alive():
+            spin_thread.join(timeout=10)
+        relay.destroy_node()
+        client.destroy_node()
+
+
+@contextmanager
+def running_relay(**params) -> Iterator[RelayHarness]:
+    """Start a RelayNode with the given parameter overrides plus a client; tear both down."""
+    with ros_context() as ctx, relay_spinning(ctx, "relay_test_client", **params) as (
+        relay,
+        client,
+    ):
+        harness = RelayHarness(ctx, relay, client)
+        with spinning(client, context=ctx):
+            wait_for_subscribers(harness.pub)
+            yield harness

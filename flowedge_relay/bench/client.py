@@ -32,7 +32,7 @@ from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from flowedge_relay.harness import spinning, wait_for, wait_for_subscribers
+from flowedge_relay.harness import relay_spinning, spinning, wait_for, wait_for_subscribers
 from flowedge_relay.model import ModelInfo, bench_model_path, default_model_path
 
 CODE_NAMES = ("INFERENCE", "REJECTED_STALE", "REJECTED_DEADLINE", "REJECTED_CAPACITY", "EXPIRED")
@@ -186,35 +186,18 @@ def wait_idle(relay, timeout: float = 10.0) -> bool:
 @contextmanager
 def bench_relay(**params) -> Iterator[tuple[object, BenchClient]]:
     """A RelayNode with these parameter overrides and a BenchClient, torn down in order."""
-    from rclpy.parameter import Parameter
-
-    from flowedge_relay.node import RelayNode, spin_relay
-
-    with private_context() as ctx:
-        overrides = [Parameter(k, value=v) for k, v in params.items()]
-        relay = RelayNode(context=ctx, parameter_overrides=overrides)
+    with private_context() as ctx, relay_spinning(ctx, "flowedge_bench_client", **params) as (
+        relay,
+        node,
+    ):
         if relay.model is None:
-            relay.destroy_node()
             raise RuntimeError(f"relay could not load its model: {relay.model_error}")
-        node = rclpy.create_node("flowedge_bench_client", context=ctx)
-        spin_thread = threading.Thread(
-            target=spin_relay, args=(relay,), kwargs={"context": ctx}, daemon=True
-        )
-        try:
-            client = BenchClient(node, relay.model)
-            spin_thread.start()
-            with spinning(node, context=ctx):
-                wait_for_subscribers(client.pub)
-                if not wait_for(lambda: client.sub.get_publisher_count() >= 1, 10.0):
-                    raise TimeoutError("the client never matched the relay's actions publisher")
-                yield relay, client
-        finally:
-            relay.stop()
-            ctx.try_shutdown()
-            if spin_thread.is_alive():
-                spin_thread.join(timeout=10)
-            relay.destroy_node()
-            node.destroy_node()
+        client = BenchClient(node, relay.model)
+        with spinning(node, context=ctx):
+            wait_for_subscribers(client.pub)
+            if not wait_for(lambda: client.sub.get_publisher_count() >= 1, 10.0):
+                raise TimeoutError("the client never matched the relay's actions publisher")
+            yield relay, client
 
 
 def set_policy(relay, **values) -> None:
