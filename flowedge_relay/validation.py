@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SESSION_ID_MAX_BYTES = 64  # must match FER_SESSION_ID_MAX in csrc/fer.h
+from flowedge_relay.core import SESSION_ID_MAX
+
+SESSION_ID_MAX_BYTES = SESSION_ID_MAX  # the core's fixed session-id buffer (csrc/fer.h)
 MODEL_DIGEST_MAX_CHARS = 80  # "sha256:" + 64 hex digits = 71
 OBSERVATION_MAX_LEN = 65536  # anything longer is rejected before it is even compared
 RETRY_REASON_MAX = 5  # InferenceRequest.RETRY_AFTER_EXPIRED; must match FER_RETRY_REASONS - 1
