@@ -68,6 +68,7 @@ class DemoProducer(Node):
         self.nfe = param("nfe", 8, "remaining_nfe of each request")
         self.burst_every_s = param("burst_every_s", 5.0, "seconds between bursts; 0 = none")
         self.burst_size = param("burst_size", 120, "requests in a burst")
+        self.burst_nfe = param("burst_nfe", 64, "remaining_nfe of burst requests (long jobs)")
         self.retry_probability = param("retry_probability", 0.3, "chance to retry a rejection")
         self.quiet = param("quiet", False, "do not print the per-second summary")
         model_path = param("model_path", "", "model whose digest and dims to use; empty=bundled")
@@ -140,7 +141,7 @@ class DemoProducer(Node):
             retry_reason=InferenceRequest.RETRY_NONE,
             origin_stamp=_time(now_ns),
             deadline=_time(deadline_ns),
-            remaining_nfe=self.nfe,
+            remaining_nfe=self.burst_nfe if session == BURST_SESSION else self.nfe,
             model_digest=m.digest,
             observation_dim=m.obs_dim,
             action_dim=m.action_dim,
