@@ -1,0 +1,109 @@
+"""Diagnostics levels and keys from snapshots (the node-level test checks them over DDS)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from diagnostic_msgs.msg import DiagnosticStatus
+
+from flowedge_relay.core import Stats
+from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_message
+
+S = 1_000_000_000
+
+
+def stats(**fields) -> Stats:
+    base = {f.name: 0 for f in dataclasses.fields(Stats)}
+    base.update(outcomes=[0] * 5, retries_by_count=[0] * 8, retries_by_reason=[0] * 6,
+                lanes_alive=2)
+    base.update(fields)
+    return Stats(**base)
+
+
+def snap(now_s: float = 1.0, **fields) -> Snapshot:
+    base = dict(
+        now_ns=int(now_s * S), received=0, deadlines_seen=0, discarded={"dims_mismatch": 0},
+        core=stats(), nfe_ns=1_000_000, admission_reserve_ns=0, nfe_p50_ns=500_000.0,
+        nfe_p99_ns=900_000.0, nfe_samples=10, workers=2, dead_lanes=[], stalled_lanes=[],
+        model_ok=True, model_error="", model_path="m.onnx", model_digest="sha256:ab",
+        latency_p50_ms=1.0, latency_p99_ms=2.0, utilisation=0.5,
+    )
+    base.update(fields)
+    return Snapshot(**base)
+
+
+def levels(builder: DiagnosticsBuilder, s: Snapshot) -> dict[str, int]:
+    array = builder.build(s, _stamp())
+    return {st.name.split(": ", 1)[1]: st.level for st in array.status}
+
+
+def _stamp():
+    from builtin_interfaces.msg import Time
+
+    return Time(sec=1)
+
+
+def test_healthy_relay_is_ok_everywhere_with_one_hardware_id():
+    b = DiagnosticsBuilder("flowedge_relay")
+    array = b.build(snap(), _stamp())
+    assert [st.name for st in array.status] == [
+        f"flowedge_relay: {t}" for t in ("admission", "queue", "workers", "model", "output")
+    ]
+    assert {st.level for st in array.status} == {DiagnosticStatus.OK}
+    assert len({st.hardware_id for st in array.status}) == 1
+
+
+def test_calibration_miss_warns_and_the_warning_is_held():
+    b = DiagnosticsBuilder("r", hold_s=10.0)
+    assert levels(b, snap(1.0))["admission"] == DiagnosticStatus.OK
+    missed = stats(calibration_misses=1)
+    assert levels(b, snap(2.0, core=missed))["admission"] == DiagnosticStatus.WARN
+    assert levels(b, snap(11.0, core=missed))["admission"] == DiagnosticStatus.WARN  # held
+    assert levels(b, snap(12.5, core=missed))["admission"] == DiagnosticStatus.OK  # expired
+
+
+def test_admission_off_while_deadlines_arrive_warns():
+    b = DiagnosticsBuilder("r")
+    assert levels(b, snap(1.0, nfe_ns=0))["admission"] == DiagnosticStatus.OK
+    warned = levels(b, snap(2.0, nfe_ns=0, deadlines_seen=3))
+    assert warned["admission"] == DiagnosticStatus.WARN
+
+
+def test_dropped_outputs_warn_on_the_output_status():
+    b = DiagnosticsBuilder("r")
+    levels(b, snap(1.0))
+    got = levels(b, snap(2.0, core=stats(rejection_outputs_dropped=5)))
+    assert got["output"] == DiagnosticStatus.WARN
+
+
+def test_dead_or_stalled_worker_and_missing_model_are_errors():
+    b = DiagnosticsBuilder("r")
+    assert levels(b, snap(dead_lanes=[1]))["workers"] == DiagnosticStatus.ERROR
+    assert levels(b, snap(stalled_lanes=[0]))["workers"] == DiagnosticStatus.ERROR
+    assert levels(b, snap(model_ok=False, model_error="gone"))["model"] == DiagnosticStatus.ERROR
+
+
+def test_measured_nfe_above_configured_bound_warns():
+    b = DiagnosticsBuilder("r")
+    assert levels(b, snap(nfe_p99_ns=2_000_000.0))["workers"] == DiagnosticStatus.WARN
+
+
+def test_counters_are_reported_per_code_reason_and_retry_bucket():
+    b = DiagnosticsBuilder("r")
+    s = snap(core=stats(outcomes=[5, 4, 3, 2, 1], retries_by_count=[0, 2, 0, 0, 0, 0, 0, 9],
+                        retries_by_reason=[0, 1, 0, 0, 7, 0], coalesced=6),
+             discarded={"dims_mismatch": 3, "observation_not_finite": 1})
+    admission = b.build(s, _stamp()).status[0]
+    values = {kv.key: kv.value for kv in admission.values}
+    assert values["outcome.rejected_capacity"] == "2" and values["outcome.expired"] == "1"
+    assert values["invalid.dims_mismatch"] == "3" and values["invalid_discarded"] == "4"
+    assert values["retries.count_1"] == "2" and values["retries.count_7+"] == "9"
+    assert values["retries.reason_4"] == "7" and values["duplicate_retries_coalesced"] == "6"
+
+
+def test_stats_message_mirrors_the_snapshot():
+    s = snap(core=stats(outcomes=[5, 4, 3, 2, 1], queue_depth=7, oldest_queued_arrival_ns=S // 2))
+    msg = stats_message(s, _stamp())
+    assert (msg.inference, msg.rejected_stale, msg.expired) == (5, 4, 1)
+    assert msg.queue_depth == 7 and abs(msg.oldest_queue_age_ms - 500.0) < 1e-9
+    assert msg.nfe_ns_configured == 1_000_000 and msg.lane_utilisation == 0.5
