@@ -28,7 +28,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay import parameters
-from flowedge_relay.core import AgeGate, Code, Core, CoreConfig, Request
+from flowedge_relay.core import AgeGate, Code, Core, CoreConfig, Decision, Request
 from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_message
 from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until
 from flowedge_relay.model import ModelError, default_model_path, load_model
@@ -211,16 +211,21 @@ class RelayNode(Node):
         if deadline_ros:
             self._deadlines_seen += 1
         try:
-            self._submit(msg, sid, obs, now_mono, now_ros, deadline_ros)
+            decision = self._submit(msg, sid, obs, now_mono, now_ros, deadline_ros)
         except Exception as exc:  # one hostile message must never kill the request thread
             self.validator.discarded[Reason.CORE_REFUSED] += 1
             self.get_logger().error(
                 f"the core refused a validated request ({exc!r}): validation misses a case",
                 throttle_duration_sec=5.0,
             )
+            return
+        if decision == Decision.ACCEPTED:
+            # Hand the GIL to a worker waking for this request now, instead of after the rest of
+            # the executor's Python bookkeeping (~0.4 ms here): sleep(0) releases it.
+            time.sleep(0)
 
-    def _submit(self, msg, sid, obs, now_mono: int, now_ros: int, deadline_ros: int) -> None:
-        self.core.submit(
+    def _submit(self, msg, sid, obs, now_mono: int, now_ros: int, deadline_ros: int) -> Decision:
+        return self.core.submit(
             Request(
                 session_id=sid,
                 sequence=msg.sequence,
