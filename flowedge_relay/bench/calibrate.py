@@ -11,8 +11,13 @@ one process, sends requests of `--nfe` NFE one at a time over DDS, and measures 
 and, side by side (alternating blocks in the same run, same process), raw onnxruntime cost of one
 NFE (`FlowSampler.nfe()`: one bound `run_with_iobinding` + the solver update) on its own session.
 
+then keeps the lanes saturated for a few seconds (2W+2 requests outstanding) and records the
+relay's compute ns per NFE under that load (loaded: the GIL and both cores are shared with the
+request and publisher threads, so an NFE costs more than on an idle relay).
+
 Recommendation (conservative starting point, ADR 0015):
-  recommended_nfe_ns               = ceil(margin x p99 of e2e ns per NFE), whole microseconds
+  recommended_nfe_ns               = ceil(margin x max(p99 of e2e ns per NFE,
+                                                       p99 of loaded compute ns per NFE)), in us
   recommended_admission_reserve_ns = ceil(margin x p99 of the fixed part), whole microseconds
 The e2e per-NFE figure already carries the fixed part spread over `--nfe` steps, so the two
 overlap on purpose. Production calibration needs representative traces, thermal state, CPU
@@ -32,6 +37,7 @@ from flowedge_relay.bench.client import (
     bench_relay,
     model_path,
     percentiles,
+    saturate,
     warm_up,
 )
 from flowedge_relay.bench.perfdoc import host_info
@@ -45,7 +51,8 @@ CAVEAT = (
     "deployed CPU affinity / real-time priority, and a safety margin on top. Re-run it there."
 )
 NOISY_TAIL_RATIO = 3.0  # raw NFE p99 / p50 above this: the host stalls; say so
-SIZES = {"quick": (16, 4, 100, 2), "full": (800, 10, 4000, 8)}  # requests, nfe, raw NFEs, blocks
+# requests, nfe, raw NFEs, blocks, seconds saturated
+SIZES = {"quick": (16, 4, 100, 2, 0.3), "full": (800, 10, 4000, 8, 4.0)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,8 +110,9 @@ def relay_samples(
 
 
 def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
-            bar: Progress | None = None) -> dict:  # fmt: skip
-    """Relay requests and raw NFEs in alternating blocks; returns the sample arrays."""
+            bar: Progress | None = None, loaded_s: float = 0.0) -> dict:  # fmt: skip
+    """Relay requests and raw NFEs in alternating blocks, then (loaded_s > 0) the lanes kept
+    saturated for loaded_s seconds; returns the sample arrays."""
     info = relay.model
     sampler = FlowSampler(make_session(info, 1), info, "euler")
     obs = np.zeros(info.obs_dim, np.float32)
@@ -121,6 +129,14 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
             relay_acc.setdefault(key, []).extend(values)
     samples = {k: np.asarray(v, np.int64) for k, v in relay_acc.items()}
     samples["raw_nfe_ns"] = np.concatenate(raw_parts)
+    if loaded_s > 0:
+        # An NFE costs more when the request and publisher threads are busy too (the GIL, two
+        # cores): admission must be calibrated for the load it will face, not an idle relay.
+        if bar is not None:
+            bar.update(label=f"saturated {loaded_s:g} s")
+        answers = saturate(client, relay.core.workers, nfe, loaded_s, "bench-calibrate-load")
+        samples["loaded_compute_ns"] = np.asarray([a.compute_ns for a in answers], np.int64)
+        samples["loaded_nfe_done"] = np.asarray([a.nfe_done for a in answers], np.int64)
     return samples
 
 
@@ -134,6 +150,10 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
         "fixed_overhead_ns": samples["e2e_ns"] - samples["compute_ns"],
         "e2e_ns": samples["e2e_ns"],
     }
+    if "loaded_compute_ns" in samples:
+        series["loaded_compute_ns_per_nfe"] = samples["loaded_compute_ns"] / np.maximum(
+            samples["loaded_nfe_done"], 1
+        )
     report: dict[str, object] = {}
     for name, values in series.items():
         p50, p99, p999 = percentiles(values, QS)
@@ -142,7 +162,8 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
         report[f"{name}_p99_9"] = p999
         report[f"{name}_max"] = float(np.max(values)) if len(values) else 0.0
         report[f"{name}_mean"] = float(np.mean(values)) if len(values) else 0.0
-    report["recommended_nfe_ns"] = _us_ceil(margin * report["e2e_ns_per_nfe_p99"])
+    bound = max(report["e2e_ns_per_nfe_p99"], report.get("loaded_compute_ns_per_nfe_p99", 0.0))
+    report["recommended_nfe_ns"] = _us_ceil(margin * bound)
     report["recommended_admission_reserve_ns"] = _us_ceil(margin * report["fixed_overhead_ns_p99"])
     # A tail far above the median means stalls (other processes, throttling), not the model.
     tail = report["raw_ns_per_nfe_p99"] / max(report["raw_ns_per_nfe_p50"], 1.0)
@@ -157,7 +178,7 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     host = host_info()  # load average before this run adds its own
-    requests, nfe, raw_nfe, blocks = SIZES["quick" if args.quick else "full"]
+    requests, nfe, raw_nfe, blocks, loaded_s = SIZES["quick" if args.quick else "full"]
     requests = args.requests or requests
     nfe = args.nfe or nfe
     path = model_path(args.model)
@@ -167,7 +188,7 @@ def run(args: argparse.Namespace) -> dict:
         bar.update(label="starting relay")
         with bench_relay(**params) as (relay, client):
             warm_up(client)
-            samples = measure(relay, client, requests, nfe, raw_nfe, blocks, bar)
+            samples = measure(relay, client, requests, nfe, raw_nfe, blocks, bar, loaded_s)
             nfe_p50, nfe_p99, _ = relay.pool.nfe_percentiles()
     report = summarize(samples, nfe, args.margin)
     report.update(
@@ -202,7 +223,9 @@ def _rows(r: dict) -> list[dict]:
         ("relay compute ns/NFE", "relay_compute_ns_per_nfe"),
         ("end-to-end ns/NFE", "e2e_ns_per_nfe"),
         ("fixed part (e2e - compute)", "fixed_overhead_ns"),
+        ("relay compute ns/NFE, saturated", "loaded_compute_ns_per_nfe"),
     ]
+    names = [(label, key) for label, key in names if f"{key}_p50" in r]
     return [
         {
             "measure": label,
@@ -222,7 +245,7 @@ def table(report: dict) -> str:
         f"calibrate: {report['method']}",
         format_rows(report["rows"]),
         f"recommended nfe_ns               = {report['recommended_nfe_ns']:>10d}"
-        f"  (p99 end-to-end ns per NFE x margin {report['margin']:g})",
+        f"  (max p99 of e2e and saturated compute ns per NFE x margin {report['margin']:g})",
         f"recommended admission_reserve_ns = {report['recommended_admission_reserve_ns']:>10d}"
         "  (p99 fixed part x margin)",
         f"  flowedge-relayd --nfe-ns {report['recommended_nfe_ns']} "

@@ -173,6 +173,26 @@ def private_context() -> Iterator[Context]:
         ctx.try_shutdown()
 
 
+def saturate(client, workers: int, nfe: int, seconds: float, session: str) -> list[Answer]:
+    """Keep 2W+2 no-deadline requests of nfe NFE outstanding for `seconds`; the answers, in
+    order. The lanes never idle, so this is the relay under sustained load."""
+    outstanding: list[tuple[str, int]] = []
+    answers: list[Answer] = []
+    window = 2 * workers + 2
+    end = time.monotonic() + seconds
+    while time.monotonic() < end or outstanding:
+        while len(outstanding) < window and time.monotonic() < end:
+            req = client.request(session, client.next_sequence(), nfe)
+            client.send(req)
+            outstanding.append((req.session_id, req.sequence))
+        ans = client.answer(outstanding[0], 10.0)
+        if ans is None or ans.code != INFERENCE:
+            raise RuntimeError(f"saturation request failed: {ans}")
+        outstanding.pop(0)
+        answers.append(ans)
+    return answers
+
+
 def wait_idle(relay, timeout: float = 10.0) -> bool:
     """The relay's queue is empty and no lane is busy."""
 

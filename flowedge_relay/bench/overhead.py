@@ -31,6 +31,7 @@ from flowedge_relay.bench.client import (
     bench_relay,
     model_path,
     percentiles,
+    saturate,
     warm_up,
 )
 from flowedge_relay.bench.perfdoc import host_info
@@ -101,27 +102,13 @@ def bare_throughput(samplers, seconds: float) -> float:
 
 def relay_throughput(client, workers: int, nfe: int, seconds: float) -> float:
     """NFE/s answered to the client with 2W+2 requests always outstanding (no deadline)."""
-    outstanding = []
-    window = 2 * workers + 2
-    done_nfe, first, last = 0, None, None
-    end = time.monotonic() + seconds
-    while time.monotonic() < end or outstanding:
-        while len(outstanding) < window and time.monotonic() < end:
-            req = client.request("bench-throughput", client.next_sequence(), nfe)
-            client.send(req)
-            outstanding.append((req.session_id, req.sequence))
-        ans = client.answer(outstanding[0], 10.0)
-        if ans is None or ans.code != INFERENCE:
-            raise RuntimeError(f"saturation request failed: {ans}")
-        outstanding.pop(0)
-        if first is None:
-            first = ans.received_ns  # the window starts at the first answer: pipeline full
-        else:
-            done_nfe += ans.nfe_done
-            last = ans.received_ns
-    if last is None or last <= first:
+    answers = saturate(client, workers, nfe, seconds, "bench-throughput")
+    if len(answers) < 2:
         return 0.0
-    return done_nfe / ((last - first) * 1e-9)
+    # the window starts at the first answer (pipeline full) and ends at the last
+    first, last = answers[0].received_ns, answers[-1].received_ns
+    done_nfe = sum(a.nfe_done for a in answers[1:])
+    return done_nfe / ((last - first) * 1e-9) if last > first else 0.0
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -59,7 +59,8 @@ TARGETS = {  # at 2x load, calibrated EDF admission (printed, never asserted)
     "goodput_vs_capacity": (">=", 0.90),
     "wasted_nfe_ratio": ("<=", 0.01),
 }
-SIZES = {"quick": (0.4, 12), "full": (8.0, 300)}  # seconds per point, calibration requests
+# seconds per point, calibration requests, calibration seconds saturated
+SIZES = {"quick": (0.4, 12, 0.3), "full": (8.0, 300, 3.0)}
 REPORT_CODES = CODE_NAMES
 
 
@@ -163,7 +164,7 @@ def _measure(client, keys, deadlines, lag, before, after) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     host = host_info()  # load average before this run adds its own
-    duration, cal_requests = SIZES["quick" if args.quick else "full"]
+    duration, cal_requests, cal_loaded_s = SIZES["quick" if args.quick else "full"]
     duration = args.duration or duration
     spec = TraceSpec(
         seed=args.seed, sessions=args.sessions, nfe_min=args.nfe_min, nfe_max=args.nfe_max,
@@ -182,7 +183,9 @@ def run(args: argparse.Namespace) -> dict:
         with bench_relay(**params) as (relay, client):
             warm_up(client)
             bar.update(label="inline calibration")
-            samples = calibrate.measure(relay, client, cal_requests, cal_nfe, 10 * cal_requests, 4)
+            samples = calibrate.measure(
+                relay, client, cal_requests, cal_nfe, 10 * cal_requests, 4, loaded_s=cal_loaded_s
+            )
             cal = calibrate.summarize(samples, cal_nfe)
             ns_per_nfe = cal["relay_compute_ns_per_nfe_mean"]
             capacity = capacity_rps(args.workers, spec.mean_nfe, ns_per_nfe)
