@@ -478,14 +478,15 @@ class SoakTraffic:
         req = h.request(session_id=session, sequence=BASE_SEQ + i, generation=gen,
                         remaining_nfe=r.randint(1, min(8, self.max_nfe)), noise_seed=i,
                         deadline_ms=deadline)
-        attempts = 1
+        retry = r.random() < 0.05  # a blind retry right behind it: coalesced if still queued
+        attempts = 2 if retry else 1
+        # book first: a passed deadline is answered within microseconds, maybe before send returns
+        self.book.expect(i, session, attempts)
         h.send(req)
-        if r.random() < 0.05:  # a blind retry right behind it: coalesced if still queued
+        if retry:
             req.retry_count, req.retry_reason = 1, 1
             h.send(req)
-            attempts = 2
             self.retries_sent += 1
-        self.book.expect(i, session, attempts)
         self.valid_sent += attempts
 
 
