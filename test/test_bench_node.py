@@ -105,6 +105,13 @@ def test_overhead_tiny(tmp_path):
     assert 0 < report["overhead_p50_ns"] <= report["overhead_p99_ns"]
     assert report["relay_throughput_ratio"] > 0 and math.isfinite(report["relay_throughput_ratio"])
     assert report["bare_nfe_per_s"] > 0 and report["relay_nfe_per_s"] > 0
+    # the relay ran as its own process, next to the echo node that gives the transport floor
+    assert report["relay"].startswith("own process")
+    assert 0 < report["transport_floor_p50_ns"] <= report["transport_floor_p99_ns"]
+    assert len(report["samples"]["floor_ns"]) == 12
+    floor50 = report["transport_floor_p50_ns"]
+    assert report["relay_added_p50_ns"] == report["overhead_p50_ns"] - floor50
+    assert 0 < report["lane_compute_share"] <= 1.05 and report["worker_speed_vs_bare"] > 0
     assert "relay_throughput_ratio" in overhead.table(report)
     assert _is_png(Path(overhead.plot(report, tmp_path / "overhead.png")))
 

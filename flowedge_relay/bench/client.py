@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -33,7 +36,7 @@ from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.harness import relay_spinning, spinning, wait_for, wait_for_subscribers
-from flowedge_relay.model import ModelInfo, bench_model_path, default_model_path
+from flowedge_relay.model import ModelInfo, bench_model_path, default_model_path, load_model
 
 CODE_NAMES = ("INFERENCE", "REJECTED_STALE", "REJECTED_DEADLINE", "REJECTED_CAPACITY", "EXPIRED")
 INFERENCE = 0
@@ -218,6 +221,84 @@ def bench_relay(**params) -> Iterator[tuple[object, BenchClient]]:
             if not wait_for(lambda: client.sub.get_publisher_count() >= 1, 10.0):
                 raise TimeoutError("the client never matched the relay's actions publisher")
             yield relay, client
+
+
+class NodeProcess:
+    """A node's `python -m MODULE --ros-args ...` as its own process, in the bench's domain:
+    up once it logs "relay up"; stdout drained on a thread (kept for errors); SIGINT stops it."""
+
+    def __init__(self, module: str, ros_args: list[str], timeout: float = 60.0) -> None:
+        cmd = [sys.executable, "-m", module, "--ros-args", *ros_args]
+        env = {**os.environ, "ROS_DOMAIN_ID": str(bench_domain_id()), "PYTHONUNBUFFERED": "1",
+               "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=env)  # fmt: skip
+        self.lines: list[str] = []
+        self._up = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if not self._up.wait(timeout) or self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"{module} did not come up:\n" + "".join(self.lines[-20:]))
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if "relay up" in line:
+                self._up.set()
+        self._up.set()  # process ended: do not wait out the timeout
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(timeout=5)
+        return self.proc.returncode
+
+
+@contextmanager
+def client_of(proc: NodeProcess, info: ModelInfo, namespace: str = "") -> Iterator[BenchClient]:
+    """A BenchClient (own context, bench domain) matched to `proc`'s topics; on exit the client
+    goes, then the process gets SIGINT and must exit 0."""
+    try:
+        with private_context() as ctx:
+            node = rclpy.create_node("flowedge_bench_client", namespace=namespace or None,
+                                     context=ctx)  # fmt: skip
+            try:
+                client = BenchClient(node, info)
+                with spinning(node, context=ctx):
+                    wait_for_subscribers(client.pub)
+                    if not wait_for(lambda: client.sub.get_publisher_count() >= 1, 10.0):
+                        raise TimeoutError(f"the client never matched {proc.proc.args[2]}")
+                    yield client
+            finally:
+                node.destroy_node()
+    finally:
+        if proc.stop() != 0:
+            raise RuntimeError(f"{proc.proc.args[2]} exited with {proc.proc.returncode}:\n"
+                               + "".join(proc.lines[-20:]))  # fmt: skip
+
+
+@contextmanager
+def relay_process(**params) -> Iterator[tuple[ModelInfo, BenchClient]]:
+    """`flowedge-relayd` in its own process (as deployed) with these parameters, and a
+    BenchClient in this one."""
+    info = load_model(params.get("model_path", default_model_path()))
+    ros_args = [a for k, v in params.items() for a in ("-p", f"{k}:={v}")]
+    with client_of(NodeProcess("flowedge_relay.cli", ros_args), info) as client:
+        yield info, client
+
+
+@contextmanager
+def echo_process(info: ModelInfo) -> Iterator[BenchClient]:
+    """The transport floor (bench/echo.py) in its own process under /echo, and its client."""
+    proc = NodeProcess("flowedge_relay.bench.echo", ["-r", "__ns:=/echo"])
+    with client_of(proc, info, namespace="/echo") as client:
+        yield client
 
 
 def set_policy(relay, **values) -> None:

@@ -1,19 +1,25 @@
 """`bench overhead`: what the relay adds on top of the model, at light load and at saturation.
 
-One real RelayNode (bench model, admission off) and one client node in one process, over DDS.
+The relay runs as deployed, as its own `flowedge-relayd` process (bench model, admission off;
+`--in-process` puts it in the bench process instead); a client node in the bench process talks
+to it over DDS. Next to it runs the transport floor, `bench/echo.py`: an rclpy node in its own
+process that answers each request at once, with no model work.
 
-Light load: requests of `--nfe` NFE sent one at a time (the next one `--gap-ms` after the answer).
+Light load: requests of `--nfe` NFE sent one at a time (the next one `--gap-ms` after the answer),
+  each followed by one to the echo node, so both see the same moment of a noisy host.
   overhead = client end-to-end latency - the relay's compute_ns (dispatch -> finish), i.e.
   DDS in, validation, C admission, queueing and dispatch wake-up, outcome ring, publisher thread,
   DDS out and the client's executor. Broken down with the ActionMessage's queue_ns and
-  header.stamp (publish time). Per-step work inside the worker loop is not in it; it shows in
-  the throughput ratio instead.
+  header.stamp (publish time). The echo round trip is the part of that any rclpy node pays on
+  this host; overhead - floor is what the relay itself adds.
 
 Saturation: NFE per second delivered through the relay (answers received by the client, with
   2 x workers + 2 requests of `--sat-nfe` NFE always outstanding, no deadline) against a bare
   loop of `FlowSampler.nfe()` on the same number of threads, each with its own session.
   Trials alternate bare / relay in pairs; relay_throughput_ratio is the median of the pair
-  ratios, so a noisy neighbour that slows one pair does not decide the result.
+  ratios, so a noisy neighbour that slows one pair does not decide the result. The ratio is
+  split into the worker's own NFE speed against bare (sum nfe_done / sum compute_ns) and the
+  share of time the lanes compute, which says whether a loss is in the NFEs or between them.
 
 Targets (printed, not asserted): overhead p99 <= 2 ms, relay_throughput_ratio >= 0.95.
 """
@@ -23,20 +29,24 @@ from __future__ import annotations
 import argparse
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
 from flowedge_relay.bench.client import (
     INFERENCE,
     bench_relay,
+    echo_process,
     model_path,
     percentiles,
+    relay_process,
     saturate,
     warm_up,
 )
 from flowedge_relay.bench.perfdoc import host_info
 from flowedge_relay.bench.progress import Progress
-from flowedge_relay.model import FlowSampler, make_session
+from flowedge_relay.model import FlowSampler, ModelInfo, make_session
 
 TARGET_OVERHEAD_P99_NS = 2_000_000
 TARGET_THROUGHPUT_RATIO = 0.95
@@ -53,25 +63,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sat-nfe", type=int, default=16, help="NFE per saturation request")
     parser.add_argument("--seconds", type=float, help="seconds per throughput trial")
     parser.add_argument("--trials", type=int, help="throughput trials per side")
+    parser.add_argument("--relay-param", action="append", default=[], metavar="NAME:=VALUE",
+                        help="extra relay parameter (repeatable), e.g. gil_switch_interval_us:=100")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the relay inside the bench process (sharing its GIL) instead "
+                             "of as its own flowedge-relayd process")
 
 
-def light_load(client, n: int, nfe: int, gap_s: float, bar=None, timeout: float = 10.0) -> dict:
-    e2e, compute, queue, delivery = [], [], [], []
+@contextmanager
+def relay_under_test(in_process: bool, **params) -> Iterator[tuple[ModelInfo, object]]:
+    """(model info, bench client) for a relay in its own process (default) or in this one."""
+    if in_process:
+        with bench_relay(**params) as (relay, client):
+            yield relay.model, client
+    else:
+        with relay_process(**params) as pair:
+            yield pair
+
+
+def parse_relay_params(items: list[str]) -> dict[str, object]:
+    """NAME:=VALUE strings (as after `ros2 run ... -p`) to parameter overrides (YAML values)."""
+    import yaml
+
+    out = {}
+    for item in items:
+        name, sep, value = item.partition(":=")
+        if not sep or not name:
+            raise SystemExit(f"--relay-param wants NAME:=VALUE, got {item!r}")
+        out[name] = yaml.safe_load(value)
+    return out
+
+
+def _one(client, nfe: int, timeout: float) -> tuple[int, object]:
+    req = client.request("bench-overhead", client.next_sequence(), nfe)
+    sent = client.send(req)
+    ans = client.answer((req.session_id, req.sequence), timeout)
+    if ans is None or ans.code != INFERENCE:
+        raise RuntimeError(f"light-load request failed: {ans}")
+    return ans.received_ns - sent, ans
+
+
+def light_load(client, echo, n: int, nfe: int, gap_s: float, bar=None,
+               timeout: float = 10.0) -> dict:
+    """n requests to the relay, each followed by one to the echo node (the transport floor),
+    one at a time with gap_s after each answer: both see the same moment of the host."""
+    cols: dict[str, list[int]] = {k: [] for k in ("e2e", "compute", "queue", "delivery",
+                                                  "floor", "floor_delivery")}  # fmt: skip
     for _ in range(n):
-        req = client.request("bench-overhead", client.next_sequence(), nfe)
-        sent = client.send(req)
-        ans = client.answer((req.session_id, req.sequence), timeout)
-        if ans is None or ans.code != INFERENCE:
-            raise RuntimeError(f"light-load request failed: {ans}")
-        e2e.append(ans.received_ns - sent)
-        compute.append(ans.compute_ns)
-        queue.append(ans.queue_ns)
-        delivery.append(ans.received_ns - ans.published_ns)
+        e2e, ans = _one(client, nfe, timeout)
+        cols["e2e"].append(e2e)
+        cols["compute"].append(ans.compute_ns)
+        cols["queue"].append(ans.queue_ns)
+        cols["delivery"].append(ans.received_ns - ans.published_ns)
+        time.sleep(gap_s)
+        floor, ans = _one(echo, nfe, timeout)
+        cols["floor"].append(floor)
+        cols["floor_delivery"].append(ans.received_ns - ans.published_ns)
+        time.sleep(gap_s)
         if bar is not None:
             bar.advance()
-        time.sleep(gap_s)
-    return {k: np.asarray(v, np.int64) for k, v in
-            dict(e2e=e2e, compute=compute, queue=queue, delivery=delivery).items()}  # fmt: skip
+    return {k: np.asarray(v, np.int64) for k, v in cols.items()}
 
 
 def bare_throughput(samplers, seconds: float) -> float:
@@ -100,15 +151,20 @@ def bare_throughput(samplers, seconds: float) -> float:
     return sum(counts) / (time.perf_counter() - t0)
 
 
-def relay_throughput(client, workers: int, nfe: int, seconds: float) -> float:
-    """NFE/s answered to the client with 2W+2 requests always outstanding (no deadline)."""
+def relay_throughput(client, workers: int, nfe: int, seconds: float) -> tuple[float, float]:
+    """NFE/s answered to the client with 2W+2 requests always outstanding (no deadline), and
+    NFE/s while a lane computes (sum nfe_done / sum compute_ns, per lane): the second is the
+    worker's own speed, so rate / (compute rate x W) is the share of time lanes spent computing."""
     answers = saturate(client, workers, nfe, seconds, "bench-throughput")
     if len(answers) < 2:
-        return 0.0
+        return 0.0, 0.0
     # the window starts at the first answer (pipeline full) and ends at the last
     first, last = answers[0].received_ns, answers[-1].received_ns
     done_nfe = sum(a.nfe_done for a in answers[1:])
-    return done_nfe / ((last - first) * 1e-9) if last > first else 0.0
+    compute_ns = sum(a.compute_ns for a in answers[1:])
+    rate = done_nfe / ((last - first) * 1e-9) if last > first else 0.0
+    compute_rate = workers * done_nfe / (compute_ns * 1e-9) if compute_ns else 0.0
+    return rate, compute_rate
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -119,46 +175,69 @@ def run(args: argparse.Namespace) -> dict:
     trials = args.trials or trials
     path = model_path(args.model)
     params = dict(model_path=path, workers=args.workers, max_nfe=max(64, args.nfe, args.sat_nfe))
-    bare, relay_rates = [], []
+    params.update(parse_relay_params(args.relay_param))
+    bare, relay_rates, compute_rates = [], [], []
     total = n_light + 2 * trials * seconds
     with Progress("overhead", total) as bar:
         bar.update(label="starting relay")
-        with bench_relay(**params) as (relay, client):
+        with relay_under_test(args.in_process, **params) as (info, client), \
+                echo_process(info) as echo:
             warm_up(client)
-            bar.update(label=f"light load: {n_light} x {args.nfe} NFE")
-            light = light_load(client, n_light, args.nfe, args.gap_ms / 1e3, bar)
-            info = relay.model
+            warm_up(echo)
+            bar.update(label=f"light load: {n_light} x {args.nfe} NFE, each + one echo")
+            light = light_load(client, echo, n_light, args.nfe, args.gap_ms / 1e3, bar)
             samplers = [FlowSampler(make_session(info, 1), info) for _ in range(args.workers)]
             bare_throughput(samplers, 0.1)  # warm-up
             for trial in range(trials):
                 bar.update(label=f"throughput trial {trial + 1}/{trials}: bare onnxruntime")
                 bare.append(bare_throughput(samplers, seconds))
                 bar.advance(seconds, label=f"throughput trial {trial + 1}/{trials}: relay")
-                relay_rates.append(relay_throughput(client, args.workers, args.sat_nfe, seconds))
+                rate, compute_rate = relay_throughput(client, args.workers, args.sat_nfe, seconds)
+                relay_rates.append(rate)
+                compute_rates.append(compute_rate)
                 bar.advance(seconds)
     overhead = light["e2e"] - light["compute"]
     rest = overhead - light["queue"] - light["delivery"]
     o50, o99, o999 = percentiles(overhead, (50, 99, 99.9))
+    f50, f99 = percentiles(light["floor"], (50, 99))
     bare_rate, relay_rate = float(np.median(bare)), float(np.median(relay_rates))
     pair_ratios = [r / b for r, b in zip(relay_rates, bare, strict=True) if b > 0]
     ratio = float(np.median(pair_ratios)) if pair_ratios else 0.0
+    # ratio = (worker NFE speed vs bare) x (share of time the lanes compute): which one loses?
+    speed = [c / b for c, b in zip(compute_rates, bare, strict=True) if b > 0]
+    busy = [r / c for r, c in zip(relay_rates, compute_rates, strict=True) if c > 0]
     parts = {}
     for name, values in (("e2e", light["e2e"]), ("compute", light["compute"]),
                          ("queue", light["queue"]), ("delivery", light["delivery"]),
-                         ("ingress_and_publish", rest)):  # fmt: skip
+                         ("ingress_and_publish", rest), ("transport_floor", light["floor"]),
+                         ("floor_delivery", light["floor_delivery"])):  # fmt: skip
         p50, p99 = percentiles(values, (50, 99))
         parts[name] = {"p50_ns": p50, "p99_ns": p99, "max_ns": float(np.max(values))}
+    where = "in the bench process" if args.in_process else "as its own flowedge-relayd process"
     report = {
+        "method": (
+            f"relay {where}, {args.workers} worker(s), admission off; light load: "
+            f"{len(overhead)} requests of {args.nfe} NFE one at a time, each followed by one to "
+            f"an rclpy echo node in its own process (the transport floor); saturation: "
+            f"{trials} alternating pairs of {seconds:g} s, bare onnxruntime loop vs 2W+2 "
+            f"outstanding {args.sat_nfe}-NFE requests"
+        ),
         "size": "quick" if args.quick else "full",
         "host": host,
         "model": path.rsplit("/", 1)[-1],
         "workers": args.workers,
+        "relay": "in the bench process" if args.in_process else "own process (flowedge-relayd)",
+        "relay_params": {k: v for k, v in params.items() if k != "model_path"},
         "light_requests": int(len(overhead)),
         "light_nfe": args.nfe,
         "overhead_p50_ns": o50,
         "overhead_p99_ns": o99,
         "overhead_p99_9_ns": o999,
         "overhead_max_ns": float(np.max(overhead)),
+        "transport_floor_p50_ns": f50,
+        "transport_floor_p99_ns": f99,
+        "relay_added_p50_ns": o50 - f50,
+        "relay_added_p99_ns": o99 - f99,
         "breakdown": parts,
         "bare_nfe_per_s": bare_rate,
         "relay_nfe_per_s": relay_rate,
@@ -166,6 +245,9 @@ def run(args: argparse.Namespace) -> dict:
         "relay_nfe_per_s_trials": relay_rates,
         "relay_throughput_pair_ratios": [round(x, 4) for x in pair_ratios],
         "relay_throughput_ratio": ratio,
+        "relay_compute_nfe_per_s_trials": compute_rates,
+        "worker_speed_vs_bare": float(np.median(speed)) if speed else 0.0,
+        "lane_compute_share": float(np.median(busy)) if busy else 0.0,
         "throughput_trials": trials,
         "seconds_per_trial": seconds,
         "sat_nfe": args.sat_nfe,
@@ -175,7 +257,7 @@ def run(args: argparse.Namespace) -> dict:
             "relay_throughput_ratio": {"target": f">= {TARGET_THROUGHPUT_RATIO}", "value": ratio,
                                        "met": ratio >= TARGET_THROUGHPUT_RATIO},
         },  # fmt: skip
-        "samples": {"overhead_ns": overhead.tolist()},
+        "samples": {"overhead_ns": overhead.tolist(), "floor_ns": light["floor"].tolist()},
     }
     report["rows"] = [
         {"measure": name.replace("_", " "), "p50_us": round(p["p50_ns"] / 1e3, 1),
@@ -196,9 +278,16 @@ def table(report: dict) -> str:
         f"overhead: {report['model']}, {report['workers']} worker(s); light load = "
         f"{report['light_requests']} sequential requests of {report['light_nfe']} NFE",
         format_rows(report["rows"]),
+        f"transport floor (rclpy echo node in its own process, alternating with the relay): "
+        f"p50 {report['transport_floor_p50_ns'] / 1e3:.0f} us, p99 "
+        f"{report['transport_floor_p99_ns'] / 1e3:.0f} us; relay adds "
+        f"{report['relay_added_p50_ns'] / 1e3:.0f} us at p50, "
+        f"{report['relay_added_p99_ns'] / 1e3:.0f} us at p99 (difference of percentiles)",
         f"throughput ({report['throughput_trials']} alternating bare/relay pairs of "
         f"{report['seconds_per_trial']:g} s): median relay {report['relay_nfe_per_s']:.0f} NFE/s"
         f" vs bare onnxruntime {report['bare_nfe_per_s']:.0f} NFE/s; ratio = median pair ratio",
+        f"  split: worker NFE speed vs bare {report['worker_speed_vs_bare']:.3f} x share of time "
+        f"lanes compute {report['lane_compute_share']:.3f} (medians)",
         "targets (printed, not asserted):",
         f"  overhead_p99_ns        {report['overhead_p99_ns'] / 1e6:8.3f} ms (target <= 2 ms) "
         f"{verdict('overhead_p99_ns')}",
@@ -212,6 +301,9 @@ def plot(report: dict, path: str) -> str:
 
     fig, (ax_cdf, ax_tp) = plots.subplots(ncols=2, width=5.2, height=3.8)
     plots.ecdf(ax_cdf, np.asarray(report["samples"]["overhead_ns"]) / 1e3, "e2e - compute")
+    if "floor_ns" in report["samples"]:
+        plots.ecdf(ax_cdf, np.asarray(report["samples"]["floor_ns"]) / 1e3,
+                   "echo round trip (floor)")  # fmt: skip
     ax_cdf.axvline(TARGET_OVERHEAD_P99_NS / 1e3, color="k", ls="--", lw=1, label="2 ms target")
     ax_cdf.set_xscale("log")
     ax_cdf.set_xlabel("relay overhead per request, us (log)")
@@ -229,6 +321,7 @@ def plot(report: dict, path: str) -> str:
     return plots.save(
         fig, path,
         title=f"overhead: {report['model']}, {report['workers']} worker(s)",
-        note=f"light load: {report['light_requests']} x {report['light_nfe']} NFE one at a time; "
+        note=f"light load: {report['light_requests']} x {report['light_nfe']} NFE one at a time, "
+             f"each followed by one echo; relay {report.get('relay', 'in process')}; "
              f"saturation: {report['sat_nfe']} NFE requests, 2W+2 outstanding",
     )  # fmt: skip

@@ -134,8 +134,16 @@ def headline(reports: dict[str, dict]) -> list[dict]:
         rows.append({"measure": "relay overhead at light load, p50 / p99",
                      "target": "p99 <= 2 ms",
                      "measured": f"{_ms(oh['overhead_p50_ns'])} / {_ms(oh['overhead_p99_ns'])}"})
+        if "transport_floor_p99_ns" in oh:
+            rows.append({"measure": "transport floor (rclpy echo round trip), p50 / p99",
+                         "target": "-", "measured": f"{_ms(oh['transport_floor_p50_ns'])} / "
+                                                    f"{_ms(oh['transport_floor_p99_ns'])}"})
         rows.append({"measure": "relay_throughput_ratio (relay vs bare onnxruntime)",
                      "target": ">= 0.95", "measured": f"{oh['relay_throughput_ratio']:.3f}"})
+        if "worker_speed_vs_bare" in oh:
+            rows.append({"measure": "  = worker NFE speed vs bare x share of time lanes compute",
+                         "target": "-", "measured": f"{oh['worker_speed_vs_bare']:.3f} x "
+                                                    f"{oh['lane_compute_share']:.3f}"})
     cal = reports.get("calibrate")
     if cal:
         rows.append({
