@@ -89,6 +89,9 @@ def test_overload_tiny(tmp_path):
             assert m["outcomes"]["lost"] == 0 and m["extra_answers"] == 0  # exactly one answer
             assert 0 <= m["on_time_goodput"] <= 1 and 0 <= m["wasted_nfe_ratio"] <= 1
             assert m["goodput_vs_capacity"] >= 0
+            # NFE-weighted goodput: on-time work over what the lanes could compute
+            assert m["on_time_nfe"] >= m["on_time"]  # every on-time answer did >= 1 NFE
+            assert m["nfe_goodput_vs_capacity"] >= 0
             assert m["latency_p50_ns"] <= m["latency_p99_ns"]
     # The same trace for every policy at a load.
     offered = {p: report["policies"][p]["2.0"]["offered"] for p in report["policies"]}

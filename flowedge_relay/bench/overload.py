@@ -19,6 +19,9 @@ than the request's deadline. Per policy and load:
 
   on_time_goodput          on-time answers / offered requests
   goodput_vs_capacity      on-time answers per second / capacity
+  nfe_goodput_vs_capacity  on-time NFE per second / the lanes' NFE per second: admission prefers
+                           what still fits, short jobs among them, so counted in requests
+                           goodput can pass 100% of capacity at overload; in NFE it cannot
   on_time_ratio_admitted   on-time answers / (accepted by the core - displaced - stale-cancelled)
   wasted_nfe_ratio         (NFE of work that ended EXPIRED or REJECTED_STALE + NFE of INFERENCE
                            answers received late) / all NFE computed
@@ -118,7 +121,7 @@ def replay(relay, client, arrivals, *, drain_timeout_s: float, on_tick=None) -> 
 def _measure(client, keys, deadlines, lag, before, after) -> dict:
     outcomes = {name: 0 for name in REPORT_CODES}
     outcomes.update(late_inference=0, lost=0)
-    on_time, late_nfe, latency = 0, 0, []
+    on_time, on_time_nfe, late_nfe, latency = 0, 0, 0, []
     for key, deadline in zip(keys, deadlines, strict=True):
         ans = client.answers.get(key)
         if ans is None:
@@ -129,6 +132,7 @@ def _measure(client, keys, deadlines, lag, before, after) -> dict:
             latency.append(ans.received_ns - client.sent[key])
             if ans.received_ns <= deadline:
                 on_time += 1
+                on_time_nfe += ans.nfe_done
             else:
                 outcomes["late_inference"] += 1
                 late_nfe += ans.nfe_done
@@ -142,6 +146,7 @@ def _measure(client, keys, deadlines, lag, before, after) -> dict:
     return {
         "offered": offered,
         "on_time": on_time,
+        "on_time_nfe": on_time_nfe,
         "admitted": admitted,
         "cancelled": cancelled,
         "on_time_goodput": on_time / offered if offered else None,
@@ -209,6 +214,9 @@ def run(args: argparse.Namespace) -> dict:
                     tick = lambda s, d=done: bar.update(done=d + min(s / duration, 1.0))  # noqa: E731
                     m = replay(relay, client, arrivals, drain_timeout_s=drain, on_tick=tick)
                     m["goodput_vs_capacity"] = m["on_time"] / duration / capacity
+                    m["nfe_goodput_vs_capacity"] = (
+                        m["on_time_nfe"] / duration / (capacity * spec.mean_nfe)
+                    )
                     # Per-NFE cost the workers saw (last 4096 NFE): was the host quiet?
                     m["worker_nfe_p50_ns"], m["worker_nfe_p99_ns"], _ = (
                         relay.pool.nfe_percentiles()
@@ -270,6 +278,7 @@ def _rows(report: dict) -> list[dict]:
                 "offered": m["offered"],
                 "goodput": _fmt_pct(m["on_time_goodput"]),
                 "vs_capacity": _fmt_pct(m["goodput_vs_capacity"]),
+                "nfe_vs_cap": _fmt_pct(m.get("nfe_goodput_vs_capacity")),
                 "on_time_admitted": _fmt_pct(m["on_time_ratio_admitted"]),
                 "wasted_nfe": _fmt_pct(m["wasted_nfe_ratio"]),
                 "inf": o["INFERENCE"],

@@ -127,7 +127,9 @@ def headline(reports: dict[str, dict]) -> list[dict]:
                            "capacity / wasted NFE",
                 "target": ">= 99.99% / >= 90% / <= 1%" if policy == "edf_admission" else "-",
                 "measured": f"{_pct(m['on_time_ratio_admitted'])} / "
-                            f"{_pct(m['goodput_vs_capacity'])} / {_pct(m['wasted_nfe_ratio'])}",
+                            f"{_pct(m['goodput_vs_capacity'])} / {_pct(m['wasted_nfe_ratio'])}"
+                            + (f" (goodput in NFE: {_pct(m['nfe_goodput_vs_capacity'])})"
+                               if "nfe_goodput_vs_capacity" in m else ""),
             })  # fmt: skip
     oh = reports.get("overhead")
     if oh:
