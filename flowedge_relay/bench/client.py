@@ -1,8 +1,13 @@
-"""A real relay and a light measuring client in one process, talking over real DDS.
+"""The bench's relay and its light measuring client, talking over real DDS.
 
-`bench_relay(**params)` starts a `RelayNode` exactly as `flowedge-relayd` runs it (dedicated
-request thread, main executor, worker threads; see `harness.running_relay`) plus a `BenchClient`
-node spinning on its own executor thread. The client stamps every request just before it
+`bench_relay(**params)` starts a `RelayNode` in this process exactly as `flowedge-relayd` runs
+it (dedicated request thread, main executor, worker threads; see `harness.running_relay`), for
+benches that read the relay's internals (calibrate, overload). `relay_process(**params)` starts
+`flowedge-relayd` as its own process instead (overhead: nothing of the bench shares its GIL), and
+`echo_process` the transport floor of bench/echo.py. Either way a `BenchClient` node spins on its
+own executor thread here.
+
+The client stamps every request just before it
 publishes it and every answer in its subscription callback (so client-side latency includes DDS
 both ways and the client's executor), keyed by (session_id, sequence).
 
