@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, help="seconds per throughput trial")
     parser.add_argument("--trials", type=int, help="throughput trials per side")
     parser.add_argument("--relay-param", action="append", default=[], metavar="NAME:=VALUE",
-                        help="extra relay parameter (repeatable), e.g. gil_switch_interval_us:=100")
+                        help="extra relay parameter (repeatable), e.g. worker_cpu_affinity:=[1]")
     parser.add_argument("--in-process", action="store_true",
                         help="run the relay inside the bench process (sharing its GIL) instead "
                              "of as its own flowedge-relayd process")
@@ -153,8 +153,8 @@ def bare_throughput(samplers, seconds: float) -> float:
 
 def relay_throughput(client, workers: int, nfe: int, seconds: float) -> tuple[float, float]:
     """NFE/s answered to the client with 2W+2 requests always outstanding (no deadline), and
-    NFE/s while a lane computes (sum nfe_done / sum compute_ns, per lane): the second is the
-    worker's own speed, so rate / (compute rate x W) is the share of time lanes spent computing."""
+    W x the NFE/s of a lane while it computes (sum nfe_done / sum compute_ns): the workers' own
+    speed, so the first over the second is the share of time the lanes spent computing."""
     answers = saturate(client, workers, nfe, seconds, "bench-throughput")
     if len(answers) < 2:
         return 0.0, 0.0
