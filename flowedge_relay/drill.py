@@ -323,7 +323,11 @@ def load_admission(path: str | os.PathLike | None) -> dict:
                 return dict(DEFAULT_ADMISSION)
     with open(path, encoding="utf-8") as f:
         data = yaml.safe_load(f) or {}
-    block = (data.get("flowedge_relay") or {}).get("ros__parameters") or {}
+    # the blocks rcl applies to the drill's relay (/flowedge_relay), in file order: later wins
+    block: dict = {}
+    for key, value in data.items():
+        if key in ("/**", "/**/flowedge_relay", "flowedge_relay", "/flowedge_relay"):
+            block.update((value or {}).get("ros__parameters") or {})
     unknown = sorted(set(block) - set(ADMISSION_KEYS))
     if unknown:
         raise ValueError(f"{path}: the drill's block holds only {ADMISSION_KEYS}, not {unknown}")

@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def test_relay_yaml_holds_every_default():
     doc = yaml.safe_load((ROOT / "config" / "relay.yaml").read_text())
-    values = doc["flowedge_relay"]["ros__parameters"]
+    values = doc["/**/flowedge_relay"]["ros__parameters"]
     for spec in parameters.SPECS:
         if isinstance(spec.default, Parameter.Type):
             assert spec.name not in values  # arrays declared unset stay commented out
