@@ -48,3 +48,52 @@ def test_launch_file_starts_the_relay_with_the_package_yaml():
     assert "flowedge-relayd = flowedge_relay.cli:main" in setup
     assert 'glob("launch/*.launch.py")' in setup and 'glob("config/*.yaml")' in setup
     assert (ROOT / "config" / "relay.yaml").exists()
+
+
+def _function_defs(tree: ast.AST) -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+
+
+def test_launch_file_declares_exactly_one_node():
+    """One Node, not one per combination of optional arguments (issue 13 item 5)."""
+    tree = ast.parse(LAUNCH.read_text())
+    nodes = _calls(tree, "Node")
+    assert len(nodes) == 1, f"{len(nodes)} Node(...) calls"
+    node = nodes[0]
+    assert _kw(node, "condition") is None  # it always starts
+    assert not _calls(tree, "PythonExpression") and not _calls(tree, "IfCondition")
+    assert _kw(node, "namespace") is not None
+
+
+def test_nfe_ns_override_is_added_only_when_given():
+    """The override dict is appended under an `if` on the resolved nfe_ns, inside the function an
+    OpaqueFunction runs at launch time; the YAML (ParameterFile) is always in the list, first."""
+    tree = ast.parse(LAUNCH.read_text())
+    opaque = _calls(tree, "OpaqueFunction")
+    assert len(opaque) == 1
+    fn_name = _kw(opaque[0], "function").id
+    fn = _function_defs(tree)[fn_name]
+    node = _calls(fn, "Node")
+    assert node, "the Node is built inside the OpaqueFunction's function"
+    # the parameter list starts with the YAML ...
+    assigns = [n for n in ast.walk(fn) if isinstance(n, ast.Assign)
+               and isinstance(n.value, ast.List) and _calls(n.value, "ParameterFile")]
+    assert len(assigns) == 1
+    params_name = assigns[0].targets[0].id
+    assert isinstance(_kw(node[0], "parameters"), ast.Name)
+    assert _kw(node[0], "parameters").id == params_name
+    # ... and nfe_ns joins it only inside an `if` that tests the performed launch configuration
+    appends = [c for c in _calls(fn, "append")
+               if isinstance(c.func.value, ast.Name) and c.func.value.id == params_name]
+    assert len(appends) == 1
+    guarded = [
+        n for n in ast.walk(fn) if isinstance(n, ast.If)
+        and any(c is appends[0] for c in ast.walk(n))
+    ]
+    assert guarded, "the nfe_ns override must be conditional"
+    override = appends[0].args[0]
+    assert isinstance(override, ast.Dict) and override.keys[0].value == "nfe_ns"
+    performed = [c for c in _calls(fn, "perform")
+                 if _calls(c.func.value, "LaunchConfiguration")
+                 and c.func.value.args[0].value == "nfe_ns"]
+    assert performed, "nfe_ns is read from the launch context, not string-built"
