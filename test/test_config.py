@@ -132,3 +132,17 @@ def test_relayd_under_a_namespace_takes_a_params_file(tmp_path):
             observer() as obs:
         got = obs.get_parameters("/arm_left/flowedge_relay", ["queue_capacity"])
     assert got == {"queue_capacity": 77}
+
+
+def test_the_readme_two_arm_example_gives_each_arm_its_values(tmp_path):
+    """The YAML shown in README "Parameter files and namespaces", through rcl's parser."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("**Parameter files and namespaces.**", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, flags=re.S).group(1)
+    arms = tmp_path / "arms.yaml"
+    arms.write_text(block)
+    left = _overrides("flowedge_relay", "/arm_left", arms)
+    right = _overrides("flowedge_relay", "/arm_right", arms)
+    assert left == {"workers": 2, "nfe_ns": 250000}
+    assert right == {"workers": 2, "nfe_ns": 400000, "queue_capacity": 32}
+    assert "ros2 param get /arm_right/flowedge_relay queue_capacity        # 32" in section

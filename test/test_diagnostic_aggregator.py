@@ -110,3 +110,18 @@ def test_every_status_a_real_relay_publishes_is_grouped(tmp_path):
         paths = matching_paths(name)
         assert paths, f"{name!r} would land in the aggregator's 'Other'"
         assert all(p.endswith("/FlowEdge Relay") for p in paths), (name, paths)
+
+
+def test_readme_monitoring_plots_real_relay_stats_fields():
+    from flowedge_relay_msgs.msg import RelayStats
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Monitoring", 1)[1].split("\n## ", 1)[0]
+    fields = re.findall(r"/flowedge/stats/(\w+)", section)
+    assert len(fields) >= 5
+    unknown = set(fields) - set(RelayStats.get_fields_and_field_types())
+    assert not unknown, f"README plots fields RelayStats does not have: {sorted(unknown)}"
+    for command in ("ros2 run diagnostic_aggregator aggregator_node",
+                    "config/diagnostic_aggregator.yaml", "ros2 run rqt_robot_monitor",
+                    "ros2 run rqt_runtime_monitor", "ros2 run rqt_plot rqt_plot"):
+        assert command in section, command
