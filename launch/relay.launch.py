@@ -20,10 +20,10 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterFile
 
-from launch import LaunchDescription
+from launch import LaunchContext, LaunchDescription
 
 
-def relay_node(context, *args, **kwargs):
+def relay_node(context: LaunchContext, *args, **kwargs) -> list[Node]:
     """One relay Node; the nfe_ns override joins its parameters only when the argument is set.
 
     Resolved here, at launch time, because whether to add an override depends on the value.
@@ -51,7 +51,7 @@ def relay_node(context, *args, **kwargs):
     ]
 
 
-def generate_launch_description():
+def generate_launch_description() -> LaunchDescription:
     default_config = os.path.join(
         get_package_share_directory("flowedge_relay"), "config", "relay.yaml"
     )

@@ -2,7 +2,8 @@
 
 It cannot be executed here, so check what a real `ros2 launch` depends on: it parses, every
 launch argument is declared with a description, it starts our executable under the contract's
-node name and loads the package's relay.yaml, which setup.py installs.
+node name and loads the package's relay.yaml, which setup.py installs; and it declares the relay
+once, adding the optional nfe_ns override only when the argument is given.
 """
 
 import ast
