@@ -1,13 +1,19 @@
 /*
- * fer.h - FlowEdge Relay scheduling core: the one public header.
+ * fer.h - FlowEdge Relay scheduling core: the public header, the runtime contract.
  *
  * DESIGN.md sections 4-8 in C: sessions, a bounded EDF queue, W worker lanes, the calibrated
- * admission test, dispatch, and single-producer/single-consumer outcome rings.
+ * admission test, dispatch, and single-producer/single-consumer outcome rings. Everything here is
+ * called by flowedge_relay/core.py (or, for fer_admit_first_miss, checked directly by the tests);
+ * benchmark and stress drivers live apart, in fer_bench.h.
  *
  * This file is read verbatim by flowedge_relay/_build_core.py into ffibuilder.cdef(). Keep it
  * cdef-parsable: declarations and plain integer #defines only, no #include, no include guard,
  * no inline code, no attributes. C users include <stdint.h> first (fer_internal.h does), and
  * include this header once per translation unit.
+ *
+ * Arguments: every call that returns int answers FER_EINVAL, with no side effect, for a NULL
+ * core / ring / output pointer, a lane >= workers, or an out-of-range value it documents;
+ * fer_core_destroy and fer_ring_destroy accept NULL.
  *
  * Threads (docs/core-api.md): one request thread calls fer_core_submit; worker i calls
  * fer_core_wait_for_work / dispatch / step / output_space / finish for lane i; one publisher
@@ -209,10 +215,10 @@ const char *fer_strerror(int rc);
 /* ---- core lifetime ----------------------------------------------------------------------------
  * create: validates cfg, allocates everything the core will ever use. FER_OK, FER_EINVAL,
  * FER_ENOMEM, FER_ESYS. destroy: frees; callers must have stopped every other thread first.
- * shutdown: wakes every wait_for_work / wait_outputs waiter; later waits return at once. */
+ * shutdown: wakes every wait_for_work / wait_outputs waiter; later waits return at once. FER_OK. */
 int fer_core_create(const struct fer_config *cfg, struct fer_core **out);
 void fer_core_destroy(struct fer_core *core);
-void fer_core_shutdown(struct fer_core *core);
+int fer_core_shutdown(struct fer_core *core);
 /* Effective configuration (ring_capacity rounded, current calibration and policy). */
 int fer_core_get_config(struct fer_core *core, struct fer_config *out);
 
@@ -283,30 +289,15 @@ uint32_t fer_admit_first_miss(const uint64_t *lane_start, uint32_t nlanes,
  *   FER_EFULL after counting a drop. Rings the ring's doorbell.
  * pop (consumer only): 1 and copies the oldest record (and its actions if has_actions and
  *   actions != NULL), or 0 if empty.
- * peek / peek_actions / release (consumer only): zero-copy read of the oldest record; NULL if empty.
- * free_slots (producer), count (either side; exact for the calling side's own view), dropped.
+ * capacity, free_slots (producer), count (either side; exact for the calling side's own view),
+ *   dropped: plain counts, so they take a live ring (no status to return).
  * wait (consumer): up to timeout_ns for a record; 1 if non-empty. */
 int fer_ring_create(uint32_t capacity, uint32_t action_len, struct fer_ring **out);
 void fer_ring_destroy(struct fer_ring *ring);
 int fer_ring_push(struct fer_ring *ring, const struct fer_outcome *rec, const float *actions);
 int fer_ring_pop(struct fer_ring *ring, struct fer_outcome *rec, float *actions);
-const struct fer_outcome *fer_ring_peek(struct fer_ring *ring);
-const float *fer_ring_peek_actions(struct fer_ring *ring);
-void fer_ring_release(struct fer_ring *ring);
 uint32_t fer_ring_capacity(const struct fer_ring *ring);
 uint32_t fer_ring_free_slots(struct fer_ring *ring);
 uint32_t fer_ring_count(struct fer_ring *ring);
 uint64_t fer_ring_dropped(struct fer_ring *ring);
 int fer_ring_wait(struct fer_ring *ring, uint64_t timeout_ns);
-
-/* ---- benchmark and stress drivers (csrc/fer_bench.c) -----------------------------------------
- * bench_admission: builds its own core (queue of `depth` feasible requests, `workers` busy lanes,
- *   admission on) and times `samples` admissible submits with CLOCK_MONOTONIC into lat_ns[].
- *   Returns FER_OK or an error code.
- * bench_ring_produce: pushes n records (sequence first..first+n-1, actions[k] = sequence + k),
- *   spinning while full; returns the number of times it found the ring full.
- * bench_ring_consume: pops n records, checks order and payload; returns the number of errors. */
-int fer_bench_admission(uint32_t depth, uint32_t workers, uint32_t samples, uint64_t seed,
-                        uint64_t *lat_ns);
-uint64_t fer_bench_ring_produce(struct fer_ring *ring, uint64_t first, uint64_t n);
-uint64_t fer_bench_ring_consume(struct fer_ring *ring, uint64_t first, uint64_t n);

@@ -1,9 +1,10 @@
 /*
- * fer_admit.c - the calibrated admission predicate of DESIGN §5 as one pure function.
+ * fer_admit.c - the calibrated admission test of DESIGN §5: a pure predicate, and the one
+ * function that builds its input from the core's state (build_admission_state).
  *
- * Like the kernel's SCHED_DEADLINE admission control it only answers "does it fit?" on a
- * description of the state; building that description (which lanes are cancelled, which queued
- * work is pruned or displaced, where x sits in EDF order) is fer_queue.c's job.
+ * Like the kernel's SCHED_DEADLINE admission control the predicate only answers "does it fit?"
+ * on a description of the state; the description (which lanes are cancelled, which queued work
+ * is pruned or displaced, where x sits in EDF order) is built below it, in the core's scratch.
  *
  * The simulated dispatcher is the real one: non-preemptive EDF over W lanes, each queued request
  * (in EDF order) taken by the lane that frees first. Work per call: O(njobs * nlanes), no
@@ -46,4 +47,142 @@ uint32_t fer_admit_first_miss(const uint64_t *lane_start, uint32_t nlanes,
             return i;
     }
     return njobs;
+}
+
+/* ---- the simulated state of a submit (core->mu held) ---------------------------------------------
+ * Built in the core's admission scratch (lane_start, jobs, skip), never allocated. */
+
+/* Up to this many skipped queue entries are located by binary search and the queue copied in
+ * contiguous segments around them; more fall back to one flagged pass (O(queue) either way). */
+#define FER_SKIP_FAST 8
+
+/* Append the retained queue entries in [from, to) to c->jobs, with x inserted before queue index
+ * xq if xq falls in [from, to]. */
+static void jobs_append(struct fer_core *c, uint32_t from, uint32_t to, uint32_t xq,
+                        const struct fer_admit_job *x, uint32_t *nj, uint32_t *xpos)
+{
+    if (*xpos == FER_NONE && xq <= to) {
+        memcpy(&c->jobs[*nj], &c->qjobs[from], (size_t)(xq - from) * sizeof(*c->jobs));
+        *nj += xq - from;
+        *xpos = (*nj)++;
+        c->jobs[*xpos] = *x;
+        from = xq;
+    }
+    memcpy(&c->jobs[*nj], &c->qjobs[from], (size_t)(to - from) * sizeof(*c->jobs));
+    *nj += to - from;
+}
+
+/* Flag queued slot id as left out of the simulated queue (c->skip), and remember its position
+ * while there are few. */
+static void skip_mark(struct fer_core *c, uint32_t id, uint32_t *skip_pos, uint32_t *nskip)
+{
+    if (*nskip < FER_SKIP_FAST)
+        skip_pos[*nskip] = fer_queue_find(c, id);
+    c->skip[id] = 1;
+    (*nskip)++;
+}
+
+/* c->jobs = the queue as it would be if x were accepted: minus the work x cancels (queued older
+ * generations of session si) and the victim, plus x at its EDF position xq. Returns the number
+ * of jobs; *xpos is x's index among them. Leaves c->skip all-zero. */
+static uint32_t queue_jobs(struct fer_core *c, const struct fer_request *r, uint32_t si,
+                           uint32_t victim, uint32_t xq, uint32_t *xpos)
+{
+    uint32_t skip_pos[FER_SKIP_FAST];
+    uint32_t nj = 0, nskip = 0, i, k, id, from;
+    struct fer_admit_job x;
+
+    x.deadline_ns = r->deadline_ns;
+    x.remaining_nfe = r->remaining_nfe;
+    *xpos = FER_NONE;
+    if (si != FER_NONE)
+        for (id = c->sessions[si].head; id != FER_NONE; id = c->slots[id].snext)
+            if (c->slots[id].state == FER_SLOT_QUEUED &&
+                fer_cancels(&c->slots[id], si, r->generation))
+                skip_mark(c, id, skip_pos, &nskip);
+    if (victim != FER_NONE)
+        skip_mark(c, victim, skip_pos, &nskip);
+    if (nskip <= FER_SKIP_FAST) {
+        /* Sort the few skipped positions, then copy the segments between them. */
+        for (i = 1; i < nskip; i++)
+            for (k = i; k > 0 && skip_pos[k - 1] > skip_pos[k]; k--) {
+                uint32_t t = skip_pos[k];
+                skip_pos[k] = skip_pos[k - 1];
+                skip_pos[k - 1] = t;
+            }
+        for (from = 0, k = 0; k < nskip; from = skip_pos[k++] + 1)
+            jobs_append(c, from, skip_pos[k], xq, &x, &nj, xpos);
+        jobs_append(c, from, c->qlen, xq, &x, &nj, xpos);
+    } else {
+        for (i = 0; i <= c->qlen; i++) {
+            if (i == xq) {
+                *xpos = nj;
+                c->jobs[nj++] = x;
+            }
+            if (i < c->qlen && !c->skip[c->queue[i]])
+                c->jobs[nj++] = c->qjobs[i];
+        }
+    }
+    /* Leave skip all-zero for the next call. */
+    if (si != FER_NONE)
+        for (id = c->sessions[si].head; id != FER_NONE; id = c->slots[id].snext)
+            c->skip[id] = 0;
+    if (victim != FER_NONE)
+        c->skip[victim] = 0;
+    return nj;
+}
+
+/* What the predicate is asked about: nlanes start times in c->lane_start, njobs jobs in c->jobs,
+ * x at index xpos. */
+struct admission_state {
+    uint32_t nlanes;
+    uint32_t njobs;
+    uint32_t xpos;
+};
+
+/* §5: the state that would exist if x (request r of session si, displacing victim or FER_NONE)
+ * were accepted at now. Lane start times: idle lane = now; a lane whose work is cancelled
+ * (already, or by x) = now + the step in flight (one NFE); any other running lane = now + its
+ * remaining NFE. O(workers + queue), mostly contiguous copies. */
+static void build_admission_state(struct fer_core *c, const struct fer_request *r, uint32_t si,
+                                  uint32_t victim, uint64_t now, struct admission_state *st)
+{
+    uint64_t nfe = c->cfg.nfe_ns;
+    uint32_t i;
+
+    st->nlanes = 0;
+    for (i = 0; i < c->cfg.workers; i++) {
+        const struct fer_lane *l = &c->lanes[i];
+        const struct fer_slot *s;
+        if (!l->alive)
+            continue;
+        if (l->slot == FER_NONE) {
+            c->lane_start[st->nlanes++] = now;
+            continue;
+        }
+        s = &c->slots[l->slot];
+        if (s->cancelled || fer_cancels(s, si, r->generation))
+            c->lane_start[st->nlanes++] = fer_sat_add(now, nfe);
+        else
+            c->lane_start[st->nlanes++] = fer_sat_finish(now, s->remaining_nfe, nfe);
+    }
+    /* x arrives last: it goes after every entry it does not precede. */
+    st->njobs = queue_jobs(c, r, si, victim,
+                           fer_queue_position(c, r->deadline_ns, c->arrival_seq + 1), &st->xpos);
+}
+
+int fer_admission_test(struct fer_core *c, const struct fer_request *r, uint32_t si,
+                       uint32_t victim, uint64_t now)
+{
+    struct admission_state st;
+
+    if (c->lanes_alive == 0)
+        return 0;
+    build_admission_state(c, r, si, victim, now, &st);
+    /* Jobs ahead of x are not re-judged: x's acceptance only removes work (cancelled, displaced)
+     * or shortens it (cancelled lanes), and EDF list placement is monotone in that, so they
+     * finish no later than they already would. */
+    return fer_admit_first_miss(c->lane_start, st.nlanes, c->jobs, st.njobs, st.xpos,
+                                c->cfg.nfe_ns, c->cfg.admission_reserve_ns,
+                                c->lane_scratch) == st.njobs;
 }

@@ -1,5 +1,6 @@
 /*
- * fer_bench.c - timing and stress drivers that must run in C, compiled into the extension.
+ * fer_bench.c - timing and stress drivers that must run in C, compiled into the extension
+ * (declared in fer_bench.h, apart from the runtime contract fer.h).
  *
  * Why a fer_bench_ export rather than a separate C program compiled by the benchmark at run time:
  * the benchmark then works wherever the extension works (an installed package has no csrc/ and
@@ -15,6 +16,7 @@
 #include <time.h>
 
 #include "fer_internal.h"
+#include "fer_bench.h"
 
 static uint64_t mono_ns(void)
 {
@@ -59,6 +61,7 @@ int fer_bench_admission(uint32_t depth, uint32_t workers, uint32_t samples, uint
     uint32_t i;
     int rc;
 
+    FER_CHECK_ARGS(lat_ns != NULL || samples == 0);
     memset(&cfg, 0, sizeof(cfg));
     cfg.workers = workers;
     cfg.queue_capacity = depth + 1;

@@ -1,5 +1,18 @@
 /*
- * fer_internal.h - private structures of the scheduling core. Not part of the cdef.
+ * fer_internal.h - private structures of the scheduling core and the calls its files share.
+ * Not part of the cdef. Each struct's invariants are written above it.
+ *
+ * The core is cut by concern, one job per file:
+ *   fer_core.c     create / destroy / shutdown, configuration, calibration and policy
+ *   fer_session.c  the session table, its hash index, and the request slots each session owns
+ *   fer_queue.c    the bounded EDF queue (sorted array of slot ids)
+ *   fer_submit.c   the DESIGN §4 decision order on arrival, one small step per rule
+ *   fer_admit.c    the §5 admission test: building its state from the core, and the predicate
+ *   fer_lane.c     the worker lanes: wait, dispatch, step, finish, disable
+ *   fer_output.c   outcomes: into the deciding thread's ring, and out to the publisher
+ *   fer_stats.c    counters, snapshots and the session-generation query
+ *   fer_ring.c     the SPSC rings and their doorbell
+ *   fer_bench.c    benchmark and stress drivers (fer_bench.h), not on the data path
  */
 #ifndef FER_INTERNAL_H
 #define FER_INTERNAL_H
@@ -8,12 +21,31 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "fer.h"
 #include "fer_sat.h"
 
 #define FER_CACHELINE 64
 #define FER_NONE UINT32_MAX
+
+/* Every public entry point that returns int checks its arguments first, with this one macro:
+ * FER_EINVAL (and no side effect) unless `ok` holds. `ok` may read the core only after testing it
+ * against NULL (&& short-circuits), e.g. FER_CHECK_ARGS(c != NULL && lane < c->cfg.workers). */
+#define FER_CHECK_ARGS(ok)                                                                       \
+    do {                                                                                         \
+        if (!(ok))                                                                               \
+            return FER_EINVAL;                                                                   \
+    } while (0)
+
+/* Smallest power of two >= n (n <= 2^63; callers pass bounded sizes). */
+static inline uint64_t fer_round_pow2(uint64_t n)
+{
+    uint64_t p = 1;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
 
 /* ---- doorbell: wakes the publisher after ring commits ----------------------------------------
  * A mutex + condvar + counter, separate from the core mutex so the publisher never contends with
@@ -30,6 +62,10 @@ int fer_doorbell_init(struct fer_doorbell *b);
 void fer_doorbell_fini(struct fer_doorbell *b);
 void fer_doorbell_ring(struct fer_doorbell *b);
 void fer_doorbell_close(struct fer_doorbell *b);
+/* Consumer: wait until ready(arg), the doorbell is closed, or timeout_ns passes; returns
+ * ready(arg) as last seen. ready is evaluated under the doorbell mutex, so a commit rung after
+ * the check always finds the waiter asleep (no lost wake-up). */
+int fer_doorbell_wait(struct fer_doorbell *b, int (*ready)(void *), void *arg, uint64_t timeout_ns);
 
 /* Absolute CLOCK_MONOTONIC time timeout_ns from now, saturating (for pthread timed waits). */
 struct timespec fer_deadline_after(uint64_t timeout_ns);
@@ -99,6 +135,20 @@ struct fer_slot {
     uint64_t dispatch_ns;
     float *obs;         /* obs_dim floats inside core->obs_slab */
 };
+
+/* What every public view of a slot carries (struct fer_work, fer_queued_item, fer_lane_state all
+ * have these fields): copy them from slot id of core c into *dst. */
+#define FER_SLOT_VIEW(dst, c, id)                                                                \
+    do {                                                                                         \
+        const struct fer_slot *v_ = &(c)->slots[(id)];                                           \
+        memcpy((dst)->session_id, v_->session_id, v_->session_id_len);                           \
+        (dst)->session_id_len = v_->session_id_len;                                              \
+        (dst)->slot = (id);                                                                      \
+        (dst)->remaining_nfe = v_->remaining_nfe;                                                \
+        (dst)->sequence = v_->sequence;                                                          \
+        (dst)->generation = v_->generation;                                                      \
+        (dst)->deadline_ns = v_->deadline_ns;                                                    \
+    } while (0)
 
 /* ---- session -----------------------------------------------------------------------------------
  * Invariants: in_use <=> reachable from the hash table; generation = highest accepted generation
@@ -172,5 +222,57 @@ struct fer_core {
     uint64_t touch_seq;
     struct fer_stats st;        /* counters; gauges are filled in by fer_core_stats */
 };
+
+/* ---- calls shared between the core's files (all with core->mu held unless noted) ---------- */
+
+/* fer_session.c */
+uint64_t fer_session_hash(const char *id, uint32_t len);
+/* Index of the tracked session (id, len) with hash h, or FER_NONE. */
+uint32_t fer_session_find(struct fer_core *c, const char *id, uint32_t len, uint64_t h);
+/* Least recently accepted session with no queued or running work, or FER_NONE. */
+uint32_t fer_session_evictable(struct fer_core *c);
+void fer_session_evict(struct fer_core *c, uint32_t si, uint64_t now);
+/* A new session for r's id (a free index must exist), generation r->generation. */
+uint32_t fer_session_create(struct fer_core *c, const struct fer_request *r, uint64_t h);
+/* Take a free slot (one must exist), fill it from r, link it into session si. Not yet queued. */
+uint32_t fer_slot_take(struct fer_core *c, const struct fer_request *r, uint32_t si, uint64_t now,
+                       int tested);
+/* Unlink slot id from its session and push it on the free stack. */
+void fer_slot_free(struct fer_core *c, uint32_t id);
+
+/* Whether accepting a request of session si (FER_NONE: untracked) with generation gen cancels
+ * slot s: the freshness rule of DESIGN §4 step 8. */
+static inline int fer_cancels(const struct fer_slot *s, uint32_t si, uint64_t gen)
+{
+    return si != FER_NONE && s->session == si && s->generation < gen;
+}
+
+/* fer_queue.c */
+/* Position a request with this deadline and arrival_seq would take (after every entry it does
+ * not precede). */
+uint32_t fer_queue_position(const struct fer_core *c, uint64_t deadline, uint64_t seq);
+/* Index of queued slot id. O(log queue). */
+uint32_t fer_queue_find(const struct fer_core *c, uint32_t id);
+void fer_queue_insert(struct fer_core *c, uint32_t id);
+/* Remove n entries from position pos on. */
+void fer_queue_remove(struct fer_core *c, uint32_t pos, uint32_t n);
+/* Remove queued slot id (found by binary search). */
+void fer_queue_unlink(struct fer_core *c, uint32_t id);
+
+/* fer_admit.c */
+/* §5: whether x (request r of session si, displacing victim or FER_NONE) is admissible now. */
+int fer_admission_test(struct fer_core *c, const struct fer_request *r, uint32_t si,
+                       uint32_t victim, uint64_t now);
+
+/* fer_output.c: outcomes are pushed under mu into the calling thread's own ring, quietly; each
+ * returns 1 if it committed a record (the doorbell must be rung once the call is done). */
+int fer_emit_request(struct fer_core *c, const struct fer_request *r, uint32_t code, uint64_t now);
+/* For work holding slot id, decided by lane (-1: by submit); frees the slot (and its lane, if it
+ * ran). act: action_len floats when code is FER_INFERENCE, else NULL. */
+int fer_emit_slot(struct fer_core *c, uint32_t id, uint32_t code, uint64_t now, int32_t lane,
+                  const float *act);
+/* Release mu, then ring the doorbell if the call committed anything (rang != 0): the publisher
+ * is woken after the mutex is free, so it never waits on admission. */
+void fer_unlock_and_ring(struct fer_core *c, int rang);
 
 #endif /* FER_INTERNAL_H */

@@ -56,6 +56,22 @@ void fer_doorbell_close(struct fer_doorbell *b)
     pthread_mutex_unlock(&b->mu);
 }
 
+int fer_doorbell_wait(struct fer_doorbell *b, int (*ready)(void *), void *arg, uint64_t timeout_ns)
+{
+    struct timespec ts = fer_deadline_after(timeout_ns);
+    int ok;
+
+    pthread_mutex_lock(&b->mu);
+    while (!(ok = ready(arg)) && !atomic_load_explicit(&b->closed, memory_order_relaxed)) {
+        if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT) {
+            ok = ready(arg);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    return ok;
+}
+
 struct timespec fer_deadline_after(uint64_t timeout_ns)
 {
     struct timespec now, ts;
@@ -75,14 +91,6 @@ struct timespec fer_deadline_after(uint64_t timeout_ns)
 
 /* ---- ring ------------------------------------------------------------------------------------- */
 
-static uint64_t round_pow2(uint64_t n)
-{
-    uint64_t p = 1;
-    while (p < n)
-        p <<= 1;
-    return p;
-}
-
 int fer_ring_init_shared(uint32_t capacity, uint32_t action_len, struct fer_doorbell *bell,
                          struct fer_ring **out)
 {
@@ -93,7 +101,7 @@ int fer_ring_init_shared(uint32_t capacity, uint32_t action_len, struct fer_door
     *out = NULL;
     if (capacity == 0 || capacity > FER_MAX_RING)
         return FER_EINVAL;
-    cap = round_pow2(capacity);
+    cap = fer_round_pow2(capacity);
     /* The struct holds _Alignas(64) members: allocate it cache-line aligned. */
     sz = (sizeof(*r) + FER_CACHELINE - 1) / FER_CACHELINE * FER_CACHELINE;
     r = aligned_alloc(FER_CACHELINE, sz);
@@ -124,8 +132,7 @@ int fer_ring_create(uint32_t capacity, uint32_t action_len, struct fer_ring **ou
     struct fer_doorbell *bell;
     int rc;
 
-    if (out == NULL)
-        return FER_EINVAL;
+    FER_CHECK_ARGS(out != NULL);
     *out = NULL;
     bell = malloc(sizeof(*bell));
     if (bell == NULL)
@@ -190,14 +197,17 @@ int fer_ring_push_quiet(struct fer_ring *ring, const struct fer_outcome *rec, co
 
 int fer_ring_push(struct fer_ring *ring, const struct fer_outcome *rec, const float *actions)
 {
-    int rc = fer_ring_push_quiet(ring, rec, actions);
+    int rc;
+
+    FER_CHECK_ARGS(ring != NULL && rec != NULL);
+    rc = fer_ring_push_quiet(ring, rec, actions);
     if (rc == FER_OK)
         fer_doorbell_ring(ring->bell);
     return rc;
 }
 
-/* Consumer: pointer to the oldest record, valid until fer_ring_release, or NULL if empty. */
-const struct fer_outcome *fer_ring_peek(struct fer_ring *ring)
+/* Consumer: pointer to the oldest record, valid until ring_release, or NULL if empty. */
+static const struct fer_outcome *ring_peek(struct fer_ring *ring)
 {
     /* relaxed: head is ours */
     uint64_t h = atomic_load_explicit(&ring->head, memory_order_relaxed);
@@ -211,19 +221,8 @@ const struct fer_outcome *fer_ring_peek(struct fer_ring *ring)
     return &ring->recs[h & ring->mask];
 }
 
-const float *fer_ring_peek_actions(struct fer_ring *ring)
-{
-    const struct fer_outcome *rec = fer_ring_peek(ring);
-    uint64_t h;
-
-    if (rec == NULL || ring->action_len == 0)
-        return NULL;
-    h = atomic_load_explicit(&ring->head, memory_order_relaxed); /* ours */
-    return &ring->slab[(h & ring->mask) * ring->action_len];
-}
-
-/* Consumer: drop the record fer_ring_peek returned. No-op if empty. */
-void fer_ring_release(struct fer_ring *ring)
+/* Consumer: drop the record ring_peek returned. No-op if empty. */
+static void ring_release(struct fer_ring *ring)
 {
     uint64_t h = atomic_load_explicit(&ring->head, memory_order_relaxed); /* ours */
 
@@ -236,9 +235,11 @@ void fer_ring_release(struct fer_ring *ring)
 
 int fer_ring_pop(struct fer_ring *ring, struct fer_outcome *rec, float *actions)
 {
-    const struct fer_outcome *src = fer_ring_peek(ring);
+    const struct fer_outcome *src;
     uint64_t h;
 
+    FER_CHECK_ARGS(ring != NULL && rec != NULL);
+    src = ring_peek(ring);
     if (src == NULL)
         return 0;
     *rec = *src;
@@ -247,7 +248,7 @@ int fer_ring_pop(struct fer_ring *ring, struct fer_outcome *rec, float *actions)
         memcpy(actions, &ring->slab[(h & ring->mask) * ring->action_len],
                ring->action_len * sizeof(float));
     }
-    fer_ring_release(ring);
+    ring_release(ring);
     return 1;
 }
 
@@ -285,20 +286,13 @@ uint64_t fer_ring_dropped(struct fer_ring *ring)
     return atomic_load_explicit(&ring->dropped, memory_order_relaxed); /* statistic */
 }
 
+static int ring_ready(void *ring)
+{
+    return fer_ring_nonempty(ring);
+}
+
 int fer_ring_wait(struct fer_ring *ring, uint64_t timeout_ns)
 {
-    struct fer_doorbell *b = ring->bell;
-    struct timespec ts = fer_deadline_after(timeout_ns);
-    int ready;
-
-    pthread_mutex_lock(&b->mu);
-    while (!(ready = fer_ring_nonempty(ring)) &&
-           !atomic_load_explicit(&b->closed, memory_order_relaxed)) {
-        if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT) {
-            ready = fer_ring_nonempty(ring);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&b->mu);
-    return ready;
+    FER_CHECK_ARGS(ring != NULL);
+    return fer_doorbell_wait(ring->bell, ring_ready, ring, timeout_ns);
 }

@@ -10,8 +10,9 @@ Used two ways:
   ``scripts/sanitize_core.sh``); ``FER_BUILD_DIR`` and ``FER_OUTPUT_DIR`` redirect the temporary and
   output directories (the sanitizer build keeps its .so apart from the normal one).
 
-The cdef is ``csrc/fer.h`` read verbatim: the header is written to be cdef-parsable, so the
-Python declarations can never drift from the C ones.
+The cdef is ``csrc/fer.h`` (the runtime contract) followed by ``csrc/fer_bench.h`` (benchmark and
+stress drivers), read verbatim: both headers are written to be cdef-parsable, so the Python
+declarations can never drift from the C ones.
 """
 
 import os
@@ -25,7 +26,11 @@ from cffi import FFI
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 CSRC = ROOT / "csrc"
-SOURCES = ["fer_queue.c", "fer_admit.c", "fer_ring.c", "fer_bench.c"]
+# One concern per file (csrc/fer_internal.h lists them).
+SOURCES = ["fer_core.c", "fer_session.c", "fer_queue.c", "fer_submit.c", "fer_admit.c",
+           "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_ring.c", "fer_bench.c"]
+# The runtime contract, then the benchmark / stress drivers: one cdef, one module.
+HEADERS = ["fer.h", "fer_bench.h"]
 MODULE = "flowedge_relay._fer_core"
 
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
@@ -38,9 +43,9 @@ def _sanitize() -> bool:
 
 def _make_builder(absolute: bool) -> FFI:
     builder = FFI()
-    builder.cdef((CSRC / "fer.h").read_text())
-    extra_compile = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wshadow", "-Wno-unused-parameter",
-                     "-D_POSIX_C_SOURCE=200809L"]
+    builder.cdef("\n".join((CSRC / h).read_text() for h in HEADERS))
+    extra_compile = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wshadow", "-Wconversion",
+                     "-Wno-unused-parameter", "-D_POSIX_C_SOURCE=200809L"]
     extra_link = []
     if _sanitize():
         extra_compile += SANITIZE_FLAGS + ["-O1", "-g"]
@@ -56,7 +61,7 @@ def _make_builder(absolute: bool) -> FFI:
         include = [str(CSRC)]
     builder.set_source(
         MODULE,
-        '#include <stdint.h>\n#include "fer.h"\n',
+        "#include <stdint.h>\n" + "".join(f'#include "{h}"\n' for h in HEADERS),
         sources=sources,
         include_dirs=include,
         extra_compile_args=extra_compile,

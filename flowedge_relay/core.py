@@ -299,7 +299,7 @@ class Core:
 
     def shutdown(self) -> None:
         """Wake every wait_for_work / wait_outputs waiter; later waits return at once."""
-        lib.fer_core_shutdown(self._live())
+        _check(lib.fer_core_shutdown(self._live()))
 
     def _live(self):
         if self._core is None:

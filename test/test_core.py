@@ -703,6 +703,47 @@ def test_invalid_input_raises_and_is_not_counted():
             make(**bad)
 
 
+def test_every_c_entry_point_refuses_bad_arguments_alike():
+    """Each int-returning call answers FER_EINVAL for a NULL core / ring / output or a bad lane,
+    instead of crashing (shutdown and get_config once dereferenced NULL)."""
+    from flowedge_relay._fer_core import ffi, lib
+
+    null = ffi.NULL
+    with make(workers=2) as c:
+        core = c._live()
+        cfg = ffi.new("struct fer_config *")
+        calls = {
+            "shutdown": lambda: lib.fer_core_shutdown(null),
+            "get_config(NULL core)": lambda: lib.fer_core_get_config(null, cfg),
+            "get_config(NULL out)": lambda: lib.fer_core_get_config(core, null),
+            "submit": lambda: lib.fer_core_submit(null, null, T),
+            "wait_for_work(bad lane)": lambda: lib.fer_core_wait_for_work(core, 2, 0),
+            "dispatch(bad lane)": lambda: lib.fer_core_dispatch(core, 2, T, null),
+            "step(bad lane)": lambda: lib.fer_core_step(core, 2, T, 1),
+            "output_space(bad lane)": lambda: lib.fer_core_output_space(core, 2),
+            "finish(bad lane)": lambda: lib.fer_core_finish(core, 2, T, null),
+            "disable_lane(bad lane)": lambda: lib.fer_core_disable_lane(core, 2, T),
+            "wait_outputs": lambda: lib.fer_core_wait_outputs(null, 0),
+            "pop_outcomes": lambda: lib.fer_core_pop_outcomes(core, null, null, 1),
+            "set_calibration": lambda: lib.fer_core_set_calibration(null, 1, 0),
+            "set_policy(age_gate)": lambda: lib.fer_core_set_policy(core, 1, 3, 0, 0),
+            "stats": lambda: lib.fer_core_stats(core, null),
+            "queue_snapshot": lambda: lib.fer_core_queue_snapshot(core, null, 1),
+            "lanes_snapshot": lambda: lib.fer_core_lanes_snapshot(core, null, 1),
+            "session_generation": lambda: lib.fer_core_session_generation(core, null, 1, null),
+            "ring_create": lambda: lib.fer_ring_create(4, 0, null),
+            "ring_push": lambda: lib.fer_ring_push(null, null, null),
+            "ring_pop": lambda: lib.fer_ring_pop(null, null, null),
+            "ring_wait": lambda: lib.fer_ring_wait(null, 0),
+        }
+        results = {name: call() for name, call in calls.items()}
+        assert results == dict.fromkeys(calls, lib.FER_EINVAL)
+        # None of them touched the core: it still works, and shutdown through the wrapper is OK.
+        assert sub(c) == Decision.ACCEPTED
+        c.shutdown()
+        assert not c.wait_for_work(0, 10**9)
+
+
 def test_ring_capacity_is_rounded_to_a_power_of_two():
     with make(ring_capacity=3) as c:
         for i in range(6):

@@ -1,0 +1,201 @@
+/*
+ * fer_core.c - the core's lifetime and settings: create (validates the configuration and
+ * allocates everything the core will ever use), destroy, shutdown, and the calls that read or
+ * change the configuration (calibration, policy).
+ *
+ * Nothing allocates after fer_core_create: every later call works in the arrays sized here.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdlib.h>
+#include <time.h>
+
+#include "fer_internal.h"
+
+const char *fer_strerror(int rc)
+{
+    switch (rc) {
+    case FER_OK: return "ok";
+    case FER_EINVAL: return "invalid argument";
+    case FER_ENOMEM: return "out of memory";
+    case FER_ESTATE: return "call not valid in the current lane state";
+    case FER_EFULL: return "ring full";
+    case FER_ESYS: return "pthread initialisation failed";
+    default: return "unknown error";
+    }
+}
+
+/* ---- lifetime ------------------------------------------------------------------------------------ */
+
+static int config_valid(const struct fer_config *cfg)
+{
+    return cfg->workers >= 1 && cfg->workers <= FER_MAX_WORKERS && cfg->queue_capacity >= 1 &&
+           cfg->queue_capacity <= FER_MAX_QUEUE && cfg->max_sessions >= 1 &&
+           cfg->max_sessions <= FER_MAX_SESSIONS && cfg->max_nfe >= 1 && cfg->ring_capacity >= 1 &&
+           cfg->ring_capacity <= FER_MAX_RING && cfg->age_gate <= FER_AGE_GATE_ALL;
+}
+
+int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
+{
+    struct fer_core *c;
+    pthread_condattr_t ca;
+    uint32_t i;
+    int rc;
+
+    FER_CHECK_ARGS(out != NULL);
+    *out = NULL;
+    FER_CHECK_ARGS(cfg != NULL && config_valid(cfg));
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return FER_ENOMEM;
+    c->cfg = *cfg;
+    c->cfg.ring_capacity = (uint32_t)fer_round_pow2(cfg->ring_capacity);
+    c->nslots = cfg->queue_capacity + cfg->workers;
+    c->nrings = cfg->workers + 1;
+    c->session_hash_mask = fer_round_pow2(2ull * cfg->max_sessions) - 1;
+
+    c->slots = calloc(c->nslots, sizeof(*c->slots));
+    c->free_slots = calloc(c->nslots, sizeof(*c->free_slots));
+    c->obs_slab = calloc((size_t)c->nslots * (cfg->obs_dim ? cfg->obs_dim : 1), sizeof(float));
+    c->queue = calloc(cfg->queue_capacity, sizeof(*c->queue));
+    c->qjobs = calloc(cfg->queue_capacity, sizeof(*c->qjobs));
+    c->skip = calloc(c->nslots, sizeof(*c->skip));
+    c->sessions = calloc(cfg->max_sessions, sizeof(*c->sessions));
+    c->session_free = calloc(cfg->max_sessions, sizeof(*c->session_free));
+    c->session_hash = calloc(c->session_hash_mask + 1, sizeof(*c->session_hash));
+    c->lanes = calloc(cfg->workers, sizeof(*c->lanes));
+    c->rings = calloc(c->nrings, sizeof(*c->rings));
+    c->jobs = calloc((size_t)cfg->queue_capacity + 1, sizeof(*c->jobs));
+    c->lane_start = calloc(cfg->workers, sizeof(*c->lane_start));
+    c->lane_scratch = calloc(cfg->workers, sizeof(*c->lane_scratch));
+    if (!c->slots || !c->free_slots || !c->obs_slab || !c->queue || !c->qjobs || !c->skip ||
+        !c->sessions ||
+        !c->session_free || !c->session_hash || !c->lanes || !c->rings || !c->jobs ||
+        !c->lane_start || !c->lane_scratch) {
+        fer_core_destroy(c);
+        return FER_ENOMEM;
+    }
+    /* Free stacks are popped from the end: fill them so slot / session 0 is used first. */
+    for (i = 0; i < c->nslots; i++) {
+        c->slots[i].obs = &c->obs_slab[(size_t)i * cfg->obs_dim];
+        c->free_slots[i] = c->nslots - 1 - i;
+    }
+    c->nfree = c->nslots;
+    for (i = 0; i < cfg->max_sessions; i++)
+        c->session_free[i] = cfg->max_sessions - 1 - i;
+    c->nsession_free = cfg->max_sessions;
+    for (i = 0; i < cfg->workers; i++) {
+        c->lanes[i].slot = FER_NONE;
+        c->lanes[i].alive = 1;
+    }
+    c->lanes_alive = cfg->workers;
+
+    rc = fer_doorbell_init(&c->bell);
+    if (rc != FER_OK) {
+        fer_core_destroy(c);
+        return rc;
+    }
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        fer_doorbell_fini(&c->bell);
+        fer_core_destroy(c);
+        return FER_ESYS;
+    }
+    /* wait_for_work times out on CLOCK_MONOTONIC, like every other time in the core. */
+    if (pthread_condattr_init(&ca) != 0 || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
+        pthread_cond_init(&c->work_cv, &ca) != 0) {
+        pthread_mutex_destroy(&c->mu);
+        fer_doorbell_fini(&c->bell);
+        fer_core_destroy(c);
+        return FER_ESYS;
+    }
+    pthread_condattr_destroy(&ca);
+    c->sync_ready = 1;
+    atomic_init(&c->shutdown, 0);
+    for (i = 0; i < c->nrings; i++) {
+        /* Ring 0 carries only rejections: it needs no action slab. */
+        rc = fer_ring_init_shared(c->cfg.ring_capacity, i == 0 ? 0 : cfg->action_len, &c->bell,
+                                  &c->rings[i]);
+        if (rc != FER_OK) {
+            fer_core_destroy(c);
+            return rc;
+        }
+    }
+    *out = c;
+    return FER_OK;
+}
+
+void fer_core_destroy(struct fer_core *c)
+{
+    uint32_t i;
+
+    if (c == NULL)
+        return;
+    if (c->sync_ready) {
+        pthread_cond_destroy(&c->work_cv);
+        pthread_mutex_destroy(&c->mu);
+        fer_doorbell_fini(&c->bell);
+    }
+    if (c->rings != NULL)
+        for (i = 0; i < c->nrings; i++)
+            fer_ring_destroy(c->rings[i]);
+    free(c->rings);
+    free(c->slots);
+    free(c->free_slots);
+    free(c->obs_slab);
+    free(c->queue);
+    free(c->qjobs);
+    free(c->skip);
+    free(c->sessions);
+    free(c->session_free);
+    free(c->session_hash);
+    free(c->lanes);
+    free(c->jobs);
+    free(c->lane_start);
+    free(c->lane_scratch);
+    free(c);
+}
+
+int fer_core_shutdown(struct fer_core *c)
+{
+    FER_CHECK_ARGS(c != NULL);
+    pthread_mutex_lock(&c->mu);
+    atomic_store_explicit(&c->shutdown, 1, memory_order_relaxed); /* read under mu */
+    pthread_cond_broadcast(&c->work_cv);
+    pthread_mutex_unlock(&c->mu);
+    fer_doorbell_close(&c->bell);
+    return FER_OK;
+}
+
+int fer_core_get_config(struct fer_core *c, struct fer_config *out)
+{
+    FER_CHECK_ARGS(c != NULL && out != NULL);
+    pthread_mutex_lock(&c->mu);
+    *out = c->cfg;
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
+}
+
+/* ---- settings (any thread) ----------------------------------------------------------------------- */
+
+int fer_core_set_calibration(struct fer_core *c, uint64_t nfe_ns, uint64_t admission_reserve_ns)
+{
+    FER_CHECK_ARGS(c != NULL);
+    pthread_mutex_lock(&c->mu);
+    c->cfg.nfe_ns = nfe_ns;
+    c->cfg.admission_reserve_ns = admission_reserve_ns;
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
+}
+
+int fer_core_set_policy(struct fer_core *c, uint32_t reject_if_retry_count_gte, uint32_t age_gate,
+                        uint64_t reject_if_queue_age_ns_gte, uint64_t queue_timeout_ns)
+{
+    FER_CHECK_ARGS(c != NULL && age_gate <= FER_AGE_GATE_ALL);
+    pthread_mutex_lock(&c->mu);
+    c->cfg.reject_if_retry_count_gte = reject_if_retry_count_gte;
+    c->cfg.age_gate = age_gate;
+    c->cfg.reject_if_queue_age_ns_gte = reject_if_queue_age_ns_gte;
+    c->cfg.queue_timeout_ns = queue_timeout_ns;
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
+}

@@ -1,0 +1,200 @@
+/*
+ * fer_lane.c - the worker lanes (DESIGN §5's W non-preemptive EDF lanes): waiting for work,
+ * dispatching the EDF head, accounting each NFE step, finishing, and a lane's death.
+ *
+ * Worker i alone calls these for lane i, so ring lane+1 keeps a single producer. Each call holds
+ * core->mu for O(queue) at most and sleeps only in wait_for_work's condvar wait.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "fer_internal.h"
+
+/* Argument check shared by every lane call. */
+#define FER_LANE_OK(c, lane) ((c) != NULL && (lane) < (c)->cfg.workers)
+
+int fer_core_wait_for_work(struct fer_core *c, uint32_t lane, uint64_t timeout_ns)
+{
+    struct timespec ts;
+    int ready;
+
+    FER_CHECK_ARGS(FER_LANE_OK(c, lane));
+    ts = fer_deadline_after(timeout_ns);
+    pthread_mutex_lock(&c->mu);
+    while (c->qlen == 0 && !atomic_load_explicit(&c->shutdown, memory_order_relaxed))
+        if (pthread_cond_timedwait(&c->work_cv, &c->mu, &ts) == ETIMEDOUT)
+            break;
+    ready = c->qlen > 0 && !atomic_load_explicit(&c->shutdown, memory_order_relaxed);
+    pthread_mutex_unlock(&c->mu);
+    return ready;
+}
+
+/* Whether queued slot s can still finish by its deadline if started now. */
+static int dispatch_expired(const struct fer_core *c, const struct fer_slot *s, uint64_t now)
+{
+    if (s->deadline_ns == 0)
+        return 0;
+    if (c->cfg.nfe_ns == 0)
+        return now >= s->deadline_ns;
+    return !fer_meets(fer_sat_finish(now, s->remaining_nfe, c->cfg.nfe_ns), s->deadline_ns);
+}
+
+/* Put queued slot id on lane and describe it in *out (observation copied into the caller's
+ * buffer). */
+static void run_on_lane(struct fer_core *c, uint32_t lane, uint32_t id, uint64_t now,
+                        struct fer_work *out)
+{
+    struct fer_slot *s = &c->slots[id];
+
+    s->state = FER_SLOT_RUNNING;
+    s->lane = lane;
+    s->dispatch_ns = now;
+    c->lanes[lane].slot = id;
+    FER_SLOT_VIEW(out, c, id);
+    out->lane = lane;
+    out->noise_seed = s->noise_seed;
+    if (c->cfg.obs_dim)
+        memcpy(out->observation, s->obs, (size_t)c->cfg.obs_dim * sizeof(float));
+}
+
+int fer_core_dispatch(struct fer_core *c, uint32_t lane, uint64_t now, struct fer_work *out)
+{
+    uint32_t i, id = FER_NONE;
+    int rang = 0;
+
+    FER_CHECK_ARGS(FER_LANE_OK(c, lane) && out != NULL &&
+                   (c->cfg.obs_dim == 0 || out->observation != NULL));
+    pthread_mutex_lock(&c->mu);
+    if (!c->lanes[lane].alive || c->lanes[lane].slot != FER_NONE) {
+        pthread_mutex_unlock(&c->mu);
+        return FER_ESTATE;
+    }
+    /* Skip (and answer) the head entries that can no longer be served; remove them and the
+     * dispatched one with a single queue_remove so the whole call stays O(queue). */
+    for (i = 0; i < c->qlen; i++) {
+        uint32_t q = c->queue[i];
+        const struct fer_slot *s = &c->slots[q];
+        if (dispatch_expired(c, s, now)) {
+            rang |= fer_emit_slot(c, q, FER_EXPIRED, now, (int32_t)lane, NULL);
+        } else if (c->cfg.queue_timeout_ns != 0 &&
+                   fer_sat_sub(now, s->arrival_ns) > c->cfg.queue_timeout_ns) {
+            rang |= fer_emit_slot(c, q, FER_REJECTED_DEADLINE, now, (int32_t)lane, NULL);
+        } else {
+            id = q;
+            i++;
+            break;
+        }
+    }
+    fer_queue_remove(c, 0, i);
+    if (id != FER_NONE)
+        run_on_lane(c, lane, id, now, out);
+    fer_unlock_and_ring(c, rang);
+    return id != FER_NONE;
+}
+
+/* The running slot of `lane`, or FER_NONE if the lane is idle or dead. */
+static uint32_t running_slot(const struct fer_core *c, uint32_t lane)
+{
+    if (!c->lanes[lane].alive)
+        return FER_NONE;
+    return c->lanes[lane].slot;
+}
+
+int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_ns_measured)
+{
+    uint32_t id;
+    struct fer_slot *s;
+    int rc, rang = 0;
+
+    FER_CHECK_ARGS(FER_LANE_OK(c, lane));
+    pthread_mutex_lock(&c->mu);
+    id = running_slot(c, lane);
+    if (id == FER_NONE || c->slots[id].remaining_nfe == 0) {
+        /* No work, or the work is already DONE and waits for finish. */
+        pthread_mutex_unlock(&c->mu);
+        return FER_ESTATE;
+    }
+    s = &c->slots[id];
+    s->remaining_nfe--;
+    s->nfe_done++;
+    c->st.nfe_total++;
+    c->st.busy_ns = fer_sat_add(c->st.busy_ns, nfe_ns_measured);
+    if (s->cancelled) {
+        rang = fer_emit_slot(c, id, FER_REJECTED_STALE, now, (int32_t)lane, NULL);
+        rc = FER_STEP_STOP_STALE;
+    } else if (s->remaining_nfe == 0) {
+        rc = FER_STEP_DONE;
+    } else if (s->deadline_ns != 0 && now >= s->deadline_ns) {
+        rang = fer_emit_slot(c, id, FER_EXPIRED, now, (int32_t)lane, NULL);
+        rc = FER_STEP_STOP_EXPIRED;
+    } else {
+        rc = FER_STEP_CONTINUE;
+    }
+    fer_unlock_and_ring(c, rang);
+    return rc;
+}
+
+int fer_core_output_space(struct fer_core *c, uint32_t lane)
+{
+    FER_CHECK_ARGS(FER_LANE_OK(c, lane));
+    /* Lane i's worker is ring i+1's producer: no core mutex needed. */
+    return fer_ring_free_slots(c->rings[lane + 1]) > 0;
+}
+
+int fer_core_finish(struct fer_core *c, uint32_t lane, uint64_t now, const float *actions)
+{
+    uint32_t id, code;
+    const struct fer_slot *s;
+    int rang;
+
+    FER_CHECK_ARGS(FER_LANE_OK(c, lane) && (c->cfg.action_len == 0 || actions != NULL));
+    pthread_mutex_lock(&c->mu);
+    id = running_slot(c, lane);
+    if (id == FER_NONE || c->slots[id].remaining_nfe != 0) {
+        pthread_mutex_unlock(&c->mu);
+        return FER_ESTATE;
+    }
+    s = &c->slots[id];
+    /* A newer generation accepted after the last step still makes this answer stale. */
+    if (s->cancelled)
+        code = FER_REJECTED_STALE;
+    else if (s->deadline_ns != 0 && now > s->deadline_ns)
+        code = FER_EXPIRED;
+    else
+        code = FER_INFERENCE;
+    rang = fer_emit_slot(c, id, code, now, (int32_t)lane, code == FER_INFERENCE ? actions : NULL);
+    fer_unlock_and_ring(c, rang);
+    return (int)code;
+}
+
+int fer_core_disable_lane(struct fer_core *c, uint32_t lane, uint64_t now)
+{
+    uint32_t i, id;
+    int rang = 0;
+
+    FER_CHECK_ARGS(FER_LANE_OK(c, lane));
+    pthread_mutex_lock(&c->mu);
+    if (c->lanes[lane].alive) {
+        id = c->lanes[lane].slot;
+        if (id != FER_NONE) {
+            /* Not a calibration miss: the worker died, the estimate was not wrong. */
+            c->slots[id].tested = 0;
+            rang = fer_emit_slot(c, id, FER_EXPIRED, now, (int32_t)lane, NULL);
+        }
+        c->lanes[lane].alive = 0;
+        c->lanes_alive--;
+        /* The last lane is gone: nothing queued will ever be dispatched. Answer it all now
+         * (ring lane+1 has this caller as its only producer). */
+        if (c->lanes_alive == 0) {
+            for (i = 0; i < c->qlen; i++)
+                rang |= fer_emit_slot(c, c->queue[i], FER_REJECTED_CAPACITY, now, (int32_t)lane,
+                                      NULL);
+            fer_queue_remove(c, 0, c->qlen);
+        }
+    }
+    fer_unlock_and_ring(c, rang);
+    return FER_OK;
+}

@@ -1,0 +1,95 @@
+/*
+ * fer_stats.c - read-only views of the core for diagnostics and tests: counters and gauges,
+ * snapshots of the queue (EDF order) and of the lanes, and a session's generation watermark.
+ *
+ * Each call copies under core->mu (O(queue + workers) at most) and changes nothing.
+ */
+#include <string.h>
+
+#include "fer_internal.h"
+
+int fer_core_stats(struct fer_core *c, struct fer_stats *out)
+{
+    uint32_t i;
+
+    FER_CHECK_ARGS(c != NULL && out != NULL);
+    pthread_mutex_lock(&c->mu);
+    *out = c->st;
+    out->queue_depth = c->qlen;
+    out->sessions = c->cfg.max_sessions - c->nsession_free;
+    out->lanes_alive = c->lanes_alive;
+    out->lanes_busy = 0;
+    for (i = 0; i < c->cfg.workers; i++)
+        out->lanes_busy += c->lanes[i].slot != FER_NONE;
+    out->oldest_queued_arrival_ns = 0;
+    for (i = 0; i < c->qlen; i++) {
+        uint64_t a = c->slots[c->queue[i]].arrival_ns;
+        if (i == 0 || a < out->oldest_queued_arrival_ns)
+            out->oldest_queued_arrival_ns = a;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
+}
+
+int fer_core_queue_snapshot(struct fer_core *c, struct fer_queued_item *out, uint32_t max_n)
+{
+    uint32_t i;
+
+    FER_CHECK_ARGS(c != NULL && (out != NULL || max_n == 0));
+    pthread_mutex_lock(&c->mu);
+    for (i = 0; i < c->qlen && i < max_n; i++) {
+        const struct fer_slot *s = &c->slots[c->queue[i]];
+        struct fer_queued_item *q = &out[i];
+        FER_SLOT_VIEW(q, c, c->queue[i]);
+        q->tested = s->tested;
+        q->arrival_ns = s->arrival_ns;
+        q->arrival_seq = s->arrival_seq;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return (int)i;
+}
+
+/* Lane i as a snapshot record: identity and liveness always, the work's fields when busy. */
+static void lane_state(const struct fer_core *c, uint32_t i, struct fer_lane_state *o)
+{
+    const struct fer_lane *l = &c->lanes[i];
+    const struct fer_slot *s;
+
+    memset(o, 0, sizeof(*o));
+    o->lane = i;
+    o->alive = l->alive;
+    o->busy = l->slot != FER_NONE;
+    if (!o->busy)
+        return;
+    s = &c->slots[l->slot];
+    FER_SLOT_VIEW(o, c, l->slot);
+    o->nfe_done = s->nfe_done;
+    o->cancelled = s->cancelled;
+    o->dispatch_ns = s->dispatch_ns;
+}
+
+int fer_core_lanes_snapshot(struct fer_core *c, struct fer_lane_state *out, uint32_t max_n)
+{
+    uint32_t i;
+
+    FER_CHECK_ARGS(c != NULL && (out != NULL || max_n == 0));
+    pthread_mutex_lock(&c->mu);
+    for (i = 0; i < c->cfg.workers && i < max_n; i++)
+        lane_state(c, i, &out[i]);
+    pthread_mutex_unlock(&c->mu);
+    return (int)i;
+}
+
+int fer_core_session_generation(struct fer_core *c, const char *id, uint32_t len, uint64_t *gen)
+{
+    uint32_t si;
+
+    FER_CHECK_ARGS(c != NULL && gen != NULL && len <= FER_SESSION_ID_MAX &&
+                   (id != NULL || len == 0));
+    pthread_mutex_lock(&c->mu);
+    si = fer_session_find(c, id, len, fer_session_hash(id, len));
+    if (si != FER_NONE)
+        *gen = c->sessions[si].generation;
+    pthread_mutex_unlock(&c->mu);
+    return si != FER_NONE;
+}

@@ -1,0 +1,276 @@
+/*
+ * fer_submit.c - what happens to a request on arrival: the DESIGN §4 decision order, one small
+ * step per rule, read top to bottom in submit_locked.
+ *
+ *   1. validate (the node did; the core refuses what slipped through, uncounted)
+ *   2. duplicate of a queued or running (session_id, sequence) -> coalesce
+ *   3. older than the session's accepted generation             -> REJECTED_STALE
+ *   4. deadline already passed                                  -> EXPIRED
+ *   5. retry / age gate                                         -> REJECTED_DEADLINE
+ *   6. queue full and cannot displace, no alive lane, no room
+ *      for its session                                          -> REJECTED_CAPACITY
+ *   7. calibrated admission test fails (fer_admit.c)            -> REJECTED_DEADLINE
+ *   8. accept: commit everything the steps above planned.
+ *
+ * Steps 3-7 are gates: each only looks (and notes what acceptance would do in struct arrival),
+ * so a request they reject changes nothing. Every change is made in step 8. All of it runs
+ * with core->mu held, in O(queue + workers + max_sessions), without allocating.
+ */
+#include <pthread.h>
+
+#include "fer_internal.h"
+
+/* A request being decided, and what the steps have learned about it so far. */
+struct arrival {
+    const struct fer_request *r;
+    uint64_t now;
+    uint64_t hash;      /* of r->session_id */
+    uint32_t si;        /* its tracked session, or FER_NONE */
+    uint32_t ncancel;   /* queued slots of si that accepting it cancels (older generations) */
+    uint32_t victim;    /* the queued slot it displaces, or FER_NONE */
+    uint32_t evict;     /* the idle session evicted to make room for its own, or FER_NONE */
+    int tested;         /* it passed the admission test */
+    int rang;           /* an outcome was committed to ring 0 */
+};
+
+/* A gate returns the decision it forces, or FER_ACCEPTED to let the request go on. */
+typedef int (*fer_gate)(struct fer_core *c, struct arrival *a);
+
+static int request_valid(const struct fer_core *c, const struct fer_request *r)
+{
+    return r->session_id_len <= FER_SESSION_ID_MAX && r->remaining_nfe >= 1 &&
+           r->remaining_nfe <= c->cfg.max_nfe && r->retry_reason < FER_RETRY_REASONS &&
+           (c->cfg.obs_dim == 0 || r->observation != NULL);
+}
+
+/* From step 1 on, a request is counted, retries by count (capped) and by reason. */
+static void count_submitted(struct fer_core *c, const struct fer_request *r)
+{
+    c->st.submitted++;
+    if (r->retry_count >= 1) {
+        c->st.retries_by_count[r->retry_count < FER_RETRY_COUNT_BUCKETS - 1
+                                   ? r->retry_count
+                                   : FER_RETRY_COUNT_BUCKETS - 1]++;
+        c->st.retries_by_reason[r->retry_reason]++;
+    }
+}
+
+/* 2. A duplicate of queued or running (session_id, sequence) is coalesced: no output of its own,
+ * the original answers once. If the original is queued and already late, it answers now. */
+static int step_coalesce(struct fer_core *c, struct arrival *a)
+{
+    const struct fer_slot *s;
+    uint32_t id;
+
+    if (a->si == FER_NONE)
+        return 0;
+    for (id = c->sessions[a->si].head; id != FER_NONE; id = s->snext) {
+        s = &c->slots[id];
+        if (s->sequence != a->r->sequence)
+            continue;
+        c->st.coalesced++;
+        if (s->state == FER_SLOT_QUEUED && s->deadline_ns != 0 && a->now >= s->deadline_ns) {
+            fer_queue_unlink(c, id);
+            a->rang |= fer_emit_slot(c, id, FER_EXPIRED, a->now, -1, NULL);
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* 3. Older than the session's accepted generation. */
+static int gate_stale(struct fer_core *c, struct arrival *a)
+{
+    if (a->si != FER_NONE && a->r->generation < c->sessions[a->si].generation)
+        return FER_REJECTED_STALE;
+    return FER_ACCEPTED;
+}
+
+/* 4. Deadline already passed. */
+static int gate_expired(struct fer_core *c, struct arrival *a)
+{
+    if (a->r->deadline_ns != 0 && a->now >= a->r->deadline_ns)
+        return FER_EXPIRED;
+    return FER_ACCEPTED;
+}
+
+/* 5. Retry / age gate: age beats slack (slack > 0 here, step 4 passed), for the requests
+ * age_gate selects; and the absolute queue-age limit for all. */
+static int gate_age(struct fer_core *c, struct arrival *a)
+{
+    const struct fer_request *r = a->r;
+    uint64_t age = fer_sat_sub(a->now, r->origin_ns);
+    int gated = c->cfg.age_gate == FER_AGE_GATE_ALL ||
+                (c->cfg.age_gate == FER_AGE_GATE_RETRIES &&
+                 r->retry_count >= c->cfg.reject_if_retry_count_gte);
+
+    if ((r->deadline_ns != 0 && gated && age >= r->deadline_ns - a->now) ||
+        (c->cfg.reject_if_queue_age_ns_gte != 0 && age >= c->cfg.reject_if_queue_age_ns_gte)) {
+        c->st.rejected_late_retries++;
+        return FER_REJECTED_DEADLINE;
+    }
+    return FER_ACCEPTED;
+}
+
+/* 6a. Queue capacity, counted after removing the queued work x would cancel (§7). When full, the
+ * victim is the retained request with the latest deadline (none = latest, ties: latest arrival),
+ * i.e. the last retained entry in EDF order; x displaces it only with an earlier deadline. */
+static int gate_queue_full(struct fer_core *c, struct arrival *a)
+{
+    const struct fer_request *r = a->r;
+    const struct fer_slot *v;
+    uint32_t i, id;
+
+    if (a->si != FER_NONE)
+        for (id = c->sessions[a->si].head; id != FER_NONE; id = c->slots[id].snext)
+            a->ncancel += c->slots[id].state == FER_SLOT_QUEUED &&
+                          fer_cancels(&c->slots[id], a->si, r->generation);
+    if (c->qlen - a->ncancel < c->cfg.queue_capacity)
+        return FER_ACCEPTED;
+    for (i = c->qlen; i-- > 0;)
+        if (!fer_cancels(&c->slots[c->queue[i]], a->si, r->generation))
+            break;
+    a->victim = c->queue[i];
+    v = &c->slots[a->victim];
+    if (r->deadline_ns == 0 || (v->deadline_ns != 0 && r->deadline_ns >= v->deadline_ns))
+        return FER_REJECTED_CAPACITY;
+    return FER_ACCEPTED;
+}
+
+/* 6b. No alive lane can ever serve it (all workers died): no capacity. A request the admission
+ * test judges gets its answer from the lane simulation instead (step 7: it misses). */
+static int gate_no_lane(struct fer_core *c, struct arrival *a)
+{
+    if (c->lanes_alive == 0 && !(c->cfg.nfe_ns != 0 && a->r->deadline_ns != 0))
+        return FER_REJECTED_CAPACITY;
+    return FER_ACCEPTED;
+}
+
+/* 6c. A new session needs a table entry: the least recently accepted idle session gives way. */
+static int gate_session_room(struct fer_core *c, struct arrival *a)
+{
+    if (a->si != FER_NONE || c->nsession_free != 0)
+        return FER_ACCEPTED;
+    a->evict = fer_session_evictable(c);
+    return a->evict == FER_NONE ? FER_REJECTED_CAPACITY : FER_ACCEPTED;
+}
+
+/* 7. Calibrated admission test: only with calibration and a finite deadline. */
+static int gate_admission(struct fer_core *c, struct arrival *a)
+{
+    if (c->cfg.nfe_ns == 0 || a->r->deadline_ns == 0)
+        return FER_ACCEPTED;
+    if (!fer_admission_test(c, a->r, a->si, a->victim, a->now))
+        return FER_REJECTED_DEADLINE;
+    a->tested = 1;
+    return FER_ACCEPTED;
+}
+
+static const fer_gate gates[] = {
+    gate_stale, gate_expired, gate_age, gate_queue_full, gate_no_lane, gate_session_room,
+    gate_admission,
+};
+
+/* 8a. Session si accepted generation gen: running older generations stop at their next step;
+ * queued ones (ncancel of them) are answered now, in EDF order: one by binary search (the usual
+ * case: the previous generation), several by one compacting pass over the queue. */
+static void cancel_older(struct fer_core *c, struct arrival *a)
+{
+    uint32_t si = a->si, i, j, id, last = FER_NONE;
+    uint64_t gen = a->r->generation;
+    struct fer_slot *s;
+
+    for (id = c->sessions[si].head; id != FER_NONE; id = s->snext) {
+        s = &c->slots[id];
+        if (!fer_cancels(s, si, gen))
+            continue;
+        if (s->state == FER_SLOT_RUNNING)
+            s->cancelled = 1;
+        else
+            last = id;
+    }
+    if (a->ncancel == 1) {
+        fer_queue_unlink(c, last);
+        a->rang |= fer_emit_slot(c, last, FER_REJECTED_STALE, a->now, -1, NULL);
+    } else if (a->ncancel > 1) {
+        for (i = 0, j = 0; i < c->qlen; i++) {
+            id = c->queue[i];
+            if (fer_cancels(&c->slots[id], si, gen)) {
+                a->rang |= fer_emit_slot(c, id, FER_REJECTED_STALE, a->now, -1, NULL);
+            } else {
+                c->queue[j] = id;
+                c->qjobs[j++] = c->qjobs[i];
+            }
+        }
+        c->qlen = j;
+    }
+}
+
+/* 8b. The session x belongs to after acceptance: evict to make room, create, or advance the
+ * generation (cancelling older work). */
+static void accept_session(struct fer_core *c, struct arrival *a)
+{
+    if (a->evict != FER_NONE)
+        fer_session_evict(c, a->evict, a->now);
+    if (a->si == FER_NONE) {
+        a->si = fer_session_create(c, a->r, a->hash);
+    } else if (a->r->generation > c->sessions[a->si].generation) {
+        c->sessions[a->si].generation = a->r->generation;
+        cancel_older(c, a);
+    }
+    c->sessions[a->si].touch = ++c->touch_seq;
+    c->sessions[a->si].last_seen_ns = a->now;
+}
+
+/* 8. Accept: nothing before this changed any state; from here on every change is committed. */
+static void accept(struct fer_core *c, struct arrival *a)
+{
+    accept_session(c, a);
+    if (a->victim != FER_NONE) {
+        fer_queue_unlink(c, a->victim);
+        c->st.displaced++;
+        a->rang |= fer_emit_slot(c, a->victim, FER_REJECTED_CAPACITY, a->now, -1, NULL);
+    }
+    fer_queue_insert(c, fer_slot_take(c, a->r, a->si, a->now, a->tested));
+    c->st.accepted++;
+    pthread_cond_signal(&c->work_cv);
+}
+
+static int submit_locked(struct fer_core *c, struct arrival *a)
+{
+    size_t g;
+    int d;
+
+    if (step_coalesce(c, a))
+        return FER_COALESCED;
+    for (g = 0; g < sizeof(gates) / sizeof(gates[0]); g++) {
+        d = gates[g](c, a);
+        if (d != FER_ACCEPTED) {
+            a->rang |= fer_emit_request(c, a->r, (uint32_t)d, a->now);
+            return d;
+        }
+    }
+    accept(c, a);
+    return FER_ACCEPTED;
+}
+
+int fer_core_submit(struct fer_core *c, const struct fer_request *r, uint64_t now)
+{
+    struct arrival a = {
+        .r = r, .now = now, .si = FER_NONE, .victim = FER_NONE, .evict = FER_NONE,
+    };
+    int rc;
+
+    FER_CHECK_ARGS(c != NULL && r != NULL);
+    pthread_mutex_lock(&c->mu);
+    if (!request_valid(c, r)) {
+        pthread_mutex_unlock(&c->mu);
+        return FER_EINVAL;
+    }
+    count_submitted(c, r);
+    a.hash = fer_session_hash(r->session_id, r->session_id_len);
+    a.si = fer_session_find(c, r->session_id, r->session_id_len, a.hash);
+    rc = submit_locked(c, &a);
+    fer_unlock_and_ring(c, a.rang);
+    return rc;
+}
