@@ -323,7 +323,7 @@ class RelayNode(Node):
 
     def _log_discard(self, reason: Reason) -> None:
         suppressed, self._discard_log.suppressed = self._discard_log.suppressed, 0
-        more = f" (+{suppressed} more in the last 5 s)" if suppressed else ""
+        more = f" (+{suppressed} more since the last such line)" if suppressed else ""
         self.get_logger().warning(
             f"discarding invalid request ({reason.value}){more}; counts in /diagnostics"
         )
