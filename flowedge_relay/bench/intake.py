@@ -168,7 +168,7 @@ def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
     with ros_context() as ctx:
         # Not spinning: this thread is the request thread (the core's single submitter).
         relay = RelayNode(context=ctx, parameter_overrides=[
-            Parameter("workers", value=1), Parameter("queue_capacity", value=4096)])
+            Parameter("workers", value=1), Parameter("queue_capacity", value=2 * n + 64)])
         try:
             m = relay.model
             b = RequestBuilder(_Contract(m.digest, m.obs_dim, m.action_dim, m.action_horizon))
@@ -202,17 +202,22 @@ def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
             decide("older_generation", "rejected_stale",
                    [req(next(seq), session_id="st", generation=1) for _ in range(n)])
             _wait_idle(relay)
-            relay.set_parameters([Parameter("nfe_ns", value=1_000_000_000)])
+            # one NFE "costs" a minute: a deadline 10 s away (that cannot pass while the
+            # messages are built) is out of reach
+            relay.set_parameters([Parameter("nfe_ns", value=60_000_000_000)])
             decide("deadline_unreachable", "rejected_deadline",
-                   [req(next(seq), session_id=f"d{i % 8}", deadline_ms=50) for i in range(n)])
+                   [req(next(seq), session_id=f"d{i % 8}", deadline_ms=10_000)
+                    for i in range(n)])
             relay.set_parameters([Parameter("nfe_ns", value=0)])
             _wait_idle(relay)
             decide("accepted_then_run", "accepted",
                    [req(next(seq), session_id=f"a{i % 8}") for i in range(n)])
             _wait_idle(relay)
-            # one request holds the worker, the queue fills: later ones find no room
-            relay.set_parameters([Parameter("fault_nfe_delay_ms", value=3000.0)])
-            relay._on_request(req(next(seq), session_id="hold"))
+            # one request holds the worker (64 NFE x 0.5 s, released below by clearing the
+            # delay, read per NFE), the queue fills: later ones find no room
+            relay.set_parameters([Parameter("fault_nfe_delay_ms", value=500.0)])
+            relay._on_request(req(next(seq), session_id="hold",
+                                  remaining_nfe=relay.validator.max_nfe))
             time.sleep(0.2)
             for i in range(relay._p["queue_capacity"]):
                 relay._on_request(req(next(seq), session_id=f"f{i % 8}"))
