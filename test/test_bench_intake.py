@@ -39,4 +39,5 @@ def test_over_dds_every_message_is_received_or_reported_lost():
     report = _run(["--quick", "--samples", "5", "--dds-messages", "600"])
     assert [d["mix"] for d in report["dds"]] == ["invalid", "expired", "flood"]
     for d in report["dds"]:
-        assert d["received"] + d["middleware_lost"] == d["messages"] and d["unaccounted"] == 0
+        assert d["received"] + d["middleware_lost"] == d["sent"] and d["unaccounted"] == 0
+        assert d["sent"] + d["publish_failures"] == 600

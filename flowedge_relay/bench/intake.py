@@ -261,8 +261,8 @@ def dds_rate(mix: str, messages: int, rate: float) -> dict:
             got = received(relay) - r0
             lost = relay._middleware_lost - lost0
             samples.append((time.monotonic(), got, lost))
-            if got + lost >= messages or (proc.poll() is not None and len(samples) > 20
-                                          and samples[-20][1] == got):
+            if got + lost >= messages or (proc.poll() is not None and len(samples) > 40
+                                          and samples[-40][1:] == (got, lost)):
                 break
             time.sleep(0.05)
         out, _ = proc.communicate(timeout=120)
@@ -272,15 +272,17 @@ def dds_rate(mix: str, messages: int, rate: float) -> dict:
     lo, hi = 0.1 * got[-1], 0.9 * got[-1]  # the steady middle of the run
     i0, i1 = int(np.searchsorted(got, lo)), int(np.searchsorted(got, hi))
     rate_rx = (got[i1] - got[i0]) / (t[i1] - t[i0]) if i1 > i0 and t[i1] > t[i0] else 0.0
-    return {
+    sent = int(produced.get("sent", messages))  # a publish the producer's history refused
+    return {                                      # failed there, with an error: not sent
         "mix": mix,
         "offered_per_s": produced.get("achieved_rate_per_s", 0.0),
-        "messages": messages,
+        "sent": sent,
+        "publish_failures": int(produced.get("publish_failures", 0)),
         "received": int(got[-1]),
         "middleware_lost": int(samples[-1][2]),
         "received_per_s": round(float(rate_rx), 1),
         "us_per_message": round(1e6 / rate_rx, 1) if rate_rx else None,
-        "unaccounted": messages - int(got[-1]) - int(samples[-1][2]),
+        "unaccounted": sent - int(got[-1]) - int(samples[-1][2]),
     }
 
 
