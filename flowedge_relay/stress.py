@@ -85,7 +85,8 @@ def received(relay) -> int:
 
 def pace(relay, target: int, backlog: int = 300, timeout: float = 30.0) -> bool:
     """Keep at most `backlog` requests between the client and the relay's callback, so the
-    relay's DDS history (request_qos_depth) never overflows and loses samples."""
+    relay's DDS history never fills: a producer in the relay's own process is delivered
+    intra-process, and Fast DDS reports nothing it loses there (SECURITY.md)."""
     from flowedge_relay.harness import wait_for
 
     return wait_for(lambda: received(relay) >= target - backlog, timeout, 0.002)
