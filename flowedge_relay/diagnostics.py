@@ -4,9 +4,10 @@ Shaped like ros/diagnostics' diagnostic_updater (name "node: task", a stable har
 level per status, key/value pairs) but published directly, because diagnostic_updater is not
 available as a wheel. One status per concern: admission, queue, workers, model, output.
 
-Levels (DESIGN.md section 9): WARN for calibration misses, dropped outputs, or admission off
-while deadlines arrive; ERROR for a model that failed to load or a dead/stalled worker. A WARN
-caused by a counter increase is held for `hold_s` seconds so a 1 Hz viewer cannot miss it.
+Levels (DESIGN.md section 9): WARN for requests lost in the middleware before the relay saw
+them, calibration misses, dropped outputs, or admission off while deadlines arrive; ERROR for a
+model that failed to load or a dead/stalled worker. A WARN caused by a counter increase is held
+for `hold_s` seconds so a 1 Hz viewer cannot miss it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class Snapshot:
     latency_p99_ms: float
     utilisation: float
     extra: dict[str, object] = field(default_factory=dict)
+    #: requests the middleware reported lost before the relay's callback (MESSAGE_LOST events)
+    middleware_lost: int = 0
+    #: False where the RMW cannot report lost messages (then middleware_lost says nothing)
+    middleware_lost_reported: bool = True
 
     @property
     def oldest_queue_age_ms(self) -> float:
@@ -107,6 +112,7 @@ class DiagnosticsBuilder:
 
     def _admission(self, s: Snapshot) -> DiagnosticStatus:
         c = s.core
+        lost = self._hold.recent("middleware_lost", s.middleware_lost, s.now_ns)
         misses = self._hold.recent("calibration_misses", c.calibration_misses, s.now_ns)
         blind = s.nfe_ns == 0 and self._hold.recent("deadlines", s.deadlines_seen, s.now_ns)
         values = {
@@ -114,6 +120,8 @@ class DiagnosticsBuilder:
             "nfe_ns": s.nfe_ns,
             "admission_reserve_ns": s.admission_reserve_ns,
             "received": s.received,
+            "middleware_lost": (s.middleware_lost if s.middleware_lost_reported
+                                else "not reported by this RMW"),
             "accepted": c.accepted,
             "invalid_discarded": sum(s.discarded.values()),
             **{f"invalid.{k}": v for k, v in s.discarded.items()},
@@ -127,7 +135,9 @@ class DiagnosticsBuilder:
             "nfe_total": c.nfe_total,
             "nfe_wasted": c.nfe_wasted,
         }
-        if misses:
+        if lost:
+            level, msg = WARN, "requests lost in the middleware before the relay saw them"
+        elif misses:
             level, msg = WARN, "calibration misses: admitted work missed its deadline"
         elif blind:
             level, msg = WARN, "admission off (nfe_ns = 0) while requests carry deadlines"
@@ -225,4 +235,5 @@ def stats_message(s: Snapshot, stamp):
         admission_reserve_ns=s.admission_reserve_ns,
         latency_p50_ms=s.latency_p50_ms,
         latency_p99_ms=s.latency_p99_ms,
+        middleware_lost=s.middleware_lost,
     )

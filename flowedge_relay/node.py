@@ -22,6 +22,8 @@ from diagnostic_msgs.msg import DiagnosticArray
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.event_handler import SubscriptionEventCallbacks, UnsupportedEventTypeError
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -43,12 +45,53 @@ STATS_TOPIC = "flowedge/stats"
 DIAGNOSTICS_TOPIC = "/diagnostics"
 LATENCY_WINDOW = 4096  # INFERENCE latencies kept for p50/p99 (a fixed ring, never grows)
 MS = 1_000_000
+DISCARD_LOG_PERIOD_NS = 5_000_000_000  # at most one "discarding invalid request" line per 5 s
+# Requests taken straight from a subscription per executor wake-up. One trip through rclpy's
+# executor (wait set, task, dispatch) costs ~250 us here, 10-100x the callback itself, so the
+# request thread drains what is already waiting; bounded so QoS events and stop stay prompt.
+REQUEST_DRAIN_MAX = 64
 
 
 def _reliable(depth: int) -> QoSProfile:
     return QoSProfile(
         depth=depth, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
     )
+
+
+def _request_qos(history: str, depth: int) -> QoSProfile:
+    """keep_all: a reader that falls behind keeps every unread request (Fast DDS holds up to
+    its resource limit, 5000 samples by default) and withholds acknowledgements, so a
+    reliable writer either waits or drops on its side, which Fast DDS reports to this reader
+    as MESSAGE_LOST. keep_last: the oldest unread request is overwritten, and nothing reports
+    it (measured: README "Robustness")."""
+    if history == "keep_all":
+        return QoSProfile(
+            depth=depth, history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE
+        )
+    return _reliable(depth)
+
+
+class _Throttle:
+    """Lets a log line through at most once per period, for one integer compare otherwise.
+
+    rclpy's `throttle_duration_sec` walks the caller's stack frames (and realpath()s their
+    files) *before* it decides to drop the line: about 300 us per call here, more than
+    deciding a valid request. A flood of invalid input must not pay that per message.
+    """
+
+    __slots__ = ("period_ns", "next_ns", "suppressed")
+
+    def __init__(self, period_ns: int) -> None:
+        self.period_ns = period_ns
+        self.next_ns = 0
+        self.suppressed = 0
+
+    def ready(self, now_ns: int) -> bool:
+        if now_ns < self.next_ns:
+            self.suppressed += 1
+            return False
+        self.next_ns = now_ns + self.period_ns
+        return True
 
 
 def _ros_time(ns: int) -> Time:
@@ -84,7 +127,7 @@ class RelayNode(Node):
         self._intake_stop = threading.Event()  # stops the request thread (first)
         super().__init__(NODE_NAME, **kwargs)
         p = parameters.declare_all(self)
-        for name in ("solver", "age_gate", "request_topics"):
+        for name in ("solver", "age_gate", "request_topics", "request_qos_history"):
             problem = parameters.check_value(name, p[name])
             if problem:
                 raise ValueError(problem)
@@ -94,6 +137,10 @@ class RelayNode(Node):
         self.fault_pause_output = threading.Event()
         self._received = 0
         self._deadlines_seen = 0
+        self._middleware_lost = 0  # requests the middleware reported lost before the callback
+        self._lost_reported = True  # False where the RMW cannot report MESSAGE_LOST
+        self._discard_log = _Throttle(DISCARD_LOG_PERIOD_NS)
+        self._refused_log = _Throttle(DISCARD_LOG_PERIOD_NS)
         self._latency_ms = np.zeros(LATENCY_WINDOW)
         self._latency_count = 0
 
@@ -158,12 +205,9 @@ class RelayNode(Node):
         # only the request executor thread runs it. Everything else (timers, parameter services)
         # is in the default group on the main executor.
         self.request_group = MutuallyExclusiveCallbackGroup()
+        request_qos = _request_qos(p["request_qos_history"], p["request_qos_depth"])
         self._request_subs = [
-            self.create_subscription(
-                InferenceRequest, topic, self._on_request, _reliable(p["request_qos_depth"]),
-                callback_group=self.request_group,
-            )
-            for topic in p["request_topics"]
+            self._subscribe_requests(topic, request_qos) for topic in p["request_topics"]
         ]
         self._actions_pub = self.create_publisher(
             ActionMessage, ACTIONS_TOPIC, _reliable(p["action_qos_depth"])
@@ -195,16 +239,69 @@ class RelayNode(Node):
 
     # -- request path (request executor thread only) -------------------------------------------
 
+    def _subscribe_requests(self, topic: str, qos: QoSProfile):
+        """One request subscription, with a MESSAGE_LOST handler where the RMW supports it.
+
+        The handler is in the request group, so the request thread runs it and owns the
+        counter. Fast DDS reports samples its reader will never get (a reliable writer dropped
+        them unacknowledged, a best-effort gap); it cannot report a KEEP_LAST reader
+        overwriting its own unread samples, which is why keep_all is the default.
+        """
+        subs = []
+
+        def on_message(msg: InferenceRequest) -> None:
+            self._on_request(msg)
+            self._drain(subs[0])
+
+        events = SubscriptionEventCallbacks(message_lost=self._on_message_lost)
+        try:
+            sub = self.create_subscription(
+                InferenceRequest, topic, on_message, qos,
+                callback_group=self.request_group, event_callbacks=events,
+            )
+        except UnsupportedEventTypeError:
+            self._lost_reported = False
+            self.get_logger().warning(
+                "this RMW cannot report lost messages: middleware_lost stays 0 (SECURITY.md)"
+            )
+            sub = self.create_subscription(
+                InferenceRequest, topic, on_message, qos, callback_group=self.request_group
+            )
+        subs.append(sub)
+        return sub
+
+    def _drain(self, sub) -> None:
+        """Hand requests already waiting on `sub` to _on_request without an executor trip each
+        (REQUEST_DRAIN_MAX at most). Only the request thread takes from request subscriptions."""
+        handle, msg_type, on_request = sub.handle, sub.msg_type, self._on_request
+        for _ in range(REQUEST_DRAIN_MAX):
+            if self._intake_stop.is_set():
+                return
+            try:
+                with handle:
+                    taken = handle.take_message(msg_type, sub.raw)
+            except InvalidHandle:  # destroyed during teardown
+                return
+            if taken is None:
+                return
+            on_request(taken[0])
+
+    def _on_message_lost(self, info) -> None:
+        self._middleware_lost += info.total_count_change
+
     def _on_request(self, msg: InferenceRequest) -> None:
-        """Validate, convert clocks, hand to the C core. No model work, no blocking."""
+        """Validate, convert clocks, hand to the C core. No model work, no blocking.
+
+        A discard is one validation pass, one counter and one integer compare (no log call,
+        no allocation), so invalid input costs less than deciding a valid request
+        (`flowedge_relay_bench intake` measures both).
+        """
         now_mono = time.monotonic_ns()
         self._received += 1
         reason, sid, obs = self.validator.check(msg)
         if reason is not None:
-            self.get_logger().warning(
-                f"discarding invalid request ({reason.value}); counts in /diagnostics",
-                throttle_duration_sec=5.0,
-            )
+            if self._discard_log.ready(now_mono):
+                self._log_discard(reason)
             return
         now_ros = self.get_clock().now().nanoseconds
         deadline_ros = stamp_ns(msg.deadline)
@@ -214,15 +311,22 @@ class RelayNode(Node):
             decision = self._submit(msg, sid, obs, now_mono, now_ros, deadline_ros)
         except Exception as exc:  # one hostile message must never kill the request thread
             self.validator.discarded[Reason.CORE_REFUSED] += 1
-            self.get_logger().error(
-                f"the core refused a validated request ({exc!r}): validation misses a case",
-                throttle_duration_sec=5.0,
-            )
+            if self._refused_log.ready(now_mono):
+                self.get_logger().error(
+                    f"the core refused a validated request ({exc!r}): validation misses a case"
+                )
             return
         if decision == Decision.ACCEPTED:
             # Hand the GIL to a worker waking for this request now, instead of after the rest of
             # the executor's Python bookkeeping (~0.4 ms here): sleep(0) releases it.
             time.sleep(0)
+
+    def _log_discard(self, reason: Reason) -> None:
+        suppressed, self._discard_log.suppressed = self._discard_log.suppressed, 0
+        more = f" (+{suppressed} more since the last such line)" if suppressed else ""
+        self.get_logger().warning(
+            f"discarding invalid request ({reason.value}){more}; counts in /diagnostics"
+        )
 
     def _submit(self, msg, sid, obs, now_mono: int, now_ros: int, deadline_ros: int) -> Decision:
         return self.core.submit(
@@ -335,6 +439,8 @@ class RelayNode(Node):
             now_ns=now,
             received=self._received,
             deadlines_seen=self._deadlines_seen,
+            middleware_lost=self._middleware_lost,
+            middleware_lost_reported=self._lost_reported,
             discarded={r.value: c for r, c in self.validator.discarded.items()},
             core=stats,
             nfe_ns=self.get_parameter("nfe_ns").value,

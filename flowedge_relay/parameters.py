@@ -16,6 +16,7 @@ from rclpy.parameter import Parameter
 
 AGE_GATES = ("off", "retries", "all")
 SOLVERS = ("euler", "midpoint")
+QOS_HISTORIES = ("keep_all", "keep_last")
 MINUTE_NS = 60_000_000_000
 HOUR_MS = 3_600_000
 UINT32_MAX = 2**32 - 1
@@ -105,7 +106,15 @@ SPECS: tuple[Spec, ...] = (
     ),
     # ROS interface
     Spec("request_topics", ["flowedge/requests"], "topics carrying InferenceRequest"),
-    Spec("request_qos_depth", 1000, "history depth of each request subscription", 1, 100_000),
+    Spec(
+        "request_qos_history",
+        "keep_all",
+        "request subscriptions' history: keep_all (a reader that falls behind never overwrites "
+        "unread requests; loss upstream is reported as middleware_lost) or keep_last "
+        "(request_qos_depth; overwritten requests are lost without a trace)",
+    ),
+    Spec("request_qos_depth", 1000, "history depth of each request subscription (keep_last)", 1,
+         100_000),
     Spec("action_qos_depth", 1000, "history depth of the flowedge/actions publisher", 1, 100_000),
     Spec("stats_rate_hz", 10.0, "publish rate of flowedge/stats (RelayStats)", 0.1, 100.0),
     # Output path (DESIGN.md section 8)
@@ -161,6 +170,8 @@ def check_value(name: str, value: object) -> str | None:
         return f"age_gate must be one of {', '.join(AGE_GATES)}, got {value!r}"
     if name == "solver" and value not in SOLVERS:
         return f"solver must be one of {', '.join(SOLVERS)}, got {value!r}"
+    if name == "request_qos_history" and value not in QOS_HISTORIES:
+        return f"request_qos_history must be one of {', '.join(QOS_HISTORIES)}, got {value!r}"
     if name == "request_topics" and (not value or any(not t for t in value)):
         return "request_topics must name at least one non-empty topic"
     return None

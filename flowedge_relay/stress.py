@@ -1,25 +1,28 @@
 """Robustness campaigns on a real relay over real DDS (issue 8): hostile input, soak, faults.
 
     python -m flowedge_relay.stress malformed --messages 20000 --json out/malformed.json
+    python -m flowedge_relay.stress malformed --rate 2500 --duration 30 --json out/flood.json
     python -m flowedge_relay.stress soak --duration 600 --json out/soak.json --plot out/soak.png
     python -m flowedge_relay.stress faults --json out/faults.json
 
-Everything runs in one process: a real `RelayNode` (request thread, main executor, workers,
-publisher thread; `harness.running_relay`) and a client node, over DDS on this host. The same
-scenario functions back `test/test_robustness.py`, so the CI tests and the figures a reviewer
-reruns are one code path.
+A real `RelayNode` (request thread, main executor, workers, publisher thread;
+`harness.running_relay`) and a client node run in this process, over DDS on this host. With
+`--rate` the hostile requests come from a second process (`stress produce`, paced by wall clock)
+so the producer does not share the relay's interpreter. The same scenario functions back
+`test/test_robustness.py`, so the CI tests and the figures a reviewer reruns are one code path.
 
 How "exactly once" is checked: every generated request has a unique index. The index is the
 sequence number (BASE + index) or, for probes whose sequence is deliberately UINT64_MAX, part of
 a session id of their own. Answers are counted per index in preallocated arrays, together with a
-CRC of the expected session id, so the bookkeeping neither grows during the run (RSS stays
-meaningful) nor misattributes an answer.
+CRC of the session id the answer must carry, so the bookkeeping neither grows during the run (RSS
+stays meaningful) nor misattributes an answer.
 
-What the relay must do with each probe is not guessed: the client serializes it, deserializes the
-bytes exactly as the relay's subscription will (`rclpy.serialization`, the same type support), and
-runs its own copy of the relay's `Validator` on the result. Undeserializable bytes must never
-reach the callback, invalid ones must be discarded and counted under that reason, valid ones
-must be answered once, whatever they look like.
+What the relay must do with each probe is what its builder made it (`Oracle`), never a second
+opinion from the relay's own code: valid requests must be answered once (EXPIRED when built past
+their deadline), requests broken in one named field must be discarded and counted under that
+reason, and raw CDR, whose fate is unknown by construction, must be either dropped by the
+middleware, discarded and counted, or answered once. Figures: `valid_lost`, `duplicates`,
+`unexpected_answers`, `middleware_lost`, next to the per-reason counts and RSS.
 """
 
 from __future__ import annotations
@@ -43,9 +46,8 @@ import numpy as np
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
 INT32_MAX = 2**31 - 1
+MIXES = ("flood", "mixed", "invalid", "expired")  # ProbeFactory.make
 BASE_SEQ = 1 << 40  # probe i has sequence BASE_SEQ + i (unless it tests UINT64_MAX)
-UNDELIVERABLE = -1  # expected[i]: bytes that cannot be deserialized never reach the relay
-ANSWER = 0  # expected[i]: valid, must be answered exactly once
 MB = 1024 * 1024
 
 
@@ -83,7 +85,8 @@ def received(relay) -> int:
 
 def pace(relay, target: int, backlog: int = 300, timeout: float = 30.0) -> bool:
     """Keep at most `backlog` requests between the client and the relay's callback, so the
-    relay's DDS history (request_qos_depth) never overflows and loses samples."""
+    relay's DDS history never fills: a producer in the relay's own process is delivered
+    intra-process, and Fast DDS reports nothing it loses there (SECURITY.md)."""
     from flowedge_relay.harness import wait_for
 
     return wait_for(lambda: received(relay) >= target - backlog, timeout, 0.002)
@@ -91,45 +94,109 @@ def pace(relay, target: int, backlog: int = 300, timeout: float = 30.0) -> bool:
 
 # ---- hostile input -----------------------------------------------------------------------------
 
+# What the builder knows about each probe it makes (the oracle; no validator involved).
+NOT_SENT, VALID_ANY, VALID_EXPIRED, INVALID, RAW = 0, 1, 2, 3, 4
+EXPIRED_CODE = 4  # ActionMessage.EXPIRED
+
 
 @dataclass
 class Probe:
     kind: str
     payload: object  # an InferenceRequest, or bytes published raw
-    expect: int = ANSWER  # ANSWER, UNDELIVERABLE or 1 + index into REASONS
-    session: str = ""  # expected session_id of the answer (after deserialization)
-    sequence: int = 0
+    expect: int = VALID_ANY  # VALID_ANY, VALID_EXPIRED, INVALID or RAW
+    reason: str = ""  # INVALID: the check the builder broke on purpose (validation.Reason value)
+    session: str = ""  # the session_id its answer must carry (what the wire delivers)
+
+
+class _Contract:
+    """What a valid request must match: the relay's model, as a producer would be told it."""
+
+    def __init__(self, digest: str, obs_dim: int, action_dim: int, action_horizon: int) -> None:
+        self.digest, self.obs_dim = digest, obs_dim
+        self.action_dim, self.action_horizon = action_dim, action_horizon
+
+    def as_dict(self) -> dict:
+        return {"digest": self.digest, "obs_dim": self.obs_dim, "action_dim": self.action_dim,
+                "action_horizon": self.action_horizon}
+
+
+class RequestBuilder:
+    """Builds valid InferenceRequests for a model contract; harness.RelayHarness.request's
+    twin for a producer process that has no harness (ROS time = system time here)."""
+
+    def __init__(self, model: _Contract) -> None:
+        self.model = model
+
+    def request(self, **fields):
+        from flowedge_relay_msgs.msg import InferenceRequest
+
+        m = self.model
+        now = time.time_ns()
+        deadline_ms = fields.pop("deadline_ms", None)
+        req = InferenceRequest(
+            session_id="s", sequence=1, generation=1, remaining_nfe=4,
+            model_digest=m.digest, observation_dim=m.obs_dim, action_dim=m.action_dim,
+            action_horizon=m.action_horizon, observation=[0.1] * m.obs_dim, noise_seed=1,
+        )
+        req.origin_stamp = _time(now)
+        if deadline_ms is not None:
+            req.deadline = _time(now + int(deadline_ms * 1e6))
+        for key, value in fields.items():
+            setattr(req, key, value)
+        return req
+
+
+def _unicode(r: random.Random, n: int) -> str:
+    """n arbitrary code points (no surrogates, no NUL: rclpy refuses lone surrogates and a
+    NUL would truncate the id on the wire)."""
+    out = []
+    for _ in range(n):
+        c = r.randrange(1, 0x10FFFF - 0x800)
+        out.append(chr(c + 0x800 if c >= 0xD800 else c))
+    return "".join(out)
 
 
 class ProbeFactory:
-    """Seeded generator of hostile, hostile-but-valid, raw-CDR and plain valid requests."""
+    """Seeded generator of hostile, hostile-but-valid, raw-CDR and plain valid requests.
+
+    Each probe carries what its builder made it: valid (to be answered exactly once; EXPIRED
+    when its deadline had passed when it was built), invalid in one named field (to be
+    discarded and counted under that reason), or raw CDR whose fate nobody can know (it may not
+    even deserialize). That is the campaign's oracle: nothing is predicted by running a copy of
+    the relay's own validator, so a validator that wrongly discarded valid input would show as
+    valid requests lost.
+    """
 
     def __init__(self, h, seed: int, max_nfe: int, huge: bool = True) -> None:
         from flowedge_relay_msgs.msg import InferenceRequest
-        from rclpy.serialization import deserialize_message, serialize_message
-
-        from flowedge_relay.validation import Reason, Validator
+        from rclpy.serialization import serialize_message
 
         self.h, self.rng, self.max_nfe, self.huge = h, random.Random(seed), max_nfe, huge
         self.Req = InferenceRequest
-        self._ser, self._de = serialize_message, deserialize_message
-        self.reasons = list(Reason)
-        self.validator = Validator(h.relay.validator.model, h.relay.validator.max_nfe)
+        self._ser = serialize_message
         m = h.model
         self.obs_dim = m.obs_dim
+        own = {"observation_dim": m.obs_dim, "action_dim": m.action_dim,
+               "action_horizon": m.action_horizon}
+
+        def wrong_dim(r):
+            field_ = r.choice(list(own))
+            return {field_: r.choice([v for v in (0, 1, 3, 9, 1024, UINT32_MAX)
+                                      if v != own[field_]])}
+
+        # (kind, fields(r, i)); INVALID_REASON says which check each one breaks
         self.hostile_invalid = [
             ("session_id_empty", lambda r, i: {"session_id": ""}),
+            # an embedded NUL ends a ROS string on the wire: this id arrives empty
             ("session_id_nul_first", lambda r, i: {"session_id": "\x00hidden"}),
             ("session_id_65_bytes", lambda r, i: {"session_id": "x" * 65}),
             ("session_id_multibyte_too_long", lambda r, i: {"session_id": "\u00e9" * 33}),
             ("session_id_huge", lambda r, i: {"session_id": "h" * r.choice([1000, 100_000])}),
             ("digest_garbage", lambda r, i: {"model_digest": r.choice([
-                "", "sha256:", "sha256:" + "0" * 64, "md5:abc", "\u202e\u0000x" * 8,
+                "", "sha256:", "sha256:" + "0" * 64, "md5:abc", "\u202e\u0001x" * 8,
                 "sha256:" + "f" * 10_000, "".join(chr(r.randrange(1, 0xD7FF)) for _ in range(40)),
             ])}),
-            ("dims_wrong", lambda r, i: {r.choice(["observation_dim", "action_dim",
-                                                   "action_horizon"]):
-                                         r.choice([0, 1, 3, 9, 1024, UINT32_MAX])}),
+            ("dims_wrong", lambda r, i: wrong_dim(r)),
             ("observation_length", lambda r, i: {"observation": [0.5] * r.choice(
                 [0, self.obs_dim - 1, self.obs_dim + 1, 4096])}),
             ("observation_huge", lambda r, i: {"observation": [0.0] * 200_000}),
@@ -145,7 +212,20 @@ class ProbeFactory:
                 r.randrange(0, INT32_MAX), r.randrange(10**9, UINT32_MAX + 1))}),
             ("origin_negative", lambda r, i: {"origin_stamp": self._stamp(-2**31, 0)}),
         ]
+        # The issue-14 flood: what a broken or hostile producer sends at a high rate.
+        self.flood_invalid = [
+            ("flood_session_id_unicode", lambda r, i: {"session_id": _unicode(
+                r, r.randint(65, 300))}),
+            ("flood_digest_5000", lambda r, i: {"model_digest": "sha256:" + "e" * 4993}),
+            ("flood_observation_long", lambda r, i: {"observation": self._floats(
+                r.randint(self.obs_dim + 1, 4096))}),
+            ("observation_nan_inf", lambda r, i: {"observation": self._poison(r)}),
+            ("remaining_nfe_zero", lambda r, i: {"remaining_nfe": 0}),
+            ("flood_remaining_nfe_u32_max", lambda r, i: {"remaining_nfe": UINT32_MAX}),
+            ("dims_wrong", lambda r, i: wrong_dim(r)),
+        ]
         now_s = time.time_ns() // 1_000_000_000
+        # (kind, fields); the ones in PAST_DEADLINE must be answered EXPIRED
         self.hostile_valid = [
             ("generation_u64_max", lambda r, i: {"generation": UINT64_MAX}),
             ("sequence_u64_max", lambda r, i: {"sequence": UINT64_MAX}),
@@ -181,13 +261,21 @@ class ProbeFactory:
         return obs
 
     @staticmethod
+    def _floats(n: int):
+        import array
+
+        return array.array("f", bytes(4 * n))
+
+    @staticmethod
     def _sid(i: int, n: int) -> str:
         s = f"b{i}-"
         return s + "y" * (n - len(s))
 
-    def valid(self, i: int, session: str | None = None, **fields):
+    def valid(self, i: int, session: str | None = None, past: bool | None = None, **fields):
+        """A valid request; `past=True` gives it a deadline already gone (must be EXPIRED)."""
         h, r = self.h, self.rng
-        deadline = r.choice([None, None, 2_000, 10_000, -1])
+        deadline = r.choice([None, None, 2_000, 10_000, -1]) if past is None else (
+            -1 if past else r.choice([None, 2_000, 10_000]))
         req = h.request(
             session_id=session or f"v{i % 8}", sequence=BASE_SEQ + i, generation=1,
             remaining_nfe=r.randint(1, 4), noise_seed=i, deadline_ms=deadline,
@@ -197,24 +285,50 @@ class ProbeFactory:
             setattr(req, k, v)
         return req
 
-    def make(self, i: int) -> Probe:
-        """Probe i: 35% plain valid, 35% hostile invalid, 15% hostile but valid, 15% raw CDR."""
+    def _valid_probe(self, kind: str, req) -> Probe:
+        past = kind == "deadline_past" or (req.deadline.sec or req.deadline.nanosec) and (
+            req.deadline.sec * 1_000_000_000 + req.deadline.nanosec < time.time_ns())
+        return Probe(kind, req, VALID_EXPIRED if past else VALID_ANY,
+                     session=req.session_id.split("\x00")[0])
+
+    def _invalid_probe(self, i: int, kind: str, fields) -> Probe:
+        req = self.valid(i, session=f"u{i}", past=False, **fields(self.rng, i))
+        return Probe(kind, req, INVALID, reason=INVALID_REASON[kind])
+
+    def make(self, i: int, mix: str = "mixed") -> Probe:
+        """Probe i. mixed: 35% plain valid, 35% hostile invalid, 15% hostile but valid, 15% raw
+        CDR. flood (issue 14): 90% invalid (the flood kinds), 10% valid, 3 in 10 of those
+        already past their deadline. invalid: only the flood kinds. expired: only valid
+        requests past their deadline (the cheapest decision)."""
         r = self.rng
         roll = r.random()
+        if mix == "invalid":
+            kind, fields = r.choice(self.flood_invalid)
+            return self._invalid_probe(i, kind, fields)
+        if mix == "expired":
+            return self._valid_probe("valid_past_deadline", self.valid(i, past=True))
+        if mix == "flood":
+            if roll < 0.9:
+                kind, fields = r.choice(self.flood_invalid)
+                return self._invalid_probe(i, kind, fields)
+            past = r.random() < 0.3
+            return self._valid_probe("valid_past_deadline" if past else "valid",
+                                     self.valid(i, past=past))
         if roll < 0.35:
-            return self._predict(Probe("valid", self.valid(i)))
+            return self._valid_probe("valid", self.valid(i))
         if roll < 0.70:
             kind, fields = r.choice(self.hostile_invalid)
             if kind in ("session_id_huge", "observation_huge") and not self.huge:
                 kind, fields = self.hostile_invalid[0]
-            return self._predict(Probe(kind, self.valid(i, session=f"u{i}", **fields(r, i))))
+            return self._invalid_probe(i, kind, fields)
         if roll < 0.85:
             kind, fields = r.choice(self.hostile_valid)
-            return self._predict(Probe(kind, self.valid(i, session=f"q{i}", **fields(r, i))))
+            return self._valid_probe(kind, self.valid(i, session=f"q{i}", **fields(r, i)))
         return self._raw(i)
 
     def _raw(self, i: int) -> Probe:
-        """Hand-made CDR: invalid UTF-8, truncation, lying length prefixes, bit flips."""
+        """Hand-made CDR: invalid UTF-8, truncation, lying length prefixes, bit flips. Its fate
+        is unknown by construction (dropped by the middleware, discarded, or answered)."""
         r = self.rng
         sid = f"r{i}"
         good = bytearray(self._ser(self.valid(i, session=sid)))
@@ -236,21 +350,427 @@ class ProbeFactory:
                 good[pos] ^= 1 << r.randrange(8)
         else:
             good = bytearray(r.randbytes(r.randrange(0, 512)))
-        return self._predict(Probe(f"raw_{kind}", bytes(good)))
+        return Probe(f"raw_{kind}", bytes(good), RAW)
 
-    def _predict(self, p: Probe) -> Probe:
-        """What the relay will see and must do: deserialize as it will, validate as it will."""
-        data = p.payload if isinstance(p.payload, bytes) else self._ser(p.payload)
-        try:
-            msg = self._de(data, self.Req)
-        except Exception:
-            p.expect = UNDELIVERABLE
-            return p
-        reason, _, _ = self.validator.check(msg)
-        p.session, p.sequence = msg.session_id, msg.sequence
-        p.expect = ANSWER if reason is None else 1 + self.reasons.index(reason)
-        return p
 
+# The check each invalid kind breaks, by construction (validation.Reason values).
+INVALID_REASON = {
+    "session_id_empty": "session_id_empty",
+    "session_id_nul_first": "session_id_empty",
+    "session_id_65_bytes": "session_id_too_long",
+    "session_id_multibyte_too_long": "session_id_too_long",
+    "session_id_huge": "session_id_too_long",
+    "flood_session_id_unicode": "session_id_too_long",
+    "digest_garbage": "model_digest_mismatch",
+    "flood_digest_5000": "model_digest_mismatch",
+    "dims_wrong": "dims_mismatch",
+    "observation_length": "observation_length",
+    "observation_huge": "observation_length",
+    "flood_observation_long": "observation_length",
+    "observation_nan_inf": "observation_not_finite",
+    "remaining_nfe_zero": "remaining_nfe_zero",
+    "remaining_nfe_huge": "remaining_nfe_above_max",
+    "flood_remaining_nfe_u32_max": "remaining_nfe_above_max",
+    "retry_reason_unknown": "retry_reason_unknown",
+    "deadline_negative": "time_invalid",
+    "deadline_nanosec_overflow": "time_invalid",
+    "origin_negative": "time_invalid",
+}
+
+
+class Oracle:
+    """Per probe index, what its builder made (preallocated: no growth during a run)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.expect = np.zeros(n, np.int8)  # NOT_SENT / VALID_ANY / VALID_EXPIRED / INVALID / RAW
+        self.sid_crc = np.zeros(n, np.uint32)
+        self.kinds: Counter = Counter()
+        self.reasons: Counter = Counter()  # invalid probes by the reason they must be counted as
+
+    def record(self, i: int, p: Probe) -> None:
+        self.kinds[p.kind] += 1
+        self.expect[i] = p.expect
+        if p.expect == INVALID:
+            self.reasons[p.reason] += 1
+        elif p.expect in (VALID_ANY, VALID_EXPIRED):
+            self.sid_crc[i] = zlib.crc32(p.session.encode("utf-8", "surrogatepass"))
+
+    def save(self, path: str) -> None:
+        np.savez(path, expect=self.expect, sid_crc=self.sid_crc,
+                 kinds=json.dumps(self.kinds), reasons=json.dumps(self.reasons))
+
+    @classmethod
+    def load(cls, path: str) -> Oracle:
+        data = np.load(path)
+        o = cls(int(data["expect"].size))
+        o.expect[:], o.sid_crc[:] = data["expect"], data["sid_crc"]
+        o.kinds = Counter(json.loads(str(data["kinds"])))
+        o.reasons = Counter(json.loads(str(data["reasons"])))
+        return o
+
+
+class FloodBook:
+    """Answers per probe index, recorded as they come (preallocated); judged against the
+    Oracle afterwards, so the producer may be another process."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.count = np.zeros(n, np.int32)
+        self.crc = np.zeros(n, np.uint32)  # of the first answer's session_id
+        self.code = np.full(n, -1, np.int8)  # of the first answer
+        self.unattributed = 0  # answers whose key names no probe
+        self.codes = np.zeros(5, np.int64)
+        self._lock = threading.Lock()
+
+    def index_of(self, session_id: str, sequence: int) -> int | None:
+        if BASE_SEQ <= sequence < BASE_SEQ + self.n:
+            return sequence - BASE_SEQ
+        if sequence == UINT64_MAX and session_id[:1] == "q" and session_id[1:].isdigit():
+            i = int(session_id[1:])
+            return i if i < self.n else None
+        return None
+
+    def on_answer(self, msg) -> None:
+        i = self.index_of(msg.session_id, msg.sequence)
+        with self._lock:
+            if 0 <= msg.code < 5:
+                self.codes[msg.code] += 1
+            if i is None:
+                self.unattributed += 1
+                return
+            if self.count[i] == 0:
+                self.crc[i] = zlib.crc32(msg.session_id.encode("utf-8", "surrogatepass"))
+                self.code[i] = msg.code
+            self.count[i] += 1
+
+    def answered(self) -> int:
+        return int(self.count.sum()) + self.unattributed
+
+
+def judge(oracle: Oracle, book: FloodBook) -> dict:
+    """Exactly-once against what the builder made (see Oracle)."""
+    e, c = oracle.expect, book.count
+    valid = (e == VALID_ANY) | (e == VALID_EXPIRED)
+    answered_valid = valid & (c > 0)
+    wrong_session = answered_valid & (book.crc != oracle.sid_crc)
+    expired = e == VALID_EXPIRED
+    return {
+        "valid_sent": int(valid.sum()),
+        "valid_past_deadline_sent": int(expired.sum()),
+        "valid_answered_exactly_once": int((valid & (c == 1) & ~wrong_session).sum()),
+        "valid_lost": int((valid & (c == 0)).sum()),
+        "duplicates": int((valid & (c > 1)).sum() + (((e == RAW) & (c > 1)).sum())),
+        "unexpected_answers": int(c[(e == INVALID) | (e == NOT_SENT)].sum())
+        + book.unattributed + int(wrong_session.sum()),
+        "past_deadline_not_expired": int((expired & (c > 0) & (book.code != EXPIRED_CODE)).sum()),
+        "raw_sent": int((e == RAW).sum()),
+        "raw_answered": int(((e == RAW) & (c > 0)).sum()),
+    }
+
+
+def _close_accounting(fig: dict, oracle: Oracle, got_reasons: dict[str, int]) -> None:
+    """Every message the relay received is answered or counted, per reason; raw CDR that the
+    middleware delivered accounts for any excess over what the builder broke on purpose."""
+    typed_sent = int(((oracle.expect != NOT_SENT) & (oracle.expect != RAW)).sum())
+    raw_delivered = fig["relay_received"] - typed_sent
+    excess = {k: got_reasons.get(k, 0) - oracle.reasons.get(k, 0)
+              for k in set(got_reasons) | set(oracle.reasons)}
+    fig["invalid_built_by_reason"] = dict(sorted(oracle.reasons.items()))
+    fig["invalid_counted_by_reason"] = {k: v for k, v in sorted(got_reasons.items()) if v}
+    fig["raw_delivered"] = raw_delivered
+    fig["undeliverable_raw"] = fig["raw_sent"] - raw_delivered
+    fig["invalid_counts_match_builder"] = all(v >= 0 for v in excess.values()) and (
+        sum(excess.values()) == raw_delivered - fig["raw_answered"])
+
+
+def _relay_figures(h, got_reasons: dict[str, int]) -> dict:
+    from flowedge_relay.harness import status_values
+
+    relay = h.relay
+    stats = relay.core.stats()
+    status = h.latest_status("admission")
+    diag = status_values(status) if status else {}
+    alive = relay_threads_alive(relay)
+    return {
+        "diagnostics_invalid_discarded": int(diag.get("invalid_discarded", -1)),
+        "diagnostics_by_reason": {k[len("invalid."):]: int(v) for k, v in diag.items()
+                                  if k.startswith("invalid.") and v != "0"},
+        "diagnostics_middleware_lost": diag.get("middleware_lost", ""),
+        "core_refused": got_reasons.get("core_refused", 0),
+        "coalesced": stats.coalesced,
+        "output_drops": stats.rejection_outputs_dropped + stats.action_outputs_dropped,
+        "threads_alive": alive,
+        "crashes": sum(1 for a in alive.values() if not a) + got_reasons.get("core_refused", 0),
+    }
+
+
+def run_malformed(h, messages: int = 2000, seed: int = 1, warmup: int = 300,
+                  huge: bool = True, progress=None, backlog: int = 300,
+                  mix: str = "mixed") -> dict:
+    """The hostile-input campaign, producer in this process, flow-controlled by the relay's
+    intake (at most `backlog` unread); returns figures (see module doc)."""
+
+    relay = h.relay
+    factory = ProbeFactory(h, seed, relay.validator.max_nfe, huge=huge)
+    total = warmup + messages
+    oracle = Oracle(total + 1)
+    book = FloodBook(total + 1)
+    h.keep_answers = False
+    h.on_answer = book.on_answer
+    h.max_diagnostics = 20
+    received0, lost0 = received(relay), relay._middleware_lost
+    discarded0 = {r: c for r, c in relay.validator.discarded.items()}
+    typed = 0
+    hangs = 0
+    rss_warm = rss_bytes()
+    rss_samples = []
+    t0 = time.monotonic()
+    for i in range(total):
+        if i == warmup:
+            pace(relay, received0 + typed, backlog=0)
+            rss_warm = rss_bytes()
+        p = factory.make(i, mix)
+        oracle.record(i, p)  # before sending: a passed deadline is answered within microseconds
+        typed += p.expect != RAW
+        h.pub.publish(p.payload)
+        if i % 50 == 49:
+            if not pace(relay, received0 + typed, backlog):
+                hangs += 1
+            if i % 1000 == 999:
+                rss_samples.append([round(time.monotonic() - t0, 2), rss_bytes()])
+                if progress:
+                    progress(f"malformed: {i + 1}/{total} sent, rss {rss_bytes() / MB:.1f} MB")
+    # marker: a plain valid request after everything must be answered
+    marker = total
+    oracle.record(marker, Probe("marker", None, VALID_ANY, session="marker"))
+    h.send(factory.valid(marker, session="marker", past=False))
+    if not _settle(relay, book, oracle, marker, 60.0):
+        hangs += 1
+    time.sleep(0.5)  # any duplicate answer would arrive by now
+    rss_end = rss_bytes()
+    got_reasons = {r.value: relay.validator.discarded[r] - discarded0[r]
+                   for r in relay.validator.discarded}
+    fig = {
+        "mix": mix,
+        "messages_tried": total + 1,
+        "warmup_messages": warmup,
+        "seed": seed,
+        "kinds": dict(sorted(oracle.kinds.items())),
+        "relay_received": received(relay) - received0,
+        "middleware_lost": relay._middleware_lost - lost0,
+        **judge(oracle, book),
+        "answers_by_code": _codes(book),
+        **_relay_figures(h, got_reasons),
+        "hangs": hangs,
+        "rss_warm_mb": round(rss_warm / MB, 2),
+        "rss_end_mb": round(rss_end / MB, 2),
+        "rss_growth_mb": round((rss_end - rss_warm) / MB, 2),
+        "rss_samples": rss_samples,
+        "seconds": round(time.monotonic() - t0, 2),
+    }
+    _close_accounting(fig, oracle, got_reasons)
+    return fig
+
+
+def _settle(relay, book: FloodBook, oracle: Oracle, marker: int, timeout: float) -> bool:
+    """Wait for the marker's answer and every valid answer, or, should some never come, for
+    the relay to go quiet (nothing received, answered, queued or running for 2 s). False
+    only when the marker (sent last) is never answered: the relay hangs."""
+    valid = (oracle.expect == VALID_ANY) | (oracle.expect == VALID_EXPIRED)
+    n_valid = int(valid.sum())
+    end = time.monotonic() + timeout
+    last, still_since = None, time.monotonic()
+    while time.monotonic() < end:
+        if int((book.count[valid] > 0).sum()) >= n_valid:
+            return True
+        st = relay.core.stats()
+        now = (received(relay), book.answered(), st.queue_depth, st.lanes_busy)
+        if now != last:
+            last, still_since = now, time.monotonic()
+        elif st.queue_depth == 0 and st.lanes_busy == 0 and time.monotonic() - still_since > 2:
+            break
+        time.sleep(0.02)
+    return bool(book.count[marker] >= 1)
+
+
+def _codes(book: FloodBook) -> dict[str, int]:
+    return dict(zip(("inference", "rejected_stale", "rejected_deadline", "rejected_capacity",
+                     "expired"), map(int, book.codes), strict=True))
+
+
+def run_flood(h, rate: float, duration_s: float, seed: int = 1, mix: str = "flood",
+              progress=None, producer_depth: int = 5000, settle_s: float = 60.0) -> dict:
+    """The hostile-input campaign at a fixed offered rate, paced by wall clock: a producer
+    process (`python -m flowedge_relay.stress produce`) builds and publishes the probes and
+    writes the oracle; this process runs the relay and books every answer."""
+    import subprocess
+    import tempfile
+
+
+    relay = h.relay
+    n = int(rate * duration_s) + 1
+    book = FloodBook(n + 1)
+    h.keep_answers, h.on_answer, h.max_diagnostics = False, book.on_answer, 5
+    received0, lost0 = received(relay), relay._middleware_lost
+    discarded0 = {r: c for r, c in relay.validator.discarded.items()}
+    contract = _Contract(h.model.digest, h.model.obs_dim, h.model.action_dim,
+                         h.model.action_horizon)
+    with tempfile.TemporaryDirectory() as tmp:
+        oracle_path = str(Path(tmp) / "oracle.npz")
+        cmd = [sys.executable, "-m", "flowedge_relay.stress", "produce", "--seed", str(seed),
+               "--rate", str(rate), "--count", str(n), "--mix", mix,
+               "--contract", json.dumps(contract.as_dict()), "--max-nfe",
+               str(relay.validator.max_nfe), "--depth", str(producer_depth),
+               "--oracle", oracle_path]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        rss_warm, rss_max, samples = 0, 0, []
+        t0 = time.monotonic()
+        while proc.poll() is None and time.monotonic() - t0 < duration_s + 120:
+            time.sleep(1.0)
+            rss = rss_bytes()
+            rss_max = max(rss_max, rss)
+            if not rss_warm and time.monotonic() - t0 >= min(5.0, duration_s / 4):
+                rss_warm = rss
+            samples.append([round(time.monotonic() - t0, 1), rss,
+                            received(relay) - received0, relay._middleware_lost - lost0])
+            if progress and len(samples) % 5 == 0:
+                progress(f"flood {samples[-1][0]:5.0f} s: relay received {samples[-1][2]}, "
+                         f"middleware lost {samples[-1][3]}, answers {book.answered()}, "
+                         f"rss {rss / MB:.1f} MB")
+        hung = proc.poll() is None
+        if hung:
+            proc.kill()
+        out, _ = proc.communicate()
+        produced = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        oracle = Oracle.load(oracle_path) if Path(oracle_path).exists() else Oracle(n)
+    oracle_full = Oracle(n + 1)
+    oracle_full.expect[:n], oracle_full.sid_crc[:n] = oracle.expect, oracle.sid_crc
+    oracle_full.kinds, oracle_full.reasons = oracle.kinds, oracle.reasons
+    oracle = oracle_full
+    # settle: the relay has taken (or the middleware has reported lost) everything it will
+    def arrived() -> int:
+        return received(relay) - received0 + relay._middleware_lost - lost0
+
+    last, still_since = -1, time.monotonic()
+    end = time.monotonic() + settle_s
+    while time.monotonic() < end:
+        now_arrived = arrived()
+        if now_arrived != last:
+            last, still_since = now_arrived, time.monotonic()
+        elif time.monotonic() - still_since > 2.0:
+            break
+        time.sleep(0.1)
+    marker = n
+    oracle.record(marker, Probe("marker", None, VALID_ANY, session="marker"))
+    h.send(h.request(session_id="marker", sequence=BASE_SEQ + marker))
+    sent = int((oracle.expect != NOT_SENT).sum())  # the marker included, as everywhere below
+    hangs = int(hung) + (not _settle(relay, book, oracle, marker, 60.0))
+    time.sleep(0.5)
+    got_reasons = {r.value: relay.validator.discarded[r] - discarded0[r]
+                   for r in relay.validator.discarded}
+    rss_end = rss_bytes()
+    fig = {
+        "mix": mix,
+        "seed": seed,
+        "offered_rate_per_s": rate,
+        "duration_s": duration_s,
+        "sent": sent,
+        "publish_failures": produced.get("publish_failures", -1),
+        "achieved_rate_per_s": produced.get("achieved_rate_per_s", 0.0),
+        "producer_all_acked": produced.get("all_acked", False),
+        "kinds": dict(sorted(oracle.kinds.items())),
+        "relay_received": received(relay) - received0,
+        "middleware_lost": relay._middleware_lost - lost0,
+        **judge(oracle, book),
+        "answers_by_code": _codes(book),
+        **_relay_figures(h, got_reasons),
+        "hangs": hangs,
+        "rss_warm_mb": round(rss_warm / MB, 2),
+        "rss_max_mb": round(rss_max / MB, 2),
+        "rss_end_mb": round(rss_end / MB, 2),
+        "rss_growth_mb": round((rss_end - rss_warm) / MB, 2) if rss_warm else None,
+        "samples": samples,
+    }
+    _close_accounting(fig, oracle, got_reasons)
+    fig["accounting_closes"] = fig["relay_received"] + fig["middleware_lost"] == sent - fig[
+        "undeliverable_raw"] and fig["invalid_counts_match_builder"]
+    return fig
+
+
+def produce(args) -> int:
+    """The flood producer process: build probe i, publish it at t0 + i / rate, record what
+    was built (the oracle), wait until the relay acknowledged everything, print a summary."""
+    from flowedge_relay_msgs.msg import InferenceRequest
+    from rclpy.duration import Duration
+    from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    from flowedge_relay.harness import ros_context, wait_for_subscribers
+
+    c = json.loads(args.contract)
+    builder = RequestBuilder(_Contract(c["digest"], c["obs_dim"], c["action_dim"],
+                                       c["action_horizon"]))
+    factory = ProbeFactory(builder, args.seed, args.max_nfe, huge=False)
+    oracle = Oracle(args.count)
+    failures = 0
+    with ros_context() as ctx:
+        import rclpy
+
+        node = rclpy.create_node("flowedge_flood_producer", context=ctx)
+        qos = QoSProfile(depth=args.depth, history=HistoryPolicy.KEEP_LAST,
+                         reliability=ReliabilityPolicy.RELIABLE)
+        pub = node.create_publisher(InferenceRequest, args.topic, qos)
+        wait_for_subscribers(pub)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        for i in range(args.count):
+            due = t0 + i / args.rate
+            ahead = due - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+            p = factory.make(i, args.mix)
+            oracle.record(i, p)
+            try:
+                pub.publish(p.payload)
+            except Exception:  # a KEEP_ALL reader's back-pressure can time a publish out
+                failures += 1
+                oracle.expect[i] = NOT_SENT
+        elapsed = time.monotonic() - t0
+        print(json.dumps({"published": args.count - failures}), flush=True)
+        acked = pub.wait_for_all_acked(Duration(seconds=60))
+        oracle.save(args.oracle)
+        node.destroy_node()
+    print(json.dumps({"sent": args.count - failures, "publish_failures": failures,
+                      "achieved_rate_per_s": round(args.count / max(elapsed, 1e-9), 1),
+                      "all_acked": bool(acked)}), flush=True)
+    return 0
+
+
+def malformed_ok(fig: dict) -> list[str]:
+    """The campaign's pass criteria; returns the failures (empty = pass)."""
+    bad = []
+    if fig["crashes"]:
+        bad.append(f"crashes {fig['crashes']} (threads {fig['threads_alive']})")
+    if fig["hangs"]:
+        bad.append(f"hangs {fig['hangs']}")
+    if fig["valid_lost"] or fig["duplicates"] or fig["unexpected_answers"]:
+        bad.append("exactly-once violated: "
+                   f"valid lost {fig['valid_lost']}, duplicates {fig['duplicates']}, "
+                   f"unexpected {fig['unexpected_answers']}")
+    if fig["past_deadline_not_expired"]:
+        bad.append(f"{fig['past_deadline_not_expired']} requests past their deadline "
+                   "answered other than EXPIRED")
+    if fig["middleware_lost"]:
+        bad.append(f"middleware lost {fig['middleware_lost']} requests")
+    if not fig["invalid_counts_match_builder"]:
+        bad.append(f"per-reason counts differ: built {fig['invalid_built_by_reason']}, "
+                   f"counted {fig['invalid_counted_by_reason']}")
+    if not 0 <= fig["raw_delivered"] <= fig["raw_sent"]:
+        bad.append(f"relay received {fig['relay_received']}: {fig['raw_delivered']} beyond the "
+                   f"typed probes, of {fig['raw_sent']} raw")
+    if fig.get("accounting_closes") is False:
+        bad.append("sent != received + middleware_lost + undeliverable")
+    return bad
 
 class AnswerBook:
     """Answers per request index in preallocated arrays (no growth during a run)."""
@@ -288,121 +808,6 @@ class AnswerBook:
 
     def total(self) -> int:
         return int(self.count.sum()) + self.unexpected
-
-
-def run_malformed(h, messages: int = 2000, seed: int = 1, warmup: int = 300,
-                  huge: bool = True, progress=None, backlog: int = 300) -> dict:
-    """The hostile-input campaign on a running harness `h`; returns figures (see module doc)."""
-    from flowedge_relay.harness import status_values
-
-    relay = h.relay
-    factory = ProbeFactory(h, seed, relay.validator.max_nfe, huge=huge)
-    total = warmup + messages
-    book = AnswerBook(total + 1)
-    h.keep_answers = False
-    h.on_answer = book.on_answer
-    h.max_diagnostics = 20
-    received0 = received(relay)
-    discarded0 = {r: c for r, c in relay.validator.discarded.items()}
-    expected_reasons: Counter = Counter()
-    kinds: Counter = Counter()
-    deliverable = 0
-    hangs = 0
-    rss_warm = rss_bytes()
-    rss_samples = []
-    t0 = time.monotonic()
-    for i in range(total):
-        if i == warmup:
-            pace(relay, received0 + deliverable, backlog=0)
-            rss_warm = rss_bytes()
-        p = factory.make(i)
-        kinds[p.kind] += 1
-        if p.expect != UNDELIVERABLE:
-            deliverable += 1
-            if p.expect == ANSWER:
-                book.expect(i, p.session)
-            else:
-                expected_reasons[factory.reasons[p.expect - 1].value] += 1
-        h.pub.publish(p.payload)
-        if i % 50 == 49:
-            if not pace(relay, received0 + deliverable, backlog):
-                hangs += 1
-            if i % 1000 == 999:
-                rss_samples.append([round(time.monotonic() - t0, 2), rss_bytes()])
-                if progress:
-                    progress(f"malformed: {i + 1}/{total} sent, rss {rss_bytes() / MB:.1f} MB")
-    # marker: a plain valid request after everything must be answered
-    marker = total
-    book.expect(marker, "marker")
-    h.send(factory.valid(marker, session="marker"))
-    deliverable += 1
-    from flowedge_relay.harness import wait_for
-
-    want = int(book.attempts.sum())
-    if not wait_for(lambda: book.count[marker] >= 1 and book.total() >= want, 60.0):
-        hangs += 1
-    time.sleep(0.5)  # any duplicate answer would arrive by now
-    rss_end = rss_bytes()
-    stats = relay.core.stats()
-    status = h.latest_status("admission")
-    diag = status_values(status) if status else {}
-    got_reasons = {r.value: relay.validator.discarded[r] - discarded0[r]
-                   for r in relay.validator.discarded}
-    valid_idx = np.nonzero(book.attempts)[0]
-    answered = book.count[valid_idx]
-    alive = relay_threads_alive(relay)
-    return {
-        "messages_tried": total + 1,
-        "warmup_messages": warmup,
-        "seed": seed,
-        "kinds": dict(sorted(kinds.items())),
-        "deliverable": deliverable,
-        "undeliverable_raw": total + 1 - deliverable,
-        "relay_received": received(relay) - received0,
-        "valid_requests": int(valid_idx.size),
-        "valid_answered_exactly_once": int((answered == 1).sum()),
-        "valid_unanswered": int((answered == 0).sum()),
-        "valid_answered_twice_or_more": int((answered > 1).sum()),
-        "unexpected_answers": book.unexpected,
-        "answers_by_code": dict(zip(("inference", "rejected_stale", "rejected_deadline",
-                                     "rejected_capacity", "expired"),
-                                    map(int, book.codes), strict=True)),
-        "invalid_expected_by_reason": dict(sorted(expected_reasons.items())),
-        "invalid_counted_by_reason": {k: v for k, v in sorted(got_reasons.items()) if v},
-        "diagnostics_invalid_discarded": int(diag.get("invalid_discarded", -1)),
-        "diagnostics_by_reason": {k[len("invalid."):]: int(v) for k, v in diag.items()
-                                  if k.startswith("invalid.") and v != "0"},
-        "core_refused": got_reasons.get("core_refused", 0),
-        "output_drops": stats.rejection_outputs_dropped + stats.action_outputs_dropped,
-        "threads_alive": alive,
-        "crashes": sum(1 for a in alive.values() if not a) + got_reasons.get("core_refused", 0),
-        "hangs": hangs,
-        "rss_warm_mb": round(rss_warm / MB, 2),
-        "rss_end_mb": round(rss_end / MB, 2),
-        "rss_growth_mb": round((rss_end - rss_warm) / MB, 2),
-        "rss_samples": rss_samples,
-        "seconds": round(time.monotonic() - t0, 2),
-    }
-
-
-def malformed_ok(fig: dict) -> list[str]:
-    """The campaign's pass criteria; returns the failures (empty = pass)."""
-    bad = []
-    if fig["crashes"]:
-        bad.append(f"crashes {fig['crashes']} (threads {fig['threads_alive']})")
-    if fig["hangs"]:
-        bad.append(f"hangs {fig['hangs']}")
-    if fig["valid_unanswered"] or fig["valid_answered_twice_or_more"] or fig["unexpected_answers"]:
-        bad.append("exactly-once violated: "
-                   f"unanswered {fig['valid_unanswered']}, "
-                   f"duplicates {fig['valid_answered_twice_or_more']}, "
-                   f"unexpected {fig['unexpected_answers']}")
-    if fig["invalid_expected_by_reason"] != fig["invalid_counted_by_reason"]:
-        bad.append(f"per-reason counts differ: expected {fig['invalid_expected_by_reason']}, "
-                   f"counted {fig['invalid_counted_by_reason']}")
-    if fig["relay_received"] != fig["deliverable"]:
-        bad.append(f"relay received {fig['relay_received']} of {fig['deliverable']} deliverable")
-    return bad
 
 
 # ---- soak --------------------------------------------------------------------------------------
@@ -879,6 +1284,16 @@ def main(argv=None) -> int:
     m.add_argument("--workers", type=int, default=1)
     m.add_argument("--no-huge", action="store_true", help="leave out 100 kB ids / 800 kB arrays")
     m.add_argument("--request-qos-depth", type=int, default=1000)
+    m.add_argument("--request-qos-history", choices=("keep_all", "keep_last"),
+                   default="keep_all")
+    m.add_argument("--rate", type=float, default=None,
+                   help="messages/s, paced by wall clock, from a producer process (with "
+                        "--duration); without it the producer shares this process and is "
+                        "flow-controlled by the relay's intake (--messages)")
+    m.add_argument("--duration", type=float, default=30.0, help="seconds at --rate")
+    m.add_argument("--mix", choices=("flood", "mixed"), default=None,
+                   help="flood: 90%% invalid as in issue 14 (default with --rate); mixed: "
+                        "35%% valid, 35%% invalid, 15%% hostile-but-valid, 15%% raw CDR")
     s = sub.add_parser("soak", help="mixed traffic at a fraction of measured capacity")
     s.add_argument("--duration", type=float, default=60.0, help="seconds (600 for the report)")
     s.add_argument("--load", type=float, default=0.8, help="fraction of measured capacity")
@@ -890,9 +1305,23 @@ def main(argv=None) -> int:
     s.add_argument("--progress-every", type=float, default=10.0)
     f = sub.add_parser("faults", help="the fault drills, with figures")
     f.add_argument("--workers", type=int, default=2)
+    pr = sub.add_parser("produce", help="(internal) the producer process of malformed --rate")
+    pr.add_argument("--seed", type=int, default=1)
+    pr.add_argument("--rate", type=float, required=True)
+    pr.add_argument("--count", type=int, required=True)
+    pr.add_argument("--mix", choices=MIXES, default="flood")
+    pr.add_argument("--contract", required=True, help="JSON: digest, obs_dim, action_dim, "
+                                                      "action_horizon")
+    pr.add_argument("--max-nfe", type=int, default=64)
+    pr.add_argument("--depth", type=int, default=5000, help="publisher KEEP_LAST depth")
+    pr.add_argument("--topic", default="flowedge/requests")
+    pr.add_argument("--oracle", required=True, help="where to write what was built (.npz)")
     for p in (m, s, f):
         p.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args(argv)
+    if args.cmd == "produce":
+        os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+        return produce(args)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
     from flowedge_relay.harness import running_relay
@@ -902,9 +1331,14 @@ def main(argv=None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     if args.cmd == "malformed":
-        with running_relay(workers=args.workers, request_qos_depth=args.request_qos_depth) as h:
-            fig = run_malformed(h, args.messages, args.seed, huge=not args.no_huge,
+        with running_relay(workers=args.workers, request_qos_depth=args.request_qos_depth,
+                           request_qos_history=args.request_qos_history) as h:
+            if args.rate:
+                fig = run_flood(h, args.rate, args.duration, args.seed, mix=args.mix or "flood",
                                 progress=say)
+            else:
+                fig = run_malformed(h, args.messages, args.seed, huge=not args.no_huge,
+                                    progress=say, mix=args.mix or "mixed")
         failures = malformed_ok(fig)
     elif args.cmd == "soak":
         path = {"small": default_model_path(), "bench": bench_model_path()}.get(args.model,

@@ -107,3 +107,24 @@ def test_stats_message_mirrors_the_snapshot():
     assert (msg.inference, msg.rejected_stale, msg.expired) == (5, 4, 1)
     assert msg.queue_depth == 7 and abs(msg.oldest_queue_age_ms - 500.0) < 1e-9
     assert msg.nfe_ns_configured == 1_000_000 and msg.lane_utilisation == 0.5
+
+
+def test_middleware_loss_is_reported_and_warns_while_it_grows():
+    """Issue 14: requests the middleware lost before the callback show in diagnostics (key
+    `middleware_lost`, WARN held like other counter events) and in RelayStats."""
+    b = DiagnosticsBuilder("r", hold_s=10.0)
+    array = b.build(snap(1.0), _stamp())
+    values = {kv.key: kv.value for kv in array.status[0].values}
+    assert values["middleware_lost"] == "0" and array.status[0].level == DiagnosticStatus.OK
+    grown = b.build(snap(2.0, middleware_lost=37), _stamp()).status[0]
+    assert grown.level == DiagnosticStatus.WARN and "lost in the middleware" in grown.message
+    assert {kv.key: kv.value for kv in grown.values}["middleware_lost"] == "37"
+    assert levels(b, snap(11.0, middleware_lost=37))["admission"] == DiagnosticStatus.WARN
+    assert levels(b, snap(12.5, middleware_lost=37))["admission"] == DiagnosticStatus.OK
+    assert stats_message(snap(middleware_lost=37), _stamp()).middleware_lost == 37
+
+
+def test_an_rmw_that_cannot_report_loss_says_so():
+    array = DiagnosticsBuilder("r").build(snap(middleware_lost_reported=False), _stamp())
+    values = {kv.key: kv.value for kv in array.status[0].values}
+    assert values["middleware_lost"] == "not reported by this RMW"

@@ -75,3 +75,34 @@ def test_counters_have_a_fixed_key_set():
     for i in range(200):
         v.check(valid(session_id="", model_digest=f"garbage-{i}"))
     assert set(v.discarded) == set(Reason)
+
+
+def test_a_flood_of_invalid_requests_is_counted_per_message_and_logged_once_per_period():
+    """Issue 14: each discard is one counter (per reason) and one integer compare; the log line
+    comes at most once per DISCARD_LOG_PERIOD_NS, with how many it stood for. (rclpy's own
+    throttle walked the stack on every call: a discard cost more than a decision.)"""
+    from rclpy.parameter import Parameter
+
+    from flowedge_relay.harness import ros_context
+    from flowedge_relay.node import RelayNode
+
+    with ros_context() as ctx:
+        relay = RelayNode(context=ctx, parameter_overrides=[Parameter("workers", value=1)])
+        try:
+            m = relay.model
+            bad = InferenceRequest(session_id="x", sequence=1, generation=1, remaining_nfe=0,
+                                   model_digest=m.digest, observation_dim=m.obs_dim,
+                                   action_dim=m.action_dim, action_horizon=m.action_horizon,
+                                   observation=[0.1] * m.obs_dim)
+            long_id = InferenceRequest(session_id="\u00e9" * 300)
+            for _ in range(500):
+                relay._on_request(bad)
+                relay._on_request(long_id)
+            discarded = dict(relay.validator.discarded)
+            suppressed = relay._discard_log.suppressed
+            received, accepted = relay._received, relay.core.stats().accepted
+        finally:
+            relay.destroy_node()
+    assert discarded[Reason.NFE_ZERO] == 500 and discarded[Reason.SESSION_ID_TOO_LONG] == 500
+    assert received == 1000 and accepted == 0
+    assert suppressed == 999  # one line logged (the first); the other 999 waited for the next

@@ -30,6 +30,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "model": ("flowedge_relay.bench.model",
               "raw NFE cost of the shipped policies; worker loop vs bare session.run"),
     "admission": ("flowedge_relay.bench.admission", "the C core's admission path"),
+    "intake": ("flowedge_relay.bench.intake",
+               "us per request in the request callback: discard by reason vs decision by outcome"),
 }  # fmt: skip
 
 

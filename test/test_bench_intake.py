@@ -1,0 +1,43 @@
+"""`bench intake` runs at a tiny size through the real node and reports every case it claims.
+
+Only shapes and outcomes are checked, never a timing target: the bench is a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from flowedge_relay.bench import intake
+from flowedge_relay.validation import Reason
+
+
+def _run(argv: list[str]) -> dict:
+    parser = argparse.ArgumentParser()
+    intake.add_arguments(parser)
+    return intake.run(parser.parse_args(argv))
+
+
+def test_every_discard_reason_and_decided_outcome_is_measured_and_really_happened():
+    report = _run(["--quick", "--samples", "40", "--no-dds"])
+    discards = {r["outcome"] for r in report["rows"] if r["kind"] == "discard"}
+    decisions = {r["outcome"] for r in report["rows"] if r["kind"] == "decision"}
+    assert discards == {f"discarded.{r.value}" for r in Reason} - {
+        "discarded.model_unavailable", "discarded.core_refused"}
+    assert decisions == {"expired", "rejected_stale", "rejected_deadline", "rejected_capacity",
+                         "accepted"}
+    for row in report["rows"]:  # the counters say each case did what its label says
+        assert row["as_expected"], row
+        assert row["n"] == 40 and 0 < row["callback_us_p50"] <= row["callback_us_p99"]
+    assert report["all_cases_as_expected"]
+    text = intake.table(report)
+    assert "session_id_300_unicode" in text and "rejected_capacity" in text
+    json.dumps(report, allow_nan=False)  # what --json writes
+
+
+def test_over_dds_every_message_is_received_or_reported_lost():
+    report = _run(["--quick", "--samples", "5", "--dds-messages", "600"])
+    assert [d["mix"] for d in report["dds"]] == ["invalid", "expired", "flood"]
+    for d in report["dds"]:
+        assert d["received"] + d["middleware_lost"] == d["sent"] and d["unaccounted"] == 0
+        assert d["sent"] + d["publish_failures"] == 600
