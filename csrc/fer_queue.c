@@ -335,7 +335,8 @@ static int config_valid(const struct fer_config *cfg)
     return cfg->workers >= 1 && cfg->workers <= FER_MAX_WORKERS && cfg->queue_capacity >= 1 &&
            cfg->queue_capacity <= FER_MAX_QUEUE && cfg->max_sessions >= 1 &&
            cfg->max_sessions <= FER_MAX_SESSIONS && cfg->max_nfe >= 1 && cfg->ring_capacity >= 1 &&
-           cfg->ring_capacity <= FER_MAX_RING && cfg->age_gate <= FER_AGE_GATE_ALL;
+           cfg->ring_capacity <= FER_MAX_RING && cfg->age_gate <= FER_AGE_GATE_ALL &&
+           fer_cost_config_valid(cfg); /* cost-model hook (fer_cost.c) */
 }
 
 int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
@@ -394,6 +395,7 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
         c->lanes[i].alive = 1;
     }
     c->lanes_alive = cfg->workers;
+    fer_cost_configure(&c->cost, &c->cfg); /* cost-model hook: effective window / quantile */
 
     rc = fer_doorbell_init(&c->bell);
     if (rc != FER_OK) {
@@ -510,7 +512,8 @@ static void jobs_append(struct fer_core *c, uint32_t from, uint32_t to, uint32_t
 static int admissible(struct fer_core *c, const struct fer_request *r, uint32_t si, uint32_t victim,
                       uint64_t now)
 {
-    uint64_t nfe = c->cfg.nfe_ns;
+    /* cost-model hook (§5.2): static = nfe_ns, adaptive = max(nfe_ns, observed tail); O(1). */
+    uint64_t nfe = fer_cost_nfe_ns(&c->cost, c->cfg.nfe_ns, now);
     uint32_t nl = 0, nj = 0, nskip = 0, xq, xpos = FER_NONE, i, k, id, from;
     uint32_t skip_pos[FER_SKIP_FAST];
     struct fer_admit_job x;
@@ -802,7 +805,10 @@ static int dispatch_expired(const struct fer_core *c, const struct fer_slot *s, 
         return 0;
     if (c->cfg.nfe_ns == 0)
         return now >= s->deadline_ns;
-    return !fer_meets(fer_sat_finish(now, s->remaining_nfe, c->cfg.nfe_ns), s->deadline_ns);
+    /* cost-model hook (§5.2): the same per-NFE cost admission assumes. */
+    return !fer_meets(fer_sat_finish(now, s->remaining_nfe,
+                                     fer_cost_nfe_ns(&c->cost, c->cfg.nfe_ns, now)),
+                      s->deadline_ns);
 }
 
 int fer_core_dispatch(struct fer_core *c, uint32_t lane, uint64_t now, struct fer_work *out)
@@ -889,6 +895,7 @@ int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_
     s->nfe_done++;
     c->st.nfe_total++;
     c->st.busy_ns = fer_sat_add(c->st.busy_ns, nfe_ns_measured);
+    fer_cost_record(&c->cost, now, nfe_ns_measured); /* cost-model hook: measured tail */
     if (s->cancelled) {
         rang = emit_slot(c, id, FER_REJECTED_STALE, now, (int32_t)lane, NULL);
         rc = FER_STEP_STOP_STALE;

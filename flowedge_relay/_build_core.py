@@ -25,7 +25,7 @@ from cffi import FFI
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 CSRC = ROOT / "csrc"
-SOURCES = ["fer_queue.c", "fer_admit.c", "fer_ring.c", "fer_bench.c"]
+SOURCES = ["fer_queue.c", "fer_admit.c", "fer_ring.c", "fer_cost.c", "fer_bench.c"]
 MODULE = "flowedge_relay._fer_core"
 
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
