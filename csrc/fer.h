@@ -177,7 +177,7 @@ struct fer_stats {
  * assumes. observed_tail_ns is the cost_quantile_ppm quantile of the NFE durations measured in
  * the last cost_window_ns (0 when none was), window_max_ns their maximum; in_use_ns is what
  * admission and dispatch use per NFE: nfe_ns in static mode, max(nfe_ns, observed_tail_ns) in
- * adaptive mode (the configured value is the floor). */
+ * adaptive mode (the configured value is the floor); 0 while nfe_ns is 0 (admission off). */
 struct fer_cost_stats {
     uint32_t cost_model;                 /* FER_COST_* */
     uint32_t quantile_ppm;

@@ -198,7 +198,7 @@ int fer_core_cost_stats(struct fer_core *c, uint64_t now, struct fer_cost_stats 
     out->observed_tail_ns = k->tail;
     out->window_max_ns = k->window_max;
     out->window_samples = k->total;
-    out->in_use_ns = fer_cost_nfe_ns(k, c->cfg.nfe_ns, now);
+    out->in_use_ns = c->cfg.nfe_ns ? fer_cost_nfe_ns(k, c->cfg.nfe_ns, now) : 0;
     out->samples_total = k->samples;
     pthread_mutex_unlock(&c->mu);
     return FER_OK;

@@ -28,7 +28,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay import parameters
-from flowedge_relay.core import AgeGate, Code, Core, CoreConfig, Decision, Request
+from flowedge_relay.core import AgeGate, Code, Core, CoreConfig, CostModel, Decision, Request
 from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_message
 from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until
 from flowedge_relay.model import ModelError, default_model_path, load_model
@@ -69,6 +69,15 @@ class _BusyWindow:
         return value
 
 
+def _cost_fields(p: dict) -> dict[str, int]:
+    """The cost-model parameters (DESIGN.md section 5.2) as the core's config fields."""
+    return {
+        "cost_model": CostModel[p["cost_model"].upper()],
+        "cost_window_ns": p["cost_window_ms"] * MS,
+        "cost_quantile_ppm": round(p["cost_quantile"] * 1_000_000),
+    }
+
+
 class RelayNode(Node):
     """Deadline-aware EDF inference relay (DESIGN.md)."""
 
@@ -84,7 +93,7 @@ class RelayNode(Node):
         self._intake_stop = threading.Event()  # stops the request thread (first)
         super().__init__(NODE_NAME, **kwargs)
         p = parameters.declare_all(self)
-        for name in ("solver", "age_gate", "request_topics"):
+        for name in ("solver", "age_gate", "request_topics", "cost_model"):
             problem = parameters.check_value(name, p[name])
             if problem:
                 raise ValueError(problem)
@@ -131,6 +140,7 @@ class RelayNode(Node):
                 reject_if_queue_age_ns_gte=p["reject_if_queue_age_ms_gte"] * MS,
                 queue_timeout_ns=p["queue_timeout_ms"] * MS,
                 session_idle_ns=p["session_idle_ms"] * MS,
+                **_cost_fields(p),
             )
         )
         self.pool = None
@@ -352,6 +362,7 @@ class RelayNode(Node):
             latency_p50_ms=lat50,
             latency_p99_ms=lat99,
             utilisation=utilisation,
+            cost=self.core.cost_stats(now),
         )
 
     def _publish_diagnostics(self) -> None:
@@ -386,6 +397,11 @@ class RelayNode(Node):
                 get("reject_if_queue_age_ms_gte") * MS,
                 get("queue_timeout_ms") * MS,
             )
+        if names & {"cost_model", "cost_window_ms", "cost_quantile"}:
+            k = _cost_fields({n: get(n) for n in ("cost_model", "cost_window_ms",
+                                                  "cost_quantile")})
+            self.core.set_cost_model(k["cost_model"], k["cost_window_ns"],
+                                     k["cost_quantile_ppm"])
         if "fault_nfe_delay_ms" in names and self.pool is not None:
             self.pool.fault_nfe_delay_ns = int(get("fault_nfe_delay_ms") * MS)
         for name in names:
