@@ -120,6 +120,22 @@ def test_overload_noise_and_in_process(tmp_path):
     assert "noise: one process" in overload.table(report)
 
 
+def test_nfe_breakdown_tiny():
+    from flowedge_relay.bench import nfe_breakdown
+
+    argv = ["--quick", "--variants", "baseline", "switch_200us"]
+    report = _roundtrip(nfe_breakdown.run(_args(nfe_breakdown, argv)))
+    assert [v["variant"] for v in report["variants"]] == ["baseline", "switch_200us"]
+    for v in report["variants"]:
+        for label in ("light", "over"):
+            pt = v["points"][label]
+            assert pt["offered"] > 0 and pt["nfes"] >= 0
+            if pt["nfes"]:
+                for part in nfe_breakdown.PARTS:
+                    assert 0 <= pt[part]["p50"] <= pt[part]["p99"], (part, label)
+    assert "gil_wait_p99" in nfe_breakdown.table(report)
+
+
 def test_noise_spec_parsing():
     from flowedge_relay.bench import noise
 
