@@ -240,12 +240,15 @@ class NodeProcess:
     def __init__(self, module: str, ros_args: list[str], timeout: float = 60.0,
                  env: dict[str, str] | None = None,
                  switch_interval_s: float | None = None) -> None:  # fmt: skip
-        if switch_interval_s is None:
-            cmd = [sys.executable, "-m", module, "--ros-args", *ros_args]
-        else:
-            prelude = (f"import runpy, sys; sys.setswitchinterval({switch_interval_s!r}); "
-                       f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
-            cmd = [sys.executable, "-c", prelude, "--ros-args", *ros_args]
+        # SIGINT starts ignored in a background job (`cmd &`), and a Python started with it
+        # ignored never raises KeyboardInterrupt: the prelude restores it, so stop() works
+        # however the bench was started.
+        prelude = "import runpy, signal, sys; signal.signal(signal.SIGINT, " \
+                  "signal.default_int_handler); "
+        if switch_interval_s is not None:
+            prelude += f"sys.setswitchinterval({switch_interval_s!r}); "
+        prelude += f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+        cmd = [sys.executable, "-c", prelude, "--ros-args", *ros_args]
         self.module = module
         env = {**os.environ, "ROS_DOMAIN_ID": str(bench_domain_id()), "PYTHONUNBUFFERED": "1",
                "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", **(env or {})}  # fmt: skip
