@@ -25,6 +25,9 @@ and the makeup of the slowest 1% of NFEs at overload (mean of each part over the
   split_cpus      executor_cpu_affinity [0], worker_cpu_affinity [1]: the request thread and
                   the worker on different cores (the relay's existing parameters)
   split_cpus+switch_200us  both
+  split_cpus+worker_fifo   split_cpus and worker_rt_priority 10 (SCHED_FIFO worker; where
+                  permitted; not in the default list, it takes a core from the rest of the host)
+  split_cpus+worker_fifo+switch_200us  and the 200 us switch interval (not in the default list)
 
 The figure of merit is worker NFE p99 at `--over` divided by its p99 at `--light` (target
 <= 1.5). A measurement on a shared host: the report records the load average.
@@ -55,7 +58,15 @@ VARIANTS: dict[str, dict] = {
     "split_cpus+switch_200us": {"switch_interval_s": 200e-6,
                                 "params": {"executor_cpu_affinity": [0],
                                            "worker_cpu_affinity": [1]}},
+    # not run by default: SCHED_FIFO takes a core from everything else on the host
+    "split_cpus+worker_fifo": {"params": {"executor_cpu_affinity": [0],
+                                          "worker_cpu_affinity": [1], "worker_rt_priority": 10}},
+    "split_cpus+worker_fifo+switch_200us": {
+        "switch_interval_s": 200e-6,
+        "params": {"executor_cpu_affinity": [0], "worker_cpu_affinity": [1],
+                   "worker_rt_priority": 10}},
 }  # fmt: skip
+DEFAULT_VARIANTS = ("baseline", "switch_200us", "split_cpus", "split_cpus+switch_200us")
 PARTS = ("nfe", "ort_cpu", "ort_runq", "gil_wait", "py_before", "solver", "step")
 TARGET_RATIO = 1.5
 # seconds per point, calibration requests, calibration seconds saturated
@@ -68,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="bench", help="small, bench or an ONNX path")
     parser.add_argument("--light", type=float, default=0.3, help="light load, x capacity")
     parser.add_argument("--over", type=float, default=2.0, help="overload, x capacity")
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS),
+                        default=list(DEFAULT_VARIANTS))
     parser.add_argument("--seed", type=int, default=TraceSpec.seed)
 
 
