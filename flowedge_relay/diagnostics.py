@@ -117,6 +117,16 @@ class DiagnosticsBuilder:
         self.node_name = node_name
         self.hardware_id = f"flowedge_relay@{socket.gethostname()}"
         self._hold = _Hold(int(hold_s * 1e9))
+        self._hold_ns = int(hold_s * 1e9)
+        self._drift: tuple[int, str] | None = None  # (when, message) of the latest cost drift
+
+    def observe(self, s: Snapshot) -> None:
+        """Note a cost drift in any snapshot (the node feeds its 10 Hz stats snapshots here too),
+        so that a drift shorter than the 1 s window between two diagnostics is still reported,
+        and held for hold_s like the other WARNs."""
+        drift = _drift(s)
+        if drift:
+            self._drift = (s.now_ns, drift)
 
     def _status(self, task: str, level: int, message: str, values: dict) -> DiagnosticStatus:
         return DiagnosticStatus(
@@ -201,7 +211,7 @@ class DiagnosticsBuilder:
             level, msg = ERROR, f"worker(s) {values['dead_lanes']} died; lanes removed"
         elif s.stalled_lanes:
             level, msg = ERROR, f"worker(s) {values['stalled_lanes']} stalled"
-        elif drift := _drift(s):
+        elif drift := self._recent_drift(s):
             level, msg = WARN, drift
         else:
             level, msg = OK, f"{s.core.lanes_alive} of {s.workers} workers running"
@@ -209,6 +219,13 @@ class DiagnosticsBuilder:
                 msg += (f"; adaptive cost model admits with {s.cost.in_use_ns} ns per NFE "
                         f"(configured {s.nfe_ns})")
         return self._status("workers", level, msg, values)
+
+    def _recent_drift(self, s: Snapshot) -> str | None:
+        self.observe(s)
+        if self._drift is None or s.now_ns - self._drift[0] > self._hold_ns:
+            return None
+        age_s = (s.now_ns - self._drift[0]) / 1e9
+        return self._drift[1] if age_s == 0 else f"{self._drift[1]} ({age_s:.1f} s ago)"
 
     def _model(self, s: Snapshot) -> DiagnosticStatus:
         values = {"model_path": s.model_path, "model_digest": s.model_digest}

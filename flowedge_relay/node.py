@@ -371,7 +371,9 @@ class RelayNode(Node):
 
     def _publish_stats(self) -> None:
         stamp = self.get_clock().now().to_msg()
-        self._stats_pub.publish(stats_message(self.snapshot("stats"), stamp))
+        snap = self.snapshot("stats")
+        self._diagnostics.observe(snap)  # a cost drift between two diagnostics is still seen
+        self._stats_pub.publish(stats_message(snap, stamp))
 
     # -- live parameters -----------------------------------------------------------------------
 

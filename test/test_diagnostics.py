@@ -109,6 +109,16 @@ def test_cost_drift_alarm_in_static_mode_says_observed_vs_configured():
         DiagnosticStatus.OK
 
 
+def test_cost_drift_is_held_and_a_drift_between_two_diagnostics_is_not_missed():
+    b = DiagnosticsBuilder("r", hold_s=10.0)
+    b.observe(snap(1.3, cost=cost(tail=2_500_000)))  # a 10 Hz stats snapshot saw it
+    status = b.build(snap(2.0, cost=cost(tail=0, samples=0)), _stamp()).status[2]
+    assert status.level == DiagnosticStatus.WARN and "2500000" in status.message
+    assert "0.7 s ago" in status.message
+    assert levels(b, snap(11.0, cost=cost(tail=0, samples=0)))["workers"] == DiagnosticStatus.WARN
+    assert levels(b, snap(11.5, cost=cost(tail=0, samples=0)))["workers"] == DiagnosticStatus.OK
+
+
 def test_adaptive_mode_prices_the_tail_in_and_does_not_alarm():
     status, values = workers_status(
         snap(cost=cost(CostModel.ADAPTIVE, tail=2_500_000, in_use=2_500_000)))
