@@ -67,11 +67,17 @@
 #define FER_AGE_GATE_RETRIES 1
 #define FER_AGE_GATE_ALL 2
 
+/* ---- cost_model (DESIGN §5.2) ---------------------------------------------------------------- */
+#define FER_COST_STATIC 0
+#define FER_COST_ADAPTIVE 1
+
 /*
  * Configuration, fixed at create except the fields fer_core_set_calibration / set_policy change.
  * Invariants checked by fer_core_create: 1 <= workers <= FER_MAX_WORKERS,
  * 1 <= queue_capacity <= FER_MAX_QUEUE, 1 <= max_sessions <= FER_MAX_SESSIONS, max_nfe >= 1,
- * 1 <= ring_capacity <= FER_MAX_RING (rounded up to a power of two), age_gate <= 2.
+ * 1 <= ring_capacity <= FER_MAX_RING (rounded up to a power of two), age_gate <= 2,
+ * cost_model <= 1, cost_quantile_ppm <= 1000000 (cost_window_ns 0 = 1 s, cost_quantile_ppm 0 =
+ * 990000; fer_core_get_config reports the effective values).
  */
 struct fer_config {
     uint32_t workers;                    /* W lanes */
@@ -83,12 +89,15 @@ struct fer_config {
     uint32_t ring_capacity;              /* records per outcome ring */
     uint32_t reject_if_retry_count_gte;  /* retry_count >= this makes a request a retry (§6) */
     uint32_t age_gate;                   /* FER_AGE_GATE_* */
-    uint32_t _pad;
+    uint32_t cost_model;                 /* FER_COST_*: admit with nfe_ns, or max(nfe_ns, tail) */
     uint64_t nfe_ns;                     /* calibrated ns per NFE; 0 = admission test off (§5) */
     uint64_t admission_reserve_ns;       /* safety reserve added to every finish time */
     uint64_t reject_if_queue_age_ns_gte; /* 0 = off */
     uint64_t queue_timeout_ns;           /* 0 = off: queued longer than this -> rejected at dispatch */
     uint64_t session_idle_ns;            /* evicting a session seen more recently is counted early */
+    uint64_t cost_window_ns;             /* window of the observed NFE tail (§5.2); 0 = 1 s */
+    uint32_t cost_quantile_ppm;          /* which quantile is the tail, parts per million */
+    uint32_t _pad;
 };
 
 /* A validated request, times already on the monotonic clock. Copied into the core by submit. */
@@ -168,6 +177,23 @@ struct fer_stats {
     uint64_t lanes_alive;                /* gauge */
     uint64_t oldest_queued_arrival_ns;   /* gauge, 0 if empty */
     uint64_t busy_ns;                    /* sum of measured NFE time over all lanes */
+};
+
+/* The cost model (DESIGN §5.2) at one instant: what NFEs measured lately cost, and what admission
+ * assumes. observed_tail_ns is the cost_quantile_ppm quantile of the NFE durations measured in
+ * the last cost_window_ns (0 when none was), window_max_ns their maximum; in_use_ns is what
+ * admission and dispatch use per NFE: nfe_ns in static mode, max(nfe_ns, observed_tail_ns) in
+ * adaptive mode (the configured value is the floor); 0 while nfe_ns is 0 (admission off). */
+struct fer_cost_stats {
+    uint32_t cost_model;                 /* FER_COST_* */
+    uint32_t quantile_ppm;
+    uint64_t window_ns;
+    uint64_t configured_ns;              /* nfe_ns */
+    uint64_t observed_tail_ns;
+    uint64_t window_max_ns;
+    uint64_t window_samples;             /* NFE measured in the window */
+    uint64_t in_use_ns;
+    uint64_t samples_total;              /* NFE measured since create */
 };
 
 /* One queued request, for snapshots (EDF order). */
@@ -265,6 +291,13 @@ int fer_core_set_calibration(struct fer_core *core, uint64_t nfe_ns, uint64_t ad
 int fer_core_set_policy(struct fer_core *core, uint32_t reject_if_retry_count_gte, uint32_t age_gate,
                         uint64_t reject_if_queue_age_ns_gte, uint64_t queue_timeout_ns);
 int fer_core_stats(struct fer_core *core, struct fer_stats *out);
+/* Cost model (DESIGN §5.2, csrc/fer_cost.c). Every NFE passed to fer_core_step is measured in
+ * both modes. set_cost_model: cost_model FER_COST_*, window_ns (0 = 1 s) and quantile_ppm
+ * (1..1000000, 0 = 990000); changing the window forgets the samples. FER_OK or FER_EINVAL.
+ * cost_stats: the model's state at now (samples older than the window no longer count). */
+int fer_core_set_cost_model(struct fer_core *core, uint32_t cost_model, uint64_t window_ns,
+                            uint32_t quantile_ppm);
+int fer_core_cost_stats(struct fer_core *core, uint64_t now, struct fer_cost_stats *out);
 /* Snapshots return the number of items written (at most max_n). */
 int fer_core_queue_snapshot(struct fer_core *core, struct fer_queued_item *out, uint32_t max_n);
 int fer_core_lanes_snapshot(struct fer_core *core, struct fer_lane_state *out, uint32_t max_n);

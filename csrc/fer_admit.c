@@ -145,9 +145,9 @@ struct admission_state {
  * (already, or by x) = now + the step in flight (one NFE); any other running lane = now + its
  * remaining NFE. O(workers + queue), mostly contiguous copies. */
 static void build_admission_state(struct fer_core *c, const struct fer_request *r, uint32_t si,
-                                  uint32_t victim, uint64_t now, struct admission_state *st)
+                                  uint32_t victim, uint64_t now, uint64_t nfe,
+                                  struct admission_state *st)
 {
-    uint64_t nfe = c->cfg.nfe_ns;
     uint32_t i;
 
     st->nlanes = 0;
@@ -175,14 +175,17 @@ int fer_admission_test(struct fer_core *c, const struct fer_request *r, uint32_t
                        uint32_t victim, uint64_t now)
 {
     struct admission_state st;
+    /* cost-model hook (§5.2): static = nfe_ns, adaptive = max(nfe_ns, observed tail); O(1).
+     * One value for the lane starts and the simulation alike. */
+    uint64_t nfe = fer_cost_nfe_ns(&c->cost, c->cfg.nfe_ns, now);
 
     if (c->lanes_alive == 0)
         return 0;
-    build_admission_state(c, r, si, victim, now, &st);
+    build_admission_state(c, r, si, victim, now, nfe, &st);
     /* Jobs ahead of x are not re-judged: x's acceptance only removes work (cancelled, displaced)
      * or shortens it (cancelled lanes), and EDF list placement is monotone in that, so they
      * finish no later than they already would. */
     return fer_admit_first_miss(c->lane_start, st.nlanes, c->jobs, st.njobs, st.xpos,
-                                c->cfg.nfe_ns, c->cfg.admission_reserve_ns,
+                                nfe, c->cfg.admission_reserve_ns,
                                 c->lane_scratch) == st.njobs;
 }

@@ -32,7 +32,8 @@ static int config_valid(const struct fer_config *cfg)
     return cfg->workers >= 1 && cfg->workers <= FER_MAX_WORKERS && cfg->queue_capacity >= 1 &&
            cfg->queue_capacity <= FER_MAX_QUEUE && cfg->max_sessions >= 1 &&
            cfg->max_sessions <= FER_MAX_SESSIONS && cfg->max_nfe >= 1 && cfg->ring_capacity >= 1 &&
-           cfg->ring_capacity <= FER_MAX_RING && cfg->age_gate <= FER_AGE_GATE_ALL;
+           cfg->ring_capacity <= FER_MAX_RING && cfg->age_gate <= FER_AGE_GATE_ALL &&
+           fer_cost_config_valid(cfg); /* cost-model hook (fer_cost.c) */
 }
 
 int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
@@ -89,6 +90,7 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
         c->lanes[i].alive = 1;
     }
     c->lanes_alive = cfg->workers;
+    fer_cost_configure(&c->cost, &c->cfg); /* cost-model hook: effective window / quantile */
 
     rc = fer_doorbell_init(&c->bell);
     if (rc != FER_OK) {

@@ -25,6 +25,7 @@
 
 #include "fer.h"
 #include "fer_sat.h"
+#include "fer_cost.h"
 
 #define FER_CACHELINE 64
 #define FER_NONE UINT32_MAX
@@ -221,6 +222,7 @@ struct fer_core {
     uint64_t arrival_seq;
     uint64_t touch_seq;
     struct fer_stats st;        /* counters; gauges are filled in by fer_core_stats */
+    struct fer_cost cost;       /* DESIGN §5.2 cost model: measured NFE tail (fer_cost.c) */
 };
 
 /* ---- calls shared between the core's files (all with core->mu held unless noted) ---------- */

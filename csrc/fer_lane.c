@@ -39,7 +39,10 @@ static int dispatch_expired(const struct fer_core *c, const struct fer_slot *s, 
         return 0;
     if (c->cfg.nfe_ns == 0)
         return now >= s->deadline_ns;
-    return !fer_meets(fer_sat_finish(now, s->remaining_nfe, c->cfg.nfe_ns), s->deadline_ns);
+    /* cost-model hook (§5.2): the same per-NFE cost admission assumes. */
+    return !fer_meets(fer_sat_finish(now, s->remaining_nfe,
+                                     fer_cost_nfe_ns(&c->cost, c->cfg.nfe_ns, now)),
+                      s->deadline_ns);
 }
 
 /* Put queued slot id on lane and describe it in *out (observation copied into the caller's
@@ -122,6 +125,7 @@ int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_
     s->nfe_done++;
     c->st.nfe_total++;
     c->st.busy_ns = fer_sat_add(c->st.busy_ns, nfe_ns_measured);
+    fer_cost_record(&c->cost, now, nfe_ns_measured); /* cost-model hook: measured tail */
     if (s->cancelled) {
         rang = fer_emit_slot(c, id, FER_REJECTED_STALE, now, (int32_t)lane, NULL);
         rc = FER_STEP_STOP_STALE;

@@ -28,7 +28,7 @@ ROOT = HERE.parent
 CSRC = ROOT / "csrc"
 # One concern per file (csrc/fer_internal.h lists them).
 SOURCES = ["fer_core.c", "fer_session.c", "fer_queue.c", "fer_submit.c", "fer_admit.c",
-           "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_ring.c", "fer_bench.c"]
+           "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_cost.c", "fer_ring.c", "fer_bench.c"]
 # The runtime contract, then the benchmark / stress drivers: one cdef, one module.
 HEADERS = ["fer.h", "fer_bench.h"]
 MODULE = "flowedge_relay._fer_core"

@@ -57,6 +57,13 @@ class AgeGate(enum.IntEnum):
     ALL = 2
 
 
+class CostModel(enum.IntEnum):
+    """DESIGN §5.2: admit with the configured nfe_ns, or with max(nfe_ns, measured tail)."""
+
+    STATIC = 0
+    ADAPTIVE = 1
+
+
 class Step(enum.IntEnum):
     CONTINUE = 0
     DONE = 1
@@ -130,6 +137,9 @@ class CoreConfig:
     reject_if_queue_age_ns_gte: int = 0
     queue_timeout_ns: int = 0
     session_idle_ns: int = 10_000_000_000
+    cost_model: CostModel = CostModel.STATIC
+    cost_window_ns: int = 0  # 0 = 1 s
+    cost_quantile_ppm: int = 0  # 0 = 990000 (p99)
 
 
 @dataclass
@@ -205,6 +215,22 @@ class Stats:
     lanes_alive: int
     oldest_queued_arrival_ns: int
     busy_ns: int
+
+
+@dataclass(frozen=True)
+class CostStats:
+    """The cost model at one instant (fer.h struct fer_cost_stats): the measured NFE tail over
+    the window next to the configured nfe_ns and the value admission uses."""
+
+    cost_model: CostModel
+    quantile_ppm: int
+    window_ns: int
+    configured_ns: int
+    observed_tail_ns: int
+    window_max_ns: int
+    window_samples: int
+    in_use_ns: int
+    samples_total: int
 
 
 @dataclass(frozen=True)
@@ -402,6 +428,24 @@ class Core:
                    reject_if_queue_age_ns_gte: int, queue_timeout_ns: int) -> None:
         _check(lib.fer_core_set_policy(self._live(), reject_if_retry_count_gte, int(age_gate),
                                        reject_if_queue_age_ns_gte, queue_timeout_ns))
+
+    def set_cost_model(self, cost_model: CostModel, window_ns: int = 0,
+                       quantile_ppm: int = 0) -> None:
+        """Switch static / adaptive live; a new window forgets the samples (0 = defaults)."""
+        _check(lib.fer_core_set_cost_model(self._live(), int(cost_model), window_ns,
+                                           quantile_ppm))
+
+    def cost_stats(self, now: int) -> CostStats:
+        """The measured NFE tail and the per-NFE cost admission uses at `now`."""
+        k = ffi.new("struct fer_cost_stats *")
+        _check(lib.fer_core_cost_stats(self._live(), now, k))
+        return CostStats(
+            cost_model=CostModel(k.cost_model), quantile_ppm=k.quantile_ppm,
+            window_ns=k.window_ns, configured_ns=k.configured_ns,
+            observed_tail_ns=k.observed_tail_ns, window_max_ns=k.window_max_ns,
+            window_samples=k.window_samples, in_use_ns=k.in_use_ns,
+            samples_total=k.samples_total,
+        )  # fmt: skip
 
     def stats(self) -> Stats:
         s = ffi.new("struct fer_stats *")

@@ -5,9 +5,10 @@ level per status, key/value pairs) but published directly, because diagnostic_up
 available as a wheel. One status per concern: admission, queue, workers, model, output.
 
 Levels (DESIGN.md section 9): WARN for requests lost in the middleware before the relay saw
-them, calibration misses, dropped outputs, or admission off while deadlines arrive; ERROR for a
-model that failed to load or a dead/stalled worker. A WARN caused by a counter increase is held
-for `hold_s` seconds so a 1 Hz viewer cannot miss it.
+them, calibration misses, dropped outputs, admission off while deadlines arrive, or cost drift
+(the measured NFE tail above what admission assumes, DESIGN.md section 5.2); ERROR for a model
+that failed to load or a dead/stalled worker. A WARN caused by a counter increase is held for
+`hold_s` seconds so a 1 Hz viewer cannot miss it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Snapshot:
     middleware_lost: int = 0
     #: False where the RMW cannot report lost messages (then middleware_lost says nothing)
     middleware_lost_reported: bool = True
+    cost: object = None  # core.CostStats (DESIGN.md section 5.2); None = not measured
 
     @property
     def oldest_queue_age_ms(self) -> float:
@@ -76,6 +78,38 @@ class _Hold:
         return grew is not None and now_ns - grew <= self.hold_ns
 
 
+def _cost_values(k) -> dict[str, object]:
+    if k is None:
+        return {}
+    return {
+        "cost_model": "adaptive" if k.cost_model else "static",
+        "nfe_ns_observed_tail": k.observed_tail_ns,
+        "nfe_ns_in_use": k.in_use_ns,
+        "nfe_ns_window_max": k.window_max_ns,
+        "cost_window_ms": k.window_ns / 1e6,
+        "cost_quantile": k.quantile_ppm / 1e6,
+        "cost_window_samples": k.window_samples,
+    }
+
+
+def _drift(s: Snapshot) -> str | None:
+    """The drift alarm (DESIGN.md section 5.2), in both cost models: the measured NFE tail
+    exceeds the per-NFE cost admission assumes, so admitted work can miss its deadline."""
+    if s.nfe_ns <= 0:
+        return None
+    k = s.cost
+    if k is not None:
+        if k.window_samples and k.observed_tail_ns > k.in_use_ns:
+            return (f"cost drift: measured NFE p{k.quantile_ppm / 1e4:g} over the last "
+                    f"{k.window_ns / 1e9:g} s is {k.observed_tail_ns} ns, above the "
+                    f"{k.in_use_ns} ns admission assumes (configured nfe_ns {s.nfe_ns})")
+        return None
+    if s.nfe_samples and s.nfe_p99_ns > s.nfe_ns:  # no core cost model: the pool's history
+        return (f"cost drift: measured NFE p99 {s.nfe_p99_ns:.0f} ns exceeds the configured "
+                f"nfe_ns {s.nfe_ns}")
+    return None
+
+
 def _kv(pairs: dict[str, object]) -> list[KeyValue]:
     return [KeyValue(key=k, value=f"{v:.3f}" if isinstance(v, float) else str(v))
             for k, v in pairs.items()]
@@ -88,6 +122,16 @@ class DiagnosticsBuilder:
         self.node_name = node_name
         self.hardware_id = f"flowedge_relay@{socket.gethostname()}"
         self._hold = _Hold(int(hold_s * 1e9))
+        self._hold_ns = int(hold_s * 1e9)
+        self._drift: tuple[int, str] | None = None  # (when, message) of the latest cost drift
+
+    def observe(self, s: Snapshot) -> None:
+        """Note a cost drift in any snapshot (the node feeds its 10 Hz stats snapshots here too),
+        so that a drift shorter than the 1 s window between two diagnostics is still reported,
+        and held for hold_s like the other WARNs."""
+        drift = _drift(s)
+        if drift:
+            self._drift = (s.now_ns, drift)
 
     def _status(self, task: str, level: int, message: str, values: dict) -> DiagnosticStatus:
         return DiagnosticStatus(
@@ -168,6 +212,7 @@ class DiagnosticsBuilder:
             "nfe_ns_p99": s.nfe_p99_ns,
             "nfe_ns_configured": s.nfe_ns,
             "nfe_samples": s.nfe_samples,
+            **_cost_values(s.cost),
             "latency_p50_ms": s.latency_p50_ms,
             "latency_p99_ms": s.latency_p99_ms,
             **s.extra,
@@ -176,11 +221,21 @@ class DiagnosticsBuilder:
             level, msg = ERROR, f"worker(s) {values['dead_lanes']} died; lanes removed"
         elif s.stalled_lanes:
             level, msg = ERROR, f"worker(s) {values['stalled_lanes']} stalled"
-        elif s.nfe_ns > 0 and s.nfe_samples and s.nfe_p99_ns > s.nfe_ns:
-            level, msg = WARN, "measured NFE p99 exceeds the configured nfe_ns"
+        elif drift := self._recent_drift(s):
+            level, msg = WARN, drift
         else:
             level, msg = OK, f"{s.core.lanes_alive} of {s.workers} workers running"
+            if s.cost is not None and s.nfe_ns > 0 and s.cost.in_use_ns > s.nfe_ns:
+                msg += (f"; adaptive cost model admits with {s.cost.in_use_ns} ns per NFE "
+                        f"(configured {s.nfe_ns})")
         return self._status("workers", level, msg, values)
+
+    def _recent_drift(self, s: Snapshot) -> str | None:
+        self.observe(s)
+        if self._drift is None or s.now_ns - self._drift[0] > self._hold_ns:
+            return None
+        age_s = (s.now_ns - self._drift[0]) / 1e9
+        return self._drift[1] if age_s == 0 else f"{self._drift[1]} ({age_s:.1f} s ago)"
 
     def _model(self, s: Snapshot) -> DiagnosticStatus:
         values = {"model_path": s.model_path, "model_digest": s.model_digest}
@@ -236,4 +291,10 @@ def stats_message(s: Snapshot, stamp):
         latency_p50_ms=s.latency_p50_ms,
         latency_p99_ms=s.latency_p99_ms,
         middleware_lost=s.middleware_lost,
+        nfe_ns_observed_tail=s.cost.observed_tail_ns if s.cost else 0,
+        nfe_ns_in_use=s.cost.in_use_ns if s.cost else s.nfe_ns,
+        cost_model_adaptive=int(bool(s.cost and s.cost.cost_model)),
+        cost_window_ms=round(s.cost.window_ns / 1e6) if s.cost else 0,
+        displaced=c.displaced,
+        lanes_busy=c.lanes_busy,
     )

@@ -30,7 +30,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay import parameters
-from flowedge_relay.core import AgeGate, Code, Core, CoreConfig, Decision, Request
+from flowedge_relay.core import AgeGate, Code, Core, CoreConfig, CostModel, Decision, Request
 from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_message
 from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until
 from flowedge_relay.model import ModelError, default_model_path, load_model
@@ -112,6 +112,15 @@ class _BusyWindow:
         return value
 
 
+def _cost_fields(p: dict) -> dict[str, int]:
+    """The cost-model parameters (DESIGN.md section 5.2) as the core's config fields."""
+    return {
+        "cost_model": CostModel[p["cost_model"].upper()],
+        "cost_window_ns": p["cost_window_ms"] * MS,
+        "cost_quantile_ppm": round(p["cost_quantile"] * 1_000_000),
+    }
+
+
 class RelayNode(Node):
     """Deadline-aware EDF inference relay (DESIGN.md)."""
 
@@ -127,7 +136,8 @@ class RelayNode(Node):
         self._intake_stop = threading.Event()  # stops the request thread (first)
         super().__init__(NODE_NAME, **kwargs)
         p = parameters.declare_all(self)
-        for name in ("solver", "age_gate", "request_topics", "request_qos_history"):
+        for name in ("solver", "age_gate", "request_topics", "request_qos_history",
+                     "cost_model"):
             problem = parameters.check_value(name, p[name])
             if problem:
                 raise ValueError(problem)
@@ -178,6 +188,7 @@ class RelayNode(Node):
                 reject_if_queue_age_ns_gte=p["reject_if_queue_age_ms_gte"] * MS,
                 queue_timeout_ns=p["queue_timeout_ms"] * MS,
                 session_idle_ns=p["session_idle_ms"] * MS,
+                **_cost_fields(p),
             )
         )
         self.pool = None
@@ -458,6 +469,7 @@ class RelayNode(Node):
             latency_p50_ms=lat50,
             latency_p99_ms=lat99,
             utilisation=utilisation,
+            cost=self.core.cost_stats(now),
         )
 
     def _publish_diagnostics(self) -> None:
@@ -466,7 +478,9 @@ class RelayNode(Node):
 
     def _publish_stats(self) -> None:
         stamp = self.get_clock().now().to_msg()
-        self._stats_pub.publish(stats_message(self.snapshot("stats"), stamp))
+        snap = self.snapshot("stats")
+        self._diagnostics.observe(snap)  # a cost drift between two diagnostics is still seen
+        self._stats_pub.publish(stats_message(snap, stamp))
 
     # -- live parameters -----------------------------------------------------------------------
 
@@ -492,6 +506,11 @@ class RelayNode(Node):
                 get("reject_if_queue_age_ms_gte") * MS,
                 get("queue_timeout_ms") * MS,
             )
+        if names & {"cost_model", "cost_window_ms", "cost_quantile"}:
+            k = _cost_fields({n: get(n) for n in ("cost_model", "cost_window_ms",
+                                                  "cost_quantile")})
+            self.core.set_cost_model(k["cost_model"], k["cost_window_ns"],
+                                     k["cost_quantile_ppm"])
         if "fault_nfe_delay_ms" in names and self.pool is not None:
             self.pool.fault_nfe_delay_ns = int(get("fault_nfe_delay_ms") * MS)
         for name in names:

@@ -15,6 +15,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 AGE_GATES = ("off", "retries", "all")
+COST_MODELS = ("static", "adaptive")
 SOLVERS = ("euler", "midpoint")
 QOS_HISTORIES = ("keep_all", "keep_last")
 MINUTE_NS = 60_000_000_000
@@ -71,6 +72,29 @@ SPECS: tuple[Spec, ...] = (
         "fixed safety reserve added to every finish time in the admission test, ns",
         0,
         MINUTE_NS,
+        read_only=False,
+    ),
+    # Cost model (DESIGN.md section 5.2): live
+    Spec(
+        "cost_model",
+        "static",
+        "static: admit with nfe_ns as given; adaptive: with max(nfe_ns, measured NFE tail)",
+        read_only=False,
+    ),
+    Spec(
+        "cost_window_ms",
+        1000,
+        "window of the measured NFE tail (drift alarm, adaptive admission), ms",
+        4,
+        HOUR_MS,
+        read_only=False,
+    ),
+    Spec(
+        "cost_quantile",
+        0.99,
+        "which quantile of the NFEs measured in the window is the tail (1.0 = the maximum)",
+        0.5,
+        1.0,
         read_only=False,
     ),
     # Retries and queue age (DESIGN.md section 6): live
@@ -168,6 +192,8 @@ def check_value(name: str, value: object) -> str | None:
     """Extra validation rclpy ranges cannot express; returns the reason or None when valid."""
     if name == "age_gate" and value not in AGE_GATES:
         return f"age_gate must be one of {', '.join(AGE_GATES)}, got {value!r}"
+    if name == "cost_model" and value not in COST_MODELS:
+        return f"cost_model must be one of {', '.join(COST_MODELS)}, got {value!r}"
     if name == "solver" and value not in SOLVERS:
         return f"solver must be one of {', '.join(SOLVERS)}, got {value!r}"
     if name == "request_qos_history" and value not in QOS_HISTORIES:

@@ -22,6 +22,7 @@ after `stop()`), instead of vanishing. A crashed worker is handled the same way 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -34,6 +35,78 @@ from flowedge_relay.model import SOLVERS, FlowSampler, ModelInfo, make_session
 from flowedge_relay.realtime import apply_thread_settings
 
 NFE_HISTORY = 4096  # measured NFE durations kept per worker (a ring)
+#: BENCH ONLY: a directory here makes every worker split each NFE's wall time (NfeProbe) and
+#: write it to <dir>/nfe-breakdown-lane<i>.npy when it exits. Unset (the default): no probe.
+BREAKDOWN_ENV = "FLOWEDGE_NFE_BREAKDOWN"
+BREAKDOWN_ROWS = 200_000  # NFEs kept per worker (a ring), ~24 MB, allocated only when asked
+#: instants of one NFE in a probe row: before sampler.nfe(), around the ONNX Runtime run inside
+#: it, after it (solver update done), after core.step
+PROBE_POINTS = ("nfe_start", "run_start", "run_end", "nfe_end", "step_end")
+PROBE_CLOCKS = ("monotonic_ns", "thread_cpu_ns", "runqueue_wait_ns")
+
+
+class NfeProbe:
+    """BENCH ONLY: where one worker's NFE time goes (flowedge_relay_bench nfe-breakdown).
+
+    At each PROBE_POINTS instant it reads three clocks of the worker thread: CLOCK_MONOTONIC,
+    its CPU time (CLOCK_THREAD_CPUTIME_ID) and its run-queue wait (field 2 of
+    /proc/thread-self/schedstat: time runnable but not running, i.e. the OS gave the core to
+    another thread). Between two instants, wall - cpu - runqueue wait is time the thread slept:
+    in the ONNX Runtime run (one intra-op thread, nothing there sleeps) that is waiting for the
+    GIL once the run returned, in core.step the GIL after the C call and the core mutex.
+    About 3 us per instant; never constructed unless BREAKDOWN_ENV is set.
+    """
+
+    def __init__(self, lane: int, out_dir: str, rows: int = BREAKDOWN_ROWS) -> None:
+        self.lane, self.out_dir, self.rows = lane, out_dir, rows
+        self.data = np.zeros((rows, len(PROBE_POINTS), len(PROBE_CLOCKS)), np.int64)
+        self.n = 0
+        self._fd = -1
+
+    def open(self) -> None:
+        """In the worker thread: /proc/thread-self names the thread that opens it."""
+        try:
+            self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = -1  # no schedstat: run-queue wait reads 0, counted as sleep
+
+    def mark(self, point: int) -> None:
+        row = self.data[self.n % self.rows, point]
+        row[0] = time.monotonic_ns()
+        row[1] = time.thread_time_ns()
+        row[2] = int(os.pread(self._fd, 64, 0).split()[1]) if self._fd >= 0 else 0
+
+    def end(self) -> None:
+        self.mark(4)
+        self.n += 1
+
+    def save(self) -> str:
+        """Rows in NFE order to <out_dir>/nfe-breakdown-lane<lane>.npy; returns the path."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        k = min(self.n, self.rows)
+        first = self.n % self.rows if self.n > self.rows else 0
+        rows = np.roll(self.data[:k], -first, axis=0)
+        path = os.path.join(self.out_dir, f"nfe-breakdown-lane{self.lane}.npy")
+        np.save(path, rows)
+        return path
+
+
+class _ProbedSession:
+    """BENCH ONLY: the worker's InferenceSession with probe marks around each run."""
+
+    def __init__(self, session, probe: NfeProbe) -> None:
+        self._session, self._probe = session, probe
+
+    def run_with_iobinding(self, binding, *args):
+        self._probe.mark(1)
+        result = self._session.run_with_iobinding(binding, *args)
+        self._probe.mark(2)
+        return result
+
+    def __getattr__(self, name: str):
+        return getattr(self._session, name)
 
 
 class InjectedWorkerCrash(RuntimeError):
@@ -57,6 +130,7 @@ class _Worker:
     holding: bool = False  # has dispatched work that has not ended yet
     last_progress_ns: int = 0  # dispatch or last step of the work it holds
     crash_requested: bool = False
+    probe: NfeProbe | None = None  # bench only (BREAKDOWN_ENV)
     error: BaseException | None = None
     disabled: bool = False  # lane disabled in the core (after the thread exited)
     applied: dict[str, object] = field(default_factory=dict)
@@ -98,6 +172,10 @@ class WorkerPool:
         self._workers = [
             _Worker(lane, (cpus[lane % len(cpus)],) if cpus else ()) for lane in range(workers)
         ]
+        breakdown_dir = os.environ.get(BREAKDOWN_ENV, "")
+        if breakdown_dir:
+            for w in self._workers:
+                w.probe = NfeProbe(w.lane, breakdown_dir)
         self._stop = threading.Event()
         self._started = False
 
@@ -226,6 +304,9 @@ class WorkerPool:
                 make_session(self.model, self.intra_op_threads), self.model, self.solver
             )
             sampler.sample(np.zeros(self.model.obs_dim, np.float32), 0, 2)  # first runs are slow
+            if w.probe is not None:
+                w.probe.open()
+                sampler.session = _ProbedSession(sampler.session, w.probe)
             w.ready.set()
             self._loop(w, sampler)
         except BaseException as exc:  # the supervisor sees the dead thread and disables the lane
@@ -234,10 +315,12 @@ class WorkerPool:
                 self.log.error(f"worker {w.lane} died: {exc!r}")
         finally:
             w.ready.set()
+            if w.probe is not None:
+                self.log.info(f"NFE breakdown of worker {w.lane}: {w.probe.save()}")
 
     def _loop(self, w: _Worker, sampler: FlowSampler) -> None:
         core, lane, stop = self.core, w.lane, self._stop
-        clock, ring, mask = time.monotonic_ns, w.nfe_ns, NFE_HISTORY
+        clock, ring, mask, probe = time.monotonic_ns, w.nfe_ns, NFE_HISTORY, w.probe
         while not stop.is_set():
             if w.crash_requested:
                 raise InjectedWorkerCrash(f"worker {lane}: injected crash")
@@ -256,13 +339,19 @@ class WorkerPool:
                 if w.crash_requested:
                     raise InjectedWorkerCrash(f"worker {lane}: injected crash")
                 t0 = clock()
+                if probe is not None:
+                    probe.mark(0)
                 sampler.nfe()
+                if probe is not None:
+                    probe.mark(3)
                 if self.fault_nfe_delay_ns:
                     time.sleep(self.fault_nfe_delay_ns * 1e-9)
                 t1 = clock()
                 ring[w.nfe_count % mask] = t1 - t0
                 w.nfe_count += 1
                 result = core.step(lane, t1, t1 - t0)
+                if probe is not None:
+                    probe.end()
                 w.last_progress_ns = t1
             if result == Step.DONE:
                 self._finish(w, sampler)

@@ -4,7 +4,7 @@
 # then docs/performance.md, docs/img/bench-*.png and the README's Performance section from them
 # (python -m flowedge_relay.bench.perfdoc), so no figure in the docs is typed by hand.
 #
-#   scripts/bench_all.sh                    # all of them (about 6-8 minutes on 2 cores)
+#   scripts/bench_all.sh                    # all of them (about 12-15 minutes on 2 cores)
 #   scripts/bench_all.sh overload overhead  # only these (the docs still list every JSON there)
 #   BENCH_OUT=/tmp/b BENCH_DOCS=0 scripts/bench_all.sh   # elsewhere, docs untouched
 #
@@ -21,28 +21,39 @@ OUT=${BENCH_OUT:-out/bench}
 mkdir -p "$OUT"
 
 # name and its full-size arguments; calibrate uses the bench model (~1 ms per NFE) like
-# overload and overhead, so the three describe the same workload.
+# overload and overhead, so the three describe the same workload. overload runs every policy
+# (edf_admission and edf_adaptive side by side); overload-noise runs the EDF policies again with
+# a CPU-hog neighbour (bench/noise.py, busy 50 ms / sleep 50 ms) during the trace.
 declare -A ARGS=(
     [model]=""
     [admission]=""
     [calibrate]="--model bench"
     [overload]=""
+    [overload-noise]="--policies edf_admission edf_adaptive --noise"
+    [nfe-breakdown]=""
     [overhead]=""
 )
-ORDER=(model admission calibrate overload overhead)
+# report name -> subcommand, where they differ
+declare -A SUBCOMMAND=(
+    [overload-noise]=overload
+)
+ORDER=(model admission calibrate overload overload-noise nfe-breakdown overhead)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
 REGISTERED=" $(python -c 'from flowedge_relay.bench.__main__ import available; print(*available())') "
 failed=()
 for name in "${ORDER[@]}"; do
-    if [[ "$REGISTERED" != *" $name "* ]]; then
-        echo "bench_all: $name is not a registered subcommand (yet); skipped" >&2
+    sub=${SUBCOMMAND[$name]:-$name}
+    if [[ "$REGISTERED" != *" $sub "* ]]; then
+        echo "bench_all: $sub is not a registered subcommand (yet); skipped" >&2
         continue
     fi
-    echo "== flowedge_relay_bench $name ${ARGS[$name]:-} --json $OUT/$name.json --plot $OUT/$name.png" >&2
+    plot=(--plot "$OUT/$name.png")
+    if [ "$sub" = nfe-breakdown ]; then plot=(); fi  # a table, no plot
+    echo "== flowedge_relay_bench $sub ${ARGS[$name]:-} --json $OUT/$name.json ${plot[*]}" >&2
     # shellcheck disable=SC2086
-    if python -m flowedge_relay.bench "$name" ${ARGS[$name]:-} \
-            --json "$OUT/$name.json" --plot "$OUT/$name.png" | tee "$OUT/$name.txt"; then
+    if python -m flowedge_relay.bench "$sub" ${ARGS[$name]:-} \
+            --json "$OUT/$name.json" "${plot[@]}" | tee "$OUT/$name.txt"; then
         :
     else
         echo "bench_all: $name failed" >&2

@@ -75,6 +75,69 @@ class RefConfig:
     reject_if_queue_age_ns_gte: int
     queue_timeout_ns: int
     session_idle_ns: int
+    cost_model: int = 0
+    cost_window_ns: int = 0
+    cost_quantile_ppm: int = 1_000_000
+
+
+class RefCost:
+    """DESIGN §5.2's measured NFE tail, for the quantile 1.0 (the window maximum) only: the
+    window is SUBWINDOWS sub-windows of window / SUBWINDOWS ns rotating on `now`; a sample ages
+    out when the sub-window SUBWINDOWS after its own begins; the value admission reads is
+    computed when a sample arrives (or stats are read) and holds until every sample in it has
+    aged out, after which the configured nfe_ns applies again."""
+
+    SUBWINDOWS = 4
+
+    def __init__(self) -> None:
+        self.window_ns = 0
+        self.model = 0
+
+    def configure(self, model: int, window_ns: int, quantile_ppm: int) -> None:
+        assert quantile_ppm in (0, 1_000_000), "the reference models the maximum only"
+        self.model = model
+        window = window_ns or 1_000_000_000
+        if window != self.window_ns:
+            self.window_ns = window
+            self.sub_ns = max(window // self.SUBWINDOWS, 1)
+            self.epoch = 0
+            self.sub_max = [0] * self.SUBWINDOWS
+            self.sub_count = [0] * self.SUBWINDOWS
+        self._recompute()
+
+    def _recompute(self) -> None:
+        total = sum(self.sub_count)
+        self.tail = max(self.sub_max) if total else 0
+        self.adm_tail = self.tail if self.model == 1 else 0
+        self.valid_until = sat((self.epoch + self.SUBWINDOWS) * self.sub_ns) if total else 0
+
+    def _advance(self, now: int) -> bool:
+        e = now // self.sub_ns
+        if e <= self.epoch:
+            return False
+        for i in range(1, min(e - self.epoch, self.SUBWINDOWS) + 1):
+            k = (self.epoch + i) % self.SUBWINDOWS
+            self.sub_max[k] = self.sub_count[k] = 0
+        self.epoch = e
+        return True
+
+    def record(self, now: int, measured: int) -> None:
+        self._advance(now)
+        k = self.epoch % self.SUBWINDOWS
+        self.sub_count[k] += 1
+        self.sub_max[k] = max(self.sub_max[k], measured)
+        self._recompute()
+
+    def nfe_ns(self, configured: int, now: int) -> int:
+        return self.adm_tail if now < self.valid_until and self.adm_tail > configured \
+            else configured
+
+    def stats(self, configured: int, now: int) -> tuple:
+        """(observed tail, window samples, in use) as fer_core_cost_stats reports them."""
+        if self._advance(now):
+            self._recompute()
+        in_use = self.nfe_ns(configured, now) if configured else 0
+        return self.tail, sum(self.sub_count), in_use
 
 
 @dataclass
@@ -113,6 +176,8 @@ class RefCore:
         self.arrival_seq = 0
         self.touch = 0
         self.st = RefStats()
+        self.cost = RefCost()
+        self.cost.configure(cfg.cost_model, cfg.cost_window_ns, cfg.cost_quantile_ppm)
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -257,7 +322,7 @@ class RefCore:
     # ---- §5 -----------------------------------------------------------------------------------
 
     def _admissible(self, r, now, retained, victim, cancelled_by_x) -> bool:
-        nfe = self.cfg.nfe_ns
+        nfe = self.cost.nfe_ns(self.cfg.nfe_ns, now)  # §5.2: static = nfe_ns
         lanes = []
         for i, w in enumerate(self.lanes):
             if not self.alive[i]:
@@ -291,7 +356,7 @@ class RefCore:
     def dispatch(self, lane: int, now: int):
         if not self.alive[lane] or self.lanes[lane] is not None:
             return ESTATE
-        nfe = self.cfg.nfe_ns
+        nfe = self.cost.nfe_ns(self.cfg.nfe_ns, now)  # §5.2: what admission assumes
         while self.queue:
             it = self.queue.pop(0)
             if it.deadline_ns and (not meets(now + it.remaining_nfe * nfe, it.deadline_ns)
@@ -314,6 +379,7 @@ class RefCore:
         it.nfe_done += 1
         self.st.nfe_total += 1
         self.st.busy_ns = sat(self.st.busy_ns + measured)
+        self.cost.record(now, measured)
         if it.cancelled:
             self._free_lane(lane, REJECTED_STALE, now)
             return STOP_STALE
@@ -378,6 +444,11 @@ class RefCore:
 
     def set_calibration(self, nfe_ns: int, reserve_ns: int) -> None:
         self.cfg.nfe_ns, self.cfg.admission_reserve_ns = nfe_ns, reserve_ns
+
+    def set_cost_model(self, model: int, window_ns: int, quantile_ppm: int) -> None:
+        self.cfg.cost_model, self.cfg.cost_window_ns = model, window_ns
+        self.cfg.cost_quantile_ppm = quantile_ppm
+        self.cost.configure(model, window_ns, quantile_ppm)
 
     def set_policy(self, gte: int, gate: int, age_gte: int, timeout: int) -> None:
         self.cfg.reject_if_retry_count_gte, self.cfg.age_gate = gte, gate

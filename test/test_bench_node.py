@@ -78,7 +78,9 @@ def test_calibrate_tiny(tmp_path):
 
 def test_overload_tiny(tmp_path):
     report = _roundtrip(overload.run(_args(overload, ["--quick", "--duration", "0.3"])))
-    assert set(report["policies"]) == {"edf_admission", "expire_only", "queue_timeout"}
+    assert set(report["policies"]) == {"edf_admission", "edf_adaptive", "expire_only",
+                                       "queue_timeout"}  # fmt: skip
+    assert report["relay"] == "flowedge-relayd process" and report["noise"] is None
     assert report["capacity_rps"] > 0 and report["nfe_ns"] > 0 and report["queue_timeout_ms"] > 0
     for policy, by_load in report["policies"].items():
         assert set(by_load) == {"0.5", "1.0", "1.5", "2.0", "3.0"}, policy
@@ -96,9 +98,53 @@ def test_overload_tiny(tmp_path):
     # The same trace for every policy at a load.
     offered = {p: report["policies"][p]["2.0"]["offered"] for p in report["policies"]}
     assert len(set(offered.values())) == 1
-    assert set(report["targets"]) == set(overload.TARGETS)
+    assert set(report["targets"]) == {f"{p}.{m}" for p in overload.ADMISSION_POLICIES
+                                      for m in overload.TARGETS}  # fmt: skip
+    # what adaptive admission assumed per NFE while its points ran, from flowedge/stats
+    for m in report["policies"]["edf_adaptive"].values():
+        assert m["cost_model"]["nfe_ns_in_use_max"] >= report["nfe_ns"]
     assert "edf_admission" in overload.table(report)
     assert _is_png(Path(overload.plot(report, tmp_path / "overload.png")))
+
+
+def test_overload_noise_and_in_process(tmp_path):
+    """--noise runs the CPU hog during the trace and records it; --in-process still works."""
+    argv = ["--quick", "--duration", "0.3", "--loads", "2", "--policies", "edf_adaptive",
+            "--noise", "20/20", "--in-process"]
+    report = _roundtrip(overload.run(_args(overload, argv)))
+    noise = report["noise"]
+    assert noise["busy_ms"] == 20 and noise["sleep_ms"] == 20 and noise["duty_cycle"] == 0.5
+    assert noise["cpu_seconds"] > 0 and "busy 20 ms / sleep 20 ms" in noise["description"]
+    assert report["relay"] == "in-process"
+    assert set(report["policies"]) == {"edf_adaptive"}
+    assert "noise: one process" in overload.table(report)
+
+
+def test_nfe_breakdown_tiny():
+    from flowedge_relay.bench import nfe_breakdown
+
+    argv = ["--quick", "--variants", "baseline", "switch_200us"]
+    report = _roundtrip(nfe_breakdown.run(_args(nfe_breakdown, argv)))
+    assert [v["variant"] for v in report["variants"]] == ["baseline", "switch_200us"]
+    for v in report["variants"]:
+        for label in ("light", "over"):
+            pt = v["points"][label]
+            # a swamped host may calibrate so high that a tiny trace runs no NFE: shapes only
+            assert pt["offered"] >= 0 and pt["nfes"] >= 0 and pt["load"] > 0
+            if pt["nfes"]:
+                for part in nfe_breakdown.PARTS:
+                    assert 0 <= pt[part]["p50"] <= pt[part]["p99"], (part, label)
+    assert "gil_wait_p99" in nfe_breakdown.table(report)
+
+
+def test_noise_spec_parsing():
+    from flowedge_relay.bench import noise
+
+    assert noise.parse("50/50") == (50.0, 50.0)
+    assert noise.parse("continuous") == (1000.0, 0.0)
+    for bad in ("50", "x/y", "0/10", "10/-1"):
+        with pytest.raises(ValueError):
+            noise.parse(bad)
 
 
 def test_overhead_tiny(tmp_path):

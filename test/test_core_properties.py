@@ -17,6 +17,7 @@ from flowedge_relay.core import (
     AgeGate,
     Core,
     CoreConfig,
+    CostModel,
     InvalidArgument,
     InvalidState,
     Request,
@@ -40,6 +41,11 @@ configs = st.fixed_dictionaries(dict(
     reject_if_queue_age_ns_gte=st.sampled_from([0, 0, 0, 400]),
     queue_timeout_ns=st.sampled_from([0, 0, 300]),
     session_idle_ns=st.sampled_from([0, 500]),
+    # §5.2: the reference models the window maximum (quantile 1.0); windows of a few ticks so
+    # that samples age out within a sequence
+    cost_model=st.sampled_from([0, 1, 1]),
+    cost_window_ns=st.sampled_from([40, 400, 2000]),
+    cost_quantile_ppm=st.just(1_000_000),
     base=st.sampled_from([1_000, 1_000, U64 - 3_000]),
 ))
 
@@ -71,6 +77,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("calibrate"), st.sampled_from([0, 10, 100]), st.sampled_from([0, 25])),
     st.tuples(st.just("policy"), st.integers(1, 2), st.sampled_from([0, 1, 2]),
               st.sampled_from([0, 400]), st.sampled_from([0, 300])),
+    st.tuples(st.just("cost"), st.sampled_from([0, 1]), st.sampled_from([40, 400, 2000])),
 ), min_size=40, max_size=120)
 
 
@@ -99,7 +106,7 @@ def c_lanes(core: Core) -> list[tuple]:
     return out
 
 
-def compare_state(core: Core, model: ref.RefCore) -> None:
+def compare_state(core: Core, model: ref.RefCore, now: int) -> None:
     assert c_queue(core) == model.queue_view()
     assert c_lanes(core) == model.lanes_view()
     for sid in SESSIONS:
@@ -113,12 +120,18 @@ def compare_state(core: Core, model: ref.RefCore) -> None:
     assert cs.lanes_alive == sum(model.alive)
     assert cs.lanes_busy == sum(w is not None for w in model.lanes)
     assert cs.oldest_queued_arrival_ns == min((q.arrival_ns for q in model.queue), default=0)
+    k = core.cost_stats(now)
+    assert (k.observed_tail_ns, k.window_samples, k.in_use_ns) == \
+        model.cost.stats(model.cfg.nfe_ns, now)
+    assert k.window_max_ns == k.observed_tail_ns  # quantile 1.0
 
 
 def run_sequence(cfg: dict, program: list) -> None:
     base = cfg.pop("base")
+    cfg.setdefault("cost_quantile_ppm", 1_000_000)
     core = Core(CoreConfig(obs_dim=OBS_DIM, action_len=ACTION_LEN,
-                           **{**cfg, "age_gate": AgeGate(cfg["age_gate"])}))
+                           **{**cfg, "age_gate": AgeGate(cfg["age_gate"]),
+                              "cost_model": CostModel(cfg.get("cost_model", 0))}))
     model = ref.RefCore(ref.RefConfig(action_len=ACTION_LEN, **cfg))
     now = base
     obs = np.zeros(OBS_DIM, dtype=np.float32)
@@ -186,7 +199,10 @@ def run_sequence(cfg: dict, program: list) -> None:
             elif kind == "policy":
                 core.set_policy(op[1], AgeGate(op[2]), op[3], op[4])
                 model.set_policy(op[1], op[2], op[3], op[4])
-            compare_state(core, model)
+            elif kind == "cost":
+                core.set_cost_model(CostModel(op[1]), op[2], 1_000_000)
+                model.set_cost_model(op[1], op[2], 1_000_000)
+            compare_state(core, model, now)
         # Everything still in the rings comes out identical, in the same order.
         assert [c_outcome(o) for o in core.pop_outcomes(10_000)] == model.pop_outcomes(10_000)
     finally:
@@ -215,9 +231,11 @@ admission_ops = st.lists(st.one_of(
 
 @settings(max_examples=EXAMPLES // 3, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(workers=st.integers(1, 3), nfe=st.sampled_from([10, 100]), program=admission_ops)
-def test_admission_heavy_sequences_match_reference(workers, nfe, program):
+@given(workers=st.integers(1, 3), nfe=st.sampled_from([10, 100]), program=admission_ops,
+       cost_model=st.sampled_from([0, 1]))
+def test_admission_heavy_sequences_match_reference(workers, nfe, program, cost_model):
     cfg = dict(workers=workers, queue_capacity=16, max_sessions=8, max_nfe=6, ring_capacity=256,
                nfe_ns=nfe, admission_reserve_ns=0, reject_if_retry_count_gte=1, age_gate=1,
-               reject_if_queue_age_ns_gte=0, queue_timeout_ns=0, session_idle_ns=0, base=1_000)
+               reject_if_queue_age_ns_gte=0, queue_timeout_ns=0, session_idle_ns=0, base=1_000,
+               cost_model=cost_model, cost_window_ns=1_000)
     run_sequence(cfg, program)

@@ -6,7 +6,7 @@ import dataclasses
 
 from diagnostic_msgs.msg import DiagnosticStatus
 
-from flowedge_relay.core import Stats
+from flowedge_relay.core import CostModel, CostStats, Stats
 from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_message
 
 S = 1_000_000_000
@@ -83,7 +83,51 @@ def test_dead_or_stalled_worker_and_missing_model_are_errors():
     assert levels(b, snap(model_ok=False, model_error="gone"))["model"] == DiagnosticStatus.ERROR
 
 
-def test_measured_nfe_above_configured_bound_warns():
+def cost(model=CostModel.STATIC, tail=900_000, in_use=1_000_000, samples=100) -> CostStats:
+    return CostStats(cost_model=model, quantile_ppm=990_000, window_ns=S,
+                     configured_ns=1_000_000, observed_tail_ns=tail, window_max_ns=tail,
+                     window_samples=samples, in_use_ns=in_use, samples_total=samples)
+
+
+def workers_status(s: Snapshot):
+    status = DiagnosticsBuilder("r").build(s, _stamp()).status[2]
+    return status, {kv.key: kv.value for kv in status.values}
+
+
+def test_cost_drift_alarm_in_static_mode_says_observed_vs_configured():
+    ok, _ = workers_status(snap(cost=cost(tail=900_000)))
+    assert ok.level == DiagnosticStatus.OK
+    warn, values = workers_status(snap(cost=cost(tail=2_500_000)))
+    assert warn.level == DiagnosticStatus.WARN
+    assert "2500000" in warn.message and "1000000" in warn.message
+    assert values["nfe_ns_observed_tail"] == "2500000"
+    assert values["nfe_ns_in_use"] == "1000000" and values["nfe_ns_configured"] == "1000000"
+    assert values["cost_model"] == "static"
+    # no NFE in the window, or admission off: nothing to compare
+    assert workers_status(snap(cost=cost(tail=0, samples=0)))[0].level == DiagnosticStatus.OK
+    assert workers_status(snap(nfe_ns=0, cost=cost(tail=2_500_000, in_use=0)))[0].level == \
+        DiagnosticStatus.OK
+
+
+def test_cost_drift_is_held_and_a_drift_between_two_diagnostics_is_not_missed():
+    b = DiagnosticsBuilder("r", hold_s=10.0)
+    b.observe(snap(1.3, cost=cost(tail=2_500_000)))  # a 10 Hz stats snapshot saw it
+    status = b.build(snap(2.0, cost=cost(tail=0, samples=0)), _stamp()).status[2]
+    assert status.level == DiagnosticStatus.WARN and "2500000" in status.message
+    assert "0.7 s ago" in status.message
+    assert levels(b, snap(11.0, cost=cost(tail=0, samples=0)))["workers"] == DiagnosticStatus.WARN
+    assert levels(b, snap(11.5, cost=cost(tail=0, samples=0)))["workers"] == DiagnosticStatus.OK
+
+
+def test_adaptive_mode_prices_the_tail_in_and_does_not_alarm():
+    status, values = workers_status(
+        snap(cost=cost(CostModel.ADAPTIVE, tail=2_500_000, in_use=2_500_000)))
+    assert status.level == DiagnosticStatus.OK
+    assert "2500000" in status.message and values["cost_model"] == "adaptive"
+    assert values["nfe_ns_in_use"] == "2500000"
+
+
+def test_without_the_core_cost_model_the_pool_p99_still_warns():
     b = DiagnosticsBuilder("r")
     assert levels(b, snap(nfe_p99_ns=2_000_000.0))["workers"] == DiagnosticStatus.WARN
 
@@ -107,6 +151,13 @@ def test_stats_message_mirrors_the_snapshot():
     assert (msg.inference, msg.rejected_stale, msg.expired) == (5, 4, 1)
     assert msg.queue_depth == 7 and abs(msg.oldest_queue_age_ms - 500.0) < 1e-9
     assert msg.nfe_ns_configured == 1_000_000 and msg.lane_utilisation == 0.5
+    assert (msg.nfe_ns_observed_tail, msg.nfe_ns_in_use, msg.cost_model_adaptive) == \
+        (0, 1_000_000, 0)
+    msg = stats_message(snap(cost=cost(CostModel.ADAPTIVE, tail=3_000_000, in_use=3_000_000),
+                             core=stats(displaced=4, lanes_busy=1)), _stamp())
+    assert (msg.nfe_ns_observed_tail, msg.nfe_ns_in_use, msg.cost_model_adaptive) == \
+        (3_000_000, 3_000_000, 1)
+    assert msg.cost_window_ms == 1000 and msg.displaced == 4 and msg.lanes_busy == 1
 
 
 def test_middleware_loss_is_reported_and_warns_while_it_grows():

@@ -227,3 +227,66 @@ def test_adr_flags_refuse_bad_values(bad):
 
     with pytest.raises(SystemExit):
         parse_adr_flags(bad)
+
+
+# ---- DESIGN.md section 5.2: drift alarm and adaptive cost model over DDS ---------------------
+
+SLOW_MS = 50.0  # injected NFE delay, far above the 5 ms nfe_ns below: certain on any host
+NFE_NS = 5_000_000
+
+
+def _workers_warn(h, timeout: float = 15.0):
+    """The first workers status at WARN within timeout (None if none came)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        status = h.latest_status("workers")
+        if status is not None and status.level == DiagnosticStatus.WARN:
+            return status
+    return None
+
+
+def test_static_relay_raises_the_drift_alarm_when_nfe_cost_rises_mid_run():
+    with running_relay(nfe_ns=NFE_NS) as h:
+        h.send(h.request(sequence=1, remaining_nfe=2))
+        assert h.answer_for(1).code == A.INFERENCE
+        assert h.relay.set_parameters(
+            [Parameter("fault_nfe_delay_ms", value=SLOW_MS)])[0].successful
+        # 2 x 40 NFE of >= 50 ms: seconds of slow NFEs while diagnostics are watched
+        h.send(h.request(sequence=2, remaining_nfe=40), h.request(sequence=3, remaining_nfe=40))
+        status = _workers_warn(h)
+    assert status is not None, "no drift alarm on /diagnostics"
+    values = status_values(status)
+    assert int(values["nfe_ns_observed_tail"]) >= SLOW_MS * 1e6
+    assert int(values["nfe_ns_in_use"]) == int(values["nfe_ns_configured"]) == NFE_NS
+    assert values["cost_model"] == "static"
+    assert "drift" in status.message
+    assert values["nfe_ns_observed_tail"] in status.message and str(NFE_NS) in status.message
+
+
+def test_adaptive_relay_prices_the_slower_nfe_into_admission():
+    from flowedge_relay_msgs.msg import RelayStats
+
+    # A 10 s window: the slow samples stay in it however slowly this host runs the test.
+    with running_relay(nfe_ns=NFE_NS, cost_model="adaptive", cost_window_ms=10_000) as h:
+        stats: list = []
+        h.client.create_subscription(RelayStats, "flowedge/stats", stats.append, 10)
+        h.send(h.request(sequence=1, remaining_nfe=2))
+        assert h.answer_for(1).code == A.INFERENCE
+        assert h.relay.set_parameters(
+            [Parameter("fault_nfe_delay_ms", value=SLOW_MS)])[0].successful
+        h.send(h.request(sequence=2, remaining_nfe=2))
+        assert h.answer_for(2).code == A.INFERENCE  # two NFEs of >= 50 ms measured
+        assert wait_for(lambda: stats and stats[-1].nfe_ns_in_use >= SLOW_MS * 1e6, 10.0)
+        last = stats[-1]
+        # 4 NFE due in 150 ms: fits at the configured 5 ms per NFE, not at the measured 50 ms
+        h.send(h.request(sequence=3, remaining_nfe=4, deadline_ms=150))
+        adaptive = h.answer_for(3)
+        assert h.relay.set_parameters([Parameter("cost_model", value="static")])[0].successful
+        h.send(h.request(sequence=4, remaining_nfe=4, deadline_ms=150))
+        static = h.answer_for(4)
+        bad = h.relay.set_parameters([Parameter("cost_model", value="sometimes")])
+    assert last.cost_model_adaptive and last.nfe_ns_configured == NFE_NS
+    assert last.nfe_ns_observed_tail >= SLOW_MS * 1e6 and last.cost_window_ms == 10_000
+    assert adaptive.code == A.REJECTED_DEADLINE and adaptive.nfe_done == 0
+    assert static.code == A.EXPIRED and static.nfe_done >= 1  # admitted on 5 ms, then late
+    assert not bad[0].successful

@@ -27,6 +27,7 @@ def test_live_parameters_are_exactly_the_tunable_ones():
     assert live == {
         "nfe_ns", "admission_reserve_ns", "reject_if_retry_count_gte", "age_gate",
         "reject_if_queue_age_ms_gte", "queue_timeout_ms", "fault_nfe_delay_ms",
+        "cost_model", "cost_window_ms", "cost_quantile",
     }
 
 
@@ -45,4 +46,6 @@ def test_enum_values_are_checked():
     assert parameters.check_value("age_gate", "sometimes")
     assert parameters.check_value("age_gate", "all") is None
     assert parameters.check_value("solver", "rk4")
+    assert parameters.check_value("cost_model", "sometimes")
+    assert parameters.check_value("cost_model", "adaptive") is None
     assert parameters.check_value("request_topics", [])

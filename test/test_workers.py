@@ -261,3 +261,30 @@ def test_pool_rejects_mismatched_configuration(model):
     with Core(CoreConfig(workers=1, obs_dim=3, action_len=16)) as core:
         with pytest.raises(ValueError):
             WorkerPool(core, model, workers=1)
+
+
+def test_nfe_breakdown_probe_is_off_by_default_and_splits_every_nfe_when_asked(
+        model, reference, tmp_path, monkeypatch):
+    """BREAKDOWN_ENV (bench only): every NFE gets five instants on three clocks, written when
+    the worker exits; the probe changes no result."""
+    from flowedge_relay.bench.nfe_breakdown import parts
+    from flowedge_relay.workers import BREAKDOWN_ENV, PROBE_POINTS
+
+    with make_core() as core, WorkerPool(core, model, workers=1) as pool:
+        assert all(w.probe is None for w in pool._workers)  # off: nothing allocated or read
+    monkeypatch.setenv(BREAKDOWN_ENV, str(tmp_path))
+    with make_core() as core, WorkerPool(core, model, workers=1):
+        submit(core, request(b"a", 1, nfe=8, seed=5))
+        submit(core, request(b"a", 2, nfe=4, seed=6))
+        outs = collect(core, 2)
+    assert [o.actions.tobytes() for o in outs] == [
+        reference.sample(OBS[1], 5, 8).tobytes(), reference.sample(OBS[2], 6, 4).tobytes()]
+    rows = np.load(tmp_path / "nfe-breakdown-lane0.npy")
+    assert rows.shape == (12, len(PROBE_POINTS), 3)
+    mono = rows[:, :, 0]
+    assert (np.diff(mono, axis=1) >= 0).all() and (np.diff(mono[:, 0]) > 0).all()
+    d = parts(rows)
+    assert (d["ort_cpu"] > 0).all() and (d["gil_wait"] >= 0).all() and (d["ort_runq"] >= 0).all()
+    # the NFE is exactly Python before the run + the run + the solver update
+    run = rows[:, 2, 0] - rows[:, 1, 0]
+    assert (d["py_before"] + run + d["solver"] == d["nfe"]).all()

@@ -24,7 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("flowedge_relay.bench.calibrate",
                   "end-to-end vs raw ns per NFE through the real node; recommended nfe_ns"),
     "overload": ("flowedge_relay.bench.overload",
-                 "seeded trace at 0.5-3x capacity: EDF admission vs expire-only vs queue timeout"),
+                 "seeded trace at 0.5-3x capacity: EDF admission (static, adaptive) vs "
+                 "expire-only vs queue timeout"),
     "overhead": ("flowedge_relay.bench.overhead",
                  "relay latency minus compute at light load; throughput vs bare onnxruntime"),
     "model": ("flowedge_relay.bench.model",
@@ -32,6 +33,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "admission": ("flowedge_relay.bench.admission", "the C core's admission path"),
     "intake": ("flowedge_relay.bench.intake",
                "us per request in the request callback: discard by reason vs decision by outcome"),
+    "nfe-breakdown": ("flowedge_relay.bench.nfe_breakdown",
+                      "worker NFE time split (ORT / GIL / solver / step), light vs overload, "
+                      "with candidate fixes"),
 }  # fmt: skip
 
 

@@ -1,8 +1,10 @@
 """`bench calibrate`: measure ns per NFE through the real relay node and recommend `nfe_ns`.
 
 ADR 0015 leaves calibration to the deployment: `nfe_ns` must be a measured upper bound of one
-NFE on this host. This subcommand starts a real RelayNode (admission off) and a client node in
-one process, sends requests of `--nfe` NFE one at a time over DDS, and measures per request:
+NFE on this host. This subcommand starts the relay as deployed, as its own `flowedge-relayd`
+process (admission off; `--in-process` runs a RelayNode in the bench process instead), and a
+client node in the bench process, sends requests of `--nfe` NFE one at a time over DDS, and
+measures per request:
 
   e2e          client publish -> client receives the ActionMessage (client clock)
   compute      the relay's own `compute_ns` (dispatch -> finish: the NFEs plus the worker loop)
@@ -34,9 +36,9 @@ import numpy as np
 
 from flowedge_relay.bench.client import (
     INFERENCE,
-    bench_relay,
     model_path,
     percentiles,
+    relay_for_bench,
     saturate,
     warm_up,
 )
@@ -65,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nfe", type=int, help="NFE per request (use your typical count)")
     parser.add_argument("--workers", type=int, default=1, help="relay worker threads")
     parser.add_argument("--margin", type=float, default=1.0, help="multiplier on the p99/p99.9")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the relay inside the bench process (sharing its GIL) instead "
+                             "of as its own flowedge-relayd process")
 
 
 def _us_ceil(ns: float) -> int:
@@ -186,7 +191,7 @@ def run(args: argparse.Namespace) -> dict:
     params = dict(model_path=path, workers=args.workers, max_nfe=max(64, nfe))
     with Progress("calibrate", requests, unit=" req") as bar:
         bar.update(label="starting relay")
-        with bench_relay(**params) as (relay, client):
+        with relay_for_bench(args.in_process, **params) as (relay, client):
             warm_up(client)
             samples = measure(relay, client, requests, nfe, raw_nfe, blocks, bar, loaded_s)
             nfe_p50, nfe_p99, _ = relay.pool.nfe_percentiles()
@@ -201,7 +206,9 @@ def run(args: argparse.Namespace) -> dict:
         worker_nfe_p99_ns=nfe_p99,
         method=(
             f"{report['requests']} sequential requests of {nfe} NFE through the real relay over "
-            f"DDS (admission off, {args.workers} worker(s)), alternating with "
+            f"DDS (admission off, {args.workers} worker(s), relay "
+            f"{'in the bench process' if args.in_process else 'as its own process'}), "
+            "alternating with "
             f"{report['raw_nfe_samples']} raw FlowSampler.nfe() calls on a separate session"
         ),
         caveat=CAVEAT,

@@ -1,11 +1,12 @@
 """The bench's relay and its light measuring client, talking over real DDS.
 
-`bench_relay(**params)` starts a `RelayNode` in this process exactly as `flowedge-relayd` runs
-it (dedicated request thread, main executor, worker threads; see `harness.running_relay`), for
-benches that read the relay's internals (calibrate, overload). `relay_process(**params)` starts
-`flowedge-relayd` as its own process instead (overhead: nothing of the bench shares its GIL), and
-`echo_process` the transport floor of bench/echo.py. Either way a `BenchClient` node spins on its
-own executor thread here.
+`relay_process(**params)` starts `flowedge-relayd` as its own process, as deployed, so nothing
+of the bench shares the relay's GIL (overhead, overload, calibrate); `remote_relay(**params)` adds
+a `RemoteRelay` that reads the relay's counters from flowedge/stats and sets its live parameters
+through its parameter services. `bench_relay(**params)` starts a `RelayNode` in this process
+instead (dedicated request thread, main executor, worker threads; see `harness.running_relay`):
+the `--in-process` option of those benches. `echo_process` is the transport floor of
+bench/echo.py. Either way a `BenchClient` node spins on its own executor thread here.
 
 The client stamps every request just before it
 publishes it and every answer in its subscription callback (so client-side latency includes DDS
@@ -21,6 +22,7 @@ converts deadlines from (use_sim_time is off), so "on time" is `received_ns <= d
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import signal
@@ -230,12 +232,26 @@ def bench_relay(**params) -> Iterator[tuple[object, BenchClient]]:
 
 class NodeProcess:
     """A node's `python -m MODULE --ros-args ...` as its own process, in the bench's domain:
-    up once it logs "relay up"; stdout drained on a thread (kept for errors); SIGINT stops it."""
+    up once it logs "relay up"; stdout drained on a thread (kept for errors); SIGINT stops it.
 
-    def __init__(self, module: str, ros_args: list[str], timeout: float = 60.0) -> None:
-        cmd = [sys.executable, "-m", module, "--ros-args", *ros_args]
+    `switch_interval_s` runs the module after `sys.setswitchinterval(...)` (a bench-only knob:
+    the GIL hand-over interval of the relay process); `env` adds environment variables."""
+
+    def __init__(self, module: str, ros_args: list[str], timeout: float = 60.0,
+                 env: dict[str, str] | None = None,
+                 switch_interval_s: float | None = None) -> None:  # fmt: skip
+        # SIGINT starts ignored in a background job (`cmd &`), and a Python started with it
+        # ignored never raises KeyboardInterrupt: the prelude restores it, so stop() works
+        # however the bench was started.
+        prelude = "import runpy, signal, sys; signal.signal(signal.SIGINT, " \
+                  "signal.default_int_handler); "
+        if switch_interval_s is not None:
+            prelude += f"sys.setswitchinterval({switch_interval_s!r}); "
+        prelude += f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+        cmd = [sys.executable, "-c", prelude, "--ros-args", *ros_args]
+        self.module = module
         env = {**os.environ, "ROS_DOMAIN_ID": str(bench_domain_id()), "PYTHONUNBUFFERED": "1",
-               "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}  # fmt: skip
+               "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", **(env or {})}  # fmt: skip
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=env)  # fmt: skip
         self.lines: list[str] = []
@@ -278,24 +294,152 @@ def client_of(proc: NodeProcess, info: ModelInfo, namespace: str = "") -> Iterat
                 with spinning(node, context=ctx):
                     wait_for_subscribers(client.pub)
                     if not wait_for(lambda: client.sub.get_publisher_count() >= 1, 10.0):
-                        raise TimeoutError(f"the client never matched {proc.proc.args[2]}")
+                        raise TimeoutError(f"the client never matched {proc.module}")
                     yield client
             finally:
                 node.destroy_node()
     finally:
         if proc.stop() != 0:
-            raise RuntimeError(f"{proc.proc.args[2]} exited with {proc.proc.returncode}:\n"
+            raise RuntimeError(f"{proc.module} exited with {proc.proc.returncode}:\n"
                                + "".join(proc.lines[-20:]))  # fmt: skip
 
 
+def _ros_value(v: object) -> str:
+    """A parameter value as `-p name:=value` wants it (YAML; lists as [a, b])."""
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_ros_value(x) for x in v) + "]"
+    return str(v)
+
+
 @contextmanager
-def relay_process(**params) -> Iterator[tuple[ModelInfo, BenchClient]]:
+def relay_process(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
+                  **params) -> Iterator[tuple[ModelInfo, BenchClient]]:  # fmt: skip
     """`flowedge-relayd` in its own process (as deployed) with these parameters, and a
     BenchClient in this one."""
     info = load_model(params.get("model_path", default_model_path()))
-    ros_args = [a for k, v in params.items() for a in ("-p", f"{k}:={v}")]
-    with client_of(NodeProcess("flowedge_relay.cli", ros_args), info) as client:
+    ros_args = [a for k, v in params.items() for a in ("-p", f"{k}:={_ros_value(v)}")]
+    proc = NodeProcess("flowedge_relay.cli", ros_args, env=env,
+                       switch_interval_s=switch_interval_s)  # fmt: skip
+    with client_of(proc, info) as client:
         yield info, client
+
+
+@dataclass(frozen=True)
+class RemoteStats:
+    """The relay counters a bench needs, from one RelayStats message (names as core.Stats)."""
+
+    stamp_ns: int
+    accepted: int
+    displaced: int
+    nfe_total: int
+    nfe_wasted: int
+    calibration_misses: int
+    queue_depth: int
+    lanes_busy: int
+    nfe_ns_p50: float
+    nfe_ns_p99: float
+    nfe_ns_observed_tail: int
+    nfe_ns_in_use: int
+
+
+class RemoteRelay:
+    """A relay in another process, seen through its ROS interface only: counters from
+    flowedge/stats, live parameters through its parameter services. Offers what the benches
+    use of an in-process RelayNode (`model`, `core.workers`, `core.stats()`, `set_parameters`,
+    `pool.nfe_percentiles()`), so one bench body serves both."""
+
+    def __init__(self, node: Node, info: ModelInfo, workers: int,
+                 relay_name: str = "flowedge_relay") -> None:  # fmt: skip
+        from flowedge_relay_msgs.msg import RelayStats
+        from rclpy.parameter_client import AsyncParameterClient
+
+        self.model, self.workers = info, workers
+        self.core = self.pool = self
+        self._cv = threading.Condition()
+        self._latest = None
+        # (stamp ns, nfe_ns_in_use, nfe_ns_observed_tail) of every stats message, ~10 Hz
+        self.cost_history: collections.deque = collections.deque(maxlen=200_000)
+        node.create_subscription(RelayStats, "flowedge/stats", self._on_stats, 10)
+        self._params = AsyncParameterClient(node, relay_name)
+        if not self._params.wait_for_services(timeout_sec=20.0):
+            raise TimeoutError(f"no parameter services of {relay_name}")
+        self.stats()  # the stats topic is matched
+
+    def _on_stats(self, msg) -> None:
+        stamp = msg.stamp.sec * 1_000_000_000 + msg.stamp.nanosec
+        with self._cv:
+            self.cost_history.append((stamp, msg.nfe_ns_in_use, msg.nfe_ns_observed_tail))
+            self._latest = msg
+            self._cv.notify_all()
+
+    def stats(self, timeout: float = 10.0) -> RemoteStats:
+        """The first RelayStats snapshot taken after this call (so it counts what came before)."""
+        since = time.time_ns()
+        end = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                m = self._latest
+                stamp = 0 if m is None else m.stamp.sec * 1_000_000_000 + m.stamp.nanosec
+                if m is not None and stamp >= since:
+                    break
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("no fresh flowedge/stats from the relay")
+                self._cv.wait(min(left, 0.05))
+        return RemoteStats(
+            stamp_ns=stamp, accepted=m.accepted, displaced=m.displaced, nfe_total=m.nfe_total,
+            nfe_wasted=m.nfe_wasted, calibration_misses=m.calibration_misses,
+            queue_depth=m.queue_depth, lanes_busy=m.lanes_busy, nfe_ns_p50=m.nfe_ns_p50,
+            nfe_ns_p99=m.nfe_ns_p99, nfe_ns_observed_tail=m.nfe_ns_observed_tail,
+            nfe_ns_in_use=m.nfe_ns_in_use,
+        )  # fmt: skip
+
+    def set_parameters(self, params) -> list:
+        future = self._params.set_parameters(params)
+        end = time.monotonic() + 20.0
+        while not future.done() and time.monotonic() < end:
+            time.sleep(0.005)
+        if not future.done():
+            raise TimeoutError("the relay did not answer set_parameters")
+        return list(future.result().results)
+
+    def cost_during(self, start_ns: int, end_ns: int) -> dict | None:
+        """nfe_ns_in_use and the observed tail the relay reported between two wall times."""
+        with self._cv:
+            rows = [r for r in self.cost_history if start_ns <= r[0] <= end_ns]
+        if not rows:
+            return None
+        in_use = np.asarray([r[1] for r in rows], np.float64)
+        tail = np.asarray([r[2] for r in rows], np.float64)
+        return {"samples": len(rows), "nfe_ns_in_use_median": float(np.median(in_use)),
+                "nfe_ns_in_use_max": float(in_use.max()),
+                "observed_tail_median": float(np.median(tail)),
+                "observed_tail_max": float(tail.max())}  # fmt: skip
+
+    def nfe_percentiles(self) -> tuple[float, float, int]:
+        """(p50, p99, 0) of the relay's recent worker NFEs, as its stats report them."""
+        s = self.stats()
+        return s.nfe_ns_p50, s.nfe_ns_p99, 0
+
+
+@contextmanager
+def remote_relay(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
+                 **params) -> Iterator[tuple[RemoteRelay, BenchClient]]:  # fmt: skip
+    """`flowedge-relayd` in its own process, a RemoteRelay view of it and a BenchClient."""
+    with relay_process(env=env, switch_interval_s=switch_interval_s, **params) as (info, client):
+        yield RemoteRelay(client.node, info, int(params.get("workers", 1))), client
+
+
+@contextmanager
+def relay_for_bench(in_process: bool, **params) -> Iterator[tuple[object, BenchClient]]:
+    """(relay, client): a RemoteRelay of its own flowedge-relayd process (default, as deployed)
+    or, with in_process, a RelayNode in this process."""
+    if in_process:
+        with bench_relay(**params) as pair:
+            yield pair
+    else:
+        with remote_relay(**params) as pair:
+            yield pair
 
 
 @contextmanager

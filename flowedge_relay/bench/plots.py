@@ -13,6 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 POLICY_STYLE = {
     "edf_admission": {"color": "#1b7837", "marker": "o", "label": "calibrated EDF admission"},
+    "edf_adaptive": {"color": "#762a83", "marker": "D",
+                     "label": "EDF admission, adaptive cost model"},
     "expire_only": {"color": "#b2182b", "marker": "s", "label": "admission off (expire only)"},
     "queue_timeout": {"color": "#2166ac", "marker": "^", "label": "queue timeout (Triton-style)"},
 }

@@ -1,0 +1,203 @@
+/*
+ * fer_cost.c - DESIGN §5.2: the measured NFE cost tail and the cost model admission uses.
+ *
+ * Why a tail over a sliding window: a static nfe_ns is calibrated once, usually on a quieter
+ * host than the one under overload, and an NFE then costs more than admission assumes (the
+ * relay's own request and publisher threads, the GIL, neighbours). The adaptive model admits with
+ * max(nfe_ns, recent tail), so a loaded host is priced in within a fraction of a second and the
+ * estimate decays once the load is gone; the configured value stays the floor. The static model
+ * keeps ADR 0015's operator-owned number, and the same tail feeds the drift alarm.
+ *
+ * Layout and invariants: fer_cost.h. Work: record O(FER_COST_BUCKETS) at most (a sub-window
+ * rotation clears one histogram; the quantile scan walks down from the highest bucket), the
+ * admission read O(1), nothing allocated. Every call runs under core->mu.
+ */
+#include <string.h>
+
+#include "fer_internal.h"
+
+#define PPM 1000000u
+
+int fer_cost_config_valid(const struct fer_config *cfg)
+{
+    return cfg->cost_model <= FER_COST_ADAPTIVE && cfg->cost_quantile_ppm <= PPM;
+}
+
+/* Log-linear bucket of v ns: bucket 0 below 2^MIN_LOG2, then PER_OCTAVE per power of two. */
+static uint32_t bucket_of(uint64_t v)
+{
+    uint32_t e, m;
+
+    if (v < (1ull << FER_COST_MIN_LOG2))
+        return 0;
+    e = 63u - (uint32_t)__builtin_clzll(v);
+    if (e >= FER_COST_MIN_LOG2 + FER_COST_OCTAVES)
+        return FER_COST_BUCKETS - 1;
+    m = (uint32_t)(v >> (e - FER_COST_PER_OCTAVE_LOG2)) & (FER_COST_PER_OCTAVE - 1);
+    return 1 + (e - FER_COST_MIN_LOG2) * FER_COST_PER_OCTAVE + m;
+}
+
+/* Exclusive upper edge of bucket b (FER_SAT for the last, open-ended one). */
+static uint64_t bucket_upper(uint32_t b)
+{
+    uint32_t e, m;
+
+    if (b == 0)
+        return 1ull << FER_COST_MIN_LOG2;
+    if (b == FER_COST_BUCKETS - 1)
+        return FER_SAT;
+    e = FER_COST_MIN_LOG2 + (b - 1) / FER_COST_PER_OCTAVE;
+    m = (b - 1) % FER_COST_PER_OCTAVE;
+    return (uint64_t)(FER_COST_PER_OCTAVE + m + 1) << (e - FER_COST_PER_OCTAVE_LOG2);
+}
+
+static void forget_all(struct fer_cost *k)
+{
+    memset(k->sub, 0, sizeof(k->sub));
+    memset(k->agg, 0, sizeof(k->agg));
+    memset(k->sub_count, 0, sizeof(k->sub_count));
+    memset(k->sub_max, 0, sizeof(k->sub_max));
+    k->epoch = 0;
+    k->valid_until_ns = 0;
+    k->total = 0;
+    k->top = 0;
+    k->tail = 0;
+    k->window_max = 0;
+    k->adm_tail = 0;
+}
+
+/* Tail, maximum, admission value and validity from the histogram (after any change). */
+static void recompute(struct fer_cost *k)
+{
+    uint64_t allowed, cum = 0, wmax = 0;
+    uint32_t b, s;
+
+    for (s = 0; s < FER_COST_SUBWINDOWS; s++)
+        if (k->sub_max[s] > wmax)
+            wmax = k->sub_max[s];
+    k->window_max = wmax;
+    if (k->total == 0) {
+        k->tail = 0;
+        k->adm_tail = 0;
+        k->valid_until_ns = 0;
+        return;
+    }
+    /* The quantile: the first bucket, from the top, below which fewer than (1 - q) x total
+     * samples lie above. total < 2^34 and PPM < 2^20, so the product cannot overflow. */
+    allowed = k->total * (PPM - k->quantile_ppm) / PPM;
+    for (b = k->top;; b--) {
+        cum += k->agg[b];
+        if (cum > allowed || b == 0)
+            break;
+    }
+    k->tail = bucket_upper(b) < wmax ? bucket_upper(b) : wmax;
+    k->adm_tail = k->model == FER_COST_ADAPTIVE ? k->tail : 0;
+    k->valid_until_ns = fer_sat_mul(fer_sat_add(k->epoch, FER_COST_SUBWINDOWS), k->sub_ns);
+}
+
+static void clear_sub(struct fer_cost *k, uint32_t s)
+{
+    uint32_t b;
+
+    if (k->sub_count[s] != 0) {
+        for (b = 0; b < FER_COST_BUCKETS; b++) {
+            k->agg[b] -= k->sub[s][b];
+            k->sub[s][b] = 0;
+        }
+        k->total -= k->sub_count[s];
+        k->sub_count[s] = 0;
+        while (k->top > 0 && k->agg[k->top] == 0)
+            k->top--;
+    }
+    k->sub_max[s] = 0;
+}
+
+/* Rotate to the sub-window holding now; 1 if anything aged out or moved. A `now` older than
+ * the newest sample's (another worker's clock read raced ahead) counts in the newest one. */
+static int advance(struct fer_cost *k, uint64_t now)
+{
+    uint64_t e = now / k->sub_ns, n, i;
+
+    if (e <= k->epoch)
+        return 0;
+    n = e - k->epoch < FER_COST_SUBWINDOWS ? e - k->epoch : FER_COST_SUBWINDOWS;
+    for (i = 1; i <= n; i++)
+        clear_sub(k, (uint32_t)((k->epoch + i) % FER_COST_SUBWINDOWS));
+    k->epoch = e;
+    return 1;
+}
+
+void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg)
+{
+    uint64_t window = cfg->cost_window_ns ? cfg->cost_window_ns : FER_COST_DEFAULT_WINDOW_NS;
+
+    k->model = cfg->cost_model;
+    k->quantile_ppm = cfg->cost_quantile_ppm ? cfg->cost_quantile_ppm
+                                             : FER_COST_DEFAULT_QUANTILE_PPM;
+    if (window != k->window_ns) {
+        k->window_ns = window;
+        k->sub_ns = window / FER_COST_SUBWINDOWS ? window / FER_COST_SUBWINDOWS : 1;
+        forget_all(k);
+    }
+    cfg->cost_window_ns = k->window_ns;
+    cfg->cost_quantile_ppm = k->quantile_ppm;
+    recompute(k);
+}
+
+void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns)
+{
+    uint32_t s, b;
+
+    advance(k, now);
+    s = (uint32_t)(k->epoch % FER_COST_SUBWINDOWS);
+    b = bucket_of(nfe_ns);
+    if (k->sub_count[s] != UINT32_MAX) { /* a saturated sub-window keeps its shape */
+        k->sub[s][b]++;
+        k->agg[b]++;
+        k->sub_count[s]++;
+        k->total++;
+        if (b > k->top)
+            k->top = b;
+    }
+    if (nfe_ns > k->sub_max[s])
+        k->sub_max[s] = nfe_ns;
+    k->samples = fer_sat_add(k->samples, 1);
+    recompute(k);
+}
+
+/* ---- public API (fer.h) ---------------------------------------------------------------------- */
+
+int fer_core_set_cost_model(struct fer_core *c, uint32_t cost_model, uint64_t window_ns,
+                            uint32_t quantile_ppm)
+{
+    FER_CHECK_ARGS(c != NULL && cost_model <= FER_COST_ADAPTIVE && quantile_ppm <= PPM);
+    pthread_mutex_lock(&c->mu);
+    c->cfg.cost_model = cost_model;
+    c->cfg.cost_window_ns = window_ns;
+    c->cfg.cost_quantile_ppm = quantile_ppm;
+    fer_cost_configure(&c->cost, &c->cfg);
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
+}
+
+int fer_core_cost_stats(struct fer_core *c, uint64_t now, struct fer_cost_stats *out)
+{
+    struct fer_cost *k;
+
+    FER_CHECK_ARGS(c != NULL && out != NULL);
+    pthread_mutex_lock(&c->mu);
+    k = &c->cost;
+    if (advance(k, now))
+        recompute(k);
+    out->cost_model = k->model;
+    out->quantile_ppm = k->quantile_ppm;
+    out->window_ns = k->window_ns;
+    out->configured_ns = c->cfg.nfe_ns;
+    out->observed_tail_ns = k->tail;
+    out->window_max_ns = k->window_max;
+    out->window_samples = k->total;
+    out->in_use_ns = c->cfg.nfe_ns ? fer_cost_nfe_ns(k, c->cfg.nfe_ns, now) : 0;
+    out->samples_total = k->samples;
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
+}

@@ -1,0 +1,69 @@
+/*
+ * fer_cost.h - the NFE cost model of DESIGN §5.2: static or adaptive, and the observed tail.
+ *
+ * Private to the core (not part of the cdef). The estimator is a windowed tail of the measured
+ * NFE durations that fer_core_step receives: a log-linear histogram (FER_COST_PER_OCTAVE
+ * buckets per power of two, about 4% wide) per sub-window, FER_COST_SUBWINDOWS sub-windows of
+ * window_ns / FER_COST_SUBWINDOWS rotating on the caller's `now`, plus their running sum. The
+ * tail is the quantile_ppm quantile of the samples in the window, reported as the upper edge of
+ * its bucket but never above the exact window maximum. A sample older than the window no longer
+ * counts; with no sample in the window there is no estimate.
+ *
+ * Every function here is called with core->mu held. Nothing allocates (the struct is embedded in
+ * struct fer_core); record costs O(buckets) at most, the admission read O(1).
+ */
+#ifndef FER_COST_H
+#define FER_COST_H
+
+/* Included by fer_internal.h after fer.h (which has no include guard: once per unit). */
+#include <stdint.h>
+
+#define FER_COST_SUBWINDOWS 4
+#define FER_COST_PER_OCTAVE_LOG2 4
+#define FER_COST_PER_OCTAVE (1u << FER_COST_PER_OCTAVE_LOG2)
+#define FER_COST_MIN_LOG2 10   /* samples below 2^10 ns (1 us) share bucket 0 */
+#define FER_COST_OCTAVES 26    /* up to 2^36 ns (~69 s); longer samples share the last bucket */
+#define FER_COST_BUCKETS (1u + FER_COST_OCTAVES * FER_COST_PER_OCTAVE)
+#define FER_COST_DEFAULT_WINDOW_NS 1000000000ull
+#define FER_COST_DEFAULT_QUANTILE_PPM 990000u
+
+/* Invariants: agg[b] = sum over sub-windows s of sub[s][b]; total = sum of agg; epoch = the
+ * sub-window index (now / sub_ns) of the newest sample, stored in sub[epoch % SUBWINDOWS];
+ * tail / window_max describe the window that ends with sub-window `epoch`, and hold until
+ * valid_until_ns = (epoch + SUBWINDOWS) * sub_ns, when every sample in it has aged out.
+ * adm_tail = tail when the model is adaptive, 0 when static: the admission read is
+ * max(configured nfe_ns, adm_tail) while now < valid_until_ns. */
+struct fer_cost {
+    uint32_t model;            /* FER_COST_STATIC / FER_COST_ADAPTIVE */
+    uint32_t quantile_ppm;     /* 1..1000000 */
+    uint64_t window_ns;
+    uint64_t sub_ns;
+    uint64_t epoch;
+    uint64_t valid_until_ns;
+    uint64_t total;
+    uint64_t tail;
+    uint64_t window_max;
+    uint64_t adm_tail;
+    uint64_t samples;          /* every sample ever recorded */
+    uint32_t top;              /* highest non-empty bucket of agg (0 when empty) */
+    uint32_t sub_count[FER_COST_SUBWINDOWS];
+    uint64_t sub_max[FER_COST_SUBWINDOWS];
+    uint32_t sub[FER_COST_SUBWINDOWS][FER_COST_BUCKETS];
+    uint32_t agg[FER_COST_BUCKETS];
+};
+
+/* Whether cfg's cost fields are valid (cost_model <= 1, cost_quantile_ppm <= 1000000). */
+int fer_cost_config_valid(const struct fer_config *cfg);
+/* Set the model, window (0 = default) and quantile (0 = default); forgets every sample when
+ * the window changes. Writes the effective values back into cfg. */
+void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg);
+/* One measured NFE of nfe_ns nanoseconds that ended at now. */
+void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns);
+
+/* The admission path's read (DESIGN §5.2): the ns per NFE admission assumes at `now`. */
+static inline uint64_t fer_cost_nfe_ns(const struct fer_cost *k, uint64_t configured, uint64_t now)
+{
+    return now < k->valid_until_ns && k->adm_tail > configured ? k->adm_tail : configured;
+}
+
+#endif /* FER_COST_H */

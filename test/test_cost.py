@@ -1,0 +1,196 @@
+"""DESIGN §5.2 on the C core (csrc/fer_cost.c) in virtual time: the measured NFE tail, the
+adaptive cost model and what admission decides with it.
+
+Every NFE duration is chosen here and fed through Core.step with a chosen `now`, so what the
+estimate must be at each instant is known exactly (a sample that is equal for the whole window
+is reported exactly: the tail is capped at the window's maximum).
+"""
+
+import numpy as np
+import pytest
+
+from flowedge_relay.core import (
+    Code,
+    Core,
+    CoreConfig,
+    CostModel,
+    Decision,
+    InvalidArgument,
+    Request,
+    Step,
+)
+
+T = 10_000_000_000  # an arbitrary base time, ns
+S = 1_000_000_000
+FLOOR = 100_000  # configured nfe_ns
+OBS = ACT = 2
+
+
+def make(model=CostModel.ADAPTIVE, **kw) -> Core:
+    cfg = {"obs_dim": OBS, "action_len": ACT, "nfe_ns": FLOOR, "max_nfe": 100_000,
+           "queue_capacity": 8, "cost_model": model, **kw}
+    return Core(CoreConfig(**cfg))
+
+
+def req(seq: int, nfe: int, deadline: int = 0, now: int = T) -> Request:
+    return Request(session_id=b"s", sequence=seq, generation=0, retry_count=0, retry_reason=0,
+                   origin_ns=now, deadline_ns=deadline, deadline_ros_ns=deadline,
+                   remaining_nfe=nfe, noise_seed=0, observation=np.zeros(OBS, np.float32))
+
+
+class Lane:
+    """Lane 0 running one long no-deadline request, stepped with chosen durations."""
+
+    def __init__(self, core: Core, now: int = T, seq: int = 1) -> None:
+        self.core, self.now = core, now
+        assert core.submit(req(seq, 100_000, now=now), now) == Decision.ACCEPTED
+        assert core.dispatch(0, now) is not None
+
+    def nfe(self, duration_ns: int, n: int = 1) -> None:
+        for _ in range(n):
+            self.now += duration_ns
+            assert self.core.step(0, self.now, duration_ns) == Step.CONTINUE
+
+
+def test_static_measures_the_tail_but_admits_with_the_configured_value():
+    with make(CostModel.STATIC) as c:
+        lane = Lane(c)
+        lane.nfe(300_000, 50)
+        k = c.cost_stats(lane.now)
+        assert k.cost_model == CostModel.STATIC
+        assert k.observed_tail_ns == k.window_max_ns == 300_000
+        assert k.configured_ns == FLOOR and k.in_use_ns == FLOOR  # drift, not adaptation
+        assert k.window_samples == k.samples_total == 50
+
+
+def test_estimate_reacts_within_a_second_of_virtual_time():
+    with make() as c:
+        lane = Lane(c)
+        lane.nfe(FLOOR, 2000)  # 0.2 s at the calibrated cost
+        assert c.cost_stats(lane.now).in_use_ns == FLOOR
+        start = lane.now
+        # The host gets loaded: NFEs cost 4x. With p99 the estimate follows once 1% of the
+        # window is slow: a handful of NFEs, far less than a second.
+        while c.cost_stats(lane.now).in_use_ns < 400_000:
+            lane.nfe(400_000)
+            assert lane.now - start < S, "no reaction within 1 s of virtual time"
+        k = c.cost_stats(lane.now)
+        assert lane.now - start <= 30 * 400_000
+        assert 400_000 <= k.observed_tail_ns <= 400_000 * 1.07  # bucket width, capped at max
+        assert k.in_use_ns == k.observed_tail_ns
+
+
+def test_estimate_decays_after_the_window_and_never_goes_below_the_floor():
+    with make() as c:
+        lane = Lane(c)
+        lane.nfe(500_000, 100)
+        assert c.cost_stats(lane.now).in_use_ns == 500_000
+        spike_end = lane.now
+        # Fast NFEs for a whole window: the slow ones age out, and 20 us is below the floor.
+        while lane.now < spike_end + S + S // 4:
+            lane.nfe(20_000, 100)
+        k = c.cost_stats(lane.now)
+        assert k.observed_tail_ns == 20_000
+        assert k.in_use_ns == FLOOR
+
+
+def test_idle_relay_forgets_the_tail_after_the_window():
+    with make() as c:
+        lane = Lane(c)
+        lane.nfe(500_000, 10)
+        assert c.cost_stats(lane.now + S // 2).in_use_ns == 500_000  # still in the window
+        k = c.cost_stats(lane.now + S + S // 4)
+        assert k.window_samples == 0 and k.observed_tail_ns == 0
+        assert k.in_use_ns == FLOOR
+        assert k.samples_total == 10
+
+
+def test_the_tail_is_a_quantile_not_the_maximum():
+    with make() as c:  # p99 by default
+        lane = Lane(c)
+        lane.nfe(FLOOR, 995)
+        lane.nfe(2_000_000, 5)  # 0.5% outliers: not the p99
+        k = c.cost_stats(lane.now)
+        assert k.window_max_ns == 2_000_000
+        # the upper edge of the p99's bucket (buckets are 1/16 octave wide): conservative
+        assert FLOOR <= k.observed_tail_ns <= FLOOR * 1.07
+        lane.nfe(2_000_000, 15)  # now 2% of the window: the p99 is an outlier
+        assert c.cost_stats(lane.now).observed_tail_ns == 2_000_000
+    with make(cost_quantile_ppm=1_000_000) as c:  # the maximum
+        lane = Lane(c)
+        lane.nfe(FLOOR, 995)
+        lane.nfe(250_000, 1)
+        assert c.cost_stats(lane.now).observed_tail_ns == 250_000
+
+
+def _feasible_at_floor(core: Core, now: int, seq: int) -> Decision:
+    """10 NFE due in 1.5 ms: fits at 100 us per NFE on an idle lane, not at 300 us."""
+    return core.submit(req(seq, 10, deadline=now + 1_500_000, now=now), now)
+
+
+@pytest.mark.parametrize("model", [CostModel.STATIC, CostModel.ADAPTIVE])
+def test_admission_follows_the_estimate_only_in_adaptive_mode(model):
+    with make(model, workers=2) as c:
+        lane = Lane(c)  # lane 0 measures; lane 1 stays idle for the new request
+        lane.nfe(300_000, 100)
+        now = lane.now
+        decision = _feasible_at_floor(c, now, 2)
+        if model == CostModel.STATIC:
+            assert decision == Decision.ACCEPTED
+        else:
+            assert decision == Decision.REJECTED_DEADLINE
+            assert [o.code for o in c.pop_outcomes()] == [Code.REJECTED_DEADLINE]
+            # Once the slow samples have left the window the same request fits again.
+            assert _feasible_at_floor(c, now + S + S // 4, 3) == Decision.ACCEPTED
+
+
+@pytest.mark.parametrize("model", [CostModel.STATIC, CostModel.ADAPTIVE])
+def test_dispatch_expires_what_cannot_finish_at_the_cost_in_use(model):
+    with make(model, workers=2) as c:
+        lane = Lane(c)
+        lane.nfe(100_000, 100)
+        now = lane.now
+        assert _feasible_at_floor(c, now, 2) == Decision.ACCEPTED  # admitted at 100 us
+        # The host slows down before lane 1 picks it up: 100 NFEs of 300 us end within 10 us.
+        for _ in range(100):
+            assert c.step(0, now + 10_000, 300_000) == Step.CONTINUE
+        work = c.dispatch(1, now + 20_000)
+        if model == CostModel.STATIC:
+            assert work is not None and work.sequence == 2
+        else:  # 10 x 300 us no longer fit in the 1.48 ms left
+            assert work is None
+            assert [o.code for o in c.pop_outcomes()] == [Code.EXPIRED]
+
+
+def test_switching_the_model_live_and_validation():
+    with make(CostModel.STATIC, workers=2) as c:
+        lane = Lane(c)
+        lane.nfe(300_000, 100)
+        assert _feasible_at_floor(c, lane.now, 2) == Decision.ACCEPTED
+        c.set_cost_model(CostModel.ADAPTIVE)  # same window: the samples are kept
+        assert c.cost_stats(lane.now).in_use_ns == 300_000
+        c.set_cost_model(CostModel.ADAPTIVE, window_ns=2 * S)  # a new window starts empty
+        k = c.cost_stats(lane.now)
+        assert k.window_ns == 2 * S and k.window_samples == 0 and k.in_use_ns == FLOOR
+        with pytest.raises(InvalidArgument):
+            c.set_cost_model(2)
+        with pytest.raises(InvalidArgument):
+            c.set_cost_model(CostModel.ADAPTIVE, quantile_ppm=1_000_001)
+    with pytest.raises(InvalidArgument):
+        make(cost_model=2)
+    with pytest.raises(InvalidArgument):
+        make(cost_quantile_ppm=1_000_001)
+
+
+def test_defaults_and_extreme_durations_saturate():
+    with make() as c:
+        k = c.cost_stats(T)
+        assert (k.window_ns, k.quantile_ppm, k.window_samples, k.in_use_ns) == \
+            (S, 990_000, 0, FLOOR)
+        lane = Lane(c)
+        lane.nfe(2**63, 1)  # longer than any bucket: the open-ended last one, capped at max
+        k = c.cost_stats(lane.now)
+        assert k.observed_tail_ns == 2**63 and k.in_use_ns == 2**63
+        # Any finite deadline now misses (saturating arithmetic), nothing wraps to "fits".
+        assert c.submit(req(9, 1, deadline=2**64 - 2, now=lane.now), lane.now) == \
+            Decision.REJECTED_DEADLINE
