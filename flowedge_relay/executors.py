@@ -31,27 +31,26 @@ class _GroupFilter:
 
 
 class RequestExecutor(_GroupFilter, SingleThreadedExecutor):
-    """Spins only the given groups, on the one thread that calls spin()."""
+    """Spins only the given groups of the given nodes, on the one thread that calls spin().
 
-    def __init__(self, groups: Iterable[CallbackGroup], *, context=None) -> None:
+    The nodes are never `add_node`-ed here: Executor.add_node sets node.executor, whose setter
+    removes the node from the main executor. Instead the public `get_nodes()` (which rclpy's
+    wait-set builder reads) answers this executor's own list, so one node can sit in the main
+    executor (node.executor) and be read, filtered by group, by this one. Both executors only
+    read the node's entity lists. Public API only (Executor.get_nodes / can_execute / wake);
+    test/test_executors.py checks that rclpy still builds its wait set from get_nodes().
+    """
+
+    def __init__(
+        self, nodes: Iterable[Node], groups: Iterable[CallbackGroup], *, context=None
+    ) -> None:
         super().__init__(context=context)
         self._set_groups(groups, exclude=False)
+        self._request_nodes = tuple(nodes)
+        self.wake()  # rebuild the wait set with these nodes' entities
 
-    def add_node(self, node: Node) -> bool:
-        """Add without claiming node.executor, so the node can also sit in the main executor.
-
-        Executor.add_node sets node.executor, whose setter removes the node from its previous
-        executor. Both executors only read the node's entity lists, filtered by group, so
-        sharing is safe; this relies on rclpy's Executor internals (_nodes, _nodes_lock, _guard),
-        pinned in requirements.txt and exercised by test/test_node.py.
-        """
-        with self._nodes_lock:
-            if node in self._nodes:
-                return False
-            self._nodes.add(node)
-        if self._guard:
-            self._guard.trigger()  # rebuild the wait set with the new node's entities
-        return True
+    def get_nodes(self) -> list[Node]:
+        return list(self._request_nodes)
 
 
 class MainExecutor(_GroupFilter, MultiThreadedExecutor):

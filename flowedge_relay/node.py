@@ -359,8 +359,7 @@ class RelayNode(Node):
 
     def start_request_executor(self, context=None) -> None:
         """Spin the request group on a dedicated single-threaded executor thread."""
-        executor = RequestExecutor([self.request_group], context=context or self.context)
-        executor.add_node(self)
+        executor = RequestExecutor([self], [self.request_group], context=context or self.context)
 
         def run() -> None:
             apply_thread_settings(
