@@ -394,15 +394,15 @@ def _normalization(raw: Any, where: str, shape: tuple[int, ...]) -> Normalizatio
         offset = -2.0 * lo / (hi - lo) - 1.0
     else:
         raise ManifestError(f"{where}.mode: expected mean_std or min_max, found {mode!r}")
-    full = lambda a: np.ascontiguousarray(np.broadcast_to(a, shape), dtype=np.float32)  # noqa: E731
+    full = lambda a: np.array(np.broadcast_to(a, shape), dtype=np.float32, order="C")  # noqa: E731
     return Normalization(mode, full(scale), full(offset), dict(raw))
 
 
 def _shape(value: Any, where: str) -> tuple[int, ...]:
     _expect(
-        isinstance(value, list) and len(value) > 0,
+        isinstance(value, list),
         where,
-        "a non-empty list of positive integers (without the batch dimension)",
+        "a list of positive integers (without the batch dimension; [] for one scalar)",
         value,
     )
     return tuple(_positive_int(d, f"{where}[{i}]") for i, d in enumerate(value))
@@ -850,7 +850,7 @@ def intake(
             return INPUT_NOT_FINITE
         if spec.code == 5 and src.view(np.uint8).max(initial=0) > 1:
             return INPUT_BOOL_VALUE
-        dst = buffers.arrays[spec.name][0]
+        dst = buffers.arrays[spec.name][0, ...]  # a view, also for a scalar input
         if spec.normalization is not None:
             spec.normalization.apply(src, dst)
         else:
@@ -866,7 +866,7 @@ def fill_buffers(policy: Policy, buffers: InputBuffers, arrays: Mapping[str, np.
         src = np.asarray(arrays[spec.name], dtype=spec.wire_dtype.newbyteorder("="))
         if src.shape != spec.shape:
             raise ValueError(f"input {spec.name}: expected shape {spec.shape}, got {src.shape}")
-        dst = buffers.arrays[spec.name][0]
+        dst = buffers.arrays[spec.name][0, ...]  # a view, also for a scalar input
         if spec.normalization is not None:
             spec.normalization.apply(src, dst)
         else:

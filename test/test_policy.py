@@ -417,6 +417,12 @@ def test_intake_bool_and_float16(tmp_path):
         inputs=[
             {"name": "mask", "dtype": "bool", "shape": [4]},
             {"name": "half", "dtype": "float16", "shape": [2]},
+            {
+                "name": "gain",
+                "dtype": "float32",
+                "shape": [],
+                "normalization": {"mean": 1, "std": 2},
+            },
         ],
         graphs={"velocity": "v.onnx"},
     )
@@ -425,21 +431,28 @@ def test_intake_bool_and_float16(tmp_path):
     (root / "policy.yaml").write_text(yaml.safe_dump(man))
     _step(
         root / "v.onnx",
-        [("mask", TensorProto.BOOL, ["batch", 4]), ("half", TensorProto.FLOAT16, ["batch", 2])],
+        [
+            ("mask", TensorProto.BOOL, ["batch", 4]),
+            ("half", TensorProto.FLOAT16, ["batch", 2]),
+            ("gain", F, ["batch"]),
+        ],
     )
     pol = P.load(root)
     bufs = P.InputBuffers(pol)
     mask = np.array([True, False, True, True])
     half = np.array([1.5, -2.0], np.float16)
-    assert P.intake([_tensor("mask", mask), _tensor("half", half)], pol, bufs) is None
+    gain = _tensor("gain", np.array(5.0, np.float32))  # a scalar: shape [], 4 bytes
+    assert P.intake([_tensor("mask", mask), _tensor("half", half), gain], pol, bufs) is None
+    assert bufs["gain"].shape == (1,) and bufs["gain"][0] == 2.0  # (5 - 1) / 2
     assert bufs["mask"].dtype == np.bool_ and bufs["mask"][0].tolist() == mask.tolist()
     assert bufs["half"].dtype == np.float16 and bufs["half"][0].tolist() == [1.5, -2.0]
     bad_bool = Tensor(name="mask", dtype=5, shape=[4], data=b"\x01\x00\x02\x01")
-    assert P.intake([bad_bool, _tensor("half", half)], pol, bufs) == "input_bool_value"
+    assert P.intake([bad_bool, _tensor("half", half), gain], pol, bufs) == "input_bool_value"
     bad_half = np.array([np.inf, 0], np.float16)
-    assert P.intake([_tensor("mask", mask), _tensor("half", bad_half)], pol, bufs) == (
+    assert P.intake([_tensor("mask", mask), _tensor("half", bad_half), gain], pol, bufs) == (
         "input_not_finite"
     )
+    assert P.intake([_tensor("mask", mask), _tensor("half", half)], pol, bufs) == "input_missing"
 
 
 # ---------------------------------------------------------------- execution providers
