@@ -276,6 +276,11 @@ class Policy:
         return "; ".join(spec.describe() for spec in self.inputs)
 
 
+def vision_policy_path() -> str:
+    """The bundled two-phase package (image and state inputs; train_policy.py --model vision)."""
+    return str(Path(__file__).resolve().parent / "models" / "policy_vision")
+
+
 # ---------------------------------------------------------------- execution providers
 
 
