@@ -93,3 +93,28 @@ def test_advertised_description_parses_back(tiny):
     for bad in ("image:float64[2]", "image[2]", "image:uint8(2)"):
         with pytest.raises(ValueError, match="cannot parse"):
             parse_inputs(bad)
+
+
+def test_vision_request_through_intake_equals_local_sampling():
+    """The bundled two-phase package: producer -> Tensor bytes -> intake (one copy, normalized)
+    -> sampler bound to those buffers gives bit-identical actions to the local numpy path."""
+    from flowedge_relay.models import detour_task as task
+
+    package = P.load(P.vision_policy_path())
+    served = ServedModel.from_policy(package)
+    obs = task.sample_observations(np.random.default_rng(8), 3)
+    images = task.render_observation(obs)
+    sampler = P.PolicySampler(package, P.make_sessions(package))
+    for i in range(3):
+        arrays = {"image": images[i], "state": obs[i, :2]}
+        req = build_request(served, arrays, session_id="cam", sequence=i, remaining_nfe=10)
+        bufs = P.InputBuffers(package)
+        assert P.intake(req.inputs, package, bufs, P.request_bytes(req)) is None
+        sampler.start(req.noise_seed, req.remaining_nfe, bufs)
+        sampler.prefix()
+        for _ in range(req.remaining_nfe):
+            sampler.nfe()
+        via_message = sampler.actions().copy()
+        local = P.PolicySampler(package, P.make_sessions(package)).sample(arrays, 0, 10)
+        assert via_message.shape == (16,) and np.isfinite(via_message).all()
+        assert via_message.tobytes() == local.tobytes()
