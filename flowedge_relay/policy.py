@@ -805,6 +805,10 @@ class InputBuffers:
         self.arrays: dict[str, np.ndarray] = {
             s.name: np.zeros((1, *s.shape), s.model_dtype) for s in policy.inputs
         }
+        # Views of the same memory for IOBinding, made once so binding a request allocates nothing.
+        self.ortvalues: dict[str, ort.OrtValue] = {
+            name: ort.OrtValue.ortvalue_from_numpy(arr) for name, arr in self.arrays.items()
+        }
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
@@ -827,14 +831,14 @@ def intake(
     and byte length (finite values for float types), else the failure key (INTAKE_REASONS).
     On failure the buffers hold partial data and must not be run.
     """
+    specs = policy.input
+    if len(tensors) > 2 * len(specs) + 1:  # bound the work before touching each tensor
+        return INPUT_UNEXPECTED
     total = 0
     for t in tensors:
         total += len(t.data)
     if total > max_request_bytes:
         return REQUEST_TOO_LARGE
-    specs = policy.input
-    if len(tensors) > 2 * len(specs) + 1:  # bound the work before looking at names
-        return INPUT_UNEXPECTED
     seen: set[str] = set()
     for t in tensors:
         spec = specs.get(t.name)
@@ -962,14 +966,10 @@ class PolicySampler:
         if buffers is self.buffers:
             return
         for name in self._step_inputs:
-            self._step_binding.bind_ortvalue_input(
-                name, ort.OrtValue.ortvalue_from_numpy(buffers.arrays[name])
-            )
+            self._step_binding.bind_ortvalue_input(name, buffers.ortvalues[name])
         if self._prefix_binding is not None:
             for name in self._prefix_inputs:
-                self._prefix_binding.bind_ortvalue_input(
-                    name, ort.OrtValue.ortvalue_from_numpy(buffers.arrays[name])
-                )
+                self._prefix_binding.bind_ortvalue_input(name, buffers.ortvalues[name])
         self.buffers = buffers
 
     def _plan(self, total_nfe: int) -> tuple[np.ndarray, np.ndarray, np.float32]:

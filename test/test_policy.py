@@ -387,6 +387,7 @@ def _bad(case: str) -> list[Tensor]:
         "nan": [good[0], _tensor("state", nan_state)],
         "inf": [good[0], _tensor("state", inf_state)],
         "too_large": [good[0], Tensor(name="state", dtype=0, shape=[3], data=b"\0" * 4096)],
+        "flood": [*good, *([Tensor(name="state")] * 1000)],
     }[case]
 
 
@@ -404,6 +405,7 @@ def _bad(case: str) -> list[Tensor]:
         ("nan", "input_not_finite"),
         ("inf", "input_not_finite"),
         ("too_large", "request_too_large"),
+        ("flood", "input_unexpected"),  # refused by count before any tensor is looked at
     ],
 )
 def test_intake_rejects_each_failure_with_its_key(tiny, case, key):
