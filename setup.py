@@ -10,7 +10,16 @@ setup(
     name=package_name,
     version="0.1.0",
     packages=find_packages(include=[package_name, f"{package_name}.*"]),
-    package_data={package_name: ["models/*.onnx", "models/*.json"]},
+    package_data={
+        package_name: [
+            "models/*.onnx",
+            "models/*.json",
+            # policy packages: a directory with policy.yaml and its graphs (DESIGN.md section 10)
+            "models/policy_vision/*.onnx",
+            "models/policy_vision/*.yaml",
+            "models/policy_vision/*.json",
+        ]
+    },
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
         (f"share/{package_name}", ["package.xml"]),

@@ -1,12 +1,13 @@
-"""Both message types round-trip over real DDS between two real rclpy nodes."""
+"""The message types (Tensor included) round-trip over real DDS between two real rclpy nodes."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from builtin_interfaces.msg import Time
-from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
+from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats, Tensor
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from ros_helpers import ros_context, spinning, wait_for, wait_for_subscribers
 
@@ -128,7 +129,10 @@ REQUEST_FIELDS = {
     "origin_stamp": "builtin_interfaces/Time", "deadline": "builtin_interfaces/Time",
     "remaining_nfe": "uint32", "model_digest": "string", "observation_dim": "uint32",
     "action_dim": "uint32", "action_horizon": "uint32", "observation": "sequence<float>",
-    "noise_seed": "uint64",
+    "noise_seed": "uint64", "inputs": "sequence<flowedge_relay_msgs/Tensor>",
+}
+TENSOR_FIELDS = {
+    "name": "string", "dtype": "uint8", "shape": "sequence<uint32>", "data": "sequence<uint8>",
 }
 ACTION_FIELDS = {
     "header": "std_msgs/Header", "code": "uint8", "session_id": "string", "sequence": "uint64",
@@ -142,9 +146,66 @@ ACTION_FIELDS = {
 
 @pytest.mark.parametrize(
     ("msg_type", "contract"),
-    [(InferenceRequest, REQUEST_FIELDS), (ActionMessage, ACTION_FIELDS)],
+    [
+        (InferenceRequest, REQUEST_FIELDS),
+        (ActionMessage, ACTION_FIELDS),
+        (Tensor, TENSOR_FIELDS),
+    ],
 )
 def test_fields_are_the_contract(msg_type, contract):
     """DESIGN.md section 2: names and types are the contract; adding is fine, renaming is not."""
     fields = msg_type.get_fields_and_field_types()
     assert {k: fields.get(k) for k in contract} == contract
+
+
+TENSOR_DTYPES = {
+    "FLOAT32": (0, "<f4"),
+    "UINT8": (1, "u1"),
+    "INT64": (2, "<i8"),
+    "INT32": (3, "<i4"),
+    "FLOAT16": (4, "<f2"),
+    "BOOL": (5, "?"),
+}
+
+
+def test_request_with_tensor_inputs_roundtrips_bytes_exactly():
+    """DESIGN.md section 2: named tensors, every dtype, data as C-order little-endian bytes."""
+    assert {k: getattr(Tensor, k) for k in TENSOR_DTYPES} == {
+        k: code for k, (code, _) in TENSOR_DTYPES.items()
+    }
+    rng = np.random.default_rng(5)
+    arrays = {
+        "FLOAT32": rng.standard_normal((2, 3)).astype("<f4"),
+        "UINT8": rng.integers(0, 256, (1, 8, 8), dtype=np.uint8),
+        "INT64": np.array([2**63 - 1, -(2**63), 7], "<i8"),
+        "INT32": np.array([[-1, 2**31 - 1]], "<i4"),
+        "FLOAT16": np.array([65504.0, -0.5, 1e-4], "<f2"),
+        "BOOL": np.array([True, False, True, True]),
+    }
+    tensors = [
+        Tensor(
+            name=f"in_{kind.lower()}",
+            dtype=TENSOR_DTYPES[kind][0],
+            shape=list(arr.shape),
+            data=arr.astype(TENSOR_DTYPES[kind][1]).tobytes(order="C"),
+        )
+        for kind, arr in arrays.items()
+    ]
+    req = InferenceRequest(
+        session_id="vision/1",
+        sequence=3,
+        remaining_nfe=10,
+        model_digest="sha256:" + "cd" * 32,
+        action_dim=2,
+        action_horizon=8,
+        noise_seed=9,
+        inputs=tensors,
+    )
+    assert req.observation_dim == 0 and len(req.observation) == 0
+    (got,) = _roundtrip(InferenceRequest, [req])
+    assert got == req
+    assert [t.name for t in got.inputs] == [t.name for t in tensors]
+    for t, (kind, arr) in zip(got.inputs, arrays.items(), strict=True):
+        back = np.frombuffer(t.data, dtype=TENSOR_DTYPES[kind][1]).reshape(tuple(t.shape))
+        assert back.tobytes() == arr.astype(TENSOR_DTYPES[kind][1]).tobytes(), kind
+        assert len(t.data) == back.size * back.itemsize

@@ -14,11 +14,20 @@ Two architectures, one trainer (SiLU MLP on [x, time features, observation]):
   policy_bench  one 768-wide layer, then one 768x768 residual block applied 8 times with shared
                 weights: about 1 ms per NFE on one core while the file stays ~2.5 MB.
 
-Cost: about 1.5 min (small, 6000 Adam steps) + 2.5 min (bench, 1200 steps) on 2 idle cores.
+A third, policy_vision, is a two-phase policy package (flowedge_relay/policy.py, DESIGN.md
+section 10): inputs `image` (uint8 [2, 32, 32], detour_task.render_observation: goal spot and
+obstacle drawn around the robot) and `state` (float32 [2], the robot's position); a prefix graph
+(image -> per-channel spatial keypoints -> SiLU layer: context tensors `keypoints` [4] and
+`scene` [64]) and a step graph (the action expert: v(x, t, scene, keypoints, state), 2 SiLU
+layers of 256). Actions are trained normalized (mean/std of the demonstrations) and padded from
+2 to 4 columns (`output_dim: 2`), so de-normalization and truncation are exercised for real.
+
+Cost: about 1.5 min (small, 6000 Adam steps) + 2.5 min (bench, 1200 steps) on 2 idle cores;
+policy_vision 4000 steps: 8.5 min on 2 cores shared with other jobs (less when idle).
 Each model's JSON sidecar records the task, dims, recipe (seed included), the final training
 loss and a task evaluation of the exported file run through `flowedge_relay.model`.
 
-Usage: python tools/train_policy.py [--model small|bench|all] [--out-dir DIR] [--steps N]
+Usage: python tools/train_policy.py [--model small|bench|vision|all] [--out-dir DIR] [--steps N]
 """
 
 from __future__ import annotations
@@ -297,14 +306,417 @@ def build(r: Recipe, out_dir: Path) -> dict:
     return sidecar
 
 
+# ---------------------------------------------------------------- policy_vision (two-phase)
+
+
+@dataclass(frozen=True)
+class VisionRecipe:
+    """Architecture and schedule of the two-phase vision package."""
+
+    name: str
+    scene_width: int  # prefix: keypoints -> SiLU layer -> `scene` context
+    width: int  # step: SiLU MLP width
+    dense_layers: int  # step: hidden layers after the input layer
+    model_action_dim: int  # padded action columns the graph integrates
+    pool: int  # rendered training observations
+    steps: int
+    batch: int
+    lr: float
+    seed: int
+
+
+VISION = VisionRecipe(
+    "policy_vision", 64, 256, 1, 4, pool=20000, steps=4000, batch=256, lr=2e-3, seed=20240613
+)
+STATE_DIM = 2  # robot position [current_x, current_y]
+KEYPOINTS = 2 * task.IMAGE_CHANNELS
+
+
+def vision_inputs(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What a producer sends for observations: (uint8 image [n, 2, 32, 32], float32 state)."""
+    return task.render_observation(obs), np.ascontiguousarray(obs[:, :2], dtype=np.float32)
+
+
+def keypoints(image_norm: np.ndarray) -> np.ndarray:
+    """Per-channel intensity centroid in world units, [n, 4]: the prefix graph's first stage.
+
+    image_norm is the min/max-normalized image in [-1, 1]; weights are image_norm + 1.
+    """
+    gx, gy = task.image_grid()
+    w = image_norm + np.float32(1.0)
+    total = w.sum(axis=(2, 3)) + np.float32(1e-6)
+    kx = (w * gx).sum(axis=(2, 3)) / total
+    ky = (w * gy).sum(axis=(2, 3)) / total
+    return np.stack([kx, ky], axis=2).reshape(len(w), -1).astype(np.float32)
+
+
+def action_stats(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column mean/std of demonstration waypoints (rounded: the manifest holds these)."""
+    rng = np.random.default_rng(seed)
+    demos = task.demonstrations(rng, task.sample_observations(rng, 20000))
+    cols = demos.reshape(-1, task.ACTION_DIM)
+    cols = cols.astype(np.float64)
+    return np.round(cols.mean(axis=0), 6), np.round(cols.std(axis=0), 6)
+
+
+STATE_MEAN, STATE_STD = np.zeros(STATE_DIM), np.full(STATE_DIM, 0.57735)  # U[-1, 1]
+
+
+def vision_init(r: VisionRecipe, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def dense(fan_in: int, fan_out: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((fan_in, fan_out)) * scale / np.sqrt(fan_in)).astype(np.float32)
+
+    x_len = task.ACTION_HORIZON * r.model_action_dim
+    in_dim = x_len + 1 + 2 * TIME_FREQS.size + r.scene_width + KEYPOINTS + STATE_DIM
+    p = {
+        "enc.W": dense(KEYPOINTS, r.scene_width),
+        "enc.b": np.zeros(r.scene_width, np.float32),
+        "in.W": dense(in_dim, r.width),
+        "in.b": np.zeros(r.width, np.float32),
+    }
+    for i in range(r.dense_layers):
+        p[f"h{i}.W"] = dense(r.width, r.width)
+        p[f"h{i}.b"] = np.zeros(r.width, np.float32)
+    p["out.W"] = dense(r.width, x_len, 0.1)
+    p["out.b"] = np.zeros(x_len, np.float32)
+    return p
+
+
+def vision_prefix(p: dict[str, np.ndarray], kp: np.ndarray):
+    z = kp @ p["enc.W"] + p["enc.b"]
+    s = _sigmoid(z)
+    return z * s, (z, s)
+
+
+def vision_step(r: VisionRecipe, p, x, t, scene, kp, state_n):
+    """The step network as the graph builds it; returns (out, cache, last hidden)."""
+    ft = t * TIME_FREQS[None, :]
+    inp = np.concatenate([x, t, np.sin(ft), np.cos(ft), scene, kp, state_n], axis=1)
+    cache, h = [], inp.astype(np.float32)
+    for name in ["in"] + [f"h{i}" for i in range(r.dense_layers)]:
+        z = h @ p[f"{name}.W"] + p[f"{name}.b"]
+        s = _sigmoid(z)
+        cache.append((name, h, z, s))
+        h = z * s
+    return h @ p["out.W"] + p["out.b"], cache, h
+
+
+class VisionData:
+    """A fixed pool of rendered observations (rendering per batch would dominate the cost);
+    demonstrations, noise and times stay fresh every batch."""
+
+    def __init__(self, rng: np.random.Generator, n: int) -> None:
+        self.obs = task.sample_observations(rng, n)
+        image, state = vision_inputs(self.obs)
+        self.kp = keypoints(image.astype(np.float32) * np.float32(2 / 255) - np.float32(1))
+        self.state_n = ((state - STATE_MEAN) / STATE_STD).astype(np.float32)
+
+
+def vision_batch(r: VisionRecipe, rng: np.random.Generator, data: VisionData, a_mean, a_std):
+    n = r.batch
+    idx = rng.integers(0, len(data.obs), n)
+    obs, kp, state_n = data.obs[idx], data.kp[idx], data.state_n[idx]
+    x1 = task.demonstrations(rng, obs).reshape(n, task.ACTION_HORIZON, task.ACTION_DIM)
+    x1n = np.zeros((n, task.ACTION_HORIZON, r.model_action_dim), np.float32)
+    x1n[:, :, : task.ACTION_DIM] = (x1 - a_mean) / a_std
+    x1n = x1n.reshape(n, -1)
+    x0 = rng.standard_normal(x1n.shape, dtype=np.float32)
+    t = rng.uniform(0.0, 1.0, size=(n, 1)).astype(np.float32)
+    return (1.0 - t) * x0 + t * x1n, t, kp, state_n, x1n - x0
+
+
+def train_vision(r: VisionRecipe, a_mean, a_std, log_every: int = 250):
+    """Adam (as train()) on the prefix and step networks jointly, end to end."""
+    rng = np.random.default_rng(r.seed)
+    p = vision_init(r, rng)
+    data = VisionData(rng, r.pool)
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    v2 = {k: np.zeros_like(v) for k, v in p.items()}
+    b1, b2, eps, warm = 0.9, 0.999, 1e-8, min(200, r.steps // 10)
+    x_len = task.ACTION_HORIZON * r.model_action_dim
+    scene_at = x_len + 1 + 2 * TIME_FREQS.size
+    tail: list[float] = []
+    t0 = time.monotonic()
+    for step in range(1, r.steps + 1):
+        xt, t, kp, state_n, target = vision_batch(r, rng, data, a_mean, a_std)
+        scene, (ze, se) = vision_prefix(p, kp)
+        out, cache, h_last = vision_step(r, p, xt, t, scene, kp, state_n)
+        err = out - target
+        loss = float(np.mean(err * err))
+        g_out = (2.0 / err.size) * err
+        grads = {k: np.zeros_like(v) for k, v in p.items()}
+        grads["out.W"] = h_last.T @ g_out
+        grads["out.b"] = g_out.sum(axis=0)
+        g_h = g_out @ p["out.W"].T
+        for name, h_in, z, s in reversed(cache):
+            dz = g_h * (s * (1.0 + z * (1.0 - s)))
+            grads[f"{name}.W"] = h_in.T @ dz
+            grads[f"{name}.b"] = dz.sum(axis=0)
+            g_h = dz @ p[f"{name}.W"].T
+        g_scene = g_h[:, scene_at : scene_at + r.scene_width]
+        dze = g_scene * (se * (1.0 + ze * (1.0 - se)))
+        grads["enc.W"] = kp.T @ dze
+        grads["enc.b"] = dze.sum(axis=0)
+        norm = np.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
+        clip = min(1.0, 1.0 / max(norm, 1e-12))
+        lr = (
+            r.lr
+            * min(1.0, step / warm)
+            * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * step / r.steps)))
+        )
+        for k in p:
+            g = grads[k] * clip
+            m[k] = b1 * m[k] + (1 - b1) * g
+            v2[k] = b2 * v2[k] + (1 - b2) * g * g
+            mhat = m[k] / (1 - b1**step)
+            vhat = v2[k] / (1 - b2**step)
+            p[k] = (p[k] - lr * mhat / (np.sqrt(vhat) + eps)).astype(np.float32)
+        if step > r.steps * 0.9:
+            tail.append(loss)
+        if step % log_every == 0 or step == r.steps:
+            print(
+                f"\r{r.name}: step {step}/{r.steps} loss {loss:.4f} "
+                f"({time.monotonic() - t0:.0f} s)",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(file=sys.stderr)
+    return p, float(np.mean(tail))
+
+
+def _model(graph: onnx.GraphProto, doc: str) -> bytes:
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        producer_name="flowedge_relay/tools/train_policy.py",
+        producer_version="1",
+        doc_string=doc,
+    )
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model.SerializeToString()
+
+
+def export_vision(r: VisionRecipe, p: dict[str, np.ndarray]) -> tuple[bytes, bytes]:
+    """(prefix.onnx, step.onnx): the same networks as vision_prefix / vision_step."""
+    gx, gy = task.image_grid()
+    size, ch = task.IMAGE_SIZE, task.IMAGE_CHANNELS
+    nodes: list[onnx.NodeProto] = []
+
+    def node(op: str, ins: list[str], out: str, **attrs) -> str:
+        nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
+        return out
+
+    prefix_inits = [
+        numpy_helper.from_array(gx.reshape(1, 1, size, size), "grid_x"),
+        numpy_helper.from_array(gy.reshape(1, 1, size, size), "grid_y"),
+        numpy_helper.from_array(np.array([2, 3], np.int64), "hw_axes"),
+        numpy_helper.from_array(np.array([1.0], np.float32), "one"),
+        numpy_helper.from_array(np.array([1e-6], np.float32), "eps"),
+        numpy_helper.from_array(np.array([0, KEYPOINTS], np.int64), "kp_shape"),
+        numpy_helper.from_array(p["enc.W"], "enc.W"),
+        numpy_helper.from_array(p["enc.b"], "enc.b"),
+    ]
+    w = node("Add", ["image", "one"], "weights")
+    total = node("Add", [node("ReduceSum", [w, "hw_axes"], "w_sum", keepdims=0), "eps"], "w_tot")
+    kx = node(
+        "Div",
+        [node("ReduceSum", [node("Mul", [w, "grid_x"], "wx"), "hw_axes"], "sx", keepdims=0), total],
+        "kx",
+    )
+    ky = node(
+        "Div",
+        [node("ReduceSum", [node("Mul", [w, "grid_y"], "wy"), "hw_axes"], "sy", keepdims=0), total],
+        "ky",
+    )
+    kxy = node(
+        "Concat",
+        [node("Unsqueeze", [kx, "hw_axes_2"], "kx3"), node("Unsqueeze", [ky, "hw_axes_2"], "ky3")],
+        "kxy",
+        axis=2,
+    )
+    prefix_inits.append(numpy_helper.from_array(np.array([2], np.int64), "hw_axes_2"))
+    node("Reshape", [kxy, "kp_shape"], "keypoints", allowzero=0)
+    z = node("Add", [node("MatMul", ["keypoints", "enc.W"], "enc/mm"), "enc.b"], "enc/z")
+    node("Mul", [z, node("Sigmoid", [z], "enc/sig")], "scene")
+    prefix = _model(
+        helper.make_graph(
+            nodes,
+            f"{r.name}_prefix",
+            [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", ch, size, size])],
+            [
+                helper.make_tensor_value_info("keypoints", TensorProto.FLOAT, ["batch", KEYPOINTS]),
+                helper.make_tensor_value_info("scene", TensorProto.FLOAT, ["batch", r.scene_width]),
+            ],
+            prefix_inits,
+        ),
+        "Prefix: image -> per-channel keypoints and a scene embedding (context tensors). "
+        + task.DESCRIPTION,
+    )
+
+    nodes = []
+    hd = [task.ACTION_HORIZON, r.model_action_dim]
+    step_inits = [numpy_helper.from_array(v, k) for k, v in p.items() if not k.startswith("enc")]
+    step_inits.append(numpy_helper.from_array(TIME_FREQS.reshape(1, -1), "time_freqs"))
+    x_flat = node("Flatten", ["x"], "x_flat", axis=1)
+    ft = node("Mul", ["t", "time_freqs"], "t_freq")
+    sin, cos = node("Sin", [ft], "t_sin"), node("Cos", [ft], "t_cos")
+    h = node("Concat", [x_flat, "t", sin, cos, "scene", "keypoints", "state"], "features", axis=1)
+    for layer in ["in"] + [f"h{i}" for i in range(r.dense_layers)]:
+        zz = node(
+            "Add", [node("MatMul", [h, f"{layer}.W"], f"{layer}/mm"), f"{layer}.b"], f"{layer}/z"
+        )
+        h = node("Mul", [zz, node("Sigmoid", [zz], f"{layer}/sig")], f"{layer}/act")
+    out = node("Add", [node("MatMul", [h, "out.W"], "out/mm"), "out.b"], "out/z")
+    node("Reshape", [out, node("Shape", ["x"], "x_shape")], "velocity")
+    step = _model(
+        helper.make_graph(
+            nodes,
+            f"{r.name}_step",
+            [
+                helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", *hd]),
+                helper.make_tensor_value_info("t", TensorProto.FLOAT, ["batch", 1]),
+                helper.make_tensor_value_info("scene", TensorProto.FLOAT, ["batch", r.scene_width]),
+                helper.make_tensor_value_info("keypoints", TensorProto.FLOAT, ["batch", KEYPOINTS]),
+                helper.make_tensor_value_info("state", TensorProto.FLOAT, ["batch", STATE_DIM]),
+            ],
+            [helper.make_tensor_value_info("velocity", TensorProto.FLOAT, ["batch", *hd])],
+            step_inits,
+        ),
+        "Step (action expert): velocity v(x, t, scene, keypoints, state). " + task.DESCRIPTION,
+    )
+    return prefix, step
+
+
+def vision_manifest(r: VisionRecipe, a_mean: np.ndarray, a_std: np.ndarray) -> bytes:
+    """policy.yaml of the package (DESIGN.md section 10), written deterministically."""
+    import yaml
+
+    size, ch = task.IMAGE_SIZE, task.IMAGE_CHANNELS
+    doc = {
+        "format": "flowedge_policy",
+        "version": 1,
+        "name": r.name,
+        "description": (
+            "Detour task from a robot-centred top-down image (channel 0 goal spot, channel 1 "
+            "obstacle; detour_task.render_observation) and the robot position. Actions: "
+            f"{task.ACTION_HORIZON} waypoints (x, y) relative to the robot."
+        ),
+        "inputs": [
+            {
+                "name": "image",
+                "dtype": "uint8",
+                "shape": [ch, size, size],
+                "normalization": {"min": 0, "max": 255},
+            },
+            {
+                "name": "state",
+                "dtype": "float32",
+                "shape": [STATE_DIM],
+                "normalization": {
+                    "mean": STATE_MEAN.tolist(),
+                    "std": STATE_STD.tolist(),
+                },
+            },
+        ],
+        "action": {
+            "dim": r.model_action_dim,
+            "horizon": task.ACTION_HORIZON,
+            "output_dim": task.ACTION_DIM,
+            "normalization": {"mean": a_mean.tolist(), "std": a_std.tolist()},
+        },
+        "graphs": {"prefix": "prefix.onnx", "step": "step.onnx"},
+        "flow": {"time": "0_to_1", "solver": "euler", "x": "x", "t": "t", "velocity": "velocity"},
+    }
+    return yaml.safe_dump(doc, sort_keys=False, width=100, default_flow_style=None).encode()
+
+
+def evaluate_vision(out_dir: Path, p, r: VisionRecipe, nfe: int = 10, n: int = 400) -> dict:
+    """Exported graphs == numpy networks, and task scores sampled through policy.PolicySampler."""
+    from flowedge_relay import policy as pol
+
+    package = pol.load(out_dir)
+    sessions = pol.make_sessions(package)
+    rng = np.random.default_rng(7)
+    obs = task.sample_observations(rng, 64)
+    image, state = vision_inputs(obs)
+    image_n = image.astype(np.float32) * np.float32(2 / 255) - np.float32(1)
+    kp_onnx, scene_onnx = sessions["prefix"].run(["keypoints", "scene"], {"image": image_n})
+    kp = keypoints(image_n)
+    scene, _ = vision_prefix(p, kp)
+    x = rng.standard_normal((64, task.ACTION_HORIZON * r.model_action_dim), dtype=np.float32)
+    t = rng.uniform(0, 1, (64, 1)).astype(np.float32)
+    state_n = ((state - STATE_MEAN) / STATE_STD).astype(np.float32)
+    (v_onnx,) = sessions["step"].run(
+        ["velocity"],
+        {
+            "x": x.reshape(64, task.ACTION_HORIZON, -1),
+            "t": t,
+            "scene": scene,
+            "keypoints": kp,
+            "state": state_n,
+        },
+    )
+    v_np, _, _ = vision_step(r, p, x, t, scene, kp, state_n)
+    max_diff = max(
+        float(np.abs(kp_onnx - kp).max()),
+        float(np.abs(scene_onnx - scene).max()),
+        float(np.abs(v_onnx.reshape(64, -1) - v_np).max()),
+    )
+    assert max_diff < 1e-3, f"ONNX export differs from the numpy networks by {max_diff}"
+    sampler = pol.PolicySampler(package, sessions)
+    obs = task.sample_observations(np.random.default_rng(11), n)
+    image, state = vision_inputs(obs)
+    actions = np.stack(
+        [sampler.sample({"image": image[i], "state": state[i]}, 1000 + i, nfe) for i in range(n)]
+    )
+    scores = task.score(obs, actions).summary()
+    return {"eval_nfe": nfe, "eval_samples": n, **{k: round(v, 4) for k, v in scores.items()}}
+
+
+def build_vision(r: VisionRecipe, out_dir: Path) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    a_mean, a_std = action_stats(r.seed + 1)
+    params, final_loss = train_vision(r, a_mean.astype(np.float32), a_std.astype(np.float32))
+    prefix, step = export_vision(r, params)
+    manifest = vision_manifest(r, a_mean, a_std)
+    (out_dir / "prefix.onnx").write_bytes(prefix)
+    (out_dir / "step.onnx").write_bytes(step)
+    (out_dir / "policy.yaml").write_bytes(manifest)
+    from flowedge_relay.policy import package_digest
+
+    digest = package_digest(manifest, [("prefix", prefix), ("step", step)])
+    sidecar = {
+        "model": r.name,
+        "digest": digest,
+        "task": task.DESCRIPTION,
+        "objective": "rectified flow on normalized, zero-padded actions; prefix and step "
+        "trained jointly end to end",
+        "recipe": asdict(r),
+        "final_loss": round(final_loss, 6),
+        "evaluation": evaluate_vision(out_dir, params, r),
+    }
+    (out_dir / "training.json").write_text(json.dumps(sidecar, indent=2) + "\n")
+    print(f"{r.name}: {digest}", file=sys.stderr)
+    print(f"  final loss {final_loss:.4f}; {sidecar['evaluation']}", file=sys.stderr)
+    return sidecar
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", choices=["small", "bench", "all"], default="all")
+    ap.add_argument("--model", choices=["small", "bench", "vision", "all"], default="all")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "flowedge_relay" / "models")
     ap.add_argument("--steps", type=int, default=0, help="override training steps (experiments)")
     args = ap.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    for key in ["small", "bench"] if args.model == "all" else [args.model]:
+    for key in ["small", "bench", "vision"] if args.model == "all" else [args.model]:
+        if key == "vision":
+            vr = VISION
+            if args.steps:
+                vr = VisionRecipe(**{**asdict(vr), "steps": args.steps})
+            build_vision(vr, args.out_dir / vr.name)
+            continue
         r = RECIPES[key]
         if args.steps:
             r = Recipe(**{**asdict(r), "steps": args.steps})

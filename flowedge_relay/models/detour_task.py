@@ -116,3 +116,45 @@ def score(observations: np.ndarray, actions: np.ndarray) -> TaskScore:
     lateral = cross / np.linalg.norm(delta, axis=1)
     side = np.where(lateral > OBSTACLE_RADIUS, 1, np.where(lateral < -OBSTACLE_RADIUS, -1, 0))
     return TaskScore(goal_error=goal_error, collided=collided, side=side)
+
+
+# ---------------------------------------------------------------- observation image (policy_vision)
+
+IMAGE_SIZE = 32  # pixels per side
+IMAGE_EXTENT = 2.4  # the image covers [-IMAGE_EXTENT, IMAGE_EXTENT]^2 world units around the robot
+IMAGE_CHANNELS = 2  # 0: goal (a Gaussian spot), 1: obstacle (an anti-aliased disk)
+IMAGE_PIXEL = 2.0 * IMAGE_EXTENT / IMAGE_SIZE  # world units per pixel
+GOAL_SPOT_SIGMA = 1.0  # pixels
+
+
+def image_grid() -> tuple[np.ndarray, np.ndarray]:
+    """World (x, y) of every pixel centre relative to the robot, float32 [SIZE, SIZE] each.
+
+    Row 0 is the top of the image (largest y), column 0 the left (smallest x).
+    """
+    centres = (np.arange(IMAGE_SIZE, dtype=np.float64) + 0.5) * IMAGE_PIXEL - IMAGE_EXTENT
+    gx = np.broadcast_to(centres[None, :], (IMAGE_SIZE, IMAGE_SIZE))
+    gy = np.broadcast_to(-centres[:, None], (IMAGE_SIZE, IMAGE_SIZE))
+    return gx.astype(np.float32), gy.astype(np.float32)
+
+
+def render_observation(observations: np.ndarray) -> np.ndarray:
+    """Top-down robot-centred render, uint8 [n, CHANNELS, SIZE, SIZE]: goal spot and obstacle.
+
+    The robot sits at the image centre (not drawn); the goal is a Gaussian spot (sigma one
+    pixel, peak 255) at goal - current, the obstacle a disk of OBSTACLE_RADIUS midway, with a
+    one-pixel linear edge. Everything a camera-driven policy needs to plan the detour.
+    """
+    obs = observations.astype(np.float64)
+    delta = obs[:, 2:] - obs[:, :2]
+    gx, gy = (g.astype(np.float64) for g in image_grid())
+    dx = gx[None] - delta[:, 0, None, None]
+    dy = gy[None] - delta[:, 1, None, None]
+    sigma = GOAL_SPOT_SIGMA * IMAGE_PIXEL
+    goal = 255.0 * np.exp(-(dx * dx + dy * dy) / (2.0 * sigma * sigma))
+    ox = gx[None] - 0.5 * delta[:, 0, None, None]
+    oy = gy[None] - 0.5 * delta[:, 1, None, None]
+    dist = np.sqrt(ox * ox + oy * oy)
+    obstacle = 255.0 * np.clip((OBSTACLE_RADIUS - dist) / IMAGE_PIXEL + 0.5, 0.0, 1.0)
+    image = np.stack([goal, obstacle], axis=1)
+    return np.clip(np.rint(image), 0, 255).astype(np.uint8)

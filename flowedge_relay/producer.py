@@ -1,0 +1,158 @@
+"""The producer side: build an InferenceRequest from a dict of numpy arrays.
+
+Why: a robot-side producer should not hand-assemble Tensor messages (dtype codes, shapes without
+the batch dimension, little-endian bytes) or guess the digest and dims. It learns what a relay
+serves (the relay's diagnostics advertise the model digest, its inputs with dtype and shape, and
+its action dims; or locally from `policy.load`) and calls `build_request`:
+
+    served = ServedModel.from_policy(policy.load("flowedge_relay/models/policy_vision"))
+    req = build_request(served, {"image": img_u8, "state": pos_f32},
+                        session_id="arm/1", sequence=7, remaining_nfe=10,
+                        deadline_ns=now_ns + 50_000_000, noise_seed=7)
+
+A model whose only input is the float vector `observation` (a single .onnx file) gets the
+`observation` shorthand (observation_dim > 0, no tensors), exactly as before. Mismatches raise
+ValueError here, on the producer, instead of being discarded silently by the relay.
+"""
+
+from __future__ import annotations
+
+import array
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from builtin_interfaces.msg import Time
+from flowedge_relay_msgs.msg import InferenceRequest, Tensor
+
+from flowedge_relay.policy import DTYPE_CODES, DTYPES, Policy
+
+NANOSEC_PER_SEC = 1_000_000_000
+_DECL = re.compile(r"^\s*([^:;\s]+)\s*:\s*([a-z0-9]+)\s*\[\s*([0-9,\s]*)\]\s*$")
+
+
+@dataclass(frozen=True)
+class InputDecl:
+    """One input a relay serves: name, dtype (manifest name, e.g. "uint8"), shape without batch."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def wire_dtype(self) -> np.dtype:
+        return DTYPES[DTYPE_CODES[self.dtype]][1]
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What a relay serves, as a producer needs it."""
+
+    digest: str
+    inputs: tuple[InputDecl, ...]
+    action_dim: int
+    action_horizon: int
+    observation_dim: int = 0  # > 0: the single-vector `observation` shorthand
+
+    @classmethod
+    def from_policy(cls, policy: Policy) -> ServedModel:
+        return cls(
+            digest=policy.digest,
+            inputs=tuple(InputDecl(s.name, s.dtype, s.shape) for s in policy.inputs),
+            action_dim=policy.action_dim,
+            action_horizon=policy.action_horizon,
+            observation_dim=policy.observation_dim,
+        )
+
+    @classmethod
+    def from_description(
+        cls,
+        digest: str,
+        inputs: str,
+        action_dim: int,
+        action_horizon: int,
+        observation_dim: int = 0,
+    ) -> ServedModel:
+        """From advertised values; `inputs` is Policy.describe_inputs()'s text."""
+        return cls(
+            digest, parse_inputs(inputs), int(action_dim), int(action_horizon), int(observation_dim)
+        )
+
+
+def parse_inputs(text: str) -> tuple[InputDecl, ...]:
+    """'image:uint8[2,32,32]; state:float32[2]' -> InputDecls (Policy.describe_inputs' format)."""
+    decls = []
+    for part in text.split(";"):
+        m = _DECL.match(part)
+        if not m or m.group(2) not in DTYPE_CODES:
+            raise ValueError(f"cannot parse input declaration {part!r} (name:dtype[d,...])")
+        shape = tuple(int(d) for d in m.group(3).split(",") if d.strip())
+        decls.append(InputDecl(m.group(1), m.group(2), shape))
+    return tuple(decls)
+
+
+def _time(ns: int) -> Time:
+    return Time(sec=ns // NANOSEC_PER_SEC, nanosec=ns % NANOSEC_PER_SEC)
+
+
+def encode_tensor(decl: InputDecl, value: np.ndarray) -> Tensor:
+    """One Tensor message: the declared dtype (a same-kind cast at most) and shape, LE C order."""
+    arr = np.asarray(value)
+    want = decl.wire_dtype
+    if arr.shape != decl.shape:
+        raise ValueError(
+            f"input {decl.name!r}: expected shape {list(decl.shape)}, got {list(arr.shape)}"
+        )
+    if arr.dtype != want and not np.can_cast(arr.dtype, want, casting="same_kind"):
+        raise ValueError(
+            f"input {decl.name!r}: expected {decl.dtype}, got {arr.dtype} (no safe cast)"
+        )
+    data = np.ascontiguousarray(arr, dtype=want).tobytes()
+    return Tensor(name=decl.name, dtype=DTYPE_CODES[decl.dtype], shape=list(decl.shape), data=data)
+
+
+def build_request(
+    model: ServedModel,
+    arrays: Mapping[str, np.ndarray],
+    *,
+    session_id: str,
+    sequence: int,
+    remaining_nfe: int,
+    deadline_ns: int = 0,
+    noise_seed: int = 0,
+    generation: int = 0,
+    origin_ns: int = 0,
+    retry_count: int = 0,
+    retry_reason: int = InferenceRequest.RETRY_NONE,
+) -> InferenceRequest:
+    """An InferenceRequest carrying exactly the model's declared inputs (ROS-time nanoseconds)."""
+    names = [d.name for d in model.inputs]
+    missing = [n for n in names if n not in arrays]
+    extra = sorted(set(arrays) - set(names))
+    if missing or extra:
+        raise ValueError(
+            f"inputs: the model declares {names}; missing {missing}, undeclared {extra}"
+        )
+    req = InferenceRequest(
+        session_id=session_id,
+        sequence=int(sequence),
+        generation=int(generation),
+        retry_count=int(retry_count),
+        retry_reason=int(retry_reason),
+        origin_stamp=_time(int(origin_ns)),
+        deadline=_time(int(deadline_ns)),
+        remaining_nfe=int(remaining_nfe),
+        model_digest=model.digest,
+        action_dim=model.action_dim,
+        action_horizon=model.action_horizon,
+        noise_seed=int(noise_seed),
+    )
+    if model.observation_dim > 0:  # the single-vector shorthand
+        (decl,) = model.inputs
+        obs = encode_tensor(decl, arrays[decl.name])  # checks shape and dtype
+        req.observation_dim = model.observation_dim
+        req.observation = array.array("f", bytes(obs.data))
+        return req
+    req.inputs = [encode_tensor(d, arrays[d.name]) for d in model.inputs]
+    return req
