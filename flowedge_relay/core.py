@@ -30,45 +30,56 @@ except ImportError as exc:  # pragma: no cover - exercised only without a build
 SESSION_ID_MAX = lib.FER_SESSION_ID_MAX
 
 
+# The vocabulary below is derived from csrc/fer.h (values) and mirrors ActionMessage's constants
+# (test/test_core.py::test_vocabulary_matches_header_and_messages ties the three together).
+RETRY_COUNT_BUCKETS = lib.FER_RETRY_COUNT_BUCKETS  # retry_count 1..7, the last bucket is 7+
+RETRY_REASON_MAX = lib.FER_RETRY_REASONS - 1  # InferenceRequest.RETRY_AFTER_EXPIRED
+
+
 class Code(enum.IntEnum):
     """Outcome codes, same values as ActionMessage."""
 
-    INFERENCE = 0
-    REJECTED_STALE = 1
-    REJECTED_DEADLINE = 2
-    REJECTED_CAPACITY = 3
-    EXPIRED = 4
+    INFERENCE = lib.FER_INFERENCE
+    REJECTED_STALE = lib.FER_REJECTED_STALE
+    REJECTED_DEADLINE = lib.FER_REJECTED_DEADLINE
+    REJECTED_CAPACITY = lib.FER_REJECTED_CAPACITY
+    EXPIRED = lib.FER_EXPIRED
+
+    @property
+    def key(self) -> str:
+        """The lower-case name: the key in diagnostics, stats and JSON ("rejected_stale")."""
+        return self.name.lower()
 
 
 class Decision(enum.IntEnum):
-    """What happened to a submitted request itself."""
+    """What happened to a submitted request itself: an outcome code, or one of two more."""
 
-    ACCEPTED = 0
-    REJECTED_STALE = 1
-    REJECTED_DEADLINE = 2
-    REJECTED_CAPACITY = 3
-    EXPIRED = 4
-    COALESCED = 5
+    ACCEPTED = lib.FER_ACCEPTED
+    REJECTED_STALE = lib.FER_REJECTED_STALE
+    REJECTED_DEADLINE = lib.FER_REJECTED_DEADLINE
+    REJECTED_CAPACITY = lib.FER_REJECTED_CAPACITY
+    EXPIRED = lib.FER_EXPIRED
+    COALESCED = lib.FER_COALESCED
 
 
 class AgeGate(enum.IntEnum):
-    OFF = 0
-    RETRIES = 1
-    ALL = 2
+    OFF = lib.FER_AGE_GATE_OFF
+    RETRIES = lib.FER_AGE_GATE_RETRIES
+    ALL = lib.FER_AGE_GATE_ALL
 
 
 class CostModel(enum.IntEnum):
     """DESIGN §5.2: admit with the configured nfe_ns, or with max(nfe_ns, measured tail)."""
 
-    STATIC = 0
-    ADAPTIVE = 1
+    STATIC = lib.FER_COST_STATIC
+    ADAPTIVE = lib.FER_COST_ADAPTIVE
 
 
 class Step(enum.IntEnum):
-    CONTINUE = 0
-    DONE = 1
-    STOP_STALE = 2
-    STOP_EXPIRED = 3
+    CONTINUE = lib.FER_STEP_CONTINUE
+    DONE = lib.FER_STEP_DONE
+    STOP_STALE = lib.FER_STEP_STOP_STALE
+    STOP_EXPIRED = lib.FER_STEP_STOP_EXPIRED
 
 
 # ---- errors: the one place C status codes become exceptions --------------------------------------

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
+from flowedge_relay.core import RETRY_COUNT_BUCKETS, Code
+
 OK = DiagnosticStatus.OK
 WARN = DiagnosticStatus.WARN
 ERROR = DiagnosticStatus.ERROR
-CODE_NAMES = ("inference", "rejected_stale", "rejected_deadline", "rejected_capacity", "expired")
 
 
 @dataclass
@@ -169,10 +170,10 @@ class DiagnosticsBuilder:
             "accepted": c.accepted,
             "invalid_discarded": sum(s.discarded.values()),
             **{f"invalid.{k}": v for k, v in s.discarded.items()},
-            **{f"outcome.{name}": c.outcomes[i] for i, name in enumerate(CODE_NAMES)},
+            **{f"outcome.{code.key}": c.outcomes[code] for code in Code},
             "duplicate_retries_coalesced": c.coalesced,
             "rejected_late_retries": c.rejected_late_retries,
-            **{f"retries.count_{i}{'+' if i == 7 else ''}": n
+            **{f"retries.count_{i}{'+' if i == RETRY_COUNT_BUCKETS - 1 else ''}": n
                for i, n in enumerate(c.retries_by_count) if i > 0},
             **{f"retries.reason_{i}": n for i, n in enumerate(c.retries_by_reason) if i > 0},
             "calibration_misses": c.calibration_misses,

@@ -14,9 +14,10 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from flowedge_relay.model import SOLVERS
+
 AGE_GATES = ("off", "retries", "all")
 COST_MODELS = ("static", "adaptive")
-SOLVERS = ("euler", "midpoint")
 QOS_HISTORIES = ("keep_all", "keep_last")
 MINUTE_NS = 60_000_000_000
 HOUR_MS = 3_600_000

@@ -12,12 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowedge_relay.core import SESSION_ID_MAX
+from flowedge_relay.core import RETRY_REASON_MAX, SESSION_ID_MAX
 
 SESSION_ID_MAX_BYTES = SESSION_ID_MAX  # the core's fixed session-id buffer (csrc/fer.h)
 MODEL_DIGEST_MAX_CHARS = 80  # "sha256:" + 64 hex digits = 71
 OBSERVATION_MAX_LEN = 65536  # anything longer is rejected before it is even compared
-RETRY_REASON_MAX = 5  # InferenceRequest.RETRY_AFTER_EXPIRED; must match FER_RETRY_REASONS - 1
 NANOSEC_PER_SEC = 1_000_000_000
 
 

@@ -757,3 +757,26 @@ def test_close_is_idempotent_and_closed_core_refuses_calls():
     c.close()
     with pytest.raises(InvalidState):
         sub(c)
+
+
+def test_vocabulary_matches_header_and_messages():
+    """One vocabulary: Code <-> FER_* <-> ActionMessage, retry reasons <-> InferenceRequest."""
+    from flowedge_relay._fer_core import lib
+    from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
+
+    from flowedge_relay.core import RETRY_COUNT_BUCKETS, RETRY_REASON_MAX, Code, Decision
+
+    assert [c.name for c in Code] == [
+        "INFERENCE", "REJECTED_STALE", "REJECTED_DEADLINE", "REJECTED_CAPACITY", "EXPIRED"
+    ]
+    assert len(Code) == lib.FER_NUM_CODES
+    for code in Code:
+        assert code.value == getattr(lib, f"FER_{code.name}") == getattr(ActionMessage, code.name)
+        if code != Code.INFERENCE:  # a decision is ACCEPTED (0) or the outcome itself
+            assert Decision[code.name].value == code.value
+        assert code.key == code.name.lower()
+    reasons = [name for name in dir(InferenceRequest) if name.startswith("RETRY_")
+               and name.isupper()]
+    assert max(getattr(InferenceRequest, n) for n in reasons) == RETRY_REASON_MAX
+    assert RETRY_REASON_MAX == InferenceRequest.RETRY_AFTER_EXPIRED
+    assert RETRY_COUNT_BUCKETS == 8  # retry_count buckets 0..7+, diagnostics keys count_1..7+
