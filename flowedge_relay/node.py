@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -50,6 +51,17 @@ DISCARD_LOG_PERIOD_NS = 5_000_000_000  # at most one "discarding invalid request
 # executor (wait set, task, dispatch) costs ~250 us here, 10-100x the callback itself, so the
 # request thread drains what is already waiting; bounded so QoS events and stop stay prompt.
 REQUEST_DRAIN_MAX = 64
+
+
+@dataclass(frozen=True)
+class IntakeCounters:
+    """What arrived on the request topics, as RelayNode.counters() reads it."""
+
+    received: int  # messages the request callback saw
+    deadlines_seen: int  # of those, valid ones that carried a deadline
+    middleware_lost: int  # reported lost by the middleware before the callback (MESSAGE_LOST)
+    middleware_lost_reported: bool  # False where the RMW cannot report such loss
+    discarded: dict[str, int]  # invalid input, by reason key
 
 
 def _reliable(depth: int) -> QoSProfile:
@@ -145,6 +157,13 @@ class RelayNode(Node):
         #: DRILLS AND TESTS ONLY: while set, the publisher thread stops draining the outcome rings,
         #: as if the action consumer stopped (DESIGN.md section 8: full rings drop and count).
         self.fault_pause_output = threading.Event()
+        # Thread ownership of the node's shared fields (the C side's are in fer_internal.h).
+        # Written only by the request thread (its callbacks, including MESSAGE_LOST): _received,
+        # _deadlines_seen, _middleware_lost, the throttles and validator.discarded. Written only
+        # by the publisher thread: _latency_ms and _latency_count. Any other thread (timers,
+        # tools through counters()) only reads them: each is a Python int or one float slot
+        # replaced whole under the GIL, so a reader sees a value that was current, never a torn
+        # one, and a count read a moment late is still a count (diagnostics are 1 Hz reports).
         self._received = 0
         self._deadlines_seen = 0
         self._middleware_lost = 0  # requests the middleware reported lost before the callback
@@ -514,6 +533,36 @@ class RelayNode(Node):
             self.pool.fault_nfe_delay_ns = int(get("fault_nfe_delay_ms") * MS)
         for name in names:
             self._p[name] = get(name)
+
+    # -- what tools may read (drill, stress, bench, tests): the node's public surface ----------
+
+    def counters(self) -> IntakeCounters:
+        """A snapshot of the intake counters (see the ownership note in __init__)."""
+        return IntakeCounters(
+            received=self._received,
+            deadlines_seen=self._deadlines_seen,
+            middleware_lost=self._middleware_lost,
+            middleware_lost_reported=self._lost_reported,
+            discarded={r.value: c for r, c in self.validator.discarded.items()},
+        )
+
+    def threads_alive(self) -> dict[str, bool]:
+        """Whether each of the relay's own threads is running (workers by lane)."""
+        alive = {
+            "request": bool(self._request_thread and self._request_thread.is_alive()),
+            "publisher": bool(self._publisher_thread and self._publisher_thread.is_alive()),
+        }
+        for info in self.pool.worker_info() if self.pool else []:
+            alive[f"worker{info['lane']}"] = bool(info["alive"])
+        return alive
+
+    def handle_request(self, msg: InferenceRequest) -> None:
+        """The request callback itself, for tools that time it without DDS (bench intake).
+
+        The request thread is the core's single submit producer: call this only while the
+        request executor is not spinning (before start_request_executor, or after stop()).
+        """
+        self._on_request(msg)
 
     # -- teardown ------------------------------------------------------------------------------
 

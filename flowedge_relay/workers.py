@@ -121,6 +121,20 @@ class PoolHealth:
 
 @dataclass
 class _Worker:
+    """One worker's state. Thread ownership (as csrc/fer_internal.h documents the core's):
+
+    - written only by the worker thread itself: ready, nfe_ns / nfe_count (the measured-NFE
+      ring), holding, last_progress_ns, error, applied;
+    - written only by the supervisor (the node's health timer, or stop() after the join):
+      disabled, and thread (set once by start() before the thread runs);
+    - written by tools and tests, read by the worker: crash_requested (a plain flag).
+    Everyone else only reads. Each field is one Python object replaced whole under the GIL, so a
+    reader sees a current or a slightly stale value, never a torn one; the decisions that need
+    exactness (which request runs, its outcome) are made in the C core under its mutex. The one
+    cross-thread rule that matters: disable_lane is called only after `thread` has exited, so
+    ring lane + 1 keeps a single producer.
+    """
+
     lane: int
     cpus: tuple[int, ...]
     thread: threading.Thread | None = None
