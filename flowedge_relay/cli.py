@@ -10,7 +10,6 @@ The ADR flags win over --ros-args and YAML, and are reflected in the node's para
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
 import rclpy
@@ -18,6 +17,8 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
+
+from flowedge_relay.signals import stop_on_signals
 
 
 def _non_negative(text: str) -> int:
@@ -46,34 +47,26 @@ def parse_adr_flags(argv: list[str]) -> tuple[list[Parameter], argparse.Namespac
     return overrides, args
 
 
-def interrupt_on_sigterm() -> None:
-    """SIGTERM (ros2 launch's second signal, systemd, docker stop) stops like Ctrl-C."""
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     overrides, _ = parse_adr_flags(argv)
     from flowedge_relay.node import RelayNode, spin_relay
 
-    interrupt_on_sigterm()
-    try:
-        # rclpy's own SIGINT handler would shut the context down (destroying the node under the
-        # context lock) while our threads still run; instead Ctrl-C raises KeyboardInterrupt
-        # here and teardown runs in order: executors, node threads, node, context.
-        with rclpy.init(args=["flowedge-relayd", *argv],
-                        signal_handler_options=SignalHandlerOptions.NO):
-            node = RelayNode(parameter_overrides=overrides)
-            try:
-                spin_relay(node)
-            finally:
-                node.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+    # rclpy's own SIGINT handler would shut the context down (destroying the node under the
+    # context lock) while our threads still run; instead SIGINT/SIGTERM raise KeyboardInterrupt
+    # here (whatever dispositions were inherited) and teardown runs in order: executors, node
+    # threads, node, context.
+    with stop_on_signals():
+        try:
+            with rclpy.init(args=["flowedge-relayd", *argv],
+                            signal_handler_options=SignalHandlerOptions.NO):
+                node = RelayNode(parameter_overrides=overrides)
+                try:
+                    spin_relay(node)
+                finally:
+                    node.destroy_node()
+        except (KeyboardInterrupt, ExternalShutdownException):
+            pass
     return 0
 
 

@@ -29,32 +29,34 @@ def main(argv: list[str] | None = None) -> int:
                         help="YAML with parameters for both nodes (default config/demo.yaml)")
     args, ros_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
 
-    from flowedge_relay.cli import interrupt_on_sigterm
     from flowedge_relay.demo_producer import DemoProducer
     from flowedge_relay.node import RelayNode, spin_relay
+    from flowedge_relay.signals import stop_on_signals
 
     print(f"FlowEdge Relay demo: relay + demo producer, parameters from {args.params_file}")
     print("Ctrl-C stops. One summary line per second:\n")
-    interrupt_on_sigterm()
-    try:
-        # Ctrl-C raises KeyboardInterrupt (no rclpy signal handler): see cli.main.
-        with rclpy.init(args=["run_demo", "--ros-args", "--params-file", args.params_file,
-                              *ros_args], signal_handler_options=SignalHandlerOptions.NO):
-            relay = RelayNode()
-            try:
-                producer = DemoProducer()
+    # SIGINT/SIGTERM raise KeyboardInterrupt (no rclpy signal handler): see cli.main.
+    with stop_on_signals():
+        try:
+            with rclpy.init(args=["run_demo", "--ros-args", "--params-file", args.params_file,
+                                  *ros_args], signal_handler_options=SignalHandlerOptions.NO):
+                relay = RelayNode()
                 try:
-                    if args.duration > 0:
-                        # the same path as Ctrl-C, so --duration exercises the real teardown
-                        threading.Timer(args.duration, os.kill,
-                                        (os.getpid(), signal.SIGINT)).start()
-                    spin_relay(relay, extra_nodes=[producer])
+                    producer = DemoProducer()
+                    # --duration sends the SIGINT Ctrl-C would, so it exercises the real teardown
+                    timer = threading.Timer(args.duration, os.kill, (os.getpid(), signal.SIGINT))
+                    timer.daemon = True
+                    try:
+                        if args.duration > 0:
+                            timer.start()
+                        spin_relay(relay, extra_nodes=[producer])
+                    finally:
+                        timer.cancel()  # stopped sooner by a signal: no second one in teardown
+                        producer.destroy_node()
                 finally:
-                    producer.destroy_node()
-            finally:
-                relay.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+                    relay.destroy_node()
+        except (KeyboardInterrupt, ExternalShutdownException):
+            pass
     print("\ndemo stopped cleanly")
     return 0
 
