@@ -245,19 +245,23 @@ def _time(ns: int) -> Time:
 
 def main(args: list[str] | None = None) -> None:
     """`flowedge-relay-demo-producer`: the producer alone, against a relay running elsewhere."""
+    from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
-    from flowedge_relay.signals import stop_on_signals
+    from flowedge_relay.executors import spin_until
+    from flowedge_relay.signals import stop_requested
 
-    with stop_on_signals():  # SIGINT/SIGTERM stop it cleanly however it was started
+    with stop_requested() as stop:  # SIGINT/SIGTERM stop it cleanly however it was started
         try:
             with rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO):
                 producer = DemoProducer()
                 try:
-                    rclpy.spin(producer)
+                    executor = SingleThreadedExecutor()
+                    executor.add_node(producer)
+                    spin_until(executor, stop)
                 finally:
                     producer.destroy_node()
-        except (KeyboardInterrupt, ExternalShutdownException):
+        except ExternalShutdownException:
             pass
 
 

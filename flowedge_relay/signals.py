@@ -2,15 +2,22 @@
 
 A process started by a non-interactive shell (`flowedge-relayd ... &`, `make test > log &`)
 inherits SIGINT *ignored*, and Python keeps SIG_IGN instead of installing its Ctrl-C handler; the
-default SIGTERM kills without any cleanup. So every entry point (flowedge-relayd, the demo, the
-drill, stress, the bench) enters `stop_on_signals()`: both signals raise KeyboardInterrupt in the
-main thread, and each entry point's own teardown (executors, node threads, nodes, context) runs in
-order. rclpy's signal handlers stay off (SignalHandlerOptions.NO, or a private context): they
-would shut the context down under our threads (see cli.main).
+default SIGTERM kills without any cleanup. So every entry point installs its handlers here, for
+both signals, explicitly. rclpy's own handlers stay off (SignalHandlerOptions.NO, or a private
+context): they would shut the context down under the relay's threads (see cli.main).
 
-A second signal while the first one's teardown runs does not interrupt that teardown halfway
-(which would print a traceback and leave threads behind); it ends the process at once, for the
-case where teardown itself hangs (`ros2 launch` escalates SIGINT -> SIGTERM).
+Two forms:
+  - `stop_requested()` (flowedge-relayd, the demo, the standalone demo producer): the signal only
+    sets an Event that their spin loop watches. Nothing is raised at an arbitrary point, so a
+    signal that arrives while the node is still starting (threads half started, an executor half
+    built) or already stopping cannot break startup or teardown: they stop in order and exit 0.
+  - `stoppable` (drill, stress, bench): their work is arbitrary blocking code, so the signal
+    raises KeyboardInterrupt in the main thread (as Ctrl-C does by default), their context
+    managers tear down in order, and the tool exits 130 with a one-line note.
+
+In both, a second signal while the first one's stop is under way ends the process at once
+(exit 128 + signal), for the case where teardown itself hangs (`ros2 launch` escalates SIGINT ->
+SIGTERM).
 """
 
 from __future__ import annotations
@@ -27,11 +34,11 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Within the block, SIGINT/SIGTERM raise KeyboardInterrupt once; the previous handlers are
-    restored on exit (entry points are also called in-process by tests).
+def _handlers(on_first: Callable[[int], None]) -> Iterator[None]:
+    """Install on_first for the first SIGINT/SIGTERM (then: exit at once); restore on exit.
 
-    Outside the main thread (where Python cannot install handlers) this changes nothing.
+    Entry points are also called in-process by tests, hence the restore. Outside the main
+    thread (where Python cannot install handlers) nothing is installed.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -46,7 +53,7 @@ def stop_on_signals() -> Iterator[None]:
                   file=sys.stderr, flush=True)
             os._exit(128 + signum)
         stopping = True
-        raise KeyboardInterrupt
+        on_first(signum)
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, handler)
@@ -57,15 +64,27 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(signum, old if old is not None else signal.SIG_DFL)
 
 
+@contextmanager
+def stop_requested() -> Iterator[threading.Event]:
+    """Within the block, SIGINT/SIGTERM set the yielded Event (and raise nothing)."""
+    stop = threading.Event()
+    with _handlers(lambda signum: stop.set()):
+        yield stop
+
+
+def _interrupt(signum: int) -> None:
+    raise KeyboardInterrupt
+
+
 def stoppable(main: Callable[..., int]) -> Callable[..., int]:
-    """Decorator for a tool's main() (drill, stress, bench): it runs under stop_on_signals(),
-    and a stop request ends it, after its own teardown, with 130 and a one-line note instead of
-    a traceback (an interrupted tool has no complete report to give)."""
+    """Decorator for a tool's main() (drill, stress, bench): SIGINT/SIGTERM raise
+    KeyboardInterrupt; after the tool's own teardown it returns 130 with a one-line note
+    instead of a traceback (an interrupted tool has no complete report to give)."""
 
     @functools.wraps(main)
     def wrapper(*args, **kwargs) -> int:
         try:
-            with stop_on_signals():
+            with _handlers(_interrupt):
                 return main(*args, **kwargs)
         except KeyboardInterrupt:
             print(f"{main.__module__}: interrupted, stopped cleanly (no report)",
