@@ -87,8 +87,10 @@ def stoppable(main: Callable[..., int]) -> Callable[..., int]:
             with _handlers(_interrupt):
                 return main(*args, **kwargs)
         except KeyboardInterrupt:
-            print(f"{main.__module__}: interrupted, stopped cleanly (no report)",
-                  file=sys.stderr, flush=True)
+            spec = main.__globals__.get("__spec__")  # under `python -m`, __module__ is __main__
+            name = spec.name if spec is not None else main.__module__
+            print(f"{name}: interrupted, stopped cleanly (no report)", file=sys.stderr,
+                  flush=True)
             return 130
 
     return wrapper
