@@ -155,7 +155,9 @@ uint64_t fer_bench_ring_consume(struct fer_ring *ring, uint64_t first, uint64_t 
         if (ring->action_len > 256) /* payload check limited to the local buffer */
             return n;
         if (!fer_ring_pop(ring, &rec, act)) {
-            if (!fer_ring_wait(ring, 100000000u)) /* 100 ms without a record: give up */
+            /* 30 s without a record: the producer is gone (a test must fail, not hang). Not
+             * shorter: on a loaded 2-core host a runnable producer can wait 100 ms and more. */
+            if (!fer_ring_wait(ring, 30000000000ull))
                 return errors + (n - got);
             continue;
         }

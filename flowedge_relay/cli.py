@@ -10,14 +10,16 @@ The ADR flags win over --ros-args and YAML, and are reflected in the node's para
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
+from typing import TYPE_CHECKING
 
-import rclpy
-from rclpy.executors import ExternalShutdownException
-from rclpy.parameter import Parameter
-from rclpy.signals import SignalHandlerOptions
-from rclpy.utilities import remove_ros_args
+# Only this light module before main() has installed the signal handlers: a signal during the
+# seconds of importing rclpy and the model runtime must not be lost (with SIGINT inherited
+# ignored it would be) or raise a traceback. rclpy and the node are imported inside.
+from flowedge_relay.signals import stop_requested
+
+if TYPE_CHECKING:
+    from rclpy.parameter import Parameter
 
 
 def _non_negative(text: str) -> int:
@@ -29,6 +31,9 @@ def _non_negative(text: str) -> int:
 
 def parse_adr_flags(argv: list[str]) -> tuple[list[Parameter], argparse.Namespace]:
     """Split the ADR flags off argv (program name excluded); return them as parameter overrides."""
+    from rclpy.parameter import Parameter
+    from rclpy.utilities import remove_ros_args
+
     parser = argparse.ArgumentParser(
         prog="flowedge-relayd",
         description="Deadline-aware EDF inference relay (ROS 2). Other options: --ros-args ...",
@@ -46,34 +51,30 @@ def parse_adr_flags(argv: list[str]) -> tuple[list[Parameter], argparse.Namespac
     return overrides, args
 
 
-def interrupt_on_sigterm() -> None:
-    """SIGTERM (ros2 launch's second signal, systemd, docker stop) stops like Ctrl-C."""
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    overrides, _ = parse_adr_flags(argv)
-    from flowedge_relay.node import RelayNode, spin_relay
+    # rclpy's own SIGINT handler would shut the context down (destroying the node under the
+    # context lock) while our threads still run; instead SIGINT/SIGTERM (whatever dispositions
+    # were inherited) only set `stop`, and teardown runs in order: executors, node threads,
+    # node, context. A signal during startup is honoured once the relay is up.
+    with stop_requested() as stop:
+        overrides, _ = parse_adr_flags(argv)
+        import rclpy
+        from rclpy.executors import ExternalShutdownException
+        from rclpy.signals import SignalHandlerOptions
 
-    interrupt_on_sigterm()
-    try:
-        # rclpy's own SIGINT handler would shut the context down (destroying the node under the
-        # context lock) while our threads still run; instead Ctrl-C raises KeyboardInterrupt
-        # here and teardown runs in order: executors, node threads, node, context.
-        with rclpy.init(args=["flowedge-relayd", *argv],
-                        signal_handler_options=SignalHandlerOptions.NO):
-            node = RelayNode(parameter_overrides=overrides)
-            try:
-                spin_relay(node)
-            finally:
-                node.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        from flowedge_relay.node import RelayNode, spin_relay
+
+        try:
+            with rclpy.init(args=["flowedge-relayd", *argv],
+                            signal_handler_options=SignalHandlerOptions.NO):
+                node = RelayNode(parameter_overrides=overrides)
+                try:
+                    spin_relay(node, stop=stop)
+                finally:
+                    node.destroy_node()
+        except ExternalShutdownException:
+            pass
     return 0
 
 

@@ -1,21 +1,27 @@
 """A demo producer: several robot sessions asking the relay for actions, and what comes back.
 
-It is the newcomer's first look at the relay, so it produces every outcome on purpose:
-  - sessions advance their generation now and then, and a few late frames carry the previous
-    generation                                          -> REJECTED_STALE
-  - some deadlines are impossible for the requested NFE  -> REJECTED_DEADLINE (admission on)
-  - some deadlines have already passed when sent         -> EXPIRED
-  - every few seconds a burst larger than the queue      -> REJECTED_CAPACITY
-  - a rejected first attempt is sometimes retried with retry_count + 1 (same sequence, origin)
-and prints a one-line summary each second: sent, admitted by the relay, answered, per outcome
-code, p99 latency of INFERENCE answers, relay queue depth.
+It is the newcomer's first look at the relay, so it produces every outcome on purpose, each by a
+construction that does not depend on timing (DESIGN.md section 4 gives the order of decisions):
+  - once an INFERENCE answer proves that a session's generation g was accepted, one late frame
+    of that session still carrying g - 1 (a slow sensor pipeline)  -> REJECTED_STALE (step 3)
+  - deadlines that have already passed when sent                     -> EXPIRED (step 4)
+  - deadlines shorter than the requested NFE can take at the relay's nfe_ns, even if the
+    request arrived at once (impossible_nfe x nfe_ns > impossible_ms) -> REJECTED_DEADLINE
+  - a burst of no-deadline work many times the queue's capacity (no-deadline work never
+    displaces anything)                                              -> REJECTED_CAPACITY
+  - generous and no-deadline requests                                -> INFERENCE
+Every kind of deadline occurs in every cycle of KIND_CYCLE requests (shuffled within a cycle);
+the first burst comes after first_burst_s, then every burst_every_s. A rejected first attempt
+is sometimes retried with retry_count + 1 (same sequence, origin). It prints a one-line summary
+each second: sent, admitted by the relay, answered, per outcome code, p99 latency of INFERENCE
+answers, relay queue depth.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +50,8 @@ RETRY_REASON = {
 }
 BURST_SESSION = "burst"
 PENDING_LIMIT = 10_000  # requests awaiting an answer that the producer remembers
+# One cycle of deadline kinds: every kind occurs in every 20 requests, in shuffled order.
+KIND_CYCLE = ["generous"] * 11 + ["tight"] * 3 + ["impossible"] * 2 + ["passed"] * 2 + ["none"] * 2
 
 
 @dataclass
@@ -66,8 +74,16 @@ class DemoProducer(Node):
         self.rate_hz = param("rate_hz", 40.0, "requests per second in steady state")
         self.sessions = param("sessions", 3, "producer sessions (robots) to simulate")
         self.nfe = param("nfe", 8, "remaining_nfe of each request")
+        self.generation_every = param(
+            "generation_every", 12, "requests of a session between two generation advances")
+        self.impossible_nfe = param(
+            "impossible_nfe", 64, "remaining_nfe of an impossible request (<= relay max_nfe)")
+        self.impossible_ms = param(
+            "impossible_ms", 60.0,
+            "deadline of an impossible request, ms from sending: below impossible_nfe x nfe_ns")
+        self.first_burst_s = param("first_burst_s", 1.0, "seconds before the first burst")
         self.burst_every_s = param("burst_every_s", 5.0, "seconds between bursts; 0 = none")
-        self.burst_size = param("burst_size", 120, "requests in a burst")
+        self.burst_size = param("burst_size", 120, "requests in a burst (>> queue_capacity)")
         self.burst_nfe = param("burst_nfe", 64, "remaining_nfe of burst requests (long jobs)")
         self.retry_probability = param("retry_probability", 0.3, "chance to retry a rejection")
         self.quiet = param("quiet", False, "do not print the per-second summary")
@@ -87,14 +103,17 @@ class DemoProducer(Node):
         self.sequence = {f"robot-{i}": 0 for i in range(self.sessions)}
         self.sequence[BURST_SESSION] = 0
         self.generation = dict.fromkeys(self.sequence, 1)
+        self.late_frame_sent = dict.fromkeys(self.sequence, 1)  # newest g whose g - 1 was sent
+        self.kinds: list[str] = []
         self.pending: dict[tuple[str, int, int], _Pending] = {}
         self.sent = 0
         self.answered = Counter()
-        self.latencies_ms: list[float] = []
+        self.latencies_ms: deque[float] = deque(maxlen=2000)  # bounded: runs until Ctrl-C
         self.queue_depth = 0
         self.admitted = 0
         self.started = time.monotonic()
-        self.last_burst = self.started
+        # the first burst after first_burst_s, then one every burst_every_s
+        self.last_burst = self.started - self.burst_every_s + self.first_burst_s
         self.create_timer(1.0 / self.rate_hz, self._tick)
         self.create_timer(1.0, self._summary)
 
@@ -111,37 +130,43 @@ class DemoProducer(Node):
                 self._send_new(deadline_kind="none", session=BURST_SESSION)
         self._send_new()
 
-    def _send_new(self, deadline_kind: str | None = None, session: str | None = None) -> None:
+    def _next_kind(self) -> str:
+        if not self.kinds:
+            self.kinds = list(KIND_CYCLE)
+            self.rng.shuffle(self.kinds)
+        return self.kinds.pop()
+
+    def _send_new(self, deadline_kind: str | None = None, session: str | None = None,
+                  generation: int | None = None) -> None:
         if session is None:
             session = self.rng.choice([s for s in self.sequence if s != BURST_SESSION])
-            if self.sequence[session] % 12 == 11:
+            if self.sequence[session] % self.generation_every == self.generation_every - 1:
                 self.generation[session] += 1  # newer observation: older work is stale now
         self.sequence[session] += 1
         now_ns = self.get_clock().now().nanoseconds
-        kind = deadline_kind or self.rng.choices(
-            ["generous", "tight", "impossible", "passed", "none"], [60, 15, 12, 5, 8]
-        )[0]
+        kind = deadline_kind or self._next_kind()
         deadline_ns = {
             "generous": now_ns + 500_000_000,
             "tight": now_ns + 60_000_000,
-            "impossible": now_ns + 10_000_000,  # < nfe x nfe_ns + reserve with demo.yaml
+            "impossible": now_ns + int(self.impossible_ms * 1e6),
             "passed": now_ns - 1_000_000,
             "none": 0,
         }[kind]
-        generation = self.generation[session]
-        if generation > 1 and session != BURST_SESSION and self.rng.random() < 0.05:
-            generation -= 1  # a late frame from a slow sensor pipeline: REJECTED_STALE
+        if kind == "impossible":
+            nfe = self.impossible_nfe
+        else:
+            nfe = self.burst_nfe if session == BURST_SESSION else self.nfe
         obs = self.rng.uniform(-1.0, 1.0)
         m = self.model
         req = InferenceRequest(
             session_id=session,
             sequence=self.sequence[session],
-            generation=generation,
+            generation=self.generation[session] if generation is None else generation,
             retry_count=0,
             retry_reason=InferenceRequest.RETRY_NONE,
             origin_stamp=_time(now_ns),
             deadline=_time(deadline_ns),
-            remaining_nfe=self.burst_nfe if session == BURST_SESSION else self.nfe,
+            remaining_nfe=nfe,
             model_digest=m.digest,
             observation_dim=m.obs_dim,
             action_dim=m.action_dim,
@@ -150,6 +175,16 @@ class DemoProducer(Node):
             noise_seed=self.rng.getrandbits(63),
         )
         self._publish(req)
+
+    def _send_late_frame(self, session: str, accepted_generation: int) -> None:
+        """A frame from a slow sensor pipeline: generation g - 1 after g was accepted.
+
+        The relay rejects it REJECTED_STALE at arrival (DESIGN.md section 4 step 3), whatever
+        the timing: the INFERENCE answer to generation g proves that g was accepted.
+        """
+        self.late_frame_sent[session] = accepted_generation
+        self._send_new(deadline_kind="generous", session=session,
+                       generation=accepted_generation - 1)
 
     def _publish(self, req: InferenceRequest) -> None:
         if len(self.pending) >= PENDING_LIMIT:
@@ -169,6 +204,13 @@ class DemoProducer(Node):
             return
         if msg.code == ActionMessage.INFERENCE:
             self.latencies_ms.append((time.monotonic_ns() - pending.sent_ns) / 1e6)
+            session = msg.session_id
+            if (
+                session in self.late_frame_sent
+                and session != BURST_SESSION
+                and msg.generation > self.late_frame_sent[session]
+            ):
+                self._send_late_frame(session, msg.generation)
         elif (
             msg.retry_count == 0
             and msg.code in RETRY_REASON
@@ -186,7 +228,7 @@ class DemoProducer(Node):
     def _summary(self) -> None:
         if self.quiet:
             return
-        lat = self.latencies_ms[-2000:]
+        lat = list(self.latencies_ms)
         p99 = float(np.percentile(lat, 99)) if lat else 0.0
         codes = " ".join(f"{name}={self.answered[name]}" for name in CODE_NAMES.values())
         print(
@@ -202,15 +244,25 @@ def _time(ns: int) -> Time:
 
 
 def main(args: list[str] | None = None) -> None:
-    try:
-        with rclpy.init(args=args):
-            producer = DemoProducer()
-            try:
-                rclpy.spin(producer)
-            finally:
-                producer.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+    """`flowedge-relay-demo-producer`: the producer alone, against a relay running elsewhere."""
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    from flowedge_relay.executors import spin_until
+    from flowedge_relay.signals import stop_requested
+
+    with stop_requested() as stop:  # SIGINT/SIGTERM stop it cleanly however it was started
+        try:
+            with rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO):
+                producer = DemoProducer()
+                try:
+                    executor = SingleThreadedExecutor()
+                    executor.add_node(producer)
+                    spin_until(executor, stop)
+                finally:
+                    producer.destroy_node()
+        except ExternalShutdownException:
+            pass
 
 
 if __name__ == "__main__":

@@ -65,6 +65,8 @@ from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
+from flowedge_relay.signals import stoppable
+
 MS = 1_000_000
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "config"
 ADMISSION_KEYS = ("reject_if_retry_count_gte", "age_gate", "reject_if_queue_age_ms_gte")
@@ -632,6 +634,7 @@ def format_report(report: dict) -> str:
 
 # -- command line ---------------------------------------------------------------------------------
 
+@stoppable  # SIGINT/SIGTERM stop it cleanly however it was started (exit 130)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="flowedge-relay-drill",
@@ -667,10 +670,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if args.age_gate:
         admission["age_gate"] = args.age_gate
-    try:
-        report = run_drill(cond, admission, log=lambda text: print(text, flush=True))
-    except KeyboardInterrupt:
-        return 130
+    report = run_drill(cond, admission, log=lambda text: print(text, flush=True))
     print(format_report(report), flush=True)
     if args.json:
         path = pathlib.Path(args.json)

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterable
 
 from rclpy.callback_groups import CallbackGroup
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 
@@ -61,6 +62,29 @@ class MainExecutor(_GroupFilter, MultiThreadedExecutor):
     ) -> None:
         super().__init__(num_threads=num_threads, context=context)
         self._set_groups(excluded, exclude=True)
+
+    def shutdown(self, timeout_sec: float | None = None, *, wait_for_threads: bool = True) -> bool:
+        """Let callbacks already handed to the thread pool finish, then shut down; call it
+        once spin() has returned.
+
+        rclpy's MultiThreadedExecutor.shutdown destroys the executor's guard condition before
+        it waits for its pool, so a callback queued just before Ctrl-C fails on that guard
+        ("cannot use Destroyable because destruction was requested") and, its future never
+        read, prints "The following exception was never retrieved" at exit. Draining the pool
+        first keeps the guard (and the nodes) alive for them; then every future is read here.
+        """
+        self._executor.shutdown(wait=wait_for_threads)
+        done = super().shutdown(timeout_sec, wait_for_threads=wait_for_threads)
+        with self._tasks_lock:
+            tasks = [task for task, _, _ in self._tasks]
+        futures, self._futures = self._futures, []
+        for future in {*futures, *tasks}:
+            if future.done() and (exc := future.exception()) is not None:
+                # a callback that failed for a reason of its own (not our teardown): as spin()
+                # would, raise it rather than hide it
+                if not isinstance(exc, InvalidHandle) and self.context.ok():
+                    raise exc
+        return done
 
 
 def spin_until(executor, stop: threading.Event, period_s: float = 0.1) -> None:

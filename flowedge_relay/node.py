@@ -597,15 +597,22 @@ class RelayNode(Node):
         super().destroy_node()
 
 
-def spin_relay(node: RelayNode, extra_nodes=(), context=None) -> None:
-    """Spin the relay (and optional co-located nodes) until shutdown; used by cli and run_demo."""
+def spin_relay(node: RelayNode, extra_nodes=(), context=None,
+               stop: threading.Event | None = None) -> None:
+    """Spin the relay (and optional co-located nodes) until `stop` is set (cli, run_demo: a
+    signal sets it) or the context shuts down (the harness)."""
     node.start_request_executor(context)
     executor = MainExecutor([node.request_group], context=context or node.context)
     executor.add_node(node)
     for extra in extra_nodes:
         executor.add_node(extra)
     try:
-        executor.spin()
+        if stop is None:
+            executor.spin()
+        else:
+            ctx = executor.context
+            while not stop.is_set() and ctx.ok():
+                executor.spin_once(timeout_sec=0.1)
     except ExternalShutdownException:
         pass
     finally:

@@ -8,15 +8,11 @@ composition: both nodes share one process; the relay keeps its dedicated request
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
-import signal
 import sys
 import threading
 
-import rclpy
-from rclpy.executors import ExternalShutdownException
-from rclpy.signals import SignalHandlerOptions
+from flowedge_relay.signals import stop_requested
 
 CONFIG = pathlib.Path(__file__).resolve().parent.parent / "config"
 
@@ -29,32 +25,39 @@ def main(argv: list[str] | None = None) -> int:
                         help="YAML with parameters for both nodes (default config/demo.yaml)")
     args, ros_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
 
-    from flowedge_relay.cli import interrupt_on_sigterm
-    from flowedge_relay.demo_producer import DemoProducer
-    from flowedge_relay.node import RelayNode, spin_relay
-
     print(f"FlowEdge Relay demo: relay + demo producer, parameters from {args.params_file}")
     print("Ctrl-C stops. One summary line per second:\n")
-    interrupt_on_sigterm()
-    try:
-        # Ctrl-C raises KeyboardInterrupt (no rclpy signal handler): see cli.main.
-        with rclpy.init(args=["run_demo", "--ros-args", "--params-file", args.params_file,
-                              *ros_args], signal_handler_options=SignalHandlerOptions.NO):
-            relay = RelayNode()
-            try:
-                producer = DemoProducer()
+    # SIGINT/SIGTERM only set `stop` (no rclpy signal handler), installed before the slow
+    # imports so that no signal is lost while they run: see cli.main.
+    with stop_requested() as stop:
+        import rclpy
+        from rclpy.executors import ExternalShutdownException
+        from rclpy.signals import SignalHandlerOptions
+
+        from flowedge_relay.demo_producer import DemoProducer
+        from flowedge_relay.node import RelayNode, spin_relay
+
+        # --duration sets the same Event a signal sets, so it exercises the real teardown
+        timer = threading.Timer(args.duration, stop.set)
+        timer.daemon = True
+        try:
+            with rclpy.init(args=["run_demo", "--ros-args", "--params-file", args.params_file,
+                                  *ros_args], signal_handler_options=SignalHandlerOptions.NO):
+                relay = RelayNode()
                 try:
-                    if args.duration > 0:
-                        # the same path as Ctrl-C, so --duration exercises the real teardown
-                        threading.Timer(args.duration, os.kill,
-                                        (os.getpid(), signal.SIGINT)).start()
-                    spin_relay(relay, extra_nodes=[producer])
+                    producer = DemoProducer()
+                    try:
+                        if args.duration > 0:
+                            timer.start()
+                        spin_relay(relay, extra_nodes=[producer], stop=stop)
+                    finally:
+                        producer.destroy_node()
                 finally:
-                    producer.destroy_node()
-            finally:
-                relay.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+                    relay.destroy_node()
+        except ExternalShutdownException:
+            pass
+        finally:
+            timer.cancel()
     print("\ndemo stopped cleanly")
     return 0
 

@@ -43,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from flowedge_relay.signals import stoppable
+
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
 INT32_MAX = 2**31 - 1
@@ -1274,6 +1276,7 @@ def fault_many_sessions(h, sessions: int = 200) -> dict:
     }
 
 
+@stoppable  # SIGINT/SIGTERM stop it cleanly however it was started (exit 130)
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flowedge_relay.stress", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

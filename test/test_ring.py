@@ -8,6 +8,7 @@ duplicated, reordered or torn record is detected.
 """
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -18,6 +19,43 @@ from flowedge_relay.core import Code, Core, CoreConfig, InvalidArgument, Request
 
 def payload(seq: int, n: int) -> np.ndarray:
     return (np.arange(n, dtype=np.float32) + (seq & 0xFFFFF)).astype(np.float32)
+
+
+class Threads:
+    """Daemon threads whose failures reach the test's main thread.
+
+    An assertion inside a thread would only kill that thread: its peers would then wait for it
+    forever (a hang instead of a failure). Here the first exception is recorded and sets
+    `failed`, which every loop below also watches, and `join` asserts in the main thread.
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+        self.failed = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def start(self, target, *args) -> threading.Thread:
+        def run() -> None:
+            try:
+                target(*args)
+            except BaseException as exc:
+                self.errors.append(exc)
+                self.failed.set()
+
+        thread = threading.Thread(target=run, name=target.__name__, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+        return thread
+
+    def join(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(end - time.monotonic(), 0.0))
+        self.failed.set()  # whatever still runs: stop
+        if self.errors:
+            raise self.errors[0]
+        alive = [t.name for t in self.threads if t.is_alive()]
+        assert alive == [], f"threads still running after {timeout} s: {alive}"
 
 
 def test_capacity_rounds_up_to_power_of_two():
@@ -65,27 +103,28 @@ def test_python_threads_lose_and_duplicate_nothing():
     n, action_len = 20_000, 4
     with Ring(16, action_len) as r:
         got, full = [], [0]
+        threads = Threads()
 
         def producer():
             for s in range(n):
                 while not r.push(s, payload(s, action_len)):
                     full[0] += 1                   # consumer behind: retry (counted as drop)
+                    if threads.failed.is_set():
+                        return
 
         def consumer():
-            while len(got) < n:
+            while len(got) < n and not threads.failed.is_set():
                 item = r.pop()
                 if item is None:
                     r.wait(50_000_000)
                     continue
                 seq, act = item
-                assert act.tolist() == payload(seq, action_len).tolist()
+                assert act.tolist() == payload(seq, action_len).tolist(), seq
                 got.append(seq)
 
-        threads = [threading.Thread(target=producer), threading.Thread(target=consumer)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        threads.start(producer)
+        threads.start(consumer)
+        threads.join(60)
         assert got == list(range(n))
         assert r.dropped() == full[0]
 
@@ -102,11 +141,10 @@ def test_c_loops_in_two_threads_lose_and_duplicate_nothing(capacity, action_len)
         def consumer():
             result["errors"] = lib.fer_bench_ring_consume(r.ptr, 0, n)
 
-        threads = [threading.Thread(target=consumer), threading.Thread(target=producer)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        threads = Threads()
+        threads.start(consumer)
+        threads.start(producer)
+        threads.join(120)
         assert result["errors"] == 0
         assert r.count() == 0
         assert r.dropped() == result["full"]       # every refused push was counted
@@ -130,6 +168,7 @@ def test_core_rings_with_concurrent_producers_and_publisher():
     with Core(cfg) as c:
         seen: list[tuple] = []
         done = threading.Event()
+        threads = Threads()
 
         def submitter():
             for i in range(n_per):
@@ -138,7 +177,7 @@ def test_core_rings_with_concurrent_producers_and_publisher():
                 c.submit(Request(b"s", i, 0, 0, 0, 10, deadline, 0, 1, 0, obs), 10)
 
         def worker(lane):
-            while not done.is_set():
+            while not done.is_set() and not threads.failed.is_set():
                 if not c.wait_for_work(lane, 10_000_000):
                     continue
                 w = c.dispatch(lane, 20)
@@ -146,28 +185,33 @@ def test_core_rings_with_concurrent_producers_and_publisher():
                     continue
                 c.step(lane, 21, 1)
                 while not c.output_space(lane):    # the bounded wait happens here, in Python
+                    if threads.failed.is_set():
+                        return
                     threading.Event().wait(0.0001)
                 c.finish(lane, 22, np.full(2, w.sequence, np.float32))
 
         def publisher():
-            while not done.is_set() or c.stats().queue_depth or c.stats().lanes_busy:
+            while not threads.failed.is_set() and (
+                not done.is_set() or c.stats().queue_depth or c.stats().lanes_busy
+            ):
                 c.wait_outputs(10_000_000)
                 for o in c.pop_outcomes():
                     if o.code == Code.INFERENCE:
-                        assert o.actions.tolist() == [o.sequence] * 2
+                        assert o.actions.tolist() == [o.sequence] * 2, o.sequence
                     seen.append((o.code, o.sequence))
 
-        threads = [threading.Thread(target=f, args=a) for f, a in
-                   [(publisher, ()), (worker, (0,)), (worker, (1,)), (submitter, ())]]
-        for t in threads:
-            t.start()
-        threads[-1].join(60)
-        while c.stats().queue_depth or c.stats().lanes_busy:
+        threads.start(publisher)
+        threads.start(worker, 0)
+        threads.start(worker, 1)
+        feeder = threads.start(submitter)
+        feeder.join(60)
+        end = time.monotonic() + 60  # all queued work served (or a thread failed)
+        while (c.stats().queue_depth or c.stats().lanes_busy) and not threads.failed.is_set():
+            assert time.monotonic() < end, c.stats()
             threading.Event().wait(0.001)
         done.set()
         c.shutdown()
-        for t in threads:
-            t.join(60)
+        threads.join(60)
         seen += [(o.code, o.sequence) for o in c.pop_outcomes(10_000)]
         s = c.stats()
         dropped = s.rejection_outputs_dropped + s.action_outputs_dropped

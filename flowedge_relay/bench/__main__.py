@@ -19,6 +19,8 @@ import json
 import sys
 from pathlib import Path
 
+from flowedge_relay.signals import stoppable
+
 # name -> (module, one-line help). A module that is not there (yet) is simply not offered.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("flowedge_relay.bench.calibrate",
@@ -74,6 +76,7 @@ def _print_table(module, report: dict) -> None:
         print(json.dumps(report, indent=2, default=str))
 
 
+@stoppable  # SIGINT/SIGTERM stop it cleanly however it was started (exit 130)
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     module = importlib.import_module(SUBCOMMANDS[args.subcommand][0])
