@@ -22,7 +22,7 @@ setup:
 	@scripts/bootstrap.sh
 
 run: setup
-	@$(ENV) python -m flowedge_relay.run_demo $(RUN_ARGS)
+	@$(ENV) python -m flowedge_relay.tooling.run_demo $(RUN_ARGS)
 
 lint: setup
 	@$(ENV) ruff check .
@@ -40,10 +40,10 @@ fuzz: setup
 	@$(ENV) python tools/fuzz_core.py --sanitize --seconds $${FUZZ_SECONDS:-300} --json out/fuzz.json
 
 stress: setup
-	@$(ENV) python -m flowedge_relay.stress malformed --rate 2500 --duration 30 --json out/flood.json && \
-	python -m flowedge_relay.stress malformed --json out/malformed.json && \
-	python -m flowedge_relay.stress faults --json out/faults.json && \
-	python -m flowedge_relay.stress soak --duration 600 --json out/soak.json --plot out/soak.png
+	@$(ENV) python -m flowedge_relay.tooling.stress malformed --rate 2500 --duration 30 --json out/flood.json && \
+	python -m flowedge_relay.tooling.stress malformed --json out/malformed.json && \
+	python -m flowedge_relay.tooling.stress faults --json out/faults.json && \
+	python -m flowedge_relay.tooling.stress soak --duration 600 --json out/soak.json --plot out/soak.png
 
 bench: setup
 	@$(ENV) scripts/bench_all.sh

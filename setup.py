@@ -27,7 +27,9 @@ setup(
         (f"share/{package_name}/config", glob("config/*.yaml")),
     ],
     setup_requires=["cffi>=1.15"],
-    install_requires=["setuptools", "cffi>=1.15", "numpy", "onnxruntime"],
+    install_requires=["setuptools", "cffi>=1.15", "numpy", "onnxruntime", "PyYAML"],
+    # The runtime never plots; the benchmarks and the soak write PNGs when asked to.
+    extras_require={"plots": ["matplotlib"]},
     cffi_modules=["flowedge_relay/_build_core.py:ffibuilder"],
     zip_safe=False,
     maintainer="FlowEdge Relay maintainers",
@@ -37,9 +39,9 @@ setup(
     entry_points={
         "console_scripts": [
             "flowedge-relayd = flowedge_relay.cli:main",
-            "flowedge-relay-demo-producer = flowedge_relay.demo_producer:main",
-            "flowedge-relay-drill = flowedge_relay.drill:main",
-            "flowedge_relay_bench = flowedge_relay.bench.__main__:main",
+            "flowedge-relay-demo-producer = flowedge_relay.tooling.demo_producer:main",
+            "flowedge-relay-drill = flowedge_relay.tooling.drill:main",
+            "flowedge_relay_bench = flowedge_relay.tooling.bench.__main__:main",
         ],
     },
 )

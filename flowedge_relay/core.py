@@ -51,6 +51,10 @@ class Code(enum.IntEnum):
         return self.name.lower()
 
 
+CODE_NAMES = tuple(code.name for code in Code)  # "INFERENCE", ... in code order
+CODE_KEYS = tuple(code.key for code in Code)  # "inference", ... in code order
+
+
 class Decision(enum.IntEnum):
     """What happened to a submitted request itself: an outcome code, or one of two more."""
 

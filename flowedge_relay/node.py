@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
 from rcl_interfaces.msg import SetParametersResult
@@ -36,7 +35,7 @@ from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_messa
 from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until
 from flowedge_relay.model import ModelError, default_model_path, load_model
 from flowedge_relay.realtime import apply_thread_settings
-from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, stamp_ns
+from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, ros_time, stamp_ns
 from flowedge_relay.validation import ModelContract, Reason, Validator
 from flowedge_relay.workers import WorkerPool
 
@@ -104,10 +103,6 @@ class _Throttle:
             return False
         self.next_ns = now_ns + self.period_ns
         return True
-
-
-def _ros_time(ns: int) -> Time:
-    return Time(sec=min(ns // 1_000_000_000, 2**31 - 1), nanosec=ns % 1_000_000_000)
 
 
 class _BusyWindow:
@@ -423,7 +418,7 @@ class RelayNode(Node):
             msg.observation_dim = model.obs_dim
             msg.action_dim = model.action_dim
             msg.action_horizon = model.action_horizon
-        msg.deadline = _ros_time(o.deadline_ros_ns)
+        msg.deadline = ros_time(o.deadline_ros_ns)
         msg.remaining_nfe = o.remaining_nfe
         msg.nfe_done = o.nfe_done
         msg.queue_ns = o.queue_ns

@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from builtin_interfaces.msg import Time
 from flowedge_relay_msgs.msg import InferenceRequest, Tensor
 
 from flowedge_relay.policy import DTYPE_CODES, DTYPES, Policy
+from flowedge_relay.timebase import ros_time
 
 NANOSEC_PER_SEC = 1_000_000_000
 _DECL = re.compile(r"^\s*([^:;\s]+)\s*:\s*([a-z0-9]+)\s*\[\s*([0-9,\s]*)\]\s*$")
@@ -92,10 +92,6 @@ def parse_inputs(text: str) -> tuple[InputDecl, ...]:
     return tuple(decls)
 
 
-def _time(ns: int) -> Time:
-    return Time(sec=ns // NANOSEC_PER_SEC, nanosec=ns % NANOSEC_PER_SEC)
-
-
 def encode_tensor(decl: InputDecl, value: np.ndarray) -> Tensor:
     """One Tensor message: the declared dtype (a same-kind cast at most) and shape, LE C order."""
     arr = np.asarray(value)
@@ -140,8 +136,8 @@ def build_request(
         generation=int(generation),
         retry_count=int(retry_count),
         retry_reason=int(retry_reason),
-        origin_stamp=_time(int(origin_ns)),
-        deadline=_time(int(deadline_ns)),
+        origin_stamp=ros_time(int(origin_ns)),
+        deadline=ros_time(int(deadline_ns)),
         remaining_nfe=int(remaining_nfe),
         model_digest=model.digest,
         action_dim=model.action_dim,

@@ -1,4 +1,4 @@
-"""ROS time in, monotonic nanoseconds out: the one place where clocks are converted.
+"""ROS time in, monotonic nanoseconds out: the one place where clocks and stamps are converted.
 
 Producers stamp deadlines and origins in ROS time (which may be simulated or jump with NTP); the
 core schedules on CLOCK_MONOTONIC. Each arrival reads both clocks once and converts relative to
@@ -7,7 +7,12 @@ that pair, saturating instead of wrapping (DESIGN.md section 5).
 
 from __future__ import annotations
 
+from builtin_interfaces.msg import Time
+
+NS_PER_S = 1_000_000_000
 UINT64_MAX = 2**64 - 1
+# builtin_interfaces/Time holds int32 seconds: the latest instant a stamp can carry.
+ROS_TIME_MAX_NS = (2**31 - 1) * NS_PER_S + NS_PER_S - 1
 NO_DEADLINE = 0
 # A deadline that had already passed at arrival maps to this (any value <= now works; 0 would
 # mean "no deadline").
@@ -16,7 +21,15 @@ PASSED = 1
 
 def stamp_ns(stamp) -> int:
     """builtin_interfaces/Time -> integer nanoseconds (0 stays 0 = unset)."""
-    return stamp.sec * 1_000_000_000 + stamp.nanosec
+    return stamp.sec * NS_PER_S + stamp.nanosec
+
+
+def ros_time(ns: int) -> Time:
+    """Integer nanoseconds -> builtin_interfaces/Time, saturating, never wrapping: ns <= 0 gives
+    the zero stamp (which messages read as unset / no deadline) and ns past the int32 seconds a
+    stamp can hold gives the latest stamp."""
+    ns = min(max(ns, 0), ROS_TIME_MAX_NS)
+    return Time(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
 
 
 def deadline_to_monotonic(deadline_ros_ns: int, now_ros_ns: int, now_mono_ns: int) -> int:

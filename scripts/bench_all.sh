@@ -2,7 +2,7 @@
 # Every flowedge_relay_bench subcommand at full size, one after the other (`make bench` runs this):
 #   out/bench/<name>.json, out/bench/<name>.png and out/bench/<name>.txt (the printed table),
 # then docs/performance.md, docs/img/bench-*.png and the README's Performance section from them
-# (python -m flowedge_relay.bench.perfdoc), so no figure in the docs is typed by hand.
+# (python -m flowedge_relay.tooling.bench.perfdoc), so no figure in the docs is typed by hand.
 #
 #   scripts/bench_all.sh                    # all of them (about 12-15 minutes on 2 cores)
 #   scripts/bench_all.sh overload overhead  # only these (the docs still list every JSON there)
@@ -40,7 +40,7 @@ declare -A SUBCOMMAND=(
 ORDER=(model admission calibrate overload overload-noise nfe-breakdown overhead)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
-REGISTERED=" $(python -c 'from flowedge_relay.bench.__main__ import available; print(*available())') "
+REGISTERED=" $(python -c 'from flowedge_relay.tooling.bench.__main__ import available; print(*available())') "
 failed=()
 for name in "${ORDER[@]}"; do
     sub=${SUBCOMMAND[$name]:-$name}
@@ -52,7 +52,7 @@ for name in "${ORDER[@]}"; do
     if [ "$sub" = nfe-breakdown ]; then plot=(); fi  # a table, no plot
     echo "== flowedge_relay_bench $sub ${ARGS[$name]:-} --json $OUT/$name.json ${plot[*]}" >&2
     # shellcheck disable=SC2086
-    if python -m flowedge_relay.bench "$sub" ${ARGS[$name]:-} \
+    if python -m flowedge_relay.tooling.bench "$sub" ${ARGS[$name]:-} \
             --json "$OUT/$name.json" "${plot[@]}" | tee "$OUT/$name.txt"; then
         :
     else
@@ -62,7 +62,7 @@ for name in "${ORDER[@]}"; do
 done
 
 if [ "${BENCH_DOCS:-1}" != "0" ]; then
-    python -m flowedge_relay.bench.perfdoc "$OUT" --command "make bench"
+    python -m flowedge_relay.tooling.bench.perfdoc "$OUT" --command "make bench"
 fi
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "bench_all: failed: ${failed[*]}" >&2

@@ -1,6 +1,6 @@
-"""Test-side names for the in-process relay harness (flowedge_relay/harness.py)."""
+"""Test-side names for the in-process relay harness (flowedge_relay/tooling/harness.py)."""
 
-from flowedge_relay.harness import (  # noqa: F401
+from flowedge_relay.tooling.harness import (  # noqa: F401
     RelayHarness,
     ros_context,
     running_relay,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from flowedge_relay.bench import intake
+from flowedge_relay.tooling.bench import intake
 from flowedge_relay.validation import Reason
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from flowedge_relay.bench import calibrate, overhead, overload
-from flowedge_relay.bench.progress import Progress
-from flowedge_relay.bench.trace import Trace, TraceSpec, capacity_rps
+from flowedge_relay.tooling.bench import calibrate, overhead, overload
+from flowedge_relay.tooling.bench.progress import Progress
+from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
 
 # The bench picks a private DDS domain of its own; in tests, use the run's domain (conftest).
 os.environ.setdefault("FLOWEDGE_BENCH_DOMAIN_ID", os.environ["ROS_DOMAIN_ID"])
@@ -121,7 +121,7 @@ def test_overload_noise_and_in_process(tmp_path):
 
 
 def test_nfe_breakdown_tiny():
-    from flowedge_relay.bench import nfe_breakdown
+    from flowedge_relay.tooling.bench import nfe_breakdown
 
     argv = ["--quick", "--variants", "baseline", "switch_200us"]
     report = _roundtrip(nfe_breakdown.run(_args(nfe_breakdown, argv)))
@@ -138,7 +138,7 @@ def test_nfe_breakdown_tiny():
 
 
 def test_noise_spec_parsing():
-    from flowedge_relay.bench import noise
+    from flowedge_relay.tooling.bench import noise
 
     assert noise.parse("50/50") == (50.0, 50.0)
     assert noise.parse("continuous") == (1000.0, 0.0)
@@ -166,7 +166,7 @@ def test_overhead_tiny(tmp_path):
 
 
 def test_registered_with_json_and_plot_options():
-    from flowedge_relay.bench.__main__ import build_parser
+    from flowedge_relay.tooling.bench.__main__ import build_parser
 
     parser = build_parser()
     for name in ("calibrate", "overload", "overhead"):
@@ -177,7 +177,8 @@ def test_registered_with_json_and_plot_options():
 def test_cli_writes_json_and_plot(tmp_path):
     out, png = tmp_path / "overhead.json", tmp_path / "overhead.png"
     proc = subprocess.run(
-        [sys.executable, "-m", "flowedge_relay.bench", "overhead", "--quick", "--requests", "6",
+        [sys.executable, "-m", "flowedge_relay.tooling.bench", "overhead", "--quick",
+         "--requests", "6",
          "--seconds", "0.2", "--json", str(out), "--plot", str(png)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -134,7 +134,7 @@ def test_make_run_demo_shows_every_outcome_and_stops_cleanly():
     purpose (demo_producer.py), so the test waits until each code has been counted, however
     long a loaded host takes (bounded), then stops it the way Ctrl-C does. It starts with
     SIGINT ignored, as under `make test > log &`."""
-    proc = _Process("flowedge_relay.run_demo", ignore_sigint=True)
+    proc = _Process("flowedge_relay.tooling.run_demo", ignore_sigint=True)
     try:
         last = proc.wait_line(
             lambda line: line.startswith("t=")
@@ -153,7 +153,7 @@ def test_make_run_demo_shows_every_outcome_and_stops_cleanly():
 
 def test_demo_duration_stops_by_itself_when_started_in_the_background():
     """`make run RUN_ARGS="--duration N"` stops by itself even with SIGINT ignored at start."""
-    proc = _Process("flowedge_relay.run_demo", "--duration", "2", ignore_sigint=True)
+    proc = _Process("flowedge_relay.tooling.run_demo", "--duration", "2", ignore_sigint=True)
     try:
         out = proc.finish(timeout=90)
     finally:

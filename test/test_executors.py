@@ -117,3 +117,21 @@ def test_main_executor_shutdown_lets_queued_callbacks_finish_cleanly(capfd):
         executor = None
         gc.collect()
     assert "never retrieved" not in capfd.readouterr().err
+
+
+def test_the_rclpy_internals_main_executor_shutdown_reads_are_still_there():
+    """MainExecutor.shutdown reads four private fields of rclpy's MultiThreadedExecutor (there
+    is no public way to drain its pool first); this says so plainly when an upgrade moves them."""
+    from rclpy.executors import MultiThreadedExecutor
+
+    with ros_context() as ctx:
+        executor = MultiThreadedExecutor(num_threads=1, context=ctx)
+        try:
+            missing = [name for name in ("_executor", "_tasks_lock", "_tasks", "_futures")
+                       if not hasattr(executor, name)]
+        finally:
+            executor.shutdown(timeout_sec=1.0)
+    assert not missing, (
+        f"rclpy's MultiThreadedExecutor no longer has {missing}: MainExecutor.shutdown "
+        "(flowedge_relay/executors.py) must be adapted to the new rclpy"
+    )

@@ -1,7 +1,8 @@
 """Issue 8: hostile input, faults and bursts lose nothing and crash nothing (over real DDS).
 
 Each test starts a real RelayNode and client (harness.running_relay) and runs one scenario from
-flowedge_relay/stress.py, the same code `python -m flowedge_relay.stress` runs for the figures.
+flowedge_relay/tooling/stress.py, the same code `python -m flowedge_relay.tooling.stress` runs for
+the figures.
 No test asserts on a duration: waits are generous upper bounds, the checks are on counts.
 """
 
@@ -20,7 +21,8 @@ from flowedge_relay_msgs.msg import ActionMessage
 from rclpy.serialization import serialize_message
 from ros_helpers import running_relay, status_values, wait_for
 
-from flowedge_relay import stress, validation
+from flowedge_relay import validation
+from flowedge_relay.tooling import stress
 
 A = ActionMessage
 OK, WARN, ERROR = (stress.level(DiagnosticStatus(level=lv)) for lv in (
@@ -81,7 +83,7 @@ def _producer(tmp_path, h, mix: str, count: int, depth: int, rate: float = 1e6):
     contract = {"digest": m.digest, "obs_dim": m.obs_dim, "action_dim": m.action_dim,
                 "action_horizon": m.action_horizon}
     return subprocess.Popen(
-        [sys.executable, "-m", "flowedge_relay.stress", "produce", "--mix", mix, "--rate",
+        [sys.executable, "-m", "flowedge_relay.tooling.stress", "produce", "--mix", mix, "--rate",
          str(rate), "--count", str(count), "--depth", str(depth), "--seed", "5",
          "--contract", json.dumps(contract), "--oracle", str(tmp_path / "oracle.npz")],
         stdout=subprocess.PIPE, text=True)

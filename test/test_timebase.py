@@ -56,3 +56,16 @@ def test_results_stay_in_uint64(stamp, now_ros, now_mono):
     ):
         assert 0 <= value <= UINT64_MAX
     assert origin_to_monotonic(stamp, now_ros, now_mono) <= now_mono
+
+
+def test_ros_time_saturates_and_round_trips():
+    """The one nanoseconds -> builtin_interfaces/Time conversion (issue 13: six copies with three
+    behaviours before): negative is the zero stamp, past int32 seconds the latest stamp."""
+    from flowedge_relay.timebase import ROS_TIME_MAX_NS, ros_time, stamp_ns
+
+    for ns in (0, 1, 999_999_999, 1_000_000_000, 1_700_000_000_123_456_789, ROS_TIME_MAX_NS):
+        assert stamp_ns(ros_time(ns)) == ns
+    assert stamp_ns(ros_time(-5)) == 0
+    assert stamp_ns(ros_time(2**64)) == ROS_TIME_MAX_NS
+    latest = ros_time(2**64)
+    assert (latest.sec, latest.nanosec) == (2**31 - 1, 999_999_999)

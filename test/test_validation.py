@@ -83,8 +83,8 @@ def test_a_flood_of_invalid_requests_is_counted_per_message_and_logged_once_per_
     throttle walked the stack on every call: a discard cost more than a decision.)"""
     from rclpy.parameter import Parameter
 
-    from flowedge_relay.harness import ros_context
     from flowedge_relay.node import RelayNode
+    from flowedge_relay.tooling.harness import ros_context
 
     with ros_context() as ctx:
         relay = RelayNode(context=ctx, parameter_overrides=[Parameter("workers", value=1)])

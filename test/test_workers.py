@@ -267,7 +267,7 @@ def test_nfe_breakdown_probe_is_off_by_default_and_splits_every_nfe_when_asked(
         model, reference, tmp_path, monkeypatch):
     """BREAKDOWN_ENV (bench only): every NFE gets five instants on three clocks, written when
     the worker exits; the probe changes no result."""
-    from flowedge_relay.bench.nfe_breakdown import parts
+    from flowedge_relay.tooling.bench.nfe_breakdown import parts
     from flowedge_relay.workers import BREAKDOWN_ENV, PROBE_POINTS
 
     with make_core() as core, WorkerPool(core, model, workers=1) as pool:

@@ -17,7 +17,6 @@ import time
 
 import numpy as np
 
-from flowedge_relay.bench.progress import Progress
 from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request
 from flowedge_relay.model import (
     INPUT_OBS,
@@ -31,6 +30,7 @@ from flowedge_relay.model import (
     make_session,
 )
 from flowedge_relay.models import detour_task as task
+from flowedge_relay.tooling.bench.progress import Progress
 from flowedge_relay.workers import WorkerPool
 
 TARGET_RATIO = 0.95
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.bench.tables import format_rows
+    from flowedge_relay.tooling.bench.tables import format_rows
 
     wt = report["worker_throughput"]
     met = "met" if report["worker_throughput_ratio"] >= TARGET_RATIO else "MISSED"
@@ -222,7 +222,7 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, path: str) -> str:
-    from flowedge_relay.bench import plots
+    from flowedge_relay.tooling.bench import plots
 
     fig, (ax_cost, ax_tp) = plots.subplots(ncols=2, width=5.2, height=3.8)
     rows = report["rows"]

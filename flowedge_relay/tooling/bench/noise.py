@@ -1,6 +1,7 @@
 """A CPU-hog neighbour for the benches' `--noise` option: the load a shared robot computer sees.
 
-    python -m flowedge_relay.bench.noise --busy-ms 50 --sleep-ms 50   # what cpu_hog() starts
+    # what cpu_hog() starts:
+    python -m flowedge_relay.tooling.bench.noise --busy-ms 50 --sleep-ms 50
 
 One process, one thread, at normal priority: it spins on the CPU for `busy_ms`, then sleeps
 `sleep_ms`, and again, until it is terminated. Duty cycle busy / (busy + sleep); `sleep_ms` 0
@@ -61,7 +62,7 @@ def cpu_hog(spec: str) -> Iterator[dict]:
     """Run the neighbour while the block runs; the dict it yields gets its measured CPU use."""
     busy_ms, sleep_ms = parse(spec)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flowedge_relay.bench.noise", "--busy-ms", str(busy_ms),
+        [sys.executable, "-m", "flowedge_relay.tooling.bench.noise", "--busy-ms", str(busy_ms),
          "--sleep-ms", str(sleep_ms)],
     )  # fmt: skip
     info = {"spec": spec, "busy_ms": busy_ms, "sleep_ms": sleep_ms,

@@ -16,6 +16,8 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
+from flowedge_relay.timebase import ros_time
+
 
 @contextmanager
 def ros_context() -> Iterator[Context]:
@@ -78,7 +80,7 @@ class RelayHarness:
         self.actions: list = []
         self.diagnostics: list = []
         self.diagnostics_seen = 0
-        # Long runs (flowedge_relay.stress soak) keep the client bounded: answers go only to
+        # Long runs (flowedge_relay.tooling.stress soak) keep the client bounded: answers go only to
         # on_answer when keep_answers is False, and only the newest max_diagnostics arrays stay.
         self.keep_answers = True
         self.on_answer: Callable[[object], None] | None = None
@@ -105,7 +107,6 @@ class RelayHarness:
 
     def request(self, **fields):
         """A valid request for the loaded model; fields override (deadline_ms: from now)."""
-        from builtin_interfaces.msg import Time
         from flowedge_relay_msgs.msg import InferenceRequest
 
         m = self.model
@@ -116,10 +117,10 @@ class RelayHarness:
             model_digest=m.digest, observation_dim=m.obs_dim, action_dim=m.action_dim,
             action_horizon=m.action_horizon, observation=[0.1] * m.obs_dim, noise_seed=1,
         )
-        req.origin_stamp = Time(sec=now // 10**9, nanosec=now % 10**9)
+        req.origin_stamp = ros_time(now)
         if deadline_ms is not None:
             d = now + int(deadline_ms * 1e6)
-            req.deadline = Time(sec=d // 10**9, nanosec=d % 10**9)
+            req.deadline = ros_time(d)
         for key, value in fields.items():
             setattr(req, key, value)
         return req

@@ -13,7 +13,7 @@ Two measurements, both on the real node:
   back from the core's counters, not assumed. `take_us` is rclpy's CDR-to-Python conversion of
   that message (what the executor pays before the callback). A decision's cost includes the
   GIL it shares with the publisher thread, which answers it at the same time.
-- over DDS: a producer process (`python -m flowedge_relay.stress produce`) publishes as fast
+- over DDS: a producer process (`python -m flowedge_relay.tooling.stress produce`) publishes as fast
   as it can to a relay spinning as in production; the relay's receive rate per mix (all
   invalid, all valid-and-expired, the issue-14 flood), and what the middleware reported lost.
 
@@ -34,11 +34,12 @@ import time
 
 import numpy as np
 
-from flowedge_relay.bench.progress import Progress
-from flowedge_relay.bench.tables import format_rows
+from flowedge_relay.core import CODE_KEYS
+from flowedge_relay.tooling.bench.progress import Progress
+from flowedge_relay.tooling.bench.tables import format_rows
 
 UINT32_MAX = 2**32 - 1
-OUTCOMES = ("inference", "rejected_stale", "rejected_deadline", "rejected_capacity", "expired")
+OUTCOMES = CODE_KEYS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +99,7 @@ def _discard_cases(builder, rng) -> list[tuple[str, str, dict]]:
 
 def _time_calls(relay, msgs) -> np.ndarray:
     lat = np.empty(len(msgs), np.int64)
-    on_request = relay._on_request
+    on_request = relay.handle_request
     clock = time.perf_counter_ns
     gc.collect()
     gc.disable()
@@ -147,7 +148,7 @@ def _row(kind: str, case: str, expected: str, lat: np.ndarray, take: tuple[float
 
 
 def _wait_idle(relay, timeout: float = 60.0) -> None:
-    from flowedge_relay.harness import wait_for
+    from flowedge_relay.tooling.harness import wait_for
 
     wait_for(lambda: relay.core.stats().queue_depth == 0 and relay.core.stats().lanes_busy == 0,
              timeout)
@@ -159,9 +160,9 @@ def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
 
     from rclpy.parameter import Parameter
 
-    from flowedge_relay.harness import ros_context
     from flowedge_relay.node import RelayNode
-    from flowedge_relay.stress import RequestBuilder, _Contract
+    from flowedge_relay.tooling.harness import ros_context
+    from flowedge_relay.tooling.stress import RequestBuilder, _Contract
 
     rows = []
     rng = random.Random(1)
@@ -198,7 +199,7 @@ def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
             decide("deadline_passed", "expired",
                    [req(next(seq), session_id=f"e{i % 8}", deadline_ms=-1) for i in range(n)])
             # the newer generation first, then older ones: REJECTED_STALE
-            relay._on_request(req(next(seq), session_id="st", generation=10))
+            relay.handle_request(req(next(seq), session_id="st", generation=10))
             decide("older_generation", "rejected_stale",
                    [req(next(seq), session_id="st", generation=1) for _ in range(n)])
             _wait_idle(relay)
@@ -216,11 +217,11 @@ def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
             # one request holds the worker (64 NFE x 0.5 s, released below by clearing the
             # delay, read per NFE), the queue fills: later ones find no room
             relay.set_parameters([Parameter("fault_nfe_delay_ms", value=500.0)])
-            relay._on_request(req(next(seq), session_id="hold",
+            relay.handle_request(req(next(seq), session_id="hold",
                                   remaining_nfe=relay.validator.max_nfe))
             time.sleep(0.2)
-            for i in range(relay._p["queue_capacity"]):
-                relay._on_request(req(next(seq), session_id=f"f{i % 8}"))
+            for i in range(relay.get_parameter("queue_capacity").value):
+                relay.handle_request(req(next(seq), session_id=f"f{i % 8}"))
             decide("queue_full", "rejected_capacity",
                    [req(next(seq), session_id=f"c{i % 8}") for i in range(n)])
             relay.set_parameters([Parameter("fault_nfe_delay_ms", value=0.0)])
@@ -239,8 +240,8 @@ def dds_rate(mix: str, messages: int, rate: float) -> dict:
     import tempfile
     from pathlib import Path
 
-    from flowedge_relay.harness import running_relay
-    from flowedge_relay.stress import received
+    from flowedge_relay.tooling.harness import running_relay
+    from flowedge_relay.tooling.stress import received
 
     with running_relay(workers=1) as h, tempfile.TemporaryDirectory() as tmp:
         relay = h.relay
@@ -248,9 +249,9 @@ def dds_rate(mix: str, messages: int, rate: float) -> dict:
         m = h.model
         contract = {"digest": m.digest, "obs_dim": m.obs_dim, "action_dim": m.action_dim,
                     "action_horizon": m.action_horizon}
-        r0, lost0 = received(relay), relay._middleware_lost
+        r0, lost0 = received(relay), relay.counters().middleware_lost
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flowedge_relay.stress", "produce", "--mix", mix,
+            [sys.executable, "-m", "flowedge_relay.tooling.stress", "produce", "--mix", mix,
              "--rate", str(rate), "--count", str(messages), "--contract", json.dumps(contract),
              "--max-nfe", str(relay.validator.max_nfe), "--depth", "5000",
              "--oracle", str(Path(tmp) / "oracle.npz")],
@@ -259,7 +260,7 @@ def dds_rate(mix: str, messages: int, rate: float) -> dict:
         t_end = time.monotonic() + 120
         while time.monotonic() < t_end:
             got = received(relay) - r0
-            lost = relay._middleware_lost - lost0
+            lost = relay.counters().middleware_lost - lost0
             samples.append((time.monotonic(), got, lost))
             if got + lost >= messages or (proc.poll() is not None and len(samples) > 40
                                           and samples[-40][1:] == (got, lost)):

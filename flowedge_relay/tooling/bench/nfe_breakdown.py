@@ -43,12 +43,12 @@ from pathlib import Path
 
 import numpy as np
 
-from flowedge_relay.bench import calibrate
-from flowedge_relay.bench.client import model_path, remote_relay, set_policy, warm_up
-from flowedge_relay.bench.overload import replay
-from flowedge_relay.bench.perfdoc import host_info
-from flowedge_relay.bench.progress import Progress
-from flowedge_relay.bench.trace import Trace, TraceSpec, capacity_rps
+from flowedge_relay.tooling.bench import calibrate
+from flowedge_relay.tooling.bench.client import model_path, remote_relay, set_policy, warm_up
+from flowedge_relay.tooling.bench.overload import replay
+from flowedge_relay.tooling.bench.perfdoc import host_info
+from flowedge_relay.tooling.bench.progress import Progress
+from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
 from flowedge_relay.workers import BREAKDOWN_ENV, PROBE_POINTS
 
 VARIANTS: dict[str, dict] = {
@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> dict:
                   f"{args.light:g}x",
         "method": "relay as its own flowedge-relayd process, bench-only probe "
                   f"({BREAKDOWN_ENV}); edf_admission at the inline calibration; parts are "
-                  "described in flowedge_relay/bench/nfe_breakdown.py",
+                  "described in flowedge_relay/tooling/bench/nfe_breakdown.py",
         "variants": results,
         "pid": os.getpid(),
     }  # fmt: skip
@@ -236,7 +236,7 @@ def _rows(report: dict) -> list[dict]:
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.bench.tables import format_rows
+    from flowedge_relay.tooling.bench.tables import format_rows
 
     lines = [
         f"nfe-breakdown: {report['model']}, {report['duration_s_per_point']:g} s of trace per "

@@ -34,7 +34,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from flowedge_relay.bench.client import (
+from flowedge_relay.model import FlowSampler, ModelInfo, make_session
+from flowedge_relay.tooling.bench.client import (
     INFERENCE,
     bench_relay,
     echo_process,
@@ -44,9 +45,8 @@ from flowedge_relay.bench.client import (
     saturate,
     warm_up,
 )
-from flowedge_relay.bench.perfdoc import host_info
-from flowedge_relay.bench.progress import Progress
-from flowedge_relay.model import FlowSampler, ModelInfo, make_session
+from flowedge_relay.tooling.bench.perfdoc import host_info
+from flowedge_relay.tooling.bench.progress import Progress
 
 TARGET_OVERHEAD_P99_NS = 2_000_000
 TARGET_THROUGHPUT_RATIO = 0.95
@@ -270,7 +270,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.bench.tables import format_rows
+    from flowedge_relay.tooling.bench.tables import format_rows
 
     t = report["targets"]
     verdict = lambda m: "met" if t[m]["met"] else "MISSED"  # noqa: E731
@@ -297,7 +297,7 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, path: str) -> str:
-    from flowedge_relay.bench import plots
+    from flowedge_relay.tooling.bench import plots
 
     fig, (ax_cdf, ax_tp) = plots.subplots(ncols=2, width=5.2, height=3.8)
     plots.ecdf(ax_cdf, np.asarray(report["samples"]["overhead_ns"]) / 1e3, "e2e - compute")

@@ -1,7 +1,7 @@
 """`flowedge_relay_bench`: the relay's benchmarks, one subcommand each.
 
     flowedge_relay_bench <subcommand> [options] [--json PATH] [--plot PATH.png]
-    python -m flowedge_relay.bench <subcommand> ...
+    python -m flowedge_relay.tooling.bench <subcommand> ...
 
 Every subcommand is a module in this package registered in SUBCOMMANDS below, with
 `add_arguments(parser)` and `run(args) -> dict` (JSON-serialisable report), and optionally
@@ -23,19 +23,19 @@ from flowedge_relay.signals import stoppable
 
 # name -> (module, one-line help). A module that is not there (yet) is simply not offered.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "calibrate": ("flowedge_relay.bench.calibrate",
+    "calibrate": ("flowedge_relay.tooling.bench.calibrate",
                   "end-to-end vs raw ns per NFE through the real node; recommended nfe_ns"),
-    "overload": ("flowedge_relay.bench.overload",
+    "overload": ("flowedge_relay.tooling.bench.overload",
                  "seeded trace at 0.5-3x capacity: EDF admission (static, adaptive) vs "
                  "expire-only vs queue timeout"),
-    "overhead": ("flowedge_relay.bench.overhead",
+    "overhead": ("flowedge_relay.tooling.bench.overhead",
                  "relay latency minus compute at light load; throughput vs bare onnxruntime"),
-    "model": ("flowedge_relay.bench.model",
+    "model": ("flowedge_relay.tooling.bench.model",
               "raw NFE cost of the shipped policies; worker loop vs bare session.run"),
-    "admission": ("flowedge_relay.bench.admission", "the C core's admission path"),
-    "intake": ("flowedge_relay.bench.intake",
+    "admission": ("flowedge_relay.tooling.bench.admission", "the C core's admission path"),
+    "intake": ("flowedge_relay.tooling.bench.intake",
                "us per request in the request callback: discard by reason vs decision by outcome"),
-    "nfe-breakdown": ("flowedge_relay.bench.nfe_breakdown",
+    "nfe-breakdown": ("flowedge_relay.tooling.bench.nfe_breakdown",
                       "worker NFE time split (ORT / GIL / solver / step), light vs overload, "
                       "with candidate fixes"),
 }  # fmt: skip
@@ -69,7 +69,7 @@ def _print_table(module, report: dict) -> None:
         return
     rows = report.get("rows")
     if isinstance(rows, list) and rows and isinstance(rows[0], dict):
-        from flowedge_relay.bench.tables import format_rows
+        from flowedge_relay.tooling.bench.tables import format_rows
 
         print(format_rows(rows))
     else:

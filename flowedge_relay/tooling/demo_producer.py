@@ -26,22 +26,18 @@ from dataclasses import dataclass
 
 import numpy as np
 import rclpy
-from builtin_interfaces.msg import Time
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
+from flowedge_relay.core import Code
 from flowedge_relay.model import ModelError, default_model_path, load_model
+from flowedge_relay.timebase import ros_time
 
-CODE_NAMES = {
-    ActionMessage.INFERENCE: "inference",
-    ActionMessage.REJECTED_STALE: "stale",
-    ActionMessage.REJECTED_DEADLINE: "deadline",
-    ActionMessage.REJECTED_CAPACITY: "capacity",
-    ActionMessage.EXPIRED: "expired",
-}
+# the summary line's short names: inference, stale, deadline, capacity, expired
+CODE_NAMES = {code.value: code.key.removeprefix("rejected_") for code in Code}
 RETRY_REASON = {
     ActionMessage.REJECTED_STALE: InferenceRequest.RETRY_AFTER_STALE,
     ActionMessage.REJECTED_DEADLINE: InferenceRequest.RETRY_AFTER_DEADLINE,
@@ -164,8 +160,8 @@ class DemoProducer(Node):
             generation=self.generation[session] if generation is None else generation,
             retry_count=0,
             retry_reason=InferenceRequest.RETRY_NONE,
-            origin_stamp=_time(now_ns),
-            deadline=_time(deadline_ns),
+            origin_stamp=ros_time(now_ns),
+            deadline=ros_time(deadline_ns),
             remaining_nfe=nfe,
             model_digest=m.digest,
             observation_dim=m.obs_dim,
@@ -237,10 +233,6 @@ class DemoProducer(Node):
             f"p99 latency {p99:.1f} ms | queue {self.queue_depth}",
             flush=True,
         )
-
-
-def _time(ns: int) -> Time:
-    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000) if ns > 0 else Time()
 
 
 def main(args: list[str] | None = None) -> None:

@@ -1,9 +1,11 @@
 """Robustness campaigns on a real relay over real DDS (issue 8): hostile input, soak, faults.
 
-    python -m flowedge_relay.stress malformed --messages 20000 --json out/malformed.json
-    python -m flowedge_relay.stress malformed --rate 2500 --duration 30 --json out/flood.json
-    python -m flowedge_relay.stress soak --duration 600 --json out/soak.json --plot out/soak.png
-    python -m flowedge_relay.stress faults --json out/faults.json
+    python -m flowedge_relay.tooling.stress malformed --messages 20000 --json out/malformed.json
+    python -m flowedge_relay.tooling.stress malformed --rate 2500 --duration 30 \
+        --json out/flood.json
+    python -m flowedge_relay.tooling.stress soak --duration 600 --json out/soak.json \
+        --plot out/soak.png
+    python -m flowedge_relay.tooling.stress faults --json out/faults.json
 
 A real `RelayNode` (request thread, main executor, workers, publisher thread;
 `harness.running_relay`) and a client node run in this process, over DDS on this host. With
@@ -43,7 +45,9 @@ from pathlib import Path
 
 import numpy as np
 
+from flowedge_relay.core import CODE_KEYS
 from flowedge_relay.signals import stoppable
+from flowedge_relay.timebase import ros_time, stamp_ns
 
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
@@ -62,34 +66,30 @@ def rss_bytes() -> int:
     return 0
 
 
-def _time(ns: int):
-    from builtin_interfaces.msg import Time
-
-    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
-
-
 def relay_threads_alive(relay) -> dict[str, bool]:
     """Liveness of every relay thread that must survive hostile input."""
-    alive = {
-        "request": bool(relay._request_thread and relay._request_thread.is_alive()),
-        "publisher": relay._publisher_thread.is_alive(),
-    }
-    if relay.pool is not None:
-        for info in relay.pool.worker_info():
-            alive[f"worker{info['lane']}"] = bool(info["alive"])
-    return alive
+    return relay.threads_alive()
 
 
 def received(relay) -> int:
     """Requests the relay's callback has seen (valid or not)."""
-    return relay._received
+    return relay.counters().received
+
+
+def lost(relay) -> int:
+    """Requests the middleware reported lost before the relay's callback."""
+    return relay.counters().middleware_lost
+
+
+def param(relay, name: str):
+    return relay.get_parameter(name).value
 
 
 def pace(relay, target: int, backlog: int = 300, timeout: float = 30.0) -> bool:
     """Keep at most `backlog` requests between the client and the relay's callback, so the
     relay's DDS history never fills: a producer in the relay's own process is delivered
     intra-process, and Fast DDS reports nothing it loses there (SECURITY.md)."""
-    from flowedge_relay.harness import wait_for
+    from flowedge_relay.tooling.harness import wait_for
 
     return wait_for(lambda: received(relay) >= target - backlog, timeout, 0.002)
 
@@ -140,9 +140,9 @@ class RequestBuilder:
             model_digest=m.digest, observation_dim=m.obs_dim, action_dim=m.action_dim,
             action_horizon=m.action_horizon, observation=[0.1] * m.obs_dim, noise_seed=1,
         )
-        req.origin_stamp = _time(now)
+        req.origin_stamp = ros_time(now)
         if deadline_ms is not None:
-            req.deadline = _time(now + int(deadline_ms * 1e6))
+            req.deadline = ros_time(now + int(deadline_ms * 1e6))
         for key, value in fields.items():
             setattr(req, key, value)
         return req
@@ -289,7 +289,7 @@ class ProbeFactory:
 
     def _valid_probe(self, kind: str, req) -> Probe:
         past = kind == "deadline_past" or (req.deadline.sec or req.deadline.nanosec) and (
-            req.deadline.sec * 1_000_000_000 + req.deadline.nanosec < time.time_ns())
+            stamp_ns(req.deadline) < time.time_ns())
         return Probe(kind, req, VALID_EXPIRED if past else VALID_ANY,
                      session=req.session_id.split("\x00")[0])
 
@@ -487,7 +487,7 @@ def _close_accounting(fig: dict, oracle: Oracle, got_reasons: dict[str, int]) ->
 
 
 def _relay_figures(h, got_reasons: dict[str, int]) -> dict:
-    from flowedge_relay.harness import status_values
+    from flowedge_relay.tooling.harness import status_values
 
     relay = h.relay
     stats = relay.core.stats()
@@ -521,7 +521,7 @@ def run_malformed(h, messages: int = 2000, seed: int = 1, warmup: int = 300,
     h.keep_answers = False
     h.on_answer = book.on_answer
     h.max_diagnostics = 20
-    received0, lost0 = received(relay), relay._middleware_lost
+    received0, lost0 = received(relay), lost(relay)
     discarded0 = {r: c for r, c in relay.validator.discarded.items()}
     typed = 0
     hangs = 0
@@ -560,7 +560,7 @@ def run_malformed(h, messages: int = 2000, seed: int = 1, warmup: int = 300,
         "seed": seed,
         "kinds": dict(sorted(oracle.kinds.items())),
         "relay_received": received(relay) - received0,
-        "middleware_lost": relay._middleware_lost - lost0,
+        "middleware_lost": lost(relay) - lost0,
         **judge(oracle, book),
         "answers_by_code": _codes(book),
         **_relay_figures(h, got_reasons),
@@ -597,14 +597,13 @@ def _settle(relay, book: FloodBook, oracle: Oracle, marker: int, timeout: float)
 
 
 def _codes(book: FloodBook) -> dict[str, int]:
-    return dict(zip(("inference", "rejected_stale", "rejected_deadline", "rejected_capacity",
-                     "expired"), map(int, book.codes), strict=True))
+    return dict(zip(CODE_KEYS, map(int, book.codes), strict=True))
 
 
 def run_flood(h, rate: float, duration_s: float, seed: int = 1, mix: str = "flood",
               progress=None, producer_depth: int = 5000, settle_s: float = 60.0) -> dict:
     """The hostile-input campaign at a fixed offered rate, paced by wall clock: a producer
-    process (`python -m flowedge_relay.stress produce`) builds and publishes the probes and
+    process (`python -m flowedge_relay.tooling.stress produce`) builds and publishes the probes and
     writes the oracle; this process runs the relay and books every answer."""
     import subprocess
     import tempfile
@@ -614,13 +613,14 @@ def run_flood(h, rate: float, duration_s: float, seed: int = 1, mix: str = "floo
     n = int(rate * duration_s) + 1
     book = FloodBook(n + 1)
     h.keep_answers, h.on_answer, h.max_diagnostics = False, book.on_answer, 5
-    received0, lost0 = received(relay), relay._middleware_lost
+    received0, lost0 = received(relay), lost(relay)
     discarded0 = {r: c for r, c in relay.validator.discarded.items()}
     contract = _Contract(h.model.digest, h.model.obs_dim, h.model.action_dim,
                          h.model.action_horizon)
     with tempfile.TemporaryDirectory() as tmp:
         oracle_path = str(Path(tmp) / "oracle.npz")
-        cmd = [sys.executable, "-m", "flowedge_relay.stress", "produce", "--seed", str(seed),
+        cmd = [sys.executable, "-m", "flowedge_relay.tooling.stress", "produce",
+               "--seed", str(seed),
                "--rate", str(rate), "--count", str(n), "--mix", mix,
                "--contract", json.dumps(contract.as_dict()), "--max-nfe",
                str(relay.validator.max_nfe), "--depth", str(producer_depth),
@@ -635,7 +635,7 @@ def run_flood(h, rate: float, duration_s: float, seed: int = 1, mix: str = "floo
             if not rss_warm and time.monotonic() - t0 >= min(5.0, duration_s / 4):
                 rss_warm = rss
             samples.append([round(time.monotonic() - t0, 1), rss,
-                            received(relay) - received0, relay._middleware_lost - lost0])
+                            received(relay) - received0, lost(relay) - lost0])
             if progress and len(samples) % 5 == 0:
                 progress(f"flood {samples[-1][0]:5.0f} s: relay received {samples[-1][2]}, "
                          f"middleware lost {samples[-1][3]}, answers {book.answered()}, "
@@ -652,7 +652,7 @@ def run_flood(h, rate: float, duration_s: float, seed: int = 1, mix: str = "floo
     oracle = oracle_full
     # settle: the relay has taken (or the middleware has reported lost) everything it will
     def arrived() -> int:
-        return received(relay) - received0 + relay._middleware_lost - lost0
+        return received(relay) - received0 + lost(relay) - lost0
 
     last, still_since = -1, time.monotonic()
     end = time.monotonic() + settle_s
@@ -683,7 +683,7 @@ def run_flood(h, rate: float, duration_s: float, seed: int = 1, mix: str = "floo
         "producer_all_acked": produced.get("all_acked", False),
         "kinds": dict(sorted(oracle.kinds.items())),
         "relay_received": received(relay) - received0,
-        "middleware_lost": relay._middleware_lost - lost0,
+        "middleware_lost": lost(relay) - lost0,
         **judge(oracle, book),
         "answers_by_code": _codes(book),
         **_relay_figures(h, got_reasons),
@@ -707,7 +707,7 @@ def produce(args) -> int:
     from rclpy.duration import Duration
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-    from flowedge_relay.harness import ros_context, wait_for_subscribers
+    from flowedge_relay.tooling.harness import ros_context, wait_for_subscribers
 
     c = json.loads(args.contract)
     builder = RequestBuilder(_Contract(c["digest"], c["obs_dim"], c["action_dim"],
@@ -817,11 +817,11 @@ class AnswerBook:
 
 def measure_capacity(h, seconds: float = 4.0, nfe_mix=(1, 8), sessions: int = 8) -> dict:
     """Saturate the relay with no-deadline requests; answers/s is the capacity at this mix."""
-    from flowedge_relay.harness import wait_for
+    from flowedge_relay.tooling.harness import wait_for
 
     relay = h.relay
     rng = random.Random(7)
-    inflight_target = max(4, min(relay._p["queue_capacity"] // 2, 32))
+    inflight_target = max(4, min(param(relay, "queue_capacity") // 2, 32))
     done = [0]
 
     def on_answer(msg):
@@ -904,7 +904,7 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
     depth and outcome accounting every `sample_s`; check exactly-once-or-counted at the end."""
     from rclpy.parameter import Parameter
 
-    from flowedge_relay.harness import wait_for
+    from flowedge_relay.tooling.harness import wait_for
 
     relay = h.relay
     cap = measure_capacity(h)
@@ -970,8 +970,8 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
         "capacity": cap,
         "offered_rate_per_s": round(rate, 1),
         "nfe_ns_configured": nfe_ns,
-        "workers": relay._p["workers"],
-        "queue_capacity": relay._p["queue_capacity"],
+        "workers": param(relay, "workers"),
+        "queue_capacity": param(relay, "queue_capacity"),
         "valid_sent": traffic.valid_sent,
         "retries_sent": traffic.retries_sent,
         "invalid_sent": traffic.invalid_sent,
@@ -1001,7 +1001,7 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
 
 def _soak_sample(relay, book, traffic, stats0, t: float) -> dict:
     st = relay.core.stats()
-    names = ("inference", "rejected_stale", "rejected_deadline", "rejected_capacity", "expired")
+    names = CODE_KEYS
     return {
         "t": round(t, 2),
         "rss_mb": round(rss_bytes() / MB, 2),
@@ -1036,10 +1036,7 @@ def soak_ok(fig: dict) -> list[str]:
 
 
 def plot_soak(fig: dict, path: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from flowedge_relay.tooling.bench.plots import plt  # Agg backend; says what to install
 
     s = fig["samples"]
     t = [x["t"] for x in s]
@@ -1075,7 +1072,7 @@ def plot_soak(fig: dict, path: str) -> str:
 def fault_consumer_stops(h, n: int = 400) -> dict:
     """The output consumer stops draining: admission keeps deciding at full speed, full rings
     drop and count, nothing blocks; once it drains again, answers flow again."""
-    from flowedge_relay.harness import wait_for
+    from flowedge_relay.tooling.harness import wait_for
 
     relay = h.relay
     st0 = relay.core.stats()
@@ -1143,7 +1140,7 @@ def exactly_once(answers, sent_keys) -> dict:
 
 def fault_slow_worker(h) -> dict:
     """NFEs much slower than the calibrated nfe_ns: admitted work misses, counted, WARN."""
-    from flowedge_relay.harness import status_values
+    from flowedge_relay.tooling.harness import status_values
 
     keys = []
     for i in range(6):
@@ -1168,7 +1165,7 @@ def fault_slow_worker(h) -> dict:
 def fault_worker_dies(h) -> dict:
     """Kill the worker holding a long request: its lane leaves admission, the in-flight
     request gets an outcome, ERROR diagnostics, the other lane keeps serving."""
-    from flowedge_relay.harness import wait_for
+    from flowedge_relay.tooling.harness import wait_for
 
     relay = h.relay
     h.send(h.request(session_id="long", sequence=1, remaining_nfe=40))
@@ -1199,7 +1196,7 @@ def fault_worker_dies(h) -> dict:
 
 def fault_bad_model(h) -> dict:
     """Missing or corrupt model at start: ERROR, valid requests discarded, node stays up."""
-    from flowedge_relay.harness import status_values
+    from flowedge_relay.tooling.harness import status_values
 
     for i in range(5):
         h.send(h.request(session_id="m", sequence=i))
@@ -1223,7 +1220,7 @@ def fault_burst(h, factor: int = 10, sessions: int = 8) -> dict:
     """A burst of `factor` x what the relay can hold (queue_capacity + workers), sent at once,
     mixed with duplicate retries and invalid input: exactly one answer per valid request."""
     relay = h.relay
-    capacity = relay._p["queue_capacity"] + relay._p["workers"]
+    capacity = param(relay, "queue_capacity") + param(relay, "workers")
     n = factor * capacity
     keys, batch = [], []
     for i in range(n):
@@ -1269,7 +1266,7 @@ def fault_many_sessions(h, sessions: int = 200) -> dict:
     st = h.relay.core.stats()
     return {
         **exactly_once(h.answers(), keys),
-        "max_sessions": h.relay._p["max_sessions"],
+        "max_sessions": param(h.relay, "max_sessions"),
         "sessions_gauge": st.sessions,
         "sessions_evicted": st.sessions_evicted,
         "codes": dict(sorted(Counter(a.code for a in h.answers()).items())),
@@ -1278,8 +1275,9 @@ def fault_many_sessions(h, sessions: int = 200) -> dict:
 
 @stoppable  # SIGINT/SIGTERM stop it cleanly however it was started (exit 130)
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flowedge_relay.stress", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m flowedge_relay.tooling.stress", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("malformed", help="hostile-input campaign over real DDS")
     m.add_argument("--messages", type=int, default=20_000)
@@ -1327,8 +1325,8 @@ def main(argv=None) -> int:
         return produce(args)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
-    from flowedge_relay.harness import running_relay
     from flowedge_relay.model import bench_model_path, default_model_path
+    from flowedge_relay.tooling.harness import running_relay
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -1370,7 +1368,7 @@ def run_faults(workers: int = 2, progress=None) -> dict:
     """Every fault drill once, with its figures (the tests assert the same functions)."""
     import tempfile
 
-    from flowedge_relay.harness import running_relay
+    from flowedge_relay.tooling.harness import running_relay
 
     out = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -60,20 +60,20 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from builtin_interfaces.msg import Time
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
+from flowedge_relay.core import CODE_NAMES
 from flowedge_relay.signals import stoppable
+from flowedge_relay.timebase import ros_time, stamp_ns
 
 MS = 1_000_000
-CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "config"
+CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "config"
 ADMISSION_KEYS = ("reject_if_retry_count_gte", "age_gate", "reject_if_queue_age_ms_gte")
 DEFAULT_ADMISSION = {
     "reject_if_retry_count_gte": 1, "age_gate": "retries", "reject_if_queue_age_ms_gte": 0,
 }
-CODE_NAMES = ("INFERENCE", "REJECTED_STALE", "REJECTED_DEADLINE", "REJECTED_CAPACITY", "EXPIRED")
 COALESCED = "COALESCED"
 RETRY_REASON_NAMES = ("none", "timeout", "after_stale", "after_deadline", "after_capacity",
                       "after_expired")
@@ -237,7 +237,7 @@ class DrillClient(Node):
         req = InferenceRequest(
             session_id=t.session_id, sequence=t.sequence, generation=1,
             retry_count=rec.attempts_sent, retry_reason=reason,
-            origin_stamp=_time(rec.origin_ros), deadline=_time(deadline),
+            origin_stamp=ros_time(rec.origin_ros), deadline=ros_time(deadline),
             remaining_nfe=t.nfe, model_digest=m.digest, observation_dim=m.obs_dim,
             action_dim=m.action_dim, action_horizon=m.action_horizon,
             observation=[0.25] * m.obs_dim, noise_seed=t.sequence,
@@ -265,7 +265,7 @@ class DrillClient(Node):
             code = CODE_NAMES[msg.code] if msg.code < len(CODE_NAMES) else str(msg.code)
             self._event(
                 rec, "late_answer" if late else "answer", mono=mono, now_ros=now_ros,
-                deadline_ros=msg.deadline.sec * 1_000_000_000 + msg.deadline.nanosec,
+                deadline_ros=stamp_ns(msg.deadline),
                 retry_count=msg.retry_count, decision=code, nfe_done=msg.nfe_done,
                 retry_reason=RETRY_REASON_NAMES[msg.retry_reason]
                 if msg.retry_reason < len(RETRY_REASON_NAMES) else str(msg.retry_reason),
@@ -301,10 +301,6 @@ class DrillClient(Node):
             **extra,
             "note": note,
         })
-
-
-def _time(ns: int) -> Time:
-    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000) if ns > 0 else Time()
 
 
 # -- the drill ------------------------------------------------------------------------------------
@@ -361,7 +357,7 @@ VARIANTS = (  # name, fault on, uncapped
 def run_drill(cond: Conditions, admission: dict, log: Callable[[str], None] = print) -> dict:
     """Run the three variants against one in-process relay; return the report (events, verdict)."""
     cond.check()
-    from flowedge_relay.harness import (
+    from flowedge_relay.tooling.harness import (
         running_relay,
         spinning,
         status_values,

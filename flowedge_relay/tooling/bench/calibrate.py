@@ -34,7 +34,8 @@ import time
 
 import numpy as np
 
-from flowedge_relay.bench.client import (
+from flowedge_relay.model import FlowSampler, load_model, make_session
+from flowedge_relay.tooling.bench.client import (
     INFERENCE,
     model_path,
     percentiles,
@@ -42,9 +43,8 @@ from flowedge_relay.bench.client import (
     saturate,
     warm_up,
 )
-from flowedge_relay.bench.perfdoc import host_info
-from flowedge_relay.bench.progress import Progress
-from flowedge_relay.model import FlowSampler, load_model, make_session
+from flowedge_relay.tooling.bench.perfdoc import host_info
+from flowedge_relay.tooling.bench.progress import Progress
 
 QS = (50, 99, 99.9)
 CAVEAT = (
@@ -246,7 +246,7 @@ def _rows(r: dict) -> list[dict]:
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.bench.tables import format_rows
+    from flowedge_relay.tooling.bench.tables import format_rows
 
     lines = [
         f"calibrate: {report['method']}",
@@ -269,7 +269,7 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, path: str) -> str:
-    from flowedge_relay.bench import plots
+    from flowedge_relay.tooling.bench import plots
 
     fig, ax = plots.subplots(width=7.0, height=4.2)
     s = report["samples"]

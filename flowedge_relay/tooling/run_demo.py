@@ -14,7 +14,7 @@ import threading
 
 from flowedge_relay.signals import stop_requested
 
-CONFIG = pathlib.Path(__file__).resolve().parent.parent / "config"
+CONFIG = pathlib.Path(__file__).resolve().parents[2] / "config"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         from rclpy.executors import ExternalShutdownException
         from rclpy.signals import SignalHandlerOptions
 
-        from flowedge_relay.demo_producer import DemoProducer
         from flowedge_relay.node import RelayNode, spin_relay
+        from flowedge_relay.tooling.demo_producer import DemoProducer
 
         # --duration sets the same Event a signal sets, so it exercises the real teardown
         timer = threading.Timer(args.duration, stop.set)

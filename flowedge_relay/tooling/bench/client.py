@@ -36,26 +36,22 @@ from dataclasses import dataclass
 
 import numpy as np
 import rclpy
-from builtin_interfaces.msg import Time
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
 from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from flowedge_relay.harness import relay_spinning, spinning, wait_for, wait_for_subscribers
+from flowedge_relay.core import Code
 from flowedge_relay.model import ModelInfo, bench_model_path, default_model_path, load_model
+from flowedge_relay.timebase import ros_time, stamp_ns
+from flowedge_relay.tooling.harness import relay_spinning, spinning, wait_for, wait_for_subscribers
 
-CODE_NAMES = ("INFERENCE", "REJECTED_STALE", "REJECTED_DEADLINE", "REJECTED_CAPACITY", "EXPIRED")
-INFERENCE = 0
+INFERENCE = Code.INFERENCE
 
 
 def model_path(choice: str) -> str:
     """`small` (the relay's default model), `bench` (~1 ms per NFE) or a path."""
     return {"small": default_model_path(), "bench": bench_model_path()}.get(choice, choice)
-
-
-def ros_time(ns: int) -> Time:
-    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
 
 
 def percentiles(values, qs=(50, 99, 99.9)) -> list[float]:
@@ -101,7 +97,7 @@ class BenchClient:
     def _on_action(self, msg: ActionMessage) -> None:
         now = time.time_ns()
         key = (msg.session_id, msg.sequence)
-        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        stamp = stamp_ns(msg.header.stamp)
         ans = Answer(msg.code, now, stamp, msg.nfe_done, msg.remaining_nfe, msg.queue_ns,
                      msg.compute_ns)  # fmt: skip
         with self._cv:
@@ -366,7 +362,7 @@ class RemoteRelay:
         self.stats()  # the stats topic is matched
 
     def _on_stats(self, msg) -> None:
-        stamp = msg.stamp.sec * 1_000_000_000 + msg.stamp.nanosec
+        stamp = stamp_ns(msg.stamp)
         with self._cv:
             self.cost_history.append((stamp, msg.nfe_ns_in_use, msg.nfe_ns_observed_tail))
             self._latest = msg
@@ -379,7 +375,7 @@ class RemoteRelay:
         with self._cv:
             while True:
                 m = self._latest
-                stamp = 0 if m is None else m.stamp.sec * 1_000_000_000 + m.stamp.nanosec
+                stamp = 0 if m is None else stamp_ns(m.stamp)
                 if m is not None and stamp >= since:
                     break
                 left = end - time.monotonic()
@@ -445,7 +441,7 @@ def relay_for_bench(in_process: bool, **params) -> Iterator[tuple[object, BenchC
 @contextmanager
 def echo_process(info: ModelInfo) -> Iterator[BenchClient]:
     """The transport floor (bench/echo.py) in its own process under /echo, and its client."""
-    proc = NodeProcess("flowedge_relay.bench.echo", ["-r", "__ns:=/echo"])
+    proc = NodeProcess("flowedge_relay.tooling.bench.echo", ["-r", "__ns:=/echo"])
     with client_of(proc, info, namespace="/echo") as client:
         yield client
 

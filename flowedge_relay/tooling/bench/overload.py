@@ -46,8 +46,8 @@ import time
 
 import numpy as np
 
-from flowedge_relay.bench import calibrate, noise
-from flowedge_relay.bench.client import (
+from flowedge_relay.tooling.bench import calibrate, noise
+from flowedge_relay.tooling.bench.client import (
     CODE_NAMES,
     INFERENCE,
     model_path,
@@ -57,9 +57,9 @@ from flowedge_relay.bench.client import (
     wait_idle,
     warm_up,
 )
-from flowedge_relay.bench.perfdoc import host_info
-from flowedge_relay.bench.progress import Progress
-from flowedge_relay.bench.trace import Trace, TraceSpec, capacity_rps
+from flowedge_relay.tooling.bench.perfdoc import host_info
+from flowedge_relay.tooling.bench.progress import Progress
+from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
 
 LOADS = (0.5, 1.0, 1.5, 2.0, 3.0)
 POLICIES = ("edf_admission", "edf_adaptive", "expire_only", "queue_timeout")
@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _relay_params(items: list[str]) -> dict:
-    from flowedge_relay.bench.overhead import parse_relay_params
+    from flowedge_relay.tooling.bench.overhead import parse_relay_params
 
     return parse_relay_params(items)
 
@@ -347,7 +347,7 @@ def _rows(report: dict) -> list[dict]:
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.bench.tables import format_rows
+    from flowedge_relay.tooling.bench.tables import format_rows
 
     t = report["trace"]
     lines = [
@@ -380,7 +380,7 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, path: str) -> str:
-    from flowedge_relay.bench import plots
+    from flowedge_relay.tooling.bench import plots
 
     fig, axes = plots.subplots(ncols=3, width=4.6, height=3.8)
     ax_good, ax_waste, ax_ratio = axes

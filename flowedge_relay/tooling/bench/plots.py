@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError as exc:  # an optional dependency: the relay itself never plots
+    raise ImportError(
+        "plots need matplotlib, an optional dependency of the tooling: "
+        "pip install 'flowedge_relay[plots]' (make setup installs it)"
+    ) from exc
 
 matplotlib.use("Agg")
 
