@@ -46,9 +46,9 @@ import time
 
 import numpy as np
 
+from flowedge_relay.core import CODE_NAMES
 from flowedge_relay.tooling.bench import calibrate, noise
 from flowedge_relay.tooling.bench.client import (
-    CODE_NAMES,
     INFERENCE,
     model_path,
     percentiles,
