@@ -17,16 +17,18 @@ from flowedge_relay.core import Core, CoreConfig, Decision, Request
 U64 = 2**64 - 1
 
 
-def first_miss(lanes, jobs, check_from=0, nfe=100, reserve=0):
-    """jobs: [(deadline, remaining_nfe)] in EDF order."""
+def first_miss(lanes, jobs, check_from=0, nfe=100, reserve=0, prefix=0):
+    """jobs: [(deadline, remaining_nfe)] or [(deadline, remaining_nfe, prefix_pending)] in EDF
+    order."""
     ls = ffi.new("uint64_t[]", list(lanes) or [0])
     before = list(ls)
     js = ffi.new("struct fer_admit_job[]", max(len(jobs), 1))
-    for i, (d, n) in enumerate(jobs):
+    for i, (d, n, *pending) in enumerate(jobs):
         js[i].deadline_ns, js[i].remaining_nfe = d, n
+        js[i].prefix_pending = pending[0] if pending else 0
     scratch = ffi.new("uint64_t[]", max(len(lanes), 1))
-    got = lib.fer_admit_first_miss(ls, len(lanes), js, len(jobs), check_from, nfe, reserve,
-                                   scratch)
+    got = lib.fer_admit_first_miss(ls, len(lanes), js, len(jobs), check_from, nfe, prefix,
+                                   reserve, scratch)
     assert list(ls) == before  # inputs are not modified
     return got
 

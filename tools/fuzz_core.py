@@ -250,7 +250,8 @@ class Case:
     def op_calibrate(self) -> None:
         r = self.r
         self.rc_ok("set_calibration", self.lib.fer_core_set_calibration(
-            self.core, r.choice([0, 1, 50, 10**6, U64]), r.choice([0, 7, U64])))
+            self.core, r.choice([0, 1, 50, 10**6, U64]), r.choice([0, 7, U64]),
+            r.choice([0, 0, 30, 10**6, U64])))
 
     def op_policy(self) -> None:
         r = self.r
