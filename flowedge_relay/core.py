@@ -247,10 +247,11 @@ class CostStats:
     window_samples: int
     in_use_ns: int
     samples_total: int
-    prefix_configured_ns: int
-    prefix_observed_tail_ns: int
-    prefix_in_use_ns: int
-    prefix_samples_total: int
+    # the same for prefix passes (two-phase models); defaults so single-graph callers can omit them
+    prefix_configured_ns: int = 0
+    prefix_observed_tail_ns: int = 0
+    prefix_in_use_ns: int = 0
+    prefix_samples_total: int = 0
 
 
 @dataclass(frozen=True)
