@@ -15,9 +15,10 @@
  * core / ring / output pointer, a lane >= workers, or an out-of-range value it documents;
  * fer_core_destroy and fer_ring_destroy accept NULL.
  *
- * Threads (docs/core-api.md): one request thread calls fer_core_submit; worker i calls
- * fer_core_wait_for_work / dispatch / prefix_done / step / output_space / finish for lane i; one publisher
- * thread calls fer_core_wait_outputs / fer_core_pop_outcomes; any thread may call the rest.
+ * Threads (docs/core-api.md): one request thread calls fer_core_staging_slot / fer_core_submit
+ * (and writes the staging slot's payload); worker i calls fer_core_wait_for_work / dispatch /
+ * prefix_done / step / output_space / finish for lane i; one publisher thread calls
+ * fer_core_wait_outputs / fer_core_pop_outcomes; any thread may call the rest.
  * One pthread mutex inside the core guards sessions, queue, lanes and counters; every call holds
  * it for O(queue_capacity + workers + max_sessions) work at most. The rings are lock-free SPSC and
  * the consumer never takes that mutex. Nothing allocates after fer_core_create.
@@ -110,9 +111,9 @@ struct fer_config {
     uint64_t cost_window_ns;             /* window of the observed NFE tail (§5.2); 0 = 1 s */
     uint32_t cost_quantile_ppm;          /* which quantile is the tail, parts per million */
     uint32_t _pad;
-    uint32_t two_phase;                  /* 1: every request pays prefix_ns once before its first NFE */
-    uint32_t payload_bytes;              /* bytes of per-request payload stored in each slot; 0 = none */
-    uint64_t prefix_ns;                  /* calibrated ns of one prefix pass; used only when two_phase */
+    uint32_t two_phase;                  /* 1: each request pays prefix_ns before its first NFE */
+    uint32_t payload_bytes;              /* per-request payload bytes in each slot; 0 = none */
+    uint64_t prefix_ns;                  /* calibrated ns of one prefix pass (two_phase only) */
 };
 
 /* A validated request, times already on the monotonic clock. Copied into the core by submit. */
@@ -245,7 +246,7 @@ struct fer_lane_state {
     uint32_t remaining_nfe;
     uint32_t nfe_done;
     uint32_t cancelled;                  /* a newer generation was accepted: stops at next step */
-    uint32_t prefix_pending;             /* two-phase work whose prefix pass has not been reported */
+    uint32_t prefix_pending;             /* two-phase work whose prefix is not reported yet */
     uint64_t sequence;
     uint64_t generation;
     uint64_t deadline_ns;
@@ -256,7 +257,7 @@ struct fer_core;
 struct fer_ring;
 
 /* One admission-simulation job: a queued request in EDF order. deadline_ns 0 = none.
- * prefix_pending: the job still pays one prefix pass (the predicate's prefix_ns) before its NFEs. */
+ * prefix_pending: the job still pays one prefix pass (the predicate's prefix_ns) first. */
 struct fer_admit_job {
     uint64_t deadline_ns;
     uint64_t remaining_nfe;
@@ -299,11 +300,12 @@ void *fer_core_payload(struct fer_core *core, uint32_t slot);
  * dispatch: lane must be alive and idle. Pops the EDF head (earliest deadline, none last, ties by
  *   arrival); queued work that can no longer finish is EXPIRED and queue-timeout victims are
  *   REJECTED_DEADLINE into ring lane+1, and skipped. 1 with *out filled, 0 if nothing to run.
- * prefix_done: two-phase only, after the prefix pass of the dispatched work (before any step), which
- *   took prefix_ns_measured (fed to the prefix cost estimator and busy_ns). FER_STEP_STOP_STALE if a
- *   newer generation cancelled it, FER_STEP_STOP_EXPIRED if now >= its deadline (outcome emitted,
- *   lane freed, like step), else FER_STEP_CONTINUE. FER_ESTATE if the lane has no work whose
- *   prefix is pending (two_phase = 0, idle, or already reported).
+ * prefix_done: two-phase only, after the prefix pass of the dispatched work (before any step),
+ *   which took prefix_ns_measured (fed to the prefix cost estimator and busy_ns).
+ *   FER_STEP_STOP_STALE if a newer generation cancelled it, FER_STEP_STOP_EXPIRED if
+ *   now >= its deadline (outcome emitted, lane freed, like step), else FER_STEP_CONTINUE.
+ *   FER_ESTATE if the lane has no work whose prefix is pending (two_phase = 0, idle, or already
+ *   reported).
  * step: after each NFE. Returns FER_STEP_*; on STOP_* the outcome is emitted and the lane freed.
  *   FER_ESTATE while the work's prefix is pending.
  * output_space: 1 if ring lane+1 has a free record, else 0.

@@ -197,9 +197,9 @@ struct fer_core {
     uint32_t nslots;
     uint32_t *free_slots;       /* stack */
     uint32_t nfree;
-    uint32_t staging;           /* the free slot the next accepted request takes (not on the stack) */
+    uint32_t staging;           /* free slot the next accepted request takes (not on the stack) */
     float *obs_slab;
-    uint8_t *payload;           /* nslots x payload_stride bytes, cache-line aligned; NULL if none */
+    uint8_t *payload;           /* nslots x payload_stride bytes, cache-line aligned, or NULL */
     size_t payload_stride;      /* payload_bytes rounded up to FER_CACHELINE */
 
     uint32_t *queue;
@@ -234,7 +234,7 @@ struct fer_core {
     struct fer_cost prefix_cost; /* the same for prefix passes (two_phase) */
 };
 
-/* ---- what work costs (DESIGN §5, §5.2), core->mu held --------------------------------------- */
+/* ---- what work costs (DESIGN §5, §5.2), core->mu held ------------------------------------ */
 
 /* ns per NFE admission and dispatch assume at now: static nfe_ns, adaptive max(nfe_ns, tail). */
 static inline uint64_t fer_nfe_in_use(const struct fer_core *c, uint64_t now)

@@ -165,7 +165,7 @@ uint32_t fer_slot_take(struct fer_core *c, const struct fer_request *r, uint32_t
     return id;
 }
 
-/* ---- the staging slot and payloads (public API, fer.h) ---------------------------------------- */
+/* ---- the staging slot and payloads (public API, fer.h) ------------------------------------ */
 
 int fer_core_staging_slot(struct fer_core *c)
 {
