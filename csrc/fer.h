@@ -15,9 +15,10 @@
  * core / ring / output pointer, a lane >= workers, or an out-of-range value it documents;
  * fer_core_destroy and fer_ring_destroy accept NULL.
  *
- * Threads (docs/core-api.md): one request thread calls fer_core_submit; worker i calls
- * fer_core_wait_for_work / dispatch / step / output_space / finish for lane i; one publisher
- * thread calls fer_core_wait_outputs / fer_core_pop_outcomes; any thread may call the rest.
+ * Threads (docs/core-api.md): one request thread calls fer_core_staging_slot / fer_core_submit
+ * (and writes the staging slot's payload); worker i calls fer_core_wait_for_work / dispatch /
+ * prefix_done / step / output_space / finish for lane i; one publisher thread calls
+ * fer_core_wait_outputs / fer_core_pop_outcomes; any thread may call the rest.
  * One pthread mutex inside the core guards sessions, queue, lanes and counters; every call holds
  * it for O(queue_capacity + workers + max_sessions) work at most. The rings are lock-free SPSC and
  * the consumer never takes that mutex. Nothing allocates after fer_core_create.
@@ -33,6 +34,7 @@
 #define FER_MAX_QUEUE 65536
 #define FER_MAX_SESSIONS 65536
 #define FER_MAX_RING 1048576
+#define FER_MAX_PAYLOAD 1073741824 /* payload_bytes per slot */
 #define FER_NUM_CODES 5
 #define FER_RETRY_COUNT_BUCKETS 8
 #define FER_RETRY_REASONS 6
@@ -77,7 +79,18 @@
  * 1 <= queue_capacity <= FER_MAX_QUEUE, 1 <= max_sessions <= FER_MAX_SESSIONS, max_nfe >= 1,
  * 1 <= ring_capacity <= FER_MAX_RING (rounded up to a power of two), age_gate <= 2,
  * cost_model <= 1, cost_quantile_ppm <= 1000000 (cost_window_ns 0 = 1 s, cost_quantile_ppm 0 =
- * 990000; fer_core_get_config reports the effective values).
+ * 990000; fer_core_get_config reports the effective values), two_phase <= 1,
+ * payload_bytes <= FER_MAX_PAYLOAD.
+ *
+ * Two-phase models (DESIGN §5, §10): with two_phase = 1 every request pays one prefix pass before
+ * its first NFE; its cost is prefix_ns (while the prefix has not run) + remaining_nfe x nfe_ns in
+ * admission, dispatch expiry and lane start times. With two_phase = 0 (or prefix_ns = 0) the
+ * arithmetic is exactly the single-graph one. prefix_ns counts only while nfe_ns > 0 (admission
+ * on), like everything calibrated.
+ *
+ * Slots: queue_capacity + workers + 1 request slots exist; one of them is always free and
+ * reserved for the request thread (the staging slot, fer_core_staging_slot), so a request's
+ * payload can be written into the slot it will occupy before submit decides on it.
  */
 struct fer_config {
     uint32_t workers;                    /* W lanes */
@@ -98,6 +111,9 @@ struct fer_config {
     uint64_t cost_window_ns;             /* window of the observed NFE tail (§5.2); 0 = 1 s */
     uint32_t cost_quantile_ppm;          /* which quantile is the tail, parts per million */
     uint32_t _pad;
+    uint32_t two_phase;                  /* 1: each request pays prefix_ns before its first NFE */
+    uint32_t payload_bytes;              /* per-request payload bytes in each slot; 0 = none */
+    uint64_t prefix_ns;                  /* calibrated ns of one prefix pass (two_phase only) */
 };
 
 /* A validated request, times already on the monotonic clock. Copied into the core by submit. */
@@ -116,7 +132,9 @@ struct fer_request {
     const float *observation;            /* obs_dim floats; copied, not retained */
 };
 
-/* What a worker gets from dispatch. observation points at the caller's obs_dim-float buffer. */
+/* What a worker gets from dispatch. observation points at the caller's obs_dim-float buffer.
+ * The slot's payload (fer_core_payload(core, slot)) stays valid and untouched by the core until the
+ * lane's finish or STOP_* step / prefix_done. */
 struct fer_work {
     char session_id[FER_SESSION_ID_MAX];
     uint32_t session_id_len;
@@ -176,14 +194,17 @@ struct fer_stats {
     uint64_t lanes_busy;                 /* gauge */
     uint64_t lanes_alive;                /* gauge */
     uint64_t oldest_queued_arrival_ns;   /* gauge, 0 if empty */
-    uint64_t busy_ns;                    /* sum of measured NFE time over all lanes */
+    uint64_t busy_ns;                    /* sum of measured NFE and prefix time, all lanes */
 };
 
 /* The cost model (DESIGN §5.2) at one instant: what NFEs measured lately cost, and what admission
  * assumes. observed_tail_ns is the cost_quantile_ppm quantile of the NFE durations measured in
  * the last cost_window_ns (0 when none was), window_max_ns their maximum; in_use_ns is what
  * admission and dispatch use per NFE: nfe_ns in static mode, max(nfe_ns, observed_tail_ns) in
- * adaptive mode (the configured value is the floor); 0 while nfe_ns is 0 (admission off). */
+ * adaptive mode (the configured value is the floor); 0 while nfe_ns is 0 (admission off).
+ * The prefix_* fields are the same for prefix passes (a second estimator, same window and
+ * quantile, fed by fer_core_prefix_done): prefix_in_use_ns = prefix_ns in static mode,
+ * max(prefix_ns, prefix tail) in adaptive mode; 0 while nfe_ns is 0 or two_phase is 0. */
 struct fer_cost_stats {
     uint32_t cost_model;                 /* FER_COST_* */
     uint32_t quantile_ppm;
@@ -194,6 +215,10 @@ struct fer_cost_stats {
     uint64_t window_samples;             /* NFE measured in the window */
     uint64_t in_use_ns;
     uint64_t samples_total;              /* NFE measured since create */
+    uint64_t prefix_configured_ns;       /* prefix_ns */
+    uint64_t prefix_observed_tail_ns;
+    uint64_t prefix_in_use_ns;
+    uint64_t prefix_samples_total;       /* prefix passes measured since create */
 };
 
 /* One queued request, for snapshots (EDF order). */
@@ -221,6 +246,7 @@ struct fer_lane_state {
     uint32_t remaining_nfe;
     uint32_t nfe_done;
     uint32_t cancelled;                  /* a newer generation was accepted: stops at next step */
+    uint32_t prefix_pending;             /* two-phase work whose prefix is not reported yet */
     uint64_t sequence;
     uint64_t generation;
     uint64_t deadline_ns;
@@ -230,10 +256,13 @@ struct fer_lane_state {
 struct fer_core;
 struct fer_ring;
 
-/* One admission-simulation job: a queued request in EDF order. deadline_ns 0 = none. */
+/* One admission-simulation job: a queued request in EDF order. deadline_ns 0 = none.
+ * prefix_pending: the job still pays one prefix pass (the predicate's prefix_ns) first. */
 struct fer_admit_job {
     uint64_t deadline_ns;
     uint64_t remaining_nfe;
+    uint32_t prefix_pending;
+    uint32_t _pad;
 };
 
 const char *fer_strerror(int rc);
@@ -255,6 +284,15 @@ int fer_core_get_config(struct fer_core *core, struct fer_config *out);
  * Rejections and any displaced / pruned / drained work are pushed to ring 0. With no alive lane,
  * a request is REJECTED_CAPACITY (REJECTED_DEADLINE if the admission test would judge it). */
 int fer_core_submit(struct fer_core *core, const struct fer_request *req, uint64_t now);
+/* The staging slot (>= 0): the slot the next accepted submit occupies. The request thread writes
+ * the request's payload into fer_core_payload(core, staging slot), then calls fer_core_submit; on
+ * FER_ACCEPTED the slot is queued and a new staging slot is taken, on any other decision the same
+ * slot stays staged. FER_EINVAL for a NULL core. */
+int fer_core_staging_slot(struct fer_core *core);
+/* payload_bytes of slot `slot` (cache-line aligned, fixed at create, any thread); NULL if
+ * payload_bytes is 0, core is NULL or slot >= queue_capacity + workers + 1. The core never reads
+ * or writes payload bytes. */
+void *fer_core_payload(struct fer_core *core, uint32_t slot);
 
 /* ---- worker thread for lane ------------------------------------------------------------------
  * wait_for_work: waits up to timeout_ns (CLOCK_MONOTONIC) for a non-empty queue. 1 if the queue
@@ -262,7 +300,14 @@ int fer_core_submit(struct fer_core *core, const struct fer_request *req, uint64
  * dispatch: lane must be alive and idle. Pops the EDF head (earliest deadline, none last, ties by
  *   arrival); queued work that can no longer finish is EXPIRED and queue-timeout victims are
  *   REJECTED_DEADLINE into ring lane+1, and skipped. 1 with *out filled, 0 if nothing to run.
+ * prefix_done: two-phase only, after the prefix pass of the dispatched work (before any step),
+ *   which took prefix_ns_measured (fed to the prefix cost estimator and busy_ns).
+ *   FER_STEP_STOP_STALE if a newer generation cancelled it, FER_STEP_STOP_EXPIRED if
+ *   now >= its deadline (outcome emitted, lane freed, like step), else FER_STEP_CONTINUE.
+ *   FER_ESTATE if the lane has no work whose prefix is pending (two_phase = 0, idle, or already
+ *   reported).
  * step: after each NFE. Returns FER_STEP_*; on STOP_* the outcome is emitted and the lane freed.
+ *   FER_ESTATE while the work's prefix is pending.
  * output_space: 1 if ring lane+1 has a free record, else 0.
  * finish: after STEP_DONE. Emits INFERENCE with action_len floats (EXPIRED if now > deadline,
  *   REJECTED_STALE if cancelled after its last step) into ring lane+1, frees the lane, returns
@@ -273,6 +318,8 @@ int fer_core_submit(struct fer_core *core, const struct fer_request *req, uint64
  *   gone, so the ring keeps a single producer. */
 int fer_core_wait_for_work(struct fer_core *core, uint32_t lane, uint64_t timeout_ns);
 int fer_core_dispatch(struct fer_core *core, uint32_t lane, uint64_t now, struct fer_work *out);
+int fer_core_prefix_done(struct fer_core *core, uint32_t lane, uint64_t now,
+                         uint64_t prefix_ns_measured);
 int fer_core_step(struct fer_core *core, uint32_t lane, uint64_t now, uint64_t nfe_ns_measured);
 int fer_core_output_space(struct fer_core *core, uint32_t lane);
 int fer_core_finish(struct fer_core *core, uint32_t lane, uint64_t now, const float *actions);
@@ -287,7 +334,8 @@ int fer_core_pop_outcomes(struct fer_core *core, struct fer_outcome *out, float 
                           uint32_t max_n);
 
 /* ---- any thread ------------------------------------------------------------------------------ */
-int fer_core_set_calibration(struct fer_core *core, uint64_t nfe_ns, uint64_t admission_reserve_ns);
+int fer_core_set_calibration(struct fer_core *core, uint64_t nfe_ns, uint64_t admission_reserve_ns,
+                             uint64_t prefix_ns);
 int fer_core_set_policy(struct fer_core *core, uint32_t reject_if_retry_count_gte, uint32_t age_gate,
                         uint64_t reject_if_queue_age_ns_gte, uint64_t queue_timeout_ns);
 int fer_core_stats(struct fer_core *core, struct fer_stats *out);
@@ -307,14 +355,16 @@ int fer_core_session_generation(struct fer_core *core, const char *session_id, u
 
 /* ---- the admission predicate (DESIGN §5), pure ------------------------------------------------
  * Simulates non-preemptive EDF over nlanes lanes that free at lane_start[]: jobs[] (EDF order)
- * are placed one by one on the lane that frees first; finish = start + remaining_nfe * nfe_ns.
+ * are placed one by one on the lane that frees first; finish = start + (prefix_ns if the job's
+ * prefix_pending) + remaining_nfe * nfe_ns.
  * Returns the index of the first job at or after check_from with a finite deadline and
  * finish + reserve_ns later than that deadline (saturating; a saturated sum misses), or njobs if
  * every such job meets its deadline. scratch holds nlanes uint64; inputs are not modified.
  * With nlanes == 0 every finite-deadline job at or after check_from misses. */
 uint32_t fer_admit_first_miss(const uint64_t *lane_start, uint32_t nlanes,
                               const struct fer_admit_job *jobs, uint32_t njobs, uint32_t check_from,
-                              uint64_t nfe_ns, uint64_t reserve_ns, uint64_t *scratch);
+                              uint64_t nfe_ns, uint64_t prefix_ns, uint64_t reserve_ns,
+                              uint64_t *scratch);
 
 /* ---- standalone SPSC outcome ring (the core owns workers + 1 of these) -----------------------
  * create: capacity rounded up to a power of two, action_len floats of slab per record.

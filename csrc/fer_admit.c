@@ -16,7 +16,8 @@
 
 uint32_t fer_admit_first_miss(const uint64_t *lane_start, uint32_t nlanes,
                               const struct fer_admit_job *jobs, uint32_t njobs, uint32_t check_from,
-                              uint64_t nfe_ns, uint64_t reserve_ns, uint64_t *scratch)
+                              uint64_t nfe_ns, uint64_t prefix_ns, uint64_t reserve_ns,
+                              uint64_t *scratch)
 {
     uint32_t i, l, best;
     uint64_t start, finish;
@@ -39,7 +40,8 @@ uint32_t fer_admit_first_miss(const uint64_t *lane_start, uint32_t nlanes,
             if (scratch[l] < scratch[best])
                 best = l;
         start = scratch[best];
-        finish = fer_sat_finish(start, jobs[i].remaining_nfe, nfe_ns);
+        finish = fer_work_finish(start, jobs[i].prefix_pending, prefix_ns, jobs[i].remaining_nfe,
+                                 nfe_ns);
         scratch[best] = finish;
         /* Jobs ahead of check_from are placed (they delay later ones) but not judged: the caller
          * guarantees that accepting x cannot make them later than they already were. */
@@ -94,6 +96,8 @@ static uint32_t queue_jobs(struct fer_core *c, const struct fer_request *r, uint
 
     x.deadline_ns = r->deadline_ns;
     x.remaining_nfe = r->remaining_nfe;
+    x.prefix_pending = c->cfg.two_phase;
+    x._pad = 0;
     *xpos = FER_NONE;
     if (si != FER_NONE)
         for (id = c->sessions[si].head; id != FER_NONE; id = c->slots[id].snext)
@@ -142,10 +146,11 @@ struct admission_state {
 
 /* §5: the state that would exist if x (request r of session si, displacing victim or FER_NONE)
  * were accepted at now. Lane start times: idle lane = now; a lane whose work is cancelled
- * (already, or by x) = now + the step in flight (one NFE); any other running lane = now + its
- * remaining NFE. O(workers + queue), mostly contiguous copies. */
+ * (already, or by x) = now + the unit in flight (one NFE, or the prefix pass while it is
+ * pending: prefix_done then stops it); any other running lane = now + its remaining cost
+ * (a pending prefix, then its remaining NFE). O(workers + queue), mostly contiguous copies. */
 static void build_admission_state(struct fer_core *c, const struct fer_request *r, uint32_t si,
-                                  uint32_t victim, uint64_t now, uint64_t nfe,
+                                  uint32_t victim, uint64_t now, uint64_t nfe, uint64_t prefix,
                                   struct admission_state *st)
 {
     uint32_t i;
@@ -162,9 +167,10 @@ static void build_admission_state(struct fer_core *c, const struct fer_request *
         }
         s = &c->slots[l->slot];
         if (s->cancelled || fer_cancels(s, si, r->generation))
-            c->lane_start[st->nlanes++] = fer_sat_add(now, nfe);
+            c->lane_start[st->nlanes++] = fer_sat_add(now, s->prefix_pending ? prefix : nfe);
         else
-            c->lane_start[st->nlanes++] = fer_sat_finish(now, s->remaining_nfe, nfe);
+            c->lane_start[st->nlanes++] = fer_work_finish(now, s->prefix_pending, prefix,
+                                                          s->remaining_nfe, nfe);
     }
     /* x arrives last: it goes after every entry it does not precede. */
     st->njobs = queue_jobs(c, r, si, victim,
@@ -175,17 +181,18 @@ int fer_admission_test(struct fer_core *c, const struct fer_request *r, uint32_t
                        uint32_t victim, uint64_t now)
 {
     struct admission_state st;
-    /* cost-model hook (§5.2): static = nfe_ns, adaptive = max(nfe_ns, observed tail); O(1).
-     * One value for the lane starts and the simulation alike. */
-    uint64_t nfe = fer_cost_nfe_ns(&c->cost, c->cfg.nfe_ns, now);
+    /* cost-model hook (§5.2): static = nfe_ns / prefix_ns, adaptive = max(configured, observed
+     * tail), each O(1). One value of each for the lane starts and the simulation alike. */
+    uint64_t nfe = fer_nfe_in_use(c, now);
+    uint64_t prefix = fer_prefix_in_use(c, now);
 
     if (c->lanes_alive == 0)
         return 0;
-    build_admission_state(c, r, si, victim, now, nfe, &st);
+    build_admission_state(c, r, si, victim, now, nfe, prefix, &st);
     /* Jobs ahead of x are not re-judged: x's acceptance only removes work (cancelled, displaced)
      * or shortens it (cancelled lanes), and EDF list placement is monotone in that, so they
      * finish no later than they already would. */
     return fer_admit_first_miss(c->lane_start, st.nlanes, c->jobs, st.njobs, st.xpos,
-                                nfe, c->cfg.admission_reserve_ns,
+                                nfe, prefix, c->cfg.admission_reserve_ns,
                                 c->lane_scratch) == st.njobs;
 }

@@ -33,6 +33,7 @@ static int config_valid(const struct fer_config *cfg)
            cfg->queue_capacity <= FER_MAX_QUEUE && cfg->max_sessions >= 1 &&
            cfg->max_sessions <= FER_MAX_SESSIONS && cfg->max_nfe >= 1 && cfg->ring_capacity >= 1 &&
            cfg->ring_capacity <= FER_MAX_RING && cfg->age_gate <= FER_AGE_GATE_ALL &&
+           cfg->two_phase <= 1 && cfg->payload_bytes <= FER_MAX_PAYLOAD &&
            fer_cost_config_valid(cfg); /* cost-model hook (fer_cost.c) */
 }
 
@@ -51,7 +52,10 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
         return FER_ENOMEM;
     c->cfg = *cfg;
     c->cfg.ring_capacity = (uint32_t)fer_round_pow2(cfg->ring_capacity);
-    c->nslots = cfg->queue_capacity + cfg->workers;
+    /* Every queued and running request holds a slot, and one more is always staged. */
+    c->nslots = cfg->queue_capacity + cfg->workers + 1;
+    c->payload_stride = ((size_t)cfg->payload_bytes + FER_CACHELINE - 1) &
+                        ~(size_t)(FER_CACHELINE - 1);
     c->nrings = cfg->workers + 1;
     c->session_hash_mask = fer_round_pow2(2ull * cfg->max_sessions) - 1;
 
@@ -69,6 +73,17 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
     c->jobs = calloc((size_t)cfg->queue_capacity + 1, sizeof(*c->jobs));
     c->lane_start = calloc(cfg->workers, sizeof(*c->lane_start));
     c->lane_scratch = calloc(cfg->workers, sizeof(*c->lane_scratch));
+    if (cfg->payload_bytes != 0) {
+        /* Payloads are written by the request thread and read by a worker: a cache line of
+         * their own per slot, so neighbours never false-share. Zeroed once, here. */
+        void *p = NULL;
+        if (posix_memalign(&p, FER_CACHELINE, c->nslots * c->payload_stride) != 0) {
+            fer_core_destroy(c);
+            return FER_ENOMEM;
+        }
+        c->payload = p;
+        memset(c->payload, 0, c->nslots * c->payload_stride);
+    }
     if (!c->slots || !c->free_slots || !c->obs_slab || !c->queue || !c->qjobs || !c->skip ||
         !c->sessions ||
         !c->session_free || !c->session_hash || !c->lanes || !c->rings || !c->jobs ||
@@ -81,7 +96,8 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
         c->slots[i].obs = &c->obs_slab[(size_t)i * cfg->obs_dim];
         c->free_slots[i] = c->nslots - 1 - i;
     }
-    c->nfree = c->nslots;
+    c->nfree = c->nslots - 1;
+    c->staging = c->free_slots[c->nfree]; /* slot 0: the first request takes it */
     for (i = 0; i < cfg->max_sessions; i++)
         c->session_free[i] = cfg->max_sessions - 1 - i;
     c->nsession_free = cfg->max_sessions;
@@ -91,6 +107,7 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
     }
     c->lanes_alive = cfg->workers;
     fer_cost_configure(&c->cost, &c->cfg); /* cost-model hook: effective window / quantile */
+    fer_cost_configure(&c->prefix_cost, &c->cfg);
 
     rc = fer_doorbell_init(&c->bell);
     if (rc != FER_OK) {
@@ -144,6 +161,7 @@ void fer_core_destroy(struct fer_core *c)
     free(c->slots);
     free(c->free_slots);
     free(c->obs_slab);
+    free(c->payload);
     free(c->queue);
     free(c->qjobs);
     free(c->skip);
@@ -179,12 +197,14 @@ int fer_core_get_config(struct fer_core *c, struct fer_config *out)
 
 /* ---- settings (any thread) ----------------------------------------------------------------------- */
 
-int fer_core_set_calibration(struct fer_core *c, uint64_t nfe_ns, uint64_t admission_reserve_ns)
+int fer_core_set_calibration(struct fer_core *c, uint64_t nfe_ns, uint64_t admission_reserve_ns,
+                             uint64_t prefix_ns)
 {
     FER_CHECK_ARGS(c != NULL);
     pthread_mutex_lock(&c->mu);
     c->cfg.nfe_ns = nfe_ns;
     c->cfg.admission_reserve_ns = admission_reserve_ns;
+    c->cfg.prefix_ns = prefix_ns;
     pthread_mutex_unlock(&c->mu);
     return FER_OK;
 }

@@ -8,6 +8,10 @@
  * estimate decays once the load is gone; the configured value stays the floor. The static model
  * keeps ADR 0015's operator-owned number, and the same tail feeds the drift alarm.
  *
+ * The core holds two instances of the same estimator: one for NFEs (fed by fer_core_step) and,
+ * for two-phase models, one for prefix passes (fed by fer_core_prefix_done); both share the
+ * model, window and quantile, and each is read with its own configured floor (nfe_ns, prefix_ns).
+ *
  * Layout and invariants: fer_cost.h. Work: record O(FER_COST_BUCKETS) at most (a sub-window
  * rotation clears one histogram; the quantile scan walks down from the highest bucket), the
  * admission read O(1), nothing allocated. Every call runs under core->mu.
@@ -176,19 +180,23 @@ int fer_core_set_cost_model(struct fer_core *c, uint32_t cost_model, uint64_t wi
     c->cfg.cost_window_ns = window_ns;
     c->cfg.cost_quantile_ppm = quantile_ppm;
     fer_cost_configure(&c->cost, &c->cfg);
+    fer_cost_configure(&c->prefix_cost, &c->cfg);
     pthread_mutex_unlock(&c->mu);
     return FER_OK;
 }
 
 int fer_core_cost_stats(struct fer_core *c, uint64_t now, struct fer_cost_stats *out)
 {
-    struct fer_cost *k;
+    struct fer_cost *k, *p;
 
     FER_CHECK_ARGS(c != NULL && out != NULL);
     pthread_mutex_lock(&c->mu);
     k = &c->cost;
+    p = &c->prefix_cost;
     if (advance(k, now))
         recompute(k);
+    if (advance(p, now))
+        recompute(p);
     out->cost_model = k->model;
     out->quantile_ppm = k->quantile_ppm;
     out->window_ns = k->window_ns;
@@ -196,8 +204,12 @@ int fer_core_cost_stats(struct fer_core *c, uint64_t now, struct fer_cost_stats 
     out->observed_tail_ns = k->tail;
     out->window_max_ns = k->window_max;
     out->window_samples = k->total;
-    out->in_use_ns = c->cfg.nfe_ns ? fer_cost_nfe_ns(k, c->cfg.nfe_ns, now) : 0;
+    out->in_use_ns = c->cfg.nfe_ns ? fer_nfe_in_use(c, now) : 0;
     out->samples_total = k->samples;
+    out->prefix_configured_ns = c->cfg.prefix_ns;
+    out->prefix_observed_tail_ns = p->tail;
+    out->prefix_in_use_ns = c->cfg.nfe_ns ? fer_prefix_in_use(c, now) : 0;
+    out->prefix_samples_total = p->samples;
     pthread_mutex_unlock(&c->mu);
     return FER_OK;
 }

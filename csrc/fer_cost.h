@@ -1,8 +1,9 @@
 /*
- * fer_cost.h - the NFE cost model of DESIGN §5.2: static or adaptive, and the observed tail.
+ * fer_cost.h - the cost model of DESIGN §5.2: static or adaptive, and the observed tail.
  *
- * Private to the core (not part of the cdef). The estimator is a windowed tail of the measured
- * NFE durations that fer_core_step receives: a log-linear histogram (FER_COST_PER_OCTAVE
+ * Private to the core (not part of the cdef). The estimator is a windowed tail of measured
+ * durations (the core has two instances: NFEs from fer_core_step, prefix passes from
+ * fer_core_prefix_done): a log-linear histogram (FER_COST_PER_OCTAVE
  * buckets per power of two, about 4% wide) per sub-window, FER_COST_SUBWINDOWS sub-windows of
  * window_ns / FER_COST_SUBWINDOWS rotating on the caller's `now`, plus their running sum. The
  * tail is the quantile_ppm quantile of the samples in the window, reported as the upper edge of
@@ -57,11 +58,12 @@ int fer_cost_config_valid(const struct fer_config *cfg);
 /* Set the model, window (0 = default) and quantile (0 = default); forgets every sample when
  * the window changes. Writes the effective values back into cfg. */
 void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg);
-/* One measured NFE of nfe_ns nanoseconds that ended at now. */
+/* One measured NFE (or prefix pass) of nfe_ns nanoseconds that ended at now. */
 void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns);
 
-/* The admission path's read (DESIGN §5.2): the ns per NFE admission assumes at `now`. */
-static inline uint64_t fer_cost_nfe_ns(const struct fer_cost *k, uint64_t configured, uint64_t now)
+/* The admission path's read (DESIGN §5.2): the ns per unit (NFE or prefix pass) admission
+ * assumes at `now`, given the configured value. */
+static inline uint64_t fer_cost_in_use(const struct fer_cost *k, uint64_t configured, uint64_t now)
 {
     return now < k->valid_until_ns && k->adm_tail > configured ? k->adm_tail : configured;
 }

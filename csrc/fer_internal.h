@@ -105,11 +105,15 @@ int fer_ring_push_quiet(struct fer_ring *ring, const struct fer_outcome *rec, co
 int fer_ring_nonempty(struct fer_ring *ring);
 
 /* ---- request slot ------------------------------------------------------------------------------
- * queue_capacity + workers slots exist. Invariants: state FREE <=> on the free stack;
- * QUEUED <=> in queue[]; RUNNING <=> lanes[lane].slot == this slot. session is the index of a
- * live session whose `outstanding` counts this slot, and snext / sprev link the session's
- * non-FREE slots (so per-session work is O(its own requests), not O(queue)). cancelled only
- * when RUNNING. */
+ * queue_capacity + workers + 1 slots exist. Invariants: state FREE <=> on the free stack or the
+ * staging slot (exactly one FREE slot, core->staging, is off the stack: at most queue_capacity
+ * are QUEUED and workers RUNNING, so one is always left for it); QUEUED <=> in queue[];
+ * RUNNING <=> lanes[lane].slot == this slot. session is the index of a live session whose
+ * `outstanding` counts this slot, and snext / sprev link the session's non-FREE slots (so
+ * per-session work is O(its own requests), not O(queue)). cancelled only when RUNNING.
+ * prefix_pending = two_phase while QUEUED; cleared by prefix_done while RUNNING. The slot's
+ * payload bytes (core->payload + id * payload_stride) are the caller's: the core never touches
+ * them, it only guarantees that the slot is not reused before it is freed. */
 enum fer_slot_state { FER_SLOT_FREE = 0, FER_SLOT_QUEUED = 1, FER_SLOT_RUNNING = 2 };
 
 struct fer_slot {
@@ -126,6 +130,7 @@ struct fer_slot {
     uint8_t state;
     uint8_t tested;     /* passed the admission test: an EXPIRED end is a calibration miss */
     uint8_t cancelled;  /* a newer generation was accepted while this ran */
+    uint8_t prefix_pending; /* two-phase: the prefix pass has not been reported yet */
     uint64_t sequence;
     uint64_t generation;
     uint64_t deadline_ns;
@@ -178,8 +183,8 @@ struct fer_lane {
 /* ---- the core ----------------------------------------------------------------------------------
  * Everything below `mu` is guarded by it except rings (SPSC, see above) and pop_cursor (consumer
  * only). queue[0..qlen) holds QUEUED slot ids in EDF order (head first); qjobs[i] mirrors the
- * deadline and remaining NFE of queue[i], so the admission simulation reads one contiguous
- * array instead of chasing slots. */
+ * deadline, remaining NFE and pending prefix of queue[i], so the admission simulation reads one
+ * contiguous array instead of chasing slots. */
 struct fer_core {
     pthread_mutex_t mu;
     pthread_cond_t work_cv;     /* signalled on enqueue and on shutdown */
@@ -192,7 +197,10 @@ struct fer_core {
     uint32_t nslots;
     uint32_t *free_slots;       /* stack */
     uint32_t nfree;
+    uint32_t staging;           /* free slot the next accepted request takes (not on the stack) */
     float *obs_slab;
+    uint8_t *payload;           /* nslots x payload_stride bytes, cache-line aligned, or NULL */
+    size_t payload_stride;      /* payload_bytes rounded up to FER_CACHELINE */
 
     uint32_t *queue;
     struct fer_admit_job *qjobs;
@@ -223,7 +231,30 @@ struct fer_core {
     uint64_t touch_seq;
     struct fer_stats st;        /* counters; gauges are filled in by fer_core_stats */
     struct fer_cost cost;       /* DESIGN §5.2 cost model: measured NFE tail (fer_cost.c) */
+    struct fer_cost prefix_cost; /* the same for prefix passes (two_phase) */
 };
+
+/* ---- what work costs (DESIGN §5, §5.2), core->mu held ------------------------------------ */
+
+/* ns per NFE admission and dispatch assume at now: static nfe_ns, adaptive max(nfe_ns, tail). */
+static inline uint64_t fer_nfe_in_use(const struct fer_core *c, uint64_t now)
+{
+    return fer_cost_in_use(&c->cost, c->cfg.nfe_ns, now);
+}
+
+/* ns per prefix pass admission and dispatch assume at now: 0 for single-graph models. */
+static inline uint64_t fer_prefix_in_use(const struct fer_core *c, uint64_t now)
+{
+    return c->cfg.two_phase ? fer_cost_in_use(&c->prefix_cost, c->cfg.prefix_ns, now) : 0;
+}
+
+/* When work begun at start ends: its pending prefix (if any) then n NFEs, saturating. With no
+ * prefix pending this is exactly fer_sat_finish(start, n, nfe). */
+static inline uint64_t fer_work_finish(uint64_t start, uint32_t prefix_pending, uint64_t prefix,
+                                       uint64_t n, uint64_t nfe)
+{
+    return fer_sat_finish(prefix_pending ? fer_sat_add(start, prefix) : start, n, nfe);
+}
 
 /* ---- calls shared between the core's files (all with core->mu held unless noted) ---------- */
 
@@ -236,7 +267,8 @@ uint32_t fer_session_evictable(struct fer_core *c);
 void fer_session_evict(struct fer_core *c, uint32_t si, uint64_t now);
 /* A new session for r's id (a free index must exist), generation r->generation. */
 uint32_t fer_session_create(struct fer_core *c, const struct fer_request *r, uint64_t h);
-/* Take a free slot (one must exist), fill it from r, link it into session si. Not yet queued. */
+/* Take the staging slot, fill it from r, link it into session si, and stage a new free slot (one
+ * must exist: the caller has freed any victim first). Not yet queued. */
 uint32_t fer_slot_take(struct fer_core *c, const struct fer_request *r, uint32_t si, uint64_t now,
                        int tested);
 /* Unlink slot id from its session and push it on the free stack. */

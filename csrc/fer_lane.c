@@ -1,6 +1,7 @@
 /*
  * fer_lane.c - the worker lanes (DESIGN §5's W non-preemptive EDF lanes): waiting for work,
- * dispatching the EDF head, accounting each NFE step, finishing, and a lane's death.
+ * dispatching the EDF head, accounting a two-phase model's prefix pass and each NFE step,
+ * finishing, and a lane's death.
  *
  * Worker i alone calls these for lane i, so ring lane+1 keeps a single producer. Each call holds
  * core->mu for O(queue) at most and sleeps only in wait_for_work's condvar wait.
@@ -32,16 +33,16 @@ int fer_core_wait_for_work(struct fer_core *c, uint32_t lane, uint64_t timeout_n
     return ready;
 }
 
-/* Whether queued slot s can still finish by its deadline if started now. */
+/* Whether queued slot s can no longer finish by its deadline if started now. */
 static int dispatch_expired(const struct fer_core *c, const struct fer_slot *s, uint64_t now)
 {
     if (s->deadline_ns == 0)
         return 0;
     if (c->cfg.nfe_ns == 0)
         return now >= s->deadline_ns;
-    /* cost-model hook (§5.2): the same per-NFE cost admission assumes. */
-    return !fer_meets(fer_sat_finish(now, s->remaining_nfe,
-                                     fer_cost_nfe_ns(&c->cost, c->cfg.nfe_ns, now)),
+    /* cost-model hook (§5.2): the same cost admission assumes (pending prefix + NFEs). */
+    return !fer_meets(fer_work_finish(now, s->prefix_pending, fer_prefix_in_use(c, now),
+                                      s->remaining_nfe, fer_nfe_in_use(c, now)),
                       s->deadline_ns);
 }
 
@@ -106,6 +107,40 @@ static uint32_t running_slot(const struct fer_core *c, uint32_t lane)
     return c->lanes[lane].slot;
 }
 
+/* After the prefix pass (two_phase): like a step that does no NFE. Stale and expired work stops
+ * here, before its first NFE, and the pass is measured like an NFE into its own estimator. */
+int fer_core_prefix_done(struct fer_core *c, uint32_t lane, uint64_t now,
+                         uint64_t prefix_ns_measured)
+{
+    uint32_t id;
+    struct fer_slot *s;
+    int rc, rang = 0;
+
+    FER_CHECK_ARGS(FER_LANE_OK(c, lane));
+    pthread_mutex_lock(&c->mu);
+    id = running_slot(c, lane);
+    if (id == FER_NONE || !c->slots[id].prefix_pending) {
+        /* No work, a single-graph model, or the prefix was already reported. */
+        pthread_mutex_unlock(&c->mu);
+        return FER_ESTATE;
+    }
+    s = &c->slots[id];
+    s->prefix_pending = 0;
+    c->st.busy_ns = fer_sat_add(c->st.busy_ns, prefix_ns_measured);
+    fer_cost_record(&c->prefix_cost, now, prefix_ns_measured); /* cost-model hook */
+    if (s->cancelled) {
+        rang = fer_emit_slot(c, id, FER_REJECTED_STALE, now, (int32_t)lane, NULL);
+        rc = FER_STEP_STOP_STALE;
+    } else if (s->deadline_ns != 0 && now >= s->deadline_ns) {
+        rang = fer_emit_slot(c, id, FER_EXPIRED, now, (int32_t)lane, NULL);
+        rc = FER_STEP_STOP_EXPIRED;
+    } else {
+        rc = FER_STEP_CONTINUE;
+    }
+    fer_unlock_and_ring(c, rang);
+    return rc;
+}
+
 int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_ns_measured)
 {
     uint32_t id;
@@ -115,8 +150,9 @@ int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_
     FER_CHECK_ARGS(FER_LANE_OK(c, lane));
     pthread_mutex_lock(&c->mu);
     id = running_slot(c, lane);
-    if (id == FER_NONE || c->slots[id].remaining_nfe == 0) {
-        /* No work, or the work is already DONE and waits for finish. */
+    if (id == FER_NONE || c->slots[id].remaining_nfe == 0 || c->slots[id].prefix_pending) {
+        /* No work, the work is already DONE and waits for finish, or its prefix has not been
+         * reported (prefix_done comes first). */
         pthread_mutex_unlock(&c->mu);
         return FER_ESTATE;
     }

@@ -1,7 +1,7 @@
 /*
  * fer_queue.c - the bounded EDF queue: queue[0..qlen) holds QUEUED slot ids sorted by
- * (deadline, none last; then arrival_seq), head first, and qjobs[] mirrors each entry's deadline
- * and remaining NFE for the admission simulation (see struct fer_core).
+ * (deadline, none last; then arrival_seq), head first, and qjobs[] mirrors each entry's deadline,
+ * remaining NFE and pending prefix for the admission simulation (see struct fer_core).
  *
  * arrival_seq is unique, so the order is total and every entry is found by binary search. Insert
  * and remove shift the tail with memmove: O(queue) bytes, no allocation, called with core->mu held.
@@ -57,6 +57,8 @@ void fer_queue_insert(struct fer_core *c, uint32_t id)
     c->queue[pos] = id;
     c->qjobs[pos].deadline_ns = s->deadline_ns;
     c->qjobs[pos].remaining_nfe = s->remaining_nfe;
+    c->qjobs[pos].prefix_pending = s->prefix_pending;
+    c->qjobs[pos]._pad = 0;
     c->qlen++;
     s->state = FER_SLOT_QUEUED;
 }

@@ -1,6 +1,7 @@
 /*
  * fer_session.c - the session table (fixed array + open-addressing index, DESIGN §7's bound on
- * tracked sessions) and the request slots each session owns.
+ * tracked sessions) and the request slots each session owns, including the staging slot the
+ * request thread writes a request's payload into before submit.
  *
  * A session exists only while it is worth remembering: it is created on acceptance and evicted,
  * least recently accepted first, only when the table is full and it has no queued or running work.
@@ -133,8 +134,12 @@ static void session_link(struct fer_core *c, uint32_t si, uint32_t id)
 uint32_t fer_slot_take(struct fer_core *c, const struct fer_request *r, uint32_t si, uint64_t now,
                        int tested)
 {
-    uint32_t id = c->free_slots[--c->nfree];
+    uint32_t id = c->staging;
     struct fer_slot *s = &c->slots[id];
+
+    /* The payload the request thread wrote into the staging slot travels with it; the next
+     * request gets another free slot (the free stack is never empty here, see struct fer_slot). */
+    c->staging = c->free_slots[--c->nfree];
 
     memcpy(s->session_id, r->session_id, r->session_id_len);
     s->session_id_len = r->session_id_len;
@@ -145,6 +150,7 @@ uint32_t fer_slot_take(struct fer_core *c, const struct fer_request *r, uint32_t
     s->lane = FER_NONE;
     s->tested = (uint8_t)tested;
     s->cancelled = 0;
+    s->prefix_pending = (uint8_t)c->cfg.two_phase;
     s->sequence = r->sequence;
     s->generation = r->generation;
     s->deadline_ns = r->deadline_ns;
@@ -157,6 +163,27 @@ uint32_t fer_slot_take(struct fer_core *c, const struct fer_request *r, uint32_t
         memcpy(s->obs, r->observation, (size_t)c->cfg.obs_dim * sizeof(float));
     session_link(c, si, id);
     return id;
+}
+
+/* ---- the staging slot and payloads (public API, fer.h) ------------------------------------ */
+
+int fer_core_staging_slot(struct fer_core *c)
+{
+    uint32_t id;
+
+    FER_CHECK_ARGS(c != NULL);
+    pthread_mutex_lock(&c->mu);
+    id = c->staging;
+    pthread_mutex_unlock(&c->mu);
+    return (int)id;
+}
+
+void *fer_core_payload(struct fer_core *c, uint32_t slot)
+{
+    /* payload, payload_stride and nslots are fixed at create: no mutex needed. */
+    if (c == NULL || c->payload == NULL || slot >= c->nslots)
+        return NULL;
+    return c->payload + (size_t)slot * c->payload_stride;
 }
 
 void fer_slot_free(struct fer_core *c, uint32_t id)

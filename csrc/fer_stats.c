@@ -65,6 +65,7 @@ static void lane_state(const struct fer_core *c, uint32_t i, struct fer_lane_sta
     FER_SLOT_VIEW(o, c, l->slot);
     o->nfe_done = s->nfe_done;
     o->cancelled = s->cancelled;
+    o->prefix_pending = s->prefix_pending;
     o->dispatch_ns = s->dispatch_ns;
 }
 

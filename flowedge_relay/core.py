@@ -6,10 +6,12 @@ one place, :func:`_check`.
 
 Buffers: each calling role has its own preallocated cdata (the request struct for the request
 thread, a work struct and observation / action buffers per lane, an outcome array for the
-publisher), so the hot path allocates no C memory. The flip side is the thread contract of
-core-api.md: one request thread calls ``submit``, only worker ``i`` calls the lane-``i`` methods,
-one publisher thread calls ``wait_outputs`` / ``pop_outcomes``. CFFI releases the GIL inside every
-C call, so a worker blocked in ``wait_for_work`` does not block the interpreter.
+publisher), so the hot path allocates no C memory. Per-request payloads live in the core's slots
+(allocated at create); ``payload_view(slot)`` is a numpy view of one, made once per slot at create.
+The flip side is the thread contract of core-api.md: one request thread calls ``submit`` (and
+writes the staging slot's payload), only worker ``i`` calls the lane-``i`` methods, one publisher
+thread calls ``wait_outputs`` / ``pop_outcomes``. CFFI releases the GIL inside every C call, so a
+worker blocked in ``wait_for_work`` does not block the interpreter.
 """
 
 from __future__ import annotations
@@ -155,6 +157,9 @@ class CoreConfig:
     cost_model: CostModel = CostModel.STATIC
     cost_window_ns: int = 0  # 0 = 1 s
     cost_quantile_ppm: int = 0  # 0 = 990000 (p99)
+    two_phase: int = 0  # 1: every request pays prefix_ns once before its first NFE (§5, §10)
+    payload_bytes: int = 0  # bytes of per-request payload in each slot; 0 = none
+    prefix_ns: int = 0  # calibrated ns of one prefix pass; used only when two_phase
 
 
 @dataclass
@@ -246,6 +251,11 @@ class CostStats:
     window_samples: int
     in_use_ns: int
     samples_total: int
+    # the same for prefix passes (two-phase models); defaults so single-graph callers can omit them
+    prefix_configured_ns: int = 0
+    prefix_observed_tail_ns: int = 0
+    prefix_in_use_ns: int = 0
+    prefix_samples_total: int = 0
 
 
 @dataclass(frozen=True)
@@ -275,6 +285,7 @@ class LaneState:
     deadline_ns: int
     dispatch_ns: int
     cancelled: bool
+    prefix_pending: bool = False  # two-phase work whose prefix pass is not reported yet
 
 
 _STATS_SCALARS = [f for f in Stats.__dataclass_fields__ if f not in
@@ -321,11 +332,33 @@ class Core:
         # publisher
         self._out = ffi.new("struct fer_outcome[]", _POP_CHUNK)
         self._out_act, self._out_act_np = _float_buffer(_POP_CHUNK * config.action_len)
+        # payloads: one view per slot over the core's own memory (fixed at create)
+        self.slots = config.queue_capacity + config.workers + 1
+        self._payloads = self._payload_views(config.payload_bytes)
+
+    def _payload_views(self, nbytes: int) -> list[np.ndarray]:
+        """A uint8[nbytes] view of every slot's payload (empty arrays when nbytes == 0), so the
+        request thread and the workers never build one on the hot path."""
+        if nbytes == 0:
+            empty = np.zeros(0, np.uint8)
+            empty.flags.writeable = False
+            return [empty] * self.slots
+        views = []
+        for slot in range(self.slots):
+            ptr = lib.fer_core_payload(self._core, slot)
+            if ptr == ffi.NULL:  # pragma: no cover - the core and this module disagree on slots
+                raise CoreError(lib.FER_ESTATE, f"no payload for slot {slot}")
+            views.append(np.frombuffer(ffi.buffer(ffi.cast("uint8_t *", ptr), nbytes), np.uint8))
+        if lib.fer_core_payload(self._core, self.slots) != ffi.NULL:  # pragma: no cover
+            raise CoreError(lib.FER_ESTATE, "the core has more slots than expected")
+        return views
 
     # ---- lifetime ----------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Free the core. Payload views handed out before must no longer be used."""
         core, self._core = getattr(self, "_core", None), None
+        self._payloads = []
         if core is not None:
             lib.fer_core_destroy(core)
 
@@ -372,6 +405,20 @@ class Core:
             ffi.memmove(self._req_obs, np.ascontiguousarray(obs), 4 * self.obs_dim)
         return Decision(_check(lib.fer_core_submit(self._live(), r, now)))
 
+    def staging_slot(self) -> int:
+        """The slot the next accepted submit occupies: write its payload there first. It changes
+        only when a submit is ACCEPTED."""
+        return _check(lib.fer_core_staging_slot(self._live()))
+
+    def payload_view(self, slot: int) -> np.ndarray:
+        """uint8[payload_bytes] view of `slot`'s payload in the core's memory (empty when
+        payload_bytes is 0). The core never touches it; a worker may read it from dispatch until
+        its lane's finish or STOP_* step / prefix_done. Valid until close()."""
+        self._live()
+        if not 0 <= slot < self.slots:
+            raise InvalidArgument(lib.FER_EINVAL, f"slot {slot} not in 0..{self.slots - 1}")
+        return self._payloads[slot]
+
     # ---- worker thread for a lane --------------------------------------------------------------
 
     def wait_for_work(self, lane: int, timeout_ns: int) -> bool:
@@ -388,6 +435,11 @@ class Core:
                     sequence=w.sequence, generation=w.generation,
                     remaining_nfe=w.remaining_nfe, noise_seed=w.noise_seed,
                     deadline_ns=w.deadline_ns, observation=self._work_obs[lane][1])
+
+    def prefix_done(self, lane: int, now: int, measured_ns: int) -> Step:
+        """After the prefix pass of the lane's work (two_phase): CONTINUE, or STOP_STALE /
+        STOP_EXPIRED with the outcome emitted and the lane freed, as step does."""
+        return Step(_check(lib.fer_core_prefix_done(self._live(), lane, now, measured_ns)))
 
     def step(self, lane: int, now: int, nfe_ns_measured: int) -> Step:
         return Step(_check(lib.fer_core_step(self._live(), lane, now, nfe_ns_measured)))
@@ -436,8 +488,9 @@ class Core:
 
     # ---- any thread -----------------------------------------------------------------------------
 
-    def set_calibration(self, nfe_ns: int, admission_reserve_ns: int) -> None:
-        _check(lib.fer_core_set_calibration(self._live(), nfe_ns, admission_reserve_ns))
+    def set_calibration(self, nfe_ns: int, admission_reserve_ns: int, prefix_ns: int = 0) -> None:
+        _check(lib.fer_core_set_calibration(self._live(), nfe_ns, admission_reserve_ns,
+                                            prefix_ns))
 
     def set_policy(self, reject_if_retry_count_gte: int, age_gate: AgeGate,
                    reject_if_queue_age_ns_gte: int, queue_timeout_ns: int) -> None:
@@ -459,7 +512,9 @@ class Core:
             window_ns=k.window_ns, configured_ns=k.configured_ns,
             observed_tail_ns=k.observed_tail_ns, window_max_ns=k.window_max_ns,
             window_samples=k.window_samples, in_use_ns=k.in_use_ns,
-            samples_total=k.samples_total,
+            samples_total=k.samples_total, prefix_configured_ns=k.prefix_configured_ns,
+            prefix_observed_tail_ns=k.prefix_observed_tail_ns,
+            prefix_in_use_ns=k.prefix_in_use_ns, prefix_samples_total=k.prefix_samples_total,
         )  # fmt: skip
 
     def stats(self) -> Stats:
@@ -487,7 +542,7 @@ class Core:
                           sequence=x.sequence, generation=x.generation,
                           remaining_nfe=x.remaining_nfe, nfe_done=x.nfe_done,
                           deadline_ns=x.deadline_ns, dispatch_ns=x.dispatch_ns,
-                          cancelled=bool(x.cancelled))
+                          cancelled=bool(x.cancelled), prefix_pending=bool(x.prefix_pending))
                 for x in buf[0:n]]
 
     def session_generation(self, session_id: bytes) -> int | None:

@@ -197,6 +197,7 @@ class RelayNode(Node):
                 ring_capacity=p["output_ring_capacity"],
                 nfe_ns=p["nfe_ns"],
                 admission_reserve_ns=p["admission_reserve_ns"],
+                prefix_ns=p["prefix_ns"],
                 reject_if_retry_count_gte=p["reject_if_retry_count_gte"],
                 age_gate=AgeGate[p["age_gate"].upper()],
                 reject_if_queue_age_ns_gte=p["reject_if_queue_age_ms_gte"] * MS,
@@ -509,8 +510,8 @@ class RelayNode(Node):
         """Push accepted live values into the core and workers (cached values follow)."""
         names = {param.name for param in params}
         get = lambda name: self.get_parameter(name).value  # noqa: E731
-        if names & {"nfe_ns", "admission_reserve_ns"}:
-            self.core.set_calibration(get("nfe_ns"), get("admission_reserve_ns"))
+        if names & {"nfe_ns", "admission_reserve_ns", "prefix_ns"}:
+            self.core.set_calibration(get("nfe_ns"), get("admission_reserve_ns"), get("prefix_ns"))
         if names & {"reject_if_retry_count_gte", "age_gate", "reject_if_queue_age_ms_gte",
                     "queue_timeout_ms"}:
             self.core.set_policy(

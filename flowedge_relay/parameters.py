@@ -75,6 +75,15 @@ SPECS: tuple[Spec, ...] = (
         MINUTE_NS,
         read_only=False,
     ),
+    Spec(
+        "prefix_ns",
+        0,
+        "measured upper bound of a two-phase model's prefix pass in ns, paid once per request "
+        "before its first NFE (DESIGN.md section 5); ignored for single-graph models",
+        0,
+        MINUTE_NS,
+        read_only=False,
+    ),
     # Cost model (DESIGN.md section 5.2): live
     Spec(
         "cost_model",

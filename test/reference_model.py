@@ -48,6 +48,7 @@ class Item:
     nfe_done: int = 0
     dispatch_ns: int = 0
     cancelled: bool = False
+    prefix_pending: bool = False  # two-phase: its prefix pass has not been reported yet
 
     def key(self) -> tuple:
         return edf_key(self.deadline_ns, self.arrival_seq)
@@ -78,6 +79,8 @@ class RefConfig:
     cost_model: int = 0
     cost_window_ns: int = 0
     cost_quantile_ppm: int = 1_000_000
+    two_phase: int = 0
+    prefix_ns: int = 0
 
 
 class RefCost:
@@ -92,6 +95,7 @@ class RefCost:
     def __init__(self) -> None:
         self.window_ns = 0
         self.model = 0
+        self.samples = 0
 
     def configure(self, model: int, window_ns: int, quantile_ppm: int) -> None:
         assert quantile_ppm in (0, 1_000_000), "the reference models the maximum only"
@@ -122,6 +126,7 @@ class RefCost:
         return True
 
     def record(self, now: int, measured: int) -> None:
+        self.samples += 1
         self._advance(now)
         k = self.epoch % self.SUBWINDOWS
         self.sub_count[k] += 1
@@ -178,8 +183,18 @@ class RefCore:
         self.st = RefStats()
         self.cost = RefCost()
         self.cost.configure(cfg.cost_model, cfg.cost_window_ns, cfg.cost_quantile_ppm)
+        self.prefix_cost = RefCost()  # §5.2 for prefix passes: same model, window, quantile
+        self.prefix_cost.configure(cfg.cost_model, cfg.cost_window_ns, cfg.cost_quantile_ppm)
 
     # ---- helpers ---------------------------------------------------------------------------
+
+    def prefix_in_use(self, now: int) -> int:
+        """§5: what one prefix pass costs in admission and dispatch; 0 for single-graph models."""
+        return self.prefix_cost.nfe_ns(self.cfg.prefix_ns, now) if self.cfg.two_phase else 0
+
+    def cost_of(self, it_pending: bool, n: int, nfe: int, prefix: int) -> int:
+        """A request's cost: its pending prefix (if any) + n NFEs."""
+        return (prefix if it_pending else 0) + n * nfe
 
     def outstanding(self, sid: bytes) -> list[Item]:
         return [q for q in self.queue if q.session_id == sid] + \
@@ -314,7 +329,7 @@ class RefCore:
             retry_count=r["retry_count"], retry_reason=r["retry_reason"],
             remaining_nfe=r["remaining_nfe"], deadline_ns=dl,
             deadline_ros_ns=r["deadline_ros_ns"], arrival_ns=now,
-            arrival_seq=self.arrival_seq, tested=tested))
+            arrival_seq=self.arrival_seq, tested=tested, prefix_pending=bool(cfg.two_phase)))
         self.queue.sort(key=Item.key)
         self.st.accepted += 1
         return ACCEPTED
@@ -323,30 +338,33 @@ class RefCore:
 
     def _admissible(self, r, now, retained, victim, cancelled_by_x) -> bool:
         nfe = self.cost.nfe_ns(self.cfg.nfe_ns, now)  # §5.2: static = nfe_ns
+        prefix = self.prefix_in_use(now)
         lanes = []
         for i, w in enumerate(self.lanes):
             if not self.alive[i]:
                 continue
             if w is None:
                 lanes.append(now)
-            elif w.cancelled or cancelled_by_x(w):
-                lanes.append(sat(now + nfe))
+            elif w.cancelled or cancelled_by_x(w):  # the unit in flight: prefix or one NFE
+                lanes.append(sat(now + (prefix if w.prefix_pending else nfe)))
             else:
-                lanes.append(sat(now + w.remaining_nfe * nfe))
+                lanes.append(sat(now + self.cost_of(w.prefix_pending, w.remaining_nfe, nfe,
+                                                    prefix)))
         if not lanes:
             return False
         x_key = edf_key(r["deadline_ns"], self.arrival_seq + 1)
-        jobs = [(q.key(), q.deadline_ns, q.remaining_nfe, False)
+        jobs = [(q.key(), q.deadline_ns, q.remaining_nfe, q.prefix_pending, False)
                 for q in retained if q is not victim]
-        jobs.append((x_key, r["deadline_ns"], r["remaining_nfe"], True))
+        jobs.append((x_key, r["deadline_ns"], r["remaining_nfe"], bool(self.cfg.two_phase),
+                     True))
         jobs.sort(key=lambda j: j[0])
         judged = False
-        for _, deadline, n, is_x in jobs:
+        for _, deadline, n, pending, is_x in jobs:
             judged = judged or is_x
             if deadline == 0:
                 break
             k = min(range(len(lanes)), key=lambda i: lanes[i])
-            lanes[k] = sat(lanes[k] + n * nfe)
+            lanes[k] = sat(lanes[k] + self.cost_of(pending, n, nfe, prefix))
             if judged and not meets(lanes[k] + self.cfg.admission_reserve_ns, deadline):
                 return False
         return True
@@ -357,9 +375,11 @@ class RefCore:
         if not self.alive[lane] or self.lanes[lane] is not None:
             return ESTATE
         nfe = self.cost.nfe_ns(self.cfg.nfe_ns, now)  # §5.2: what admission assumes
+        prefix = self.prefix_in_use(now)
         while self.queue:
             it = self.queue.pop(0)
-            if it.deadline_ns and (not meets(now + it.remaining_nfe * nfe, it.deadline_ns)
+            cost = self.cost_of(it.prefix_pending, it.remaining_nfe, nfe, prefix)
+            if it.deadline_ns and (not meets(now + cost, it.deadline_ns)
                                    if nfe else now >= it.deadline_ns):
                 self._emit_item(it, EXPIRED, now, lane, ran=False)
                 continue
@@ -371,9 +391,24 @@ class RefCore:
             return it
         return None
 
+    def prefix_done(self, lane: int, now: int, measured: int):
+        it = self.lanes[lane]
+        if not self.alive[lane] or it is None or not it.prefix_pending:
+            return ESTATE
+        it.prefix_pending = False
+        self.st.busy_ns = sat(self.st.busy_ns + measured)
+        self.prefix_cost.record(now, measured)
+        if it.cancelled:
+            self._free_lane(lane, REJECTED_STALE, now)
+            return STOP_STALE
+        if it.deadline_ns and now >= it.deadline_ns:
+            self._free_lane(lane, EXPIRED, now)
+            return STOP_EXPIRED
+        return CONTINUE
+
     def step(self, lane: int, now: int, measured: int):
         it = self.lanes[lane]
-        if not self.alive[lane] or it is None or it.remaining_nfe == 0:
+        if not self.alive[lane] or it is None or it.remaining_nfe == 0 or it.prefix_pending:
             return ESTATE
         it.remaining_nfe -= 1
         it.nfe_done += 1
@@ -442,13 +477,21 @@ class RefCore:
                 break
         return out
 
-    def set_calibration(self, nfe_ns: int, reserve_ns: int) -> None:
+    def set_calibration(self, nfe_ns: int, reserve_ns: int, prefix_ns: int = 0) -> None:
         self.cfg.nfe_ns, self.cfg.admission_reserve_ns = nfe_ns, reserve_ns
+        self.cfg.prefix_ns = prefix_ns
 
     def set_cost_model(self, model: int, window_ns: int, quantile_ppm: int) -> None:
         self.cfg.cost_model, self.cfg.cost_window_ns = model, window_ns
         self.cfg.cost_quantile_ppm = quantile_ppm
         self.cost.configure(model, window_ns, quantile_ppm)
+        self.prefix_cost.configure(model, window_ns, quantile_ppm)
+
+    def prefix_cost_stats(self, now: int) -> tuple:
+        """(prefix tail, prefix in use, prefix samples) as fer_core_cost_stats reports them."""
+        tail, _, _ = self.prefix_cost.stats(self.cfg.prefix_ns, now)
+        in_use = self.prefix_in_use(now) if self.cfg.nfe_ns else 0
+        return tail, in_use, self.prefix_cost.samples
 
     def set_policy(self, gte: int, gate: int, age_gte: int, timeout: int) -> None:
         self.cfg.reject_if_retry_count_gte, self.cfg.age_gate = gte, gate
@@ -466,5 +509,5 @@ class RefCore:
             else:
                 out.append((i, self.alive[i], True, w.session_id, w.sequence, w.generation,
                             w.remaining_nfe, w.nfe_done, w.deadline_ns, w.dispatch_ns,
-                            w.cancelled))
+                            w.cancelled, w.prefix_pending))
         return out

@@ -2,7 +2,8 @@
 
 - hand-computed lane simulations, saturation at UINT64_MAX, check_from, zero lanes;
 - W = 1 equals the prefix-sum test of ADR 0015 (every affected EDF deadline prefix fits);
-- W > 1 equals an independent heap-based simulation in Python.
+- W > 1 equals an independent heap-based simulation in Python;
+- a two-phase job's pending prefix (prefix_ns) is paid once, before its NFEs (DESIGN §5).
 """
 
 import heapq
@@ -12,21 +13,23 @@ from flowedge_relay._fer_core import ffi, lib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowedge_relay.core import Core, CoreConfig, Decision, Request
+from flowedge_relay.core import Core, CoreConfig, Decision, Request, Step
 
 U64 = 2**64 - 1
 
 
-def first_miss(lanes, jobs, check_from=0, nfe=100, reserve=0):
-    """jobs: [(deadline, remaining_nfe)] in EDF order."""
+def first_miss(lanes, jobs, check_from=0, nfe=100, reserve=0, prefix=0):
+    """jobs: [(deadline, remaining_nfe)] or [(deadline, remaining_nfe, prefix_pending)] in EDF
+    order."""
     ls = ffi.new("uint64_t[]", list(lanes) or [0])
     before = list(ls)
     js = ffi.new("struct fer_admit_job[]", max(len(jobs), 1))
-    for i, (d, n) in enumerate(jobs):
+    for i, (d, n, *pending) in enumerate(jobs):
         js[i].deadline_ns, js[i].remaining_nfe = d, n
+        js[i].prefix_pending = pending[0] if pending else 0
     scratch = ffi.new("uint64_t[]", max(len(lanes), 1))
-    got = lib.fer_admit_first_miss(ls, len(lanes), js, len(jobs), check_from, nfe, reserve,
-                                   scratch)
+    got = lib.fer_admit_first_miss(ls, len(lanes), js, len(jobs), check_from, nfe, prefix,
+                                   reserve, scratch)
     assert list(ls) == before  # inputs are not modified
     return got
 
@@ -89,13 +92,14 @@ def test_saturation_at_uint64_max():
 # ---- W = 1 is ADR 0015's prefix-sum test --------------------------------------------------
 
 
-def prefix_sum_first_miss(start, jobs, check_from, nfe, reserve):
-    """ADR 0015: job i of the EDF order finishes at start + nfe * sum(remaining of jobs <= i)."""
+def prefix_sum_first_miss(start, jobs, check_from, nfe, reserve, prefix=0):
+    """ADR 0015: job i of the EDF order finishes at start + nfe * sum(remaining of jobs <= i)
+    (+ prefix for each of them whose prefix is pending)."""
     total = start
-    for i, (d, n) in enumerate(jobs):
+    for i, (d, n, *pending) in enumerate(jobs):
         if d == 0:
             break
-        total += n * nfe
+        total += n * nfe + (prefix if pending and pending[0] else 0)
         if i >= check_from and not (total + reserve < U64 and total + reserve <= d):
             return i
     return len(jobs)
@@ -118,16 +122,16 @@ def test_single_lane_equals_adr0015_prefix_sums(start, jobs, data, nfe, reserve)
 # ---- W > 1 equals an independent simulation --------------------------------------------------
 
 
-def heap_first_miss(lanes, jobs, check_from, nfe, reserve):
+def heap_first_miss(lanes, jobs, check_from, nfe, reserve, prefix=0):
     if not lanes:
-        return next((i for i, (d, _) in enumerate(jobs) if i >= check_from and d), len(jobs))
+        return next((i for i, (d, *_) in enumerate(jobs) if i >= check_from and d), len(jobs))
     heap = [(t, i) for i, t in enumerate(lanes)]
     heapq.heapify(heap)
-    for i, (d, n) in enumerate(jobs):
+    for i, (d, n, *pending) in enumerate(jobs):
         if d == 0:
             break
         t, lane = heapq.heappop(heap)
-        end = min(t + n * nfe, U64)
+        end = min(t + (prefix if pending and pending[0] else 0) + n * nfe, U64)
         heapq.heappush(heap, (end, lane))
         if i >= check_from and not (end + reserve < U64 and end + reserve <= d):
             return i
@@ -141,6 +145,47 @@ def test_multi_lane_equals_heap_simulation(lanes, jobs, data, nfe, reserve):
     check_from = data.draw(st.integers(0, len(jobs)))
     assert first_miss(lanes, jobs, check_from, nfe, reserve) == \
         heap_first_miss(lanes, jobs, check_from, nfe, reserve)
+
+
+# ---- two-phase jobs: a pending prefix is paid once, before the NFEs -------------------------
+
+
+def test_pending_prefix_by_hand():
+    # nfe 100, prefix 50: a pending job of 1 NFE ends at 150, one without a pending prefix at 100.
+    assert first_miss([0], [(150, 1, 1)], prefix=50) == 1
+    assert first_miss([0], [(149, 1, 1)], prefix=50) == 0
+    assert first_miss([0], [(100, 1, 0)], prefix=50) == 1
+    # Two lanes (0, 120): A(1 NFE + prefix) on lane 0 -> 150; B(2 NFE + prefix) on lane 1 -> 370;
+    # C(1 NFE, no prefix) on lane 0 -> 250.
+    jobs = [(150, 1, 1), (370, 2, 1), (250, 1, 0)]
+    assert first_miss([0, 120], jobs, prefix=50) == 3
+    assert first_miss([0, 120], jobs[:2] + [(249, 1, 0)], prefix=50) == 2
+    # The prefix saturates like everything else.
+    assert first_miss([0], [(U64 - 1, 1, 1)], nfe=1, prefix=U64) == 0
+    assert first_miss([10], [(U64 - 1, 1, 1)], nfe=1, prefix=U64 - 12) == 1
+
+
+edf_jobs_2p = st.lists(st.tuples(times, st.integers(1, 64), st.integers(0, 1)), max_size=30).map(
+    lambda js: sorted(js, key=lambda j: (j[0] == 0, j[0])))
+prefixes = st.sampled_from([0, 1, 50, 250, 2**20, 2**62])
+
+
+@settings(max_examples=1000, deadline=None)
+@given(start=times, jobs=edf_jobs_2p, data=st.data(), nfe=st.sampled_from([0, 1, 100, 2**58]),
+       reserve=st.sampled_from([0, 50]), prefix=prefixes)
+def test_single_lane_with_prefix_equals_prefix_sums(start, jobs, data, nfe, reserve, prefix):
+    check_from = data.draw(st.integers(0, len(jobs)))
+    assert first_miss([start], jobs, check_from, nfe, reserve, prefix) == \
+        prefix_sum_first_miss(start, jobs, check_from, nfe, reserve, prefix)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(lanes=st.lists(times, max_size=5), jobs=edf_jobs_2p, data=st.data(),
+       nfe=st.sampled_from([1, 100, 2**58]), reserve=st.sampled_from([0, 50]), prefix=prefixes)
+def test_multi_lane_with_prefix_equals_heap_simulation(lanes, jobs, data, nfe, reserve, prefix):
+    check_from = data.draw(st.integers(0, len(jobs)))
+    assert first_miss(lanes, jobs, check_from, nfe, reserve, prefix) == \
+        heap_first_miss(lanes, jobs, check_from, nfe, reserve, prefix)
 
 
 # ---- through the core: W = 1 decisions are the prefix-sum test on the EDF queue ------------
@@ -173,5 +218,42 @@ def test_core_single_lane_decision_is_prefix_sum(queued, running, x, reserve):
         pos = sum(1 for d, _ in q if d != 0 and d <= xd)  # x arrives last: after equal keys
         jobs = q[:pos] + [(xd, x[1])] + q[pos:]
         fits = prefix_sum_first_miss(lane_start, jobs, pos, nfe, reserve) == len(jobs)
+        got = c.submit(request(100, x[0], x[1]), now)
+        assert got == (Decision.ACCEPTED if fits else Decision.REJECTED_DEADLINE)
+
+
+@settings(max_examples=300, deadline=None)
+@given(queued=st.lists(st.tuples(st.integers(0, 3000), st.integers(1, 8)), max_size=12),
+       running=st.integers(0, 8), reported=st.booleans(),
+       x=st.tuples(st.integers(1, 3000), st.integers(1, 8)),
+       reserve=st.sampled_from([0, 30]), prefix=st.sampled_from([0, 40, 100, 700]))
+def test_core_two_phase_single_lane_decision_is_prefix_sum(queued, running, reported, x,
+                                                           reserve, prefix):
+    """Every queued request and x pay prefix_ns once; the running one only until prefix_done."""
+    nfe, now = 100, 1_000_000
+    obs = np.zeros(1, np.float32)
+
+    def request(i, rel, n):
+        return Request(session_id=b"q%d" % i, sequence=0, generation=0, retry_count=0,
+                       retry_reason=0, origin_ns=now, deadline_ns=now + rel if rel else 0,
+                       deadline_ros_ns=0, remaining_nfe=n, noise_seed=0, observation=obs)
+
+    with Core(CoreConfig(workers=1, queue_capacity=64, obs_dim=1, action_len=0,
+                         two_phase=1)) as c:
+        lane_start = now
+        if running:
+            c.submit(request(99, 0, running), now)
+            c.dispatch(0, now)
+            if reported:
+                assert c.prefix_done(0, now, prefix) == Step.CONTINUE
+            lane_start = now + running * nfe + (0 if reported else prefix)
+        for i, (rel, n) in enumerate(queued):   # admission off while the queue is built
+            assert c.submit(request(i, rel, n), now) == Decision.ACCEPTED
+        c.set_calibration(nfe, reserve, prefix)
+        q = [(item.deadline_ns, item.remaining_nfe, 1) for item in c.queue_snapshot()]
+        xd = now + x[0]
+        pos = sum(1 for d, _, _ in q if d != 0 and d <= xd)
+        jobs = q[:pos] + [(xd, x[1], 1)] + q[pos:]
+        fits = prefix_sum_first_miss(lane_start, jobs, pos, nfe, reserve, prefix) == len(jobs)
         got = c.submit(request(100, x[0], x[1]), now)
         assert got == (Decision.ACCEPTED if fits else Decision.REJECTED_DEADLINE)

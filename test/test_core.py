@@ -725,7 +725,9 @@ def test_every_c_entry_point_refuses_bad_arguments_alike():
             "disable_lane(bad lane)": lambda: lib.fer_core_disable_lane(core, 2, T),
             "wait_outputs": lambda: lib.fer_core_wait_outputs(null, 0),
             "pop_outcomes": lambda: lib.fer_core_pop_outcomes(core, null, null, 1),
-            "set_calibration": lambda: lib.fer_core_set_calibration(null, 1, 0),
+            "set_calibration": lambda: lib.fer_core_set_calibration(null, 1, 0, 0),
+            "staging_slot": lambda: lib.fer_core_staging_slot(null),
+            "prefix_done(bad lane)": lambda: lib.fer_core_prefix_done(core, 2, T, 1),
             "set_policy(age_gate)": lambda: lib.fer_core_set_policy(core, 1, 3, 0, 0),
             "stats": lambda: lib.fer_core_stats(core, null),
             "queue_snapshot": lambda: lib.fer_core_queue_snapshot(core, null, 1),
@@ -780,3 +782,235 @@ def test_vocabulary_matches_header_and_messages():
     assert max(getattr(InferenceRequest, n) for n in reasons) == RETRY_REASON_MAX
     assert RETRY_REASON_MAX == InferenceRequest.RETRY_AFTER_EXPIRED
     assert RETRY_COUNT_BUCKETS == 8  # retry_count buckets 0..7+, diagnostics keys count_1..7+
+
+
+# ---- §5, §10: two-phase models (prefix_ns) ------------------------------------------------------
+
+
+def test_prefix_is_paid_once_per_request_in_admission():
+    # W = 1, nfe 100, prefix 50: a request of n NFE costs 50 + 100 n while its prefix is pending.
+    with make(workers=1, nfe_ns=100, two_phase=1, prefix_ns=50) as c:
+        assert sub(c, sid=b"a", deadline=T + 150, nfe=1) == Decision.ACCEPTED     # 150
+        assert sub(c, sid=b"b", deadline=T + 299, nfe=1) == Decision.REJECTED_DEADLINE  # 300
+        assert sub(c, sid=b"b", deadline=T + 300, nfe=1) == Decision.ACCEPTED
+        assert sub(c, sid=b"c", deadline=T + 550, nfe=2) == Decision.ACCEPTED     # 300 + 250
+    # The same prefix_ns on a single-graph model is ignored: today's arithmetic.
+    with make(workers=1, nfe_ns=100, two_phase=0, prefix_ns=50) as c:
+        assert sub(c, sid=b"a", deadline=T + 100, nfe=1) == Decision.ACCEPTED
+        assert sub(c, sid=b"b", deadline=T + 200, nfe=1) == Decision.ACCEPTED
+
+
+@pytest.mark.parametrize("two_phase, prefix_ns", [(1, 0), (0, 0), (0, 10**6)])
+def test_without_a_prefix_cost_decisions_are_unchanged(two_phase, prefix_ns):
+    # test_admission_single_lane_prefix_sums, verbatim, with a zero or ignored prefix.
+    with make(workers=1, nfe_ns=100, two_phase=two_phase, prefix_ns=prefix_ns) as c:
+        assert sub(c, sid=b"a", deadline=T + 300, nfe=2) == Decision.ACCEPTED
+        assert sub(c, sid=b"b", deadline=T + 600, nfe=3) == Decision.ACCEPTED
+        assert sub(c, sid=b"x", deadline=T + 450, nfe=1) == Decision.ACCEPTED
+        assert sub(c, sid=b"y", deadline=T + 450, nfe=1) == Decision.REJECTED_DEADLINE
+        assert sub(c, sid=b"z", deadline=T + 700, nfe=1) == Decision.ACCEPTED
+
+
+def test_lane_start_counts_the_pending_prefix_until_it_is_reported():
+    # nfe 100, prefix 500. r (2 NFE) runs on the only lane from T.
+    def running(c, gen=0):
+        assert sub(c, sid=b"r", gen=gen, nfe=2) == Decision.ACCEPTED
+        assert c.dispatch(0, T) is not None
+        assert c.lanes_snapshot()[0].prefix_pending
+
+    with make(workers=1, nfe_ns=100, two_phase=1, prefix_ns=500) as c:
+        running(c)
+        # Prefix pending: the lane frees at T + 500 + 200; x (1 NFE) pays its own 600 after it.
+        assert sub(c, sid=b"x", deadline=T + 1299) == Decision.REJECTED_DEADLINE
+        assert sub(c, sid=b"x", deadline=T + 1300) == Decision.ACCEPTED
+    with make(workers=1, nfe_ns=100, two_phase=1, prefix_ns=500) as c:
+        running(c)
+        # Reported at T + 400: now only the 2 NFE remain, from T + 400: free at T + 600.
+        assert c.prefix_done(0, T + 400, 400) == Step.CONTINUE
+        assert not c.lanes_snapshot()[0].prefix_pending
+        assert sub(c, sid=b"x", deadline=T + 1199, now=T + 400) == Decision.REJECTED_DEADLINE
+        assert sub(c, sid=b"x", deadline=T + 1200, now=T + 400) == Decision.ACCEPTED
+    with make(workers=1, nfe_ns=100, two_phase=1, prefix_ns=500) as c:
+        running(c, gen=1)
+        # gen 2 cancels r while its prefix runs: the unit in flight is the prefix (T + 500),
+        # after which prefix_done stops it; x itself then pays 500 + 100.
+        assert sub(c, sid=b"r", seq=1, gen=2, deadline=T + 1099) == \
+            Decision.REJECTED_DEADLINE
+        assert sub(c, sid=b"r", seq=1, gen=2, deadline=T + 1100) == Decision.ACCEPTED
+        assert c.lanes_snapshot()[0].cancelled
+    with make(workers=1, nfe_ns=100, two_phase=1, prefix_ns=500) as c:
+        running(c, gen=1)
+        assert c.prefix_done(0, T, 0) == Step.CONTINUE
+        # Cancelled during an NFE: the unit in flight is one NFE (T + 100).
+        assert sub(c, sid=b"r", seq=1, gen=2, deadline=T + 700) == Decision.ACCEPTED
+
+
+def test_dispatch_expiry_counts_the_pending_prefix():
+    for at, expired in [(T + 150, False), (T + 151, True)]:
+        with make(workers=1, nfe_ns=100, two_phase=1, prefix_ns=50) as c:
+            assert sub(c, sid=b"a", deadline=T + 500, nfe=3) == Decision.ACCEPTED  # 350
+            w = c.dispatch(0, at)
+            assert (w is None) == expired
+            if expired:
+                assert codes(c) == [(Code.EXPIRED, b"a", 0, 0)]
+                assert c.stats().calibration_misses == 1
+
+
+def test_prefix_done_stops_stale_and_expired_work_before_its_first_nfe():
+    cfg = dict(workers=1, nfe_ns=100, two_phase=1, prefix_ns=50)
+    with make(**cfg) as c:   # stale: a newer generation arrived while the prefix ran
+        sub(c, sid=b"s", gen=1, nfe=3)
+        c.dispatch(0, T)
+        assert sub(c, sid=b"s", seq=1, gen=2) == Decision.ACCEPTED
+        assert c.prefix_done(0, T + 40, 40) == Step.STOP_STALE
+        (o,) = c.pop_outcomes()
+        assert (o.code, o.sequence, o.nfe_done, o.remaining_nfe, o.compute_ns) == \
+            (Code.REJECTED_STALE, 0, 0, 3, 40)
+        assert c.dispatch(0, T + 40).sequence == 1          # the lane is free again
+    with make(**cfg) as c:   # expired: the prefix took longer than calibrated
+        assert sub(c, deadline=T + 150) == Decision.ACCEPTED  # tested: 50 + 100
+        c.dispatch(0, T)
+        assert c.prefix_done(0, T + 150, 150) == Step.STOP_EXPIRED
+        assert codes(c) == [(Code.EXPIRED, b"s", 0, 0)]
+        s = c.stats()
+        assert (s.calibration_misses, s.lanes_busy, s.nfe_total, s.busy_ns) == (1, 0, 0, 150)
+    with make(**cfg) as c:   # on time: CONTINUE, then the NFEs as usual
+        assert sub(c, deadline=T + 250, nfe=2) == Decision.ACCEPTED
+        c.dispatch(0, T)
+        assert c.prefix_done(0, T + 49, 49) == Step.CONTINUE
+        assert c.step(0, T + 149, 100) == Step.CONTINUE
+        assert c.step(0, T + 249, 100) == Step.DONE
+        assert c.finish(0, T + 249, np.ones(ACT, np.float32)) == Code.INFERENCE
+        assert c.stats().busy_ns == 249
+
+
+def test_prefix_calls_out_of_order_raise():
+    with make(two_phase=1) as c:
+        with pytest.raises(InvalidState):
+            c.prefix_done(0, T, 1)              # idle lane
+        sub(c, nfe=1)
+        c.dispatch(0, T)
+        with pytest.raises(InvalidState):
+            c.step(0, T, 1)                     # the prefix comes first
+        assert c.prefix_done(0, T, 1) == Step.CONTINUE
+        with pytest.raises(InvalidState):
+            c.prefix_done(0, T, 1)              # reported once
+        assert c.step(0, T, 1) == Step.DONE
+    with make(two_phase=0) as c:                # single-graph: no prefix to report
+        sub(c)
+        c.dispatch(0, T)
+        with pytest.raises(InvalidState):
+            c.prefix_done(0, T, 1)
+        assert c.step(0, T, 1) == Step.DONE
+    with pytest.raises(InvalidArgument):
+        make(two_phase=2)
+
+
+def test_set_calibration_changes_prefix_ns_live():
+    with make(workers=1, nfe_ns=100, two_phase=1, prefix_ns=0) as c:
+        assert sub(c, sid=b"a", deadline=T + 100) == Decision.ACCEPTED
+        c.set_calibration(100, 0, 50)
+        assert sub(c, sid=b"b", deadline=T + 250) == Decision.REJECTED_DEADLINE  # 150 + 150
+        assert sub(c, sid=b"b", deadline=T + 300) == Decision.ACCEPTED
+        c.set_calibration(100, 0)               # prefix_ns defaults to 0
+        k = c.cost_stats(T)
+        assert (k.prefix_configured_ns, k.prefix_in_use_ns) == (0, 0)
+
+
+# ---- staging slot and per-request payloads ----------------------------------------------
+
+
+def payload_of(sid: bytes, seq: int, n: int) -> np.ndarray:
+    return np.frombuffer((b"%s:%d|" % (sid, seq)) * n, np.uint8)[:n]
+
+
+def stage(c: Core, sid: bytes, seq: int, **kw) -> Decision:
+    """What the request thread does: payload into the staging slot, then submit."""
+    c.payload_view(c.staging_slot())[:] = payload_of(sid, seq, c.config.payload_bytes)
+    return sub(c, sid=sid, seq=seq, **kw)
+
+
+def test_payload_views_are_per_slot_aligned_and_sized():
+    with make(workers=2, queue_capacity=3, payload_bytes=100) as c:
+        assert c.slots == 3 + 2 + 1
+        views = [c.payload_view(i) for i in range(c.slots)]
+        assert all(v.dtype == np.uint8 and v.shape == (100,) for v in views)
+        assert all(v.ctypes.data % 64 == 0 for v in views)            # a cache line per slot
+        addrs = sorted(v.ctypes.data for v in views)
+        assert all(b - a >= 128 for a, b in zip(addrs, addrs[1:], strict=False))  # 100 -> 128
+        assert c.payload_view(4) is views[4]                          # made once, at create
+        assert not views[0].any()
+        for bad in (-1, c.slots):
+            with pytest.raises(InvalidArgument):
+                c.payload_view(bad)
+    with make(payload_bytes=0) as c:
+        assert c.payload_view(c.staging_slot()).size == 0
+    with pytest.raises(InvalidArgument):
+        make(payload_bytes=2**30 + 1)
+
+
+def test_staging_slot_stays_on_rejection_and_changes_on_acceptance():
+    with make(workers=1, queue_capacity=2, nfe_ns=100, payload_bytes=16) as c:
+        s0 = c.staging_slot()
+        assert stage(c, b"a", 0, gen=2, deadline=T + 1000) == Decision.ACCEPTED
+        s1 = c.staging_slot()
+        assert s1 != s0 and c.queue_snapshot()[0].slot == s0
+        rejected = [
+            dict(sid=b"a", seq=0, gen=2),                       # coalesced
+            dict(sid=b"a", seq=1, gen=1),                       # stale
+            dict(sid=b"b", seq=0, deadline=T),                  # expired
+            dict(sid=b"b", seq=0, deadline=T + 50),             # admission (100 > 50)
+            dict(sid=b"b", seq=0, deadline=T + 500, retry=1, origin=T - 600),  # retry gate
+        ]
+        for kw in rejected:
+            assert stage(c, **kw) != Decision.ACCEPTED
+            assert c.staging_slot() == s1
+        assert stage(c, b"b", 0, deadline=T + 900) == Decision.ACCEPTED
+        s2 = c.staging_slot()
+        assert len({s0, s1, s2}) == 3
+        assert stage(c, b"c", 0, deadline=0) == Decision.REJECTED_CAPACITY  # full, cannot displace
+        assert c.staging_slot() == s2
+        # Everything held: a full queue and a busy lane, and still a free staging slot.
+        c.dispatch(0, T)
+        assert stage(c, b"d", 0, deadline=T + 800) == Decision.ACCEPTED
+        held = {q.slot for q in c.queue_snapshot()} | {w.slot for w in c.lanes_snapshot()}
+        assert len(held) == 3 and c.staging_slot() not in held
+
+
+def test_payload_travels_from_submit_to_dispatch_untouched():
+    """Bytes written into the staging slot come out at dispatch for that very request, also when
+    other requests were displaced, cancelled or rejected in between (their slots get reused)."""
+    n = 40
+    with make(workers=2, queue_capacity=3, payload_bytes=n, max_nfe=8) as c:
+        assert stage(c, b"a", 0, gen=1, deadline=T + 900, nfe=3) == Decision.ACCEPTED
+        assert stage(c, b"b", 0, deadline=T + 500) == Decision.ACCEPTED
+        assert stage(c, b"c", 0, deadline=T + 800) == Decision.ACCEPTED
+        # Full: d (earlier deadline) displaces a's neighbour with the latest deadline (a).
+        assert stage(c, b"d", 0, deadline=T + 300) == Decision.ACCEPTED
+        assert codes(c) == [(Code.REJECTED_CAPACITY, b"a", 0, -1)]
+        # Still full and later than everything queued: refused (its staged bytes get overwritten
+        # by the next request); then b's generation 2 cancels queued b0 and takes its room.
+        assert stage(c, b"a", 1, gen=2, deadline=T + 950) == Decision.REJECTED_CAPACITY
+        assert stage(c, b"b", 1, gen=2, deadline=T + 400) == Decision.ACCEPTED
+        assert codes(c) == [(Code.REJECTED_CAPACITY, b"a", 1, -1),
+                            (Code.REJECTED_STALE, b"b", 0, -1)]
+        # Freed slots get reused: two more accepted after the lanes take work.
+        got = {}
+        for lane in (0, 1):
+            w = c.dispatch(lane, T)
+            got[(w.session_id, w.sequence)] = c.payload_view(w.slot).copy()
+        assert stage(c, b"f", 0, deadline=T + 700) == Decision.ACCEPTED
+        assert stage(c, b"g", 0, deadline=T + 600) == Decision.ACCEPTED
+        # The running payloads were not touched by those submits.
+        for lane in (0, 1):
+            w = c.lanes_snapshot()[lane]
+            assert (c.payload_view(w.slot) == got[(w.session_id, w.sequence)]).all()
+            assert c.step(lane, T + 1, 1) == Step.DONE
+            c.finish(lane, T + 1, np.zeros(ACT, np.float32))
+        while (w := c.dispatch(0, T + 1)) is not None:
+            got[(w.session_id, w.sequence)] = c.payload_view(w.slot).copy()
+            run_to_done(c, 0, T + 1)
+            c.finish(0, T + 1, np.zeros(ACT, np.float32))
+        assert set(got) == {(b"d", 0), (b"b", 1), (b"c", 0), (b"f", 0), (b"g", 0)}
+        for (sid, seq), data in got.items():
+            assert (data == payload_of(sid, seq, n)).all(), (sid, seq)

@@ -3,7 +3,9 @@ decision, emit the same outcomes and leave the same state on random operation se
 
 Small capacities (queue, sessions, rings, lanes) so that every rule fires often: coalescing,
 stale generations, the retry gate, displacement, session eviction, calibrated admission, dispatch
-expiry, cancellation, ring drops; and a base time near UINT64_MAX for the saturating paths.
+expiry, cancellation, ring drops; two-phase models (a prefix pass before the first NFE, reported
+by prefix_done, priced by prefix_ns in admission); and a base time near UINT64_MAX for the
+saturating paths.
 """
 
 import os
@@ -46,6 +48,8 @@ configs = st.fixed_dictionaries(dict(
     cost_model=st.sampled_from([0, 1, 1]),
     cost_window_ns=st.sampled_from([40, 400, 2000]),
     cost_quantile_ppm=st.just(1_000_000),
+    two_phase=st.sampled_from([0, 1, 1]),
+    prefix_ns=st.sampled_from([0, 30, 200]),
     base=st.sampled_from([1_000, 1_000, U64 - 3_000]),
 ))
 
@@ -62,8 +66,9 @@ submit_op = st.tuples(
     st.one_of(st.just(None), st.integers(-1, 30).map(lambda k: 50 * k)),  # deadline - now
     st.sampled_from([1, 1, 2, 3, 4, 6, 1, 2, 3, 0, 7]),   # remaining_nfe (0, 7 invalid)
 )
-# ("tick", lane, ns): the legal next call for that lane (dispatch, step or finish), so that work
-# actually flows; the raw dispatch / step / finish ops also probe the illegal ones.
+# ("tick", lane, ns): the legal next call for that lane (dispatch, prefix_done, step or finish), so
+# that work actually flows; the raw dispatch / prefix / step / finish ops also probe the illegal
+# ones.
 tick_op = st.tuples(st.just("tick"), st.integers(0, 2),
                     st.sampled_from([10, 50, 100, 150]))
 ops = st.lists(st.one_of(
@@ -71,10 +76,12 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("advance"), st.sampled_from([0, 10, 50, 100, 200])),
     st.tuples(st.just("dispatch"), st.integers(0, 2)),
     st.tuples(st.just("step"), st.integers(0, 2), st.integers(1, 150)),
+    st.tuples(st.just("prefix"), st.integers(0, 2), st.integers(1, 300)),
     st.tuples(st.just("finish"), st.integers(0, 2)),
     st.tuples(st.just("disable"), st.integers(0, 2)),
     st.tuples(st.just("pop"), st.integers(0, 6)),
-    st.tuples(st.just("calibrate"), st.sampled_from([0, 10, 100]), st.sampled_from([0, 25])),
+    st.tuples(st.just("calibrate"), st.sampled_from([0, 10, 100]), st.sampled_from([0, 25]),
+              st.sampled_from([0, 30, 200])),
     st.tuples(st.just("policy"), st.integers(1, 2), st.sampled_from([0, 1, 2]),
               st.sampled_from([0, 400]), st.sampled_from([0, 300])),
     st.tuples(st.just("cost"), st.sampled_from([0, 1]), st.sampled_from([40, 400, 2000])),
@@ -102,7 +109,8 @@ def c_lanes(core: Core) -> list[tuple]:
             out.append((x.lane, x.alive, False))
         else:
             out.append((x.lane, x.alive, True, x.session_id, x.sequence, x.generation,
-                        x.remaining_nfe, x.nfe_done, x.deadline_ns, x.dispatch_ns, x.cancelled))
+                        x.remaining_nfe, x.nfe_done, x.deadline_ns, x.dispatch_ns, x.cancelled,
+                        x.prefix_pending))
     return out
 
 
@@ -124,6 +132,10 @@ def compare_state(core: Core, model: ref.RefCore, now: int) -> None:
     assert (k.observed_tail_ns, k.window_samples, k.in_use_ns) == \
         model.cost.stats(model.cfg.nfe_ns, now)
     assert k.window_max_ns == k.observed_tail_ns  # quantile 1.0
+    assert k.samples_total == model.cost.samples
+    assert (k.prefix_observed_tail_ns, k.prefix_in_use_ns, k.prefix_samples_total) == \
+        model.prefix_cost_stats(now)
+    assert k.prefix_configured_ns == model.cfg.prefix_ns
 
 
 def run_sequence(cfg: dict, program: list) -> None:
@@ -159,11 +171,12 @@ def run_sequence(cfg: dict, program: list) -> None:
                 now = min(now + dt, U64)
                 w = model.lanes[lane]
                 op = ("dispatch", lane) if w is None else \
+                    ("prefix", lane, dt) if w.prefix_pending else \
                     ("finish", lane) if w.remaining_nfe == 0 else ("step", lane, dt)
                 kind = op[0]
             if kind == "advance":
                 now = min(now + op[1], U64)
-            elif kind in ("dispatch", "step", "finish", "disable"):
+            elif kind in ("dispatch", "prefix", "step", "finish", "disable"):
                 lane = op[1]
                 if lane >= cfg["workers"]:
                     continue
@@ -173,6 +186,8 @@ def run_sequence(cfg: dict, program: list) -> None:
                         got = None if w is None else (w.session_id, w.sequence, w.generation)
                     elif kind == "step":
                         got = int(core.step(lane, now, op[2]))
+                    elif kind == "prefix":
+                        got = int(core.prefix_done(lane, now, op[2]))
                     elif kind == "finish":
                         got = int(core.finish(lane, now, np.full(ACTION_LEN, n, np.float32)))
                     else:
@@ -185,6 +200,8 @@ def run_sequence(cfg: dict, program: list) -> None:
                         (it.session_id, it.sequence, it.generation)
                 elif kind == "step":
                     expect = model.step(lane, now, op[2])
+                elif kind == "prefix":
+                    expect = model.prefix_done(lane, now, op[2])
                 elif kind == "finish":
                     expect = model.finish(lane, now, [float(n)] * ACTION_LEN)
                 else:
@@ -194,8 +211,8 @@ def run_sequence(cfg: dict, program: list) -> None:
                 got = [c_outcome(o) for o in core.pop_outcomes(op[1])]
                 assert got == model.pop_outcomes(op[1]), op
             elif kind == "calibrate":
-                core.set_calibration(op[1], op[2])
-                model.set_calibration(op[1], op[2])
+                core.set_calibration(op[1], op[2], op[3])
+                model.set_calibration(op[1], op[2], op[3])
             elif kind == "policy":
                 core.set_policy(op[1], AgeGate(op[2]), op[3], op[4])
                 model.set_policy(op[1], op[2], op[3], op[4])
@@ -225,6 +242,7 @@ admission_ops = st.lists(st.one_of(
     st.tuples(st.just("advance"), st.integers(0, 100)),
     st.tuples(st.just("dispatch"), st.integers(0, 2)),
     st.tuples(st.just("step"), st.integers(0, 2), st.integers(1, 100)),
+    st.tuples(st.just("prefix"), st.integers(0, 2), st.integers(1, 300)),
     st.tuples(st.just("finish"), st.integers(0, 2)),
 ), min_size=40, max_size=120)
 
@@ -232,10 +250,13 @@ admission_ops = st.lists(st.one_of(
 @settings(max_examples=EXAMPLES // 3, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(workers=st.integers(1, 3), nfe=st.sampled_from([10, 100]), program=admission_ops,
-       cost_model=st.sampled_from([0, 1]))
-def test_admission_heavy_sequences_match_reference(workers, nfe, program, cost_model):
+       cost_model=st.sampled_from([0, 1]), two_phase=st.sampled_from([0, 1]),
+       prefix=st.sampled_from([0, 50, 250]))
+def test_admission_heavy_sequences_match_reference(workers, nfe, program, cost_model, two_phase,
+                                                   prefix):
     cfg = dict(workers=workers, queue_capacity=16, max_sessions=8, max_nfe=6, ring_capacity=256,
                nfe_ns=nfe, admission_reserve_ns=0, reject_if_retry_count_gte=1, age_gate=1,
                reject_if_queue_age_ns_gte=0, queue_timeout_ns=0, session_idle_ns=0, base=1_000,
-               cost_model=cost_model, cost_window_ns=1_000)
+               cost_model=cost_model, cost_window_ns=1_000, two_phase=two_phase,
+               prefix_ns=prefix)
     run_sequence(cfg, program)

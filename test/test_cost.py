@@ -3,7 +3,8 @@ adaptive cost model and what admission decides with it.
 
 Every NFE duration is chosen here and fed through Core.step with a chosen `now`, so what the
 estimate must be at each instant is known exactly (a sample that is equal for the whole window
-is reported exactly: the tail is capped at the window's maximum).
+is reported exactly: the tail is capped at the window's maximum). Two-phase models have a second
+estimator for prefix passes (fed by Core.prefix_done), checked at the end.
 """
 
 import numpy as np
@@ -194,3 +195,75 @@ def test_defaults_and_extreme_durations_saturate():
         # Any finite deadline now misses (saturating arithmetic), nothing wraps to "fits".
         assert c.submit(req(9, 1, deadline=2**64 - 2, now=lane.now), lane.now) == \
             Decision.REJECTED_DEADLINE
+
+
+# ---- the prefix estimator (two-phase models): a second instance, same model / window ----------
+
+PREFIX_FLOOR = 400_000  # configured prefix_ns
+
+
+def prefix_passes(core: Core, now: int, duration_ns: int, n: int, lane: int = 0,
+                  seq0: int = 1000) -> int:
+    """n requests of 1 NFE through `lane`, each with a measured prefix pass of duration_ns and an
+    NFE at the configured cost; returns the time after the last."""
+    for i in range(n):
+        assert core.submit(req(seq0 + i, 1, now=now), now) == Decision.ACCEPTED
+        assert core.dispatch(lane, now) is not None
+        now += duration_ns
+        assert core.prefix_done(lane, now, duration_ns) == Step.CONTINUE
+        now += FLOOR
+        assert core.step(lane, now, FLOOR) == Step.DONE
+        core.finish(lane, now, np.zeros(ACT, np.float32))
+    return now
+
+
+def test_prefix_passes_have_their_own_estimate():
+    with make(CostModel.STATIC, two_phase=1, prefix_ns=PREFIX_FLOOR) as c:
+        now = prefix_passes(c, T, 900_000, 20)
+        k = c.cost_stats(now)
+        assert (k.prefix_configured_ns, k.prefix_observed_tail_ns, k.prefix_samples_total) == \
+            (PREFIX_FLOOR, 900_000, 20)
+        assert k.prefix_in_use_ns == PREFIX_FLOOR       # static: drift shown, not used
+        # The NFE estimate saw only the NFEs.
+        assert (k.observed_tail_ns, k.samples_total, k.in_use_ns) == (FLOOR, 20, FLOOR)
+        c.set_cost_model(CostModel.ADAPTIVE)
+        k = c.cost_stats(now)
+        assert k.prefix_in_use_ns == 900_000 and k.in_use_ns == FLOOR
+
+
+def test_prefix_estimate_never_below_the_floor_and_decays():
+    with make(two_phase=1, prefix_ns=PREFIX_FLOOR) as c:
+        now = prefix_passes(c, T, 50_000, 10)           # faster than configured
+        assert c.cost_stats(now).prefix_in_use_ns == PREFIX_FLOOR
+        now = prefix_passes(c, now, 700_000, 10, seq0=2000)
+        assert c.cost_stats(now).prefix_in_use_ns == 700_000
+        k = c.cost_stats(now + S + S // 4)              # the window has passed
+        assert (k.prefix_observed_tail_ns, k.prefix_in_use_ns) == (0, PREFIX_FLOOR)
+
+
+def test_prefix_in_use_is_zero_without_two_phase_or_admission():
+    with make(two_phase=0, prefix_ns=PREFIX_FLOOR) as c:
+        assert c.cost_stats(T).prefix_in_use_ns == 0
+    with make(two_phase=1, prefix_ns=PREFIX_FLOOR, nfe_ns=0) as c:
+        assert c.cost_stats(T).prefix_in_use_ns == 0
+        c.set_calibration(FLOOR, 0, PREFIX_FLOOR)
+        assert c.cost_stats(T).prefix_in_use_ns == PREFIX_FLOOR
+
+
+@pytest.mark.parametrize("model", [CostModel.STATIC, CostModel.ADAPTIVE])
+def test_admission_prices_the_measured_prefix_only_in_adaptive_mode(model):
+    # 1 NFE + prefix due in 1 ms on an idle lane: fits at 400 us + 100 us, not at 950 us + 100 us.
+    with make(model, workers=1, two_phase=1, prefix_ns=PREFIX_FLOOR) as c:
+        now = prefix_passes(c, T, 950_000, 5)
+        decision = c.submit(req(1, 1, deadline=now + 1_000_000, now=now), now)
+        assert decision == (Decision.ACCEPTED if model == CostModel.STATIC
+                            else Decision.REJECTED_DEADLINE)
+        if model == CostModel.ADAPTIVE:
+            # Dispatch expiry uses the same estimate: admitted at the floor (before the slow
+            # passes were measured), expired at dispatch once they are.
+            c.set_cost_model(CostModel.STATIC)
+            assert c.submit(req(2, 1, deadline=now + 1_000_000, now=now), now) == \
+                Decision.ACCEPTED
+            c.set_cost_model(CostModel.ADAPTIVE)
+            assert c.dispatch(0, now) is None
+            assert [o.code for o in c.pop_outcomes()][-1] == Code.EXPIRED

@@ -25,7 +25,7 @@ def test_relay_yaml_holds_every_default():
 def test_live_parameters_are_exactly_the_tunable_ones():
     live = {s.name for s in parameters.SPECS if not s.read_only}
     assert live == {
-        "nfe_ns", "admission_reserve_ns", "reject_if_retry_count_gte", "age_gate",
+        "nfe_ns", "admission_reserve_ns", "prefix_ns", "reject_if_retry_count_gte", "age_gate",
         "reject_if_queue_age_ms_gte", "queue_timeout_ms", "fault_nfe_delay_ms",
         "cost_model", "cost_window_ms", "cost_quantile",
     }

@@ -13,6 +13,10 @@ deadlines passed, saturating and absent, tiny rings that overflow) and checks af
 * gauges stay in bounds (queue_depth <= queue_capacity, sessions <= max_sessions,
   lanes_busy <= lanes_alive <= workers), counters never decrease;
 * snapshots agree with the gauges;
+* two-phase configurations: prefix_done answers a documented value, and step is refused while a
+  prefix is pending; the staging slot changes exactly when a submit is ACCEPTED and is never a
+  queued or running slot; the payload bytes written into the staging slot before an accepted
+  submit are the bytes found in that slot when it is dispatched;
 
 and at the end of each case, after driving every lane to completion and draining every ring,
 the exactly-once ledger: per (session_id, sequence), outcomes popped + outcomes dropped (counted)
@@ -73,6 +77,9 @@ class Case:
             reject_if_queue_age_ns_gte=r.choice([0, 0, 100, U64]),
             queue_timeout_ns=r.choice([0, 0, 300, U64]),
             session_idle_ns=r.choice([0, 500, U64]),
+            two_phase=r.choice([0, 0, 1, 1]) if r.random() < 0.98 else r.choice([2, U32]),
+            payload_bytes=r.choice([0, 0, 1, 8, 63, 200]),
+            prefix_ns=r.choice([0, 0, 1, 50, 10**6, U64]),
         )
         self.now = r.choice([0, 1, 1_000, 10**18, U64 - 10_000, U64 - 1])
         self.sessions = [b"", b"a", b"b", b"c", bytes(range(64)), b"\xff" * 64, b"d\x00e"]
@@ -82,6 +89,8 @@ class Case:
         self.trace: list[str] = []
         self.calls = 0
         self.coverage = Counter()  # decisions, step results, outcome codes seen
+        self.stamps = 0  # payloads written into the staging slot so far
+        self.slot_stamp: dict[int, bytes] = {}  # slot -> payload bytes of its accepted request
 
     # -- plumbing ------------------------------------------------------------------------------
     def fail(self, what: str) -> None:
@@ -139,8 +148,9 @@ class Case:
         self.stats = ffi.new("struct fer_stats *")
         self.qsnap = ffi.new("struct fer_queued_item[]", self.cfg["queue_capacity"])
         self.lsnap = ffi.new("struct fer_lane_state[]", W)
+        self.nslots = self.cfg["queue_capacity"] + W + 1
         ops = [
-            (30, self.op_submit), (12, self.op_dispatch), (20, self.op_step),
+            (30, self.op_submit), (12, self.op_dispatch), (20, self.op_step), (6, self.op_prefix),
             (8, self.op_finish), (10, self.op_pop), (2, self.op_calibrate), (2, self.op_policy),
             (3, self.op_snapshots), (2, self.op_misc), (1, self.op_disable),
         ]
@@ -182,7 +192,16 @@ class Case:
         q.noise_seed = r.randrange(U64)
         for k in range(self.cfg["obs_dim"]):
             self.req_obs[k] = r.choice([0.0, -1.5, 3.4e38])
+        staged = self.rc_ok("staging_slot", lib.fer_core_staging_slot(self.core))
+        if not 0 <= staged < self.nslots:
+            self.fail(f"staging slot {staged} out of 0..{self.nslots - 1}")
+        stamp = self.write_payload(staged)
         rc = self.rc_ok("submit", lib.fer_core_submit(self.core, q, now))
+        after = lib.fer_core_staging_slot(self.core)
+        if (after != staged) != (rc == lib.FER_ACCEPTED):
+            self.fail(f"staging slot {staged} -> {after} after decision {rc}")
+        if rc == lib.FER_ACCEPTED:
+            self.slot_stamp[staged] = stamp
         key = (bytes(self.ffi.buffer(q.session_id, min(q.session_id_len, 64))), q.sequence)
         self.coverage[f"submit={rc}"] += 1
         self.note(f"submit {key} gen={q.generation} nfe={q.remaining_nfe} "
@@ -195,6 +214,22 @@ class Case:
                 1 <= q.remaining_nfe <= self.cfg["max_nfe"]):
             self.fail("submit refused a request that satisfies every documented precondition")
 
+    def write_payload(self, slot: int) -> bytes:
+        """A fresh stamp into slot's payload, as the request thread does before submit."""
+        n = self.cfg["payload_bytes"]
+        self.stamps += 1
+        data = (self.stamps.to_bytes(8, "little") * (n // 8 + 1))[:n]
+        if n:
+            self.ffi.memmove(self.lib.fer_core_payload(self.core, slot), data, n)
+        return data
+
+    def check_payload(self, slot: int) -> None:
+        n = self.cfg["payload_bytes"]
+        if n and slot in self.slot_stamp:
+            got = bytes(self.ffi.buffer(self.lib.fer_core_payload(self.core, slot), n))
+            if got != self.slot_stamp[slot]:
+                self.fail(f"payload of slot {slot} changed between submit and dispatch")
+
     def op_dispatch(self) -> None:
         lane = self.lane()
         rc = self.rc_ok("dispatch", self.lib.fer_core_dispatch(self.core, lane, self.now,
@@ -202,6 +237,22 @@ class Case:
         self.note(f"dispatch lane={lane} rc={rc}")
         if rc == 1 and (self.work.lane != lane or self.work.remaining_nfe == 0):
             self.fail(f"dispatch filled a bad work item (lane {self.work.lane})")
+        if rc == 1:
+            self.check_payload(self.work.slot)
+
+    def op_prefix(self) -> None:
+        lane = self.lane()
+        if self.r.random() < 0.8:  # mostly a lane whose prefix is pending
+            m = self.lib.fer_core_lanes_snapshot(self.core, self.lsnap, self.cfg["workers"])
+            pending = [i for i in range(m) if self.lsnap[i].busy and self.lsnap[i].prefix_pending]
+            lane = self.r.choice(pending) if pending else lane
+        measured = self.r.choice([0, 1, 1000, U64])
+        rc = self.rc_ok("prefix_done", self.lib.fer_core_prefix_done(self.core, lane, self.now,
+                                                                     measured))
+        self.note(f"prefix_done lane={lane} rc={rc}")
+        self.coverage[f"prefix_done={rc}"] += 1
+        if rc > 3 or rc == self.lib.FER_STEP_DONE:
+            self.fail(f"prefix_done returned unknown result {rc}")
 
     def op_step(self) -> None:
         lane = self.lane()
@@ -210,8 +261,12 @@ class Case:
             busy = [i for i in range(m) if self.lsnap[i].busy and self.lsnap[i].remaining_nfe]
             lane = self.r.choice(busy) if busy else lane
         measured = self.r.choice([0, 1, 1000, U64])
+        self.lib.fer_core_lanes_snapshot(self.core, self.lsnap, self.cfg["workers"])
+        pending = lane < self.cfg["workers"] and self.lsnap[lane].prefix_pending
         rc = self.rc_ok("step", self.lib.fer_core_step(self.core, lane, self.now, measured))
         self.note(f"step lane={lane} rc={rc}")
+        if pending and rc != self.lib.FER_ESTATE:
+            self.fail(f"step ran before the prefix was reported (rc {rc})")
         self.coverage[f"step={rc}"] += 1
         if rc > 3:
             self.fail(f"step returned unknown result {rc}")
@@ -250,7 +305,8 @@ class Case:
     def op_calibrate(self) -> None:
         r = self.r
         self.rc_ok("set_calibration", self.lib.fer_core_set_calibration(
-            self.core, r.choice([0, 1, 50, 10**6, U64]), r.choice([0, 7, U64])))
+            self.core, r.choice([0, 1, 50, 10**6, U64]), r.choice([0, 7, U64]),
+            r.choice([0, 0, 30, 10**6, U64])))
 
     def op_policy(self) -> None:
         r = self.r
@@ -280,6 +336,11 @@ class Case:
             if prev is not None and key < prev:
                 self.fail("queue_snapshot is not in EDF order")
             prev = key
+        held = {self.qsnap[i].slot for i in range(n)} | {
+            self.lsnap[i].slot for i in range(m) if self.lsnap[i].busy}
+        staged = lib.fer_core_staging_slot(self.core)
+        if staged in held or len(held) != n + busy:
+            self.fail(f"staging slot {staged} or a held slot is shared: {sorted(held)}")
         gen = self.ffi.new("uint64_t *")
         sid = self.r.choice(self.sessions)
         self.rc_ok("session_generation", lib.fer_core_session_generation(
@@ -292,6 +353,13 @@ class Case:
         self.rc_ok("wait_outputs", lib.fer_core_wait_outputs(self.core, 0))
         cfg = self.ffi.new("struct fer_config *")
         self.rc_ok("get_config", lib.fer_core_get_config(self.core, cfg))
+        slot = self.r.choice([0, self.nslots - 1, self.nslots, U32])
+        ptr = lib.fer_core_payload(self.core, slot)
+        if (ptr == self.ffi.NULL) != (self.cfg["payload_bytes"] == 0 or slot >= self.nslots):
+            self.fail(f"payload({slot}) = {ptr} with payload_bytes {self.cfg['payload_bytes']}")
+        if ptr != self.ffi.NULL and int(self.ffi.cast("uintptr_t", ptr)) % 64:
+            self.fail(f"payload of slot {slot} is not cache-line aligned")
+        self.rc_ok("staging_slot(NULL)", lib.fer_core_staging_slot(self.ffi.NULL))
 
     def op_disable(self) -> None:
         lane = self.lane()
@@ -335,6 +403,8 @@ class Case:
                 if st.busy:
                     # remaining 0: the last step said DONE and finish is due
                     rc = (lib.FER_STEP_DONE if st.remaining_nfe == 0
+                          else lib.fer_core_prefix_done(self.core, lane, self.now, 1)
+                          if st.prefix_pending
                           else lib.fer_core_step(self.core, lane, self.now, 1))
                     if rc == lib.FER_STEP_DONE:
                         while not lib.fer_core_output_space(self.core, lane):
@@ -345,6 +415,7 @@ class Case:
                         self.fail(f"drain: step/finish on busy lane {lane} returned {rc}")
                     progressed = True
                 elif lib.fer_core_dispatch(self.core, lane, self.now, self.work) == 1:
+                    self.check_payload(self.work.slot)
                     progressed = True
             popped = lib.fer_core_pop_outcomes(self.core, self.pop_out, self.pop_act, 8)
             self.record(popped)
