@@ -209,9 +209,10 @@ class RelayNode(Node):
             )
         )
         # A package's request tensors go straight into the core's staging slot (one copy).
-        self.slot_inputs = (
-            SlotInputs(self.policy, self.core.payload_view) if package else None
-        )
+        self.slot_inputs = None
+        if package:
+            self.slot_inputs = SlotInputs(self.policy, self.core.payload_view)
+            self.slot_inputs.prepare(range(self.core.slots))  # views + OrtValues, once per slot
         contract = ModelContract.of(self.policy) if self.policy is not None else None
         self.validator = Validator(
             contract, p["max_nfe"],
