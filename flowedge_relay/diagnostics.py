@@ -55,6 +55,13 @@ class Snapshot:
     #: False where the RMW cannot report lost messages (then middleware_lost says nothing)
     middleware_lost_reported: bool = True
     cost: object = None  # core.CostStats (DESIGN.md section 5.2); None = not measured
+    #: what the relay serves (model_description): kind, inputs, action dims, providers
+    model: dict[str, object] = field(default_factory=dict)
+    two_phase: bool = False
+    prefix_ns: int = 0  # configured prefix_ns (DESIGN.md section 5)
+    prefix_p50_ns: float = 0.0
+    prefix_p99_ns: float = 0.0
+    prefix_samples: int = 0
 
     @property
     def oldest_queue_age_ms(self) -> float:
@@ -90,6 +97,36 @@ def _cost_values(k) -> dict[str, object]:
         "cost_window_ms": k.window_ns / 1e6,
         "cost_quantile": k.quantile_ppm / 1e6,
         "cost_window_samples": k.window_samples,
+    }
+
+
+def model_description(policy, execution_providers) -> dict[str, object]:
+    """The `model` status values a producer builds requests from (producer.ServedModel parses
+    model_inputs; the format is policy.Policy.describe_inputs': 'image:uint8[2,32,32]; ...')."""
+    return {
+        "model_kind": policy.kind_text,
+        "model_inputs": policy.describe_inputs(),
+        "observation_dim": policy.observation_dim,
+        "action_dim": policy.action_dim,
+        "action_horizon": policy.action_horizon,
+        "solver": policy.solver if policy.kind != "onnx" else "parameter",
+        "time_convention": policy.time,
+        "execution_providers": ",".join(execution_providers),
+    }
+
+
+def _prefix_values(s: Snapshot) -> dict[str, object]:
+    """Prefix-pass figures of a two-phase model, next to the NFE ones (empty otherwise)."""
+    if not s.two_phase:
+        return {}
+    k = s.cost
+    return {
+        "prefix_ns_configured": s.prefix_ns,
+        "prefix_ns_observed_tail": k.prefix_observed_tail_ns if k else 0,
+        "prefix_ns_in_use": k.prefix_in_use_ns if k else s.prefix_ns,
+        "prefix_ns_p50": s.prefix_p50_ns,
+        "prefix_ns_p99": s.prefix_p99_ns,
+        "prefix_samples": s.prefix_samples,
     }
 
 
@@ -214,6 +251,7 @@ class DiagnosticsBuilder:
             "nfe_ns_configured": s.nfe_ns,
             "nfe_samples": s.nfe_samples,
             **_cost_values(s.cost),
+            **_prefix_values(s),
             "latency_p50_ms": s.latency_p50_ms,
             "latency_p99_ms": s.latency_p99_ms,
             **s.extra,
@@ -243,7 +281,11 @@ class DiagnosticsBuilder:
         if not s.model_ok:
             values["error"] = s.model_error
             return self._status("model", ERROR, f"model failed to load: {s.model_error}", values)
-        return self._status("model", OK, "model loaded", values)
+        values.update(s.model)
+        values.update(_prefix_values(s))
+        kind = s.model.get("model_kind")
+        return self._status("model", OK, f"model loaded ({kind})" if kind else "model loaded",
+                            values)
 
     def _output(self, s: Snapshot) -> DiagnosticStatus:
         c = s.core
@@ -298,4 +340,8 @@ def stats_message(s: Snapshot, stamp):
         cost_window_ms=round(s.cost.window_ns / 1e6) if s.cost else 0,
         displaced=c.displaced,
         lanes_busy=c.lanes_busy,
+        prefix_ns_configured=s.prefix_ns if s.two_phase else 0,
+        prefix_ns_observed_tail=s.cost.prefix_observed_tail_ns if s.two_phase and s.cost else 0,
+        prefix_ns_in_use=(s.cost.prefix_in_use_ns if s.cost else s.prefix_ns) if s.two_phase
+        else 0,
     )

@@ -30,14 +30,20 @@ from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay import parameters
+from flowedge_relay import policy as policy_mod
 from flowedge_relay.core import AgeGate, Code, Core, CoreConfig, CostModel, Decision, Request
-from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_message
+from flowedge_relay.diagnostics import (
+    DiagnosticsBuilder,
+    Snapshot,
+    model_description,
+    stats_message,
+)
 from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until
-from flowedge_relay.model import ModelError, default_model_path, load_model
+from flowedge_relay.model import ModelError, ModelInfo, default_model_path
 from flowedge_relay.realtime import apply_thread_settings
 from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, ros_time, stamp_ns
 from flowedge_relay.validation import ModelContract, Reason, Validator
-from flowedge_relay.workers import WorkerPool
+from flowedge_relay.workers import SlotInputs, WorkerPool
 
 NODE_NAME = "flowedge_relay"
 ACTIONS_TOPIC = "flowedge/actions"
@@ -144,7 +150,7 @@ class RelayNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         p = parameters.declare_all(self)
         for name in ("solver", "age_gate", "request_topics", "request_qos_history",
-                     "cost_model"):
+                     "cost_model", "execution_providers"):
             problem = parameters.check_value(name, p[name])
             if problem:
                 raise ValueError(problem)
@@ -169,22 +175,30 @@ class RelayNode(Node):
         self._latency_count = 0
 
         # Model: a failure is an ERROR diagnostic, not a crash loop; requests are then discarded
-        # as model_unavailable and the node stays up to say why.
+        # as model_unavailable and the node stays up to say why. `policy` describes what is
+        # served (a single .onnx file or a policy package, DESIGN.md section 10); `model` is
+        # what the rest of the relay reads dims from (ModelInfo for a single file, else the
+        # Policy, which has the same names).
         self.model_path = p["model_path"] or default_model_path()
-        self.model = None
+        self.execution_providers = tuple(p["execution_providers"])
+        self.policy: policy_mod.Policy | None = None
+        self.model: ModelInfo | policy_mod.Policy | None = None
         self.model_error = ""
         try:
-            self.model = load_model(self.model_path)
-        except ModelError as exc:
-            self.model_error = str(exc)
+            policy_mod.check_providers(self.execution_providers)
+            self.policy = policy_mod.load(self.model_path)
+            self.model = _model_of(self.policy)
+        except ModelError as exc:  # policy.ProviderUnavailable is one too
+            self.policy, self.model_error = None, str(exc)
             self.get_logger().error(f"model failed to load: {exc}")
-        contract = None
-        if self.model is not None:
-            contract = ModelContract(
-                self.model.digest, self.model.obs_dim, self.model.action_dim,
-                self.model.action_horizon,
-            )
-        self.validator = Validator(contract, p["max_nfe"])
+        package = self.policy is not None and self.policy.kind != "onnx"
+        two_phase = package and self.policy.two_phase
+        payload_bytes = policy_mod.payload_layout(self.policy).nbytes if package else 0
+        # Two-phase / payload fields only where they are used: a single .onnx file configures
+        # the core exactly as before.
+        package_fields = (
+            {"two_phase": int(two_phase), "payload_bytes": payload_bytes} if package else {}
+        )
 
         self.core = Core(
             CoreConfig(
@@ -204,16 +218,30 @@ class RelayNode(Node):
                 queue_timeout_ns=p["queue_timeout_ms"] * MS,
                 session_idle_ns=p["session_idle_ms"] * MS,
                 **_cost_fields(p),
+                **package_fields,
             )
+        )
+        # A package's request tensors go straight into the core's staging slot (one copy).
+        self.slot_inputs = None
+        if package:
+            self.slot_inputs = SlotInputs(self.policy, self.core.payload_view)
+            self.slot_inputs.prepare(range(self.core.slots))  # views + OrtValues, once per slot
+        contract = ModelContract.of(self.policy) if self.policy is not None else None
+        self.validator = Validator(
+            contract, p["max_nfe"],
+            intake_target=self._staging_inputs if package else None,
+            max_request_bytes=p["max_request_bytes"],
         )
         self.pool = None
         if self.model is not None:
             self.pool = WorkerPool(
                 self.core,
-                self.model,
+                self.policy if package else self.model,
                 workers=p["workers"],
                 intra_op_threads=p["intra_op_threads"],
                 solver=p["solver"],
+                execution_providers=self.execution_providers,
+                slot_inputs=self.slot_inputs,
                 cpu_affinity=p["worker_cpu_affinity"],
                 rt_priority=p["worker_rt_priority"],
                 output_wait_ns=p["action_output_wait_ms"] * MS,
@@ -241,6 +269,10 @@ class RelayNode(Node):
         self._stats_pub = self.create_publisher(RelayStats, STATS_TOPIC, 10)
         self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
         self._diagnostics = DiagnosticsBuilder(self.get_fully_qualified_name().lstrip("/"))
+        self._model_values = (
+            model_description(self.policy, self.execution_providers)
+            if self.policy is not None else {}
+        )
         self._dead_lanes: list[int] = []
         self._stalled_lanes: list[int] = []
         # one utilisation window per consumer, so the 10 Hz stats and 1 Hz diagnostics each
@@ -257,6 +289,13 @@ class RelayNode(Node):
         )
         self._publisher_thread.start()
         self._request_thread: threading.Thread | None = None
+        if self.policy is not None and package:
+            self.get_logger().info(
+                f"serving policy package {self.policy.name!r} ({self.policy.kind_text}): inputs "
+                f"{self.policy.describe_inputs()}, actions {self.policy.action_horizon} x "
+                f"{self.policy.action_dim}, solver {self.policy.solver} (from the manifest), "
+                f"providers {list(self.execution_providers)}"
+            )
         self.get_logger().info(
             f"relay up: model={self.model_path} workers={p['workers']} "
             f"queue_capacity={p['queue_capacity']} nfe_ns={p['nfe_ns']} "
@@ -346,6 +385,11 @@ class RelayNode(Node):
             # Hand the GIL to a worker waking for this request now, instead of after the rest of
             # the executor's Python bookkeeping (~0.4 ms here): sleep(0) releases it.
             time.sleep(0)
+
+    def _staging_inputs(self) -> policy_mod.InputBuffers:
+        """Where the validator copies a package request's tensors: the core's staging slot,
+        the slot the next submit enqueues (request thread only)."""
+        return self.slot_inputs[self.core.staging_slot()]
 
     def _log_discard(self, reason: Reason) -> None:
         suppressed, self._discard_log.suppressed = self._discard_log.suppressed, 0
@@ -460,6 +504,10 @@ class RelayNode(Node):
              float(np.percentile(self._latency_ms[:n], 99)))
             if n else (0.0, 0.0)
         )
+        two_phase = self.policy is not None and self.policy.two_phase
+        pre50, pre99, pre_n = (
+            self.pool.prefix_percentiles() if self.pool and two_phase else (0.0, 0.0, 0)
+        )
         return Snapshot(
             now_ns=now,
             received=self._received,
@@ -484,6 +532,12 @@ class RelayNode(Node):
             latency_p99_ms=lat99,
             utilisation=utilisation,
             cost=self.core.cost_stats(now),
+            model=self._model_values,
+            two_phase=two_phase,
+            prefix_ns=self._p["prefix_ns"],
+            prefix_p50_ns=pre50,
+            prefix_p99_ns=pre99,
+            prefix_samples=pre_n,
         )
 
     def _publish_diagnostics(self) -> None:
@@ -591,6 +645,14 @@ class RelayNode(Node):
         if self.core is not None:
             self.core.close()  # idempotent
         super().destroy_node()
+
+
+def _model_of(p: policy_mod.Policy) -> ModelInfo | policy_mod.Policy:
+    """ModelInfo for a single .onnx file (what its path always used), else the Policy."""
+    if p.kind != "onnx":
+        return p
+    return ModelInfo(p.path, p.digest, p.obs_dim, p.action_horizon, p.action.dim,
+                     p.graphs["velocity"].data)
 
 
 def spin_relay(node: RelayNode, extra_nodes=(), context=None,

@@ -49,11 +49,30 @@ class Spec:
 
 SPECS: tuple[Spec, ...] = (
     # Model and compute
-    Spec("model_path", "", "ONNX policy file; empty = the bundled policy_small.onnx"),
+    Spec(
+        "model_path",
+        "",
+        "ONNX policy file or policy package directory (policy.yaml); empty = the bundled "
+        "policy_small.onnx",
+    ),
     Spec("solver", "euler", "ODE solver for the flow: euler (1 NFE/step) or midpoint (2 NFE/step)"),
     Spec("workers", 1, "worker threads = EDF lanes, each with its own ONNX Runtime session", 1, 64),
     Spec("intra_op_threads", 1, "ONNX Runtime intra-op threads per worker session", 1, 64),
     Spec("max_nfe", 64, "largest remaining_nfe accepted; above it a request is invalid", 1, 4096),
+    Spec(
+        "execution_providers",
+        ["CPUExecutionProvider"],
+        "ONNX Runtime execution providers, in order; one that is not available is the model "
+        "ERROR (listing those that are), never a silent fall back to CPU",
+    ),
+    Spec(
+        "max_request_bytes",
+        16 * 1024 * 1024,
+        "largest total tensor payload (InferenceRequest.inputs data) of one request, bytes; "
+        "above it the request is discarded as request_too_large",
+        1,
+        2**31 - 1,
+    ),
     # Capacity
     Spec("queue_capacity", 64, "queued (not running) requests held by the EDF queue", 1, 65536),
     Spec("max_sessions", 256, "producer sessions tracked; idle ones are evicted", 1, 65536),
@@ -208,6 +227,8 @@ def check_value(name: str, value: object) -> str | None:
         return f"solver must be one of {', '.join(SOLVERS)}, got {value!r}"
     if name == "request_qos_history" and value not in QOS_HISTORIES:
         return f"request_qos_history must be one of {', '.join(QOS_HISTORIES)}, got {value!r}"
+    if name == "execution_providers" and (not value or any(not p for p in value)):
+        return "execution_providers must name at least one provider"
     if name == "request_topics" and (not value or any(not t for t in value)):
         return "request_topics must name at least one non-empty topic"
     return None

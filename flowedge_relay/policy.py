@@ -271,6 +271,23 @@ class Policy:
     def action_horizon(self) -> int:
         return self.action.horizon
 
+    # model.ModelInfo's names, so code written for a single .onnx file reads a Policy alike
+    @property
+    def obs_dim(self) -> int:
+        return self.observation_dim
+
+    @property
+    def action_len(self) -> int:
+        """Floats per returned action chunk: horizon x output_dim."""
+        return self.action.output_len
+
+    @property
+    def kind_text(self) -> str:
+        """What diagnostics call it: 'single graph' or 'two-phase' (and whether a package)."""
+        if self.kind == "onnx":
+            return "single graph"
+        return "two-phase (package)" if self.two_phase else "single graph (package)"
+
     def describe_inputs(self) -> str:
         """'image:uint8[1,32,32]; state:float32[4]': the diagnostics value producers parse."""
         return "; ".join(spec.describe() for spec in self.inputs)
@@ -810,8 +827,62 @@ class InputBuffers:
             name: ort.OrtValue.ortvalue_from_numpy(arr) for name, arr in self.arrays.items()
         }
 
+    @classmethod
+    def over_payload(
+        cls, policy: Policy, payload: np.ndarray, layout: PayloadLayout | None = None
+    ) -> InputBuffers:
+        """Buffers that are views of `payload` (uint8, e.g. a core slot's), laid out by
+        `payload_layout`: nothing is allocated but the views and their OrtValues, made once."""
+        layout = layout or payload_layout(policy)
+        if payload.dtype != np.uint8 or payload.ndim != 1 or payload.size < layout.nbytes:
+            raise ValueError(
+                f"payload: expected uint8[>= {layout.nbytes}], found {payload.dtype}{payload.shape}"
+            )
+        if not payload.flags.c_contiguous:
+            raise ValueError("payload: expected a contiguous buffer")
+        self = cls.__new__(cls)
+        self.arrays = {}
+        for s in policy.inputs:
+            off, size = layout.offsets[s.name], layout.sizes[s.name]
+            view = payload[off : off + size].view(s.model_dtype).reshape((1, *s.shape))
+            if not view.flags.aligned:
+                raise ValueError(f"payload: input {s.name!r} at offset {off} is misaligned")
+            self.arrays[s.name] = view
+        self.ortvalues = {
+            name: ort.OrtValue.ortvalue_from_numpy(arr) for name, arr in self.arrays.items()
+        }
+        return self
+
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
+
+
+#: Alignment of each input inside a request payload (a cache line; any dtype's itemsize divides it).
+PAYLOAD_ALIGN = 64
+
+
+@dataclass(frozen=True)
+class PayloadLayout:
+    """Where each input's model buffer ([1, *shape], model dtype) lies in one request payload.
+
+    Why: the C core stores a fixed-size byte payload per queue slot (CoreConfig.payload_bytes);
+    the request thread normalizes a request's tensors straight into its slot and the worker binds
+    the same bytes as graph inputs, so a request is copied once, message -> slot.
+    """
+
+    offsets: dict[str, int]
+    sizes: dict[str, int]
+    nbytes: int  # the payload size per slot (a multiple of PAYLOAD_ALIGN)
+
+
+def payload_layout(policy: Policy) -> PayloadLayout:
+    """Inputs in declaration order, each at a PAYLOAD_ALIGN-aligned offset."""
+    offsets, sizes, off = {}, {}, 0
+    for s in policy.inputs:
+        size = math.prod(s.shape) * s.model_dtype.itemsize
+        offsets[s.name], sizes[s.name] = off, size
+        off += -(-max(size, 1) // PAYLOAD_ALIGN) * PAYLOAD_ALIGN
+    return PayloadLayout(offsets, sizes, off)
 
 
 def request_bytes(msg: Any) -> int:

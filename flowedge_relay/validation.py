@@ -8,10 +8,12 @@ of keys, so hostile input cannot grow the counters) and logged with rate limitin
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from flowedge_relay import policy as _policy
 from flowedge_relay.core import RETRY_REASON_MAX, SESSION_ID_MAX
 
 SESSION_ID_MAX_BYTES = SESSION_ID_MAX  # the core's fixed session-id buffer (csrc/fer.h)
@@ -35,16 +37,49 @@ class Reason(enum.Enum):
     RETRY_REASON_UNKNOWN = "retry_reason_unknown"  # above RETRY_AFTER_EXPIRED: uint8 allows 255
     TIME_INVALID = "time_invalid"  # deadline/origin_stamp with sec < 0 or nanosec >= 1e9
     CORE_REFUSED = "core_refused"  # passed these checks but the C core refused it: a bug, ERROR
+    # InferenceRequest.inputs (policy.intake's keys; docs/policy-packages.md "Requests")
+    INPUT_MISSING = _policy.INPUT_MISSING
+    INPUT_UNEXPECTED = _policy.INPUT_UNEXPECTED
+    INPUT_DUPLICATE = _policy.INPUT_DUPLICATE
+    INPUT_DTYPE = _policy.INPUT_DTYPE
+    INPUT_SHAPE = _policy.INPUT_SHAPE
+    INPUT_BYTES = _policy.INPUT_BYTES
+    INPUT_NOT_FINITE = _policy.INPUT_NOT_FINITE
+    INPUT_BOOL_VALUE = _policy.INPUT_BOOL_VALUE
+    REQUEST_TOO_LARGE = _policy.REQUEST_TOO_LARGE
+
+
+_INTAKE_REASON = {reason.value: reason for reason in Reason}
 
 
 @dataclass(frozen=True)
 class ModelContract:
-    """What a request must match to be runnable on the loaded model."""
+    """What a request must match to be runnable on the loaded model.
+
+    `policy` set: the model takes named tensors (a policy package): observation_dim is 0 and
+    every request carries `inputs`, taken in by policy.intake.
+    """
 
     digest: str
     observation_dim: int
     action_dim: int
     action_horizon: int
+    policy: _policy.Policy | None = None
+
+    @classmethod
+    def of(cls, policy: _policy.Policy) -> ModelContract:
+        """The contract of a loaded policy description (a single .onnx file or a package)."""
+        return cls(
+            policy.digest,
+            policy.observation_dim,
+            policy.action_dim,
+            policy.action_horizon,
+            policy if policy.kind != "onnx" else None,
+        )
+
+
+_EMPTY_OBS = np.zeros(0, np.float32)
+_EMPTY_OBS.setflags(write=False)
 
 
 class Validator:
@@ -52,12 +87,26 @@ class Validator:
 
     Cheap checks run first so a flood of garbage costs as little as possible; the observation
     is converted to float32 only once and handed back so the caller does not copy it again.
+    For a policy package the request's tensors are validated and copied, normalized, in the same
+    pass (policy.intake) into the buffers `intake_target()` names (the core's staging slot), the
+    only copy the request gets before the worker runs the model on it.
     """
 
-    def __init__(self, model: ModelContract | None, max_nfe: int) -> None:
+    def __init__(
+        self,
+        model: ModelContract | None,
+        max_nfe: int,
+        *,
+        intake_target: Callable[[], _policy.InputBuffers] | None = None,
+        max_request_bytes: int = _policy.DEFAULT_MAX_REQUEST_BYTES,
+    ) -> None:
         self.model = model
         self.max_nfe = max_nfe
+        self.intake_target = intake_target
+        self.max_request_bytes = max_request_bytes
         self.discarded: dict[Reason, int] = {reason: 0 for reason in Reason}
+        if model is not None and model.policy is not None and intake_target is None:
+            raise ValueError("a policy package needs an intake_target (where inputs are copied)")
 
     def check(self, msg) -> tuple[Reason | None, bytes, np.ndarray | None]:
         """Return (reason or None, session id bytes, float32 observation) for one request."""
@@ -100,6 +149,15 @@ class Validator:
         raw = msg.observation
         if len(raw) != model.observation_dim or len(raw) > OBSERVATION_MAX_LEN:
             return Reason.OBSERVATION_LENGTH, sid, None
+        if model.policy is not None:
+            key = _policy.intake(
+                msg.inputs, model.policy, self.intake_target(), self.max_request_bytes
+            )
+            if key is not None:
+                return _INTAKE_REASON[key], sid, None
+            return None, sid, _EMPTY_OBS
+        if len(msg.inputs):  # the single-vector model declares no tensors
+            return Reason.INPUT_UNEXPECTED, sid, None
         obs = np.frombuffer(raw, dtype=np.float32) if _is_float_buffer(raw) else np.asarray(
             raw, dtype=np.float32
         )

@@ -4,11 +4,20 @@ Why dedicated threads and not executor callbacks: a worker blocks in ONNX Runtim
 and must check cancellation and the deadline between NFEs; the core (not this module) decides
 those, so the loop here only asks after every NFE (`Core.step`) and stops when told.
 
-Worker i owns lane i, its own `InferenceSession` (intra-op threads configurable, inter-op 1,
-created inside the thread after affinity/priority are applied, so the session's pool threads
-inherit them) and is the only producer of the core's ring i + 1:
+Worker i owns lane i, its own `InferenceSession`s (intra-op threads configurable, inter-op 1,
+on the configured execution providers, created inside the thread after affinity/priority are
+applied, so the session's pool threads inherit them) and is the only producer of the core's ring
+i + 1:
 
-    wait_for_work -> dispatch -> [nfe -> step]* -> (DONE) wait for ring space -> finish
+    wait_for_work -> dispatch -> [prefix -> prefix_done] -> [nfe -> step]* -> (DONE) wait for
+    ring space -> finish
+
+A single .onnx model runs model.FlowSampler on the lane's observation (unchanged). A policy
+package runs a policy.PolicySampler whose inputs are the dispatched slot's payload: the request
+thread normalized the request's tensors straight into that slot (SlotInputs), so the worker binds
+those bytes as graph inputs and nothing is copied again. A two-phase package runs its prefix
+graph once at dispatch and reports it with `Core.prefix_done`, which may stop the work (stale,
+expired) before the first NFE.
 
 Outcomes of stopped work (REJECTED_STALE, EXPIRED) are emitted by the core inside `step`.
 
@@ -25,13 +34,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from flowedge_relay import policy as _policy
 from flowedge_relay.core import Core, Step
-from flowedge_relay.model import SOLVERS, FlowSampler, ModelInfo, make_session
+from flowedge_relay.model import SOLVERS, FlowSampler, ModelInfo
 from flowedge_relay.realtime import apply_thread_settings
 
 NFE_HISTORY = 4096  # measured NFE durations kept per worker (a ring)
@@ -109,6 +119,43 @@ class _ProbedSession:
         return getattr(self._session, name)
 
 
+class SlotInputs:
+    """A policy's input buffers laid over each core slot's payload, made once per slot.
+
+    Why: the request thread writes a request's tensors into the staging slot's payload (one
+    copy, normalized) and the worker that dispatches the slot binds the same memory as graph
+    inputs. The views and their OrtValues are built the first time a slot is seen and then
+    reused, so a request allocates nothing here. `payload_view(slot)` is Core.payload_view (or
+    any uint8 buffer per slot, for tests).
+    """
+
+    def __init__(
+        self, policy: _policy.Policy, payload_view: Callable[[int], np.ndarray]
+    ) -> None:
+        self.policy = policy
+        self.layout = _policy.payload_layout(policy)
+        self._payload_view = payload_view
+        self._by_slot: dict[int, _policy.InputBuffers] = {}
+
+    @property
+    def payload_bytes(self) -> int:
+        return self.layout.nbytes
+
+    def __getitem__(self, slot: int) -> _policy.InputBuffers:
+        buffers = self._by_slot.get(slot)
+        if buffers is None:  # first use of this slot (the request thread, before its submit)
+            buffers = _policy.InputBuffers.over_payload(
+                self.policy, self._payload_view(slot), self.layout
+            )
+            self._by_slot[slot] = buffers
+        return buffers
+
+    def prepare(self, slots: Sequence[int] | range) -> None:
+        """Build the views of these slots now instead of at their first request."""
+        for slot in slots:
+            self[slot]
+
+
 class InjectedWorkerCrash(RuntimeError):
     """Raised inside a worker by `WorkerPool.inject_worker_crash` (drills and tests only)."""
 
@@ -141,6 +188,8 @@ class _Worker:
     ready: threading.Event = field(default_factory=threading.Event)
     nfe_ns: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int64))
     nfe_count: int = 0  # total NFEs measured; nfe_ns[i % NFE_HISTORY] is the i-th
+    prefix_ns: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int64))
+    prefix_count: int = 0  # prefix passes measured (two-phase packages)
     holding: bool = False  # has dispatched work that has not ended yet
     last_progress_ns: int = 0  # dispatch or last step of the work it holds
     crash_requested: bool = False
@@ -156,11 +205,13 @@ class WorkerPool:
     def __init__(
         self,
         core: Core,
-        model: ModelInfo,
+        model: ModelInfo | _policy.Policy,
         workers: int = 1,
         *,
         intra_op_threads: int = 1,
         solver: str = "euler",
+        execution_providers: Sequence[str] = _policy.DEFAULT_PROVIDERS,
+        slot_inputs: SlotInputs | None = None,
         cpu_affinity: Sequence[int] = (),
         rt_priority: int = 0,
         output_wait_ns: int = 5_000_000,
@@ -175,6 +226,12 @@ class WorkerPool:
             raise ValueError(f"unknown solver {solver!r}; choose one of {SOLVERS}")
         if model.obs_dim != core.obs_dim or model.action_len != core.action_len:
             raise ValueError("model dims do not match the core's obs_dim / action_len")
+        #: a policy package (named tensors in the slot payloads); None: a single .onnx file
+        self.policy = model if isinstance(model, _policy.Policy) and model.kind != "onnx" else None
+        if self.policy is not None and slot_inputs is None:
+            raise ValueError("a policy package needs slot_inputs (the payload views per slot)")
+        self.slot_inputs = slot_inputs
+        self.execution_providers = tuple(execution_providers)
         self.core, self.model, self.solver = core, model, solver
         self.intra_op_threads, self.rt_priority = intra_op_threads, rt_priority
         self.output_wait_ns, self.stall_ns = output_wait_ns, stall_ns
@@ -257,6 +314,15 @@ class WorkerPool:
         except Exception as exc:  # a closed core during teardown: nothing left to tell
             self.log.error(f"disable_lane({w.lane}) failed: {exc}")
 
+    def prefix_percentiles(self) -> tuple[float, float, int]:
+        """(p50_ns, p99_ns, samples) over the recent measured prefix passes of all workers."""
+        parts = [w.prefix_ns[: min(w.prefix_count, NFE_HISTORY)] for w in self._workers]
+        window = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        if window.size == 0:
+            return 0.0, 0.0, 0
+        p50, p99 = np.percentile(window, [50, 99])
+        return float(p50), float(p99), int(window.size)
+
     def nfe_percentiles(self) -> tuple[float, float, int]:
         """(p50_ns, p99_ns, samples) over the recent measured NFE durations of all workers."""
         parts = [w.nfe_ns[: min(w.nfe_count, NFE_HISTORY)] for w in self._workers]
@@ -314,13 +380,13 @@ class WorkerPool:
             w.applied = apply_thread_settings(
                 f"worker {w.lane}", w.cpus, self.rt_priority, warn=self.log.warning
             )
-            sampler = FlowSampler(
-                make_session(self.model, self.intra_op_threads), self.model, self.solver
-            )
-            sampler.sample(np.zeros(self.model.obs_dim, np.float32), 0, 2)  # first runs are slow
+            sampler = self._make_sampler()
             if w.probe is not None:
                 w.probe.open()
-                sampler.session = _ProbedSession(sampler.session, w.probe)
+                if isinstance(sampler, FlowSampler):
+                    sampler.session = _ProbedSession(sampler.session, w.probe)
+                else:  # the step graph's session is the one run per NFE
+                    sampler._step_sess = _ProbedSession(sampler._step_sess, w.probe)
             w.ready.set()
             self._loop(w, sampler)
         except BaseException as exc:  # the supervisor sees the dead thread and disables the lane
@@ -332,9 +398,31 @@ class WorkerPool:
             if w.probe is not None:
                 self.log.info(f"NFE breakdown of worker {w.lane}: {w.probe.save()}")
 
-    def _loop(self, w: _Worker, sampler: FlowSampler) -> None:
+    def _make_sampler(self) -> FlowSampler | _policy.PolicySampler:
+        """This worker's sessions (on the configured providers) and sampler, warmed up."""
+        if self.policy is None:
+            m = self.model
+            data = m.model_bytes if isinstance(m, ModelInfo) else m.graphs["velocity"].data
+            session = _policy.make_session(
+                data, self.intra_op_threads, self.execution_providers, f"{m.path}:velocity"
+            )
+            info = m if isinstance(m, ModelInfo) else None
+            sampler = FlowSampler(session, info or _model_info(m), self.solver)
+            sampler.sample(np.zeros(m.obs_dim, np.float32), 0, 2)  # first runs are slow
+            return sampler
+        sessions = _policy.make_sessions(
+            self.policy, self.intra_op_threads, self.execution_providers
+        )
+        sampler = _policy.PolicySampler(self.policy, sessions)  # the manifest's solver
+        warm = {s.name: np.zeros(s.shape, s.wire_dtype) for s in self.policy.inputs}
+        sampler.sample(warm, 0, 2)  # on its own buffers; a request rebinds its slot's
+        return sampler
+
+    def _loop(self, w: _Worker, sampler: FlowSampler | _policy.PolicySampler) -> None:
         core, lane, stop = self.core, w.lane, self._stop
         clock, ring, mask, probe = time.monotonic_ns, w.nfe_ns, NFE_HISTORY, w.probe
+        package, slots = self.policy is not None, self.slot_inputs
+        two_phase = package and self.policy.two_phase
         while not stop.is_set():
             if w.crash_requested:
                 raise InjectedWorkerCrash(f"worker {lane}: injected crash")
@@ -345,8 +433,13 @@ class WorkerPool:
             if work is None:
                 continue
             w.last_progress_ns, w.holding = now, True
-            sampler.start(work.observation, work.noise_seed, work.remaining_nfe)
             result = Step.CONTINUE
+            if not package:
+                sampler.start(work.observation, work.noise_seed, work.remaining_nfe)
+            else:
+                sampler.start(work.noise_seed, work.remaining_nfe, slots[work.slot])
+                if two_phase:
+                    result = self._prefix(w, sampler)
             while result == Step.CONTINUE:
                 if stop.is_set():
                     return  # lane left holding; stop() disables it after the join
@@ -371,10 +464,28 @@ class WorkerPool:
                 self._finish(w, sampler)
             w.holding = False  # STOP_STALE / STOP_EXPIRED: the core emitted the outcome
 
-    def _finish(self, w: _Worker, sampler: FlowSampler) -> None:
+    def _prefix(self, w: _Worker, sampler: _policy.PolicySampler) -> Step:
+        """The prefix pass, once per request; the core then decides whether its steps run."""
+        t0 = time.monotonic_ns()
+        sampler.prefix()
+        t1 = time.monotonic_ns()
+        w.prefix_ns[w.prefix_count % NFE_HISTORY] = t1 - t0
+        w.prefix_count += 1
+        w.last_progress_ns = t1
+        return self.core.prefix_done(w.lane, t1, t1 - t0)
+
+    def _finish(self, w: _Worker, sampler: FlowSampler | _policy.PolicySampler) -> None:
         """Wait a bounded time for ring space, then hand the actions to the core."""
         core, lane = self.core, w.lane
         give_up = time.monotonic_ns() + self.output_wait_ns
         while not core.output_space(lane) and time.monotonic_ns() < give_up:
             time.sleep(50e-6)
         core.finish(lane, time.monotonic_ns(), sampler.actions())  # full ring: counted drop
+
+
+def _model_info(p: _policy.Policy) -> ModelInfo:
+    """model.ModelInfo of a single-file policy description (FlowSampler's argument)."""
+    return ModelInfo(
+        p.path, p.digest, p.obs_dim, p.action_horizon, p.action.dim,
+        p.graphs["velocity"].data,
+    )

@@ -83,10 +83,14 @@ def test_dead_or_stalled_worker_and_missing_model_are_errors():
     assert levels(b, snap(model_ok=False, model_error="gone"))["model"] == DiagnosticStatus.ERROR
 
 
-def cost(model=CostModel.STATIC, tail=900_000, in_use=1_000_000, samples=100) -> CostStats:
+def cost(model=CostModel.STATIC, tail=900_000, in_use=1_000_000, samples=100,
+         **prefix: int) -> CostStats:
+    """Core cost figures; prefix_* fields (two-phase models) default to 0."""
+    extra = {f.name: prefix.get(f.name, 0) for f in dataclasses.fields(CostStats)
+             if f.name.startswith("prefix_")}
     return CostStats(cost_model=model, quantile_ppm=990_000, window_ns=S,
                      configured_ns=1_000_000, observed_tail_ns=tail, window_max_ns=tail,
-                     window_samples=samples, in_use_ns=in_use, samples_total=samples)
+                     window_samples=samples, in_use_ns=in_use, samples_total=samples, **extra)
 
 
 def workers_status(s: Snapshot):
@@ -179,3 +183,50 @@ def test_an_rmw_that_cannot_report_loss_says_so():
     array = DiagnosticsBuilder("r").build(snap(middleware_lost_reported=False), _stamp())
     values = {kv.key: kv.value for kv in array.status[0].values}
     assert values["middleware_lost"] == "not reported by this RMW"
+
+
+def test_model_status_advertises_what_is_served_and_prefix_figures_sit_next_to_nfe_ones():
+    """A producer builds requests from the model status (producer.ServedModel parses
+    model_inputs); a two-phase model reports its prefix cost in diagnostics and RelayStats."""
+    from flowedge_relay import policy
+    from flowedge_relay.diagnostics import model_description
+    from flowedge_relay.model import default_model_path
+    from flowedge_relay.producer import ServedModel
+
+    vision = policy.load(policy.vision_policy_path())
+    described = model_description(vision, ["CPUExecutionProvider"])
+    s = snap(model=described, two_phase=True, prefix_ns=2_000_000, prefix_p50_ns=1_500_000.0,
+             prefix_p99_ns=1_900_000.0, prefix_samples=12,
+             cost=cost(prefix_configured_ns=2_000_000, prefix_observed_tail_ns=1_900_000,
+                       prefix_in_use_ns=2_000_000))
+    array = DiagnosticsBuilder("r").build(s, _stamp())
+    model = {kv.key: kv.value for kv in array.status[3].values}
+    assert array.status[3].level == DiagnosticStatus.OK
+    assert "two-phase" in array.status[3].message
+    assert model["model_kind"] == "two-phase (package)"
+    assert model["model_inputs"] == "image:uint8[2,32,32]; state:float32[2]"
+    assert model["execution_providers"] == "CPUExecutionProvider"
+    assert (model["observation_dim"], model["action_dim"], model["action_horizon"]) == (
+        "0", "2", "8")
+    served = ServedModel.from_description(model["model_digest"], model["model_inputs"],
+                                          int(model["action_dim"]), int(model["action_horizon"]))
+    assert [d.shape for d in served.inputs] == [(2, 32, 32), (2,)]
+    # the core's prefix cost figures (CostStats.prefix_*; a core without them reads 0)
+    tail = 1_900_000 if any(f.name == "prefix_observed_tail_ns"
+                            for f in dataclasses.fields(CostStats)) else 0
+    _, workers = workers_status(s)
+    assert workers["prefix_ns_configured"] == "2000000"
+    assert workers["prefix_ns_observed_tail"] == str(tail)
+    assert workers["prefix_ns_in_use"] == "2000000" and workers["prefix_samples"] == "12"
+    assert "nfe_ns_p99" in workers
+    msg = stats_message(s, _stamp())
+    assert (msg.prefix_ns_configured, msg.prefix_ns_observed_tail, msg.prefix_ns_in_use) == (
+        2_000_000, tail, 2_000_000)
+    single = snap(model=model_description(policy.load(default_model_path()), ["CPU"]))
+    single_model = {kv.key: kv.value
+                    for kv in DiagnosticsBuilder("r").build(single, _stamp()).status[3].values}
+    assert single_model["model_kind"] == "single graph"
+    assert single_model["model_inputs"].startswith("observation:float32[")
+    _, single_workers = workers_status(single)
+    assert "prefix_ns_configured" not in single_workers
+    assert stats_message(single, _stamp()).prefix_ns_in_use == 0

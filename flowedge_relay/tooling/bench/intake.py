@@ -78,6 +78,7 @@ def _take_us(msg, n: int) -> tuple[float, int]:
 def _discard_cases(builder, rng) -> list[tuple[str, str, dict]]:
     """(case, discard reason, fields) for one broken field each."""
     from builtin_interfaces.msg import Time
+    from flowedge_relay_msgs.msg import Tensor
 
     m = builder.model
     sid300 = "".join(chr(rng.randrange(0x100, 0xD7FF)) for _ in range(300))
@@ -94,6 +95,8 @@ def _discard_cases(builder, rng) -> list[tuple[str, str, dict]]:
         ("remaining_nfe_u32_max", "remaining_nfe_above_max", {"remaining_nfe": UINT32_MAX}),
         ("retry_reason_200", "retry_reason_unknown", {"retry_reason": 200, "retry_count": 1}),
         ("deadline_negative", "time_invalid", {"deadline": Time(sec=-5, nanosec=0)}),
+        ("tensor_to_single_vector_model", "input_unexpected",
+         {"inputs": [Tensor(name="image", dtype=Tensor.UINT8, shape=[4], data=[0, 1, 2, 3])]}),
     ]
 
 
