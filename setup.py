@@ -14,7 +14,7 @@ setup(
         package_name: [
             "models/*.onnx",
             "models/*.json",
-            # policy packages: a directory with policy.yaml and its graphs (DESIGN.md section 10)
+            # policy packages: a directory with policy.yaml and its graphs (docs/design.md §10)
             "models/policy_vision/*.onnx",
             "models/policy_vision/*.yaml",
             "models/policy_vision/*.json",

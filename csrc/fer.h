@@ -1,7 +1,7 @@
 /*
  * fer.h - FlowEdge Relay scheduling core: the public header, the runtime contract.
  *
- * DESIGN.md sections 4-8 in C: sessions, a bounded EDF queue, W worker lanes, the calibrated
+ * docs/design.md §4-8 in C: sessions, a bounded EDF queue, W worker lanes, the calibrated
  * admission test, dispatch, and single-producer/single-consumer outcome rings. Everything here is
  * called by flowedge_relay/core.py (or, for fer_admit_first_miss, checked directly by the tests);
  * benchmark and stress drivers live apart, in fer_bench.h.
@@ -64,12 +64,12 @@
 #define FER_STEP_STOP_STALE 2
 #define FER_STEP_STOP_EXPIRED 3
 
-/* ---- age_gate (DESIGN §6) -------------------------------------------------------------------- */
+/* ---- age_gate (docs/design.md §6) ------------------------------------------------------------ */
 #define FER_AGE_GATE_OFF 0
 #define FER_AGE_GATE_RETRIES 1
 #define FER_AGE_GATE_ALL 2
 
-/* ---- cost_model (DESIGN §5.2) ---------------------------------------------------------------- */
+/* ---- cost_model (docs/design.md §5.2) -------------------------------------------------------- */
 #define FER_COST_STATIC 0
 #define FER_COST_ADAPTIVE 1
 
@@ -82,10 +82,10 @@
  * 990000; fer_core_get_config reports the effective values), two_phase <= 1,
  * payload_bytes <= FER_MAX_PAYLOAD.
  *
- * Two-phase models (DESIGN §5, §10): with two_phase = 1 every request pays one prefix pass before
- * its first NFE; its cost is prefix_ns (while the prefix has not run) + remaining_nfe x nfe_ns in
- * admission, dispatch expiry and lane start times. With two_phase = 0 (or prefix_ns = 0) the
- * arithmetic is exactly the single-graph one. prefix_ns counts only while nfe_ns > 0 (admission
+ * Two-phase models (docs/design.md §5, §10): with two_phase = 1 every request pays one prefix pass
+ * before its first NFE; its cost is prefix_ns (while the prefix has not run) + remaining_nfe x
+ * nfe_ns in admission, dispatch expiry and lane start times. With two_phase = 0 (or prefix_ns = 0)
+ * the arithmetic is exactly the single-graph one. prefix_ns counts only while nfe_ns > 0 (admission
  * on), like everything calibrated.
  *
  * Slots: queue_capacity + workers + 1 request slots exist; one of them is always free and
@@ -197,10 +197,10 @@ struct fer_stats {
     uint64_t busy_ns;                    /* sum of measured NFE and prefix time, all lanes */
 };
 
-/* The cost model (DESIGN §5.2) at one instant: what NFEs measured lately cost, and what admission
- * assumes. observed_tail_ns is the cost_quantile_ppm quantile of the NFE durations measured in
- * the last cost_window_ns (0 when none was), window_max_ns their maximum; in_use_ns is what
- * admission and dispatch use per NFE: nfe_ns in static mode, max(nfe_ns, observed_tail_ns) in
+/* The cost model (docs/design.md §5.2) at one instant: what NFEs measured lately cost, and what
+ * admission assumes. observed_tail_ns is the cost_quantile_ppm quantile of the NFE durations
+ * measured in the last cost_window_ns (0 when none was), window_max_ns their maximum; in_use_ns is
+ * what admission and dispatch use per NFE: nfe_ns in static mode, max(nfe_ns, observed_tail_ns) in
  * adaptive mode (the configured value is the floor); 0 while nfe_ns is 0 (admission off).
  * The prefix_* fields are the same for prefix passes (a second estimator, same window and
  * quantile, fed by fer_core_prefix_done): prefix_in_use_ns = prefix_ns in static mode,
@@ -278,7 +278,7 @@ int fer_core_shutdown(struct fer_core *core);
 int fer_core_get_config(struct fer_core *core, struct fer_config *out);
 
 /* ---- request thread ---------------------------------------------------------------------------
- * Decides on req in DESIGN §4 order at time now. Returns FER_ACCEPTED, FER_REJECTED_*,
+ * Decides on req in docs/design.md §4 order at time now. Returns FER_ACCEPTED, FER_REJECTED_*,
  * FER_EXPIRED, FER_COALESCED, or FER_EINVAL for input that validation should have discarded
  * (session id too long, remaining_nfe 0 or > max_nfe, retry_reason out of range; not counted).
  * Rejections and any displaced / pruned / drained work are pushed to ring 0. With no alive lane,
@@ -339,8 +339,8 @@ int fer_core_set_calibration(struct fer_core *core, uint64_t nfe_ns, uint64_t ad
 int fer_core_set_policy(struct fer_core *core, uint32_t reject_if_retry_count_gte, uint32_t age_gate,
                         uint64_t reject_if_queue_age_ns_gte, uint64_t queue_timeout_ns);
 int fer_core_stats(struct fer_core *core, struct fer_stats *out);
-/* Cost model (DESIGN §5.2, csrc/fer_cost.c). Every NFE passed to fer_core_step is measured in
- * both modes. set_cost_model: cost_model FER_COST_*, window_ns (0 = 1 s) and quantile_ppm
+/* Cost model (docs/design.md §5.2, csrc/fer_cost.c). Every NFE passed to fer_core_step is measured
+ * in both modes. set_cost_model: cost_model FER_COST_*, window_ns (0 = 1 s) and quantile_ppm
  * (1..1000000, 0 = 990000); changing the window forgets the samples. FER_OK or FER_EINVAL.
  * cost_stats: the model's state at now (samples older than the window no longer count). */
 int fer_core_set_cost_model(struct fer_core *core, uint32_t cost_model, uint64_t window_ns,
@@ -353,7 +353,7 @@ int fer_core_lanes_snapshot(struct fer_core *core, struct fer_lane_state *out, u
 int fer_core_session_generation(struct fer_core *core, const char *session_id, uint32_t len,
                                 uint64_t *generation);
 
-/* ---- the admission predicate (DESIGN §5), pure ------------------------------------------------
+/* ---- the admission predicate (docs/design.md §5), pure ----------------------------------------
  * Simulates non-preemptive EDF over nlanes lanes that free at lane_start[]: jobs[] (EDF order)
  * are placed one by one on the lane that frees first; finish = start + (prefix_ns if the job's
  * prefix_pending) + remaining_nfe * nfe_ns.

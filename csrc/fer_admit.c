@@ -1,5 +1,5 @@
 /*
- * fer_admit.c - the calibrated admission test of DESIGN §5: a pure predicate, and the one
+ * fer_admit.c - the calibrated admission test of docs/design.md §5: a pure predicate, and the one
  * function that builds its input from the core's state (build_admission_state).
  *
  * Like the kernel's SCHED_DEADLINE admission control the predicate only answers "does it fit?"

@@ -1,12 +1,13 @@
 /*
- * fer_cost.c - DESIGN §5.2: the measured NFE cost tail and the cost model admission uses.
+ * fer_cost.c - docs/design.md §5.2: the measured NFE cost tail and the cost model admission uses.
  *
  * Why a tail over a sliding window: a static nfe_ns is calibrated once, usually on a quieter
  * host than the one under overload, and an NFE then costs more than admission assumes (the
  * relay's own request and publisher threads, the GIL, neighbours). The adaptive model admits with
  * max(nfe_ns, recent tail), so a loaded host is priced in within a fraction of a second and the
  * estimate decays once the load is gone; the configured value stays the floor. The static model
- * keeps ADR 0015's operator-owned number, and the same tail feeds the drift alarm.
+ * keeps ADR 0015 (docs/design.md#decision-record)'s operator-owned number, and the same tail feeds
+ * the drift alarm.
  *
  * The core holds two instances of the same estimator: one for NFEs (fed by fer_core_step) and,
  * for two-phase models, one for prefix passes (fed by fer_core_prefix_done); both share the

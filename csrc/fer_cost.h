@@ -1,5 +1,5 @@
 /*
- * fer_cost.h - the cost model of DESIGN §5.2: static or adaptive, and the observed tail.
+ * fer_cost.h - the cost model of docs/design.md §5.2: static or adaptive, and the observed tail.
  *
  * Private to the core (not part of the cdef). The estimator is a windowed tail of measured
  * durations (the core has two instances: NFEs from fer_core_step, prefix passes from
@@ -61,7 +61,7 @@ void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg);
 /* One measured NFE (or prefix pass) of nfe_ns nanoseconds that ended at now. */
 void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns);
 
-/* The admission path's read (DESIGN §5.2): the ns per unit (NFE or prefix pass) admission
+/* The admission path's read (docs/design.md §5.2): the ns per unit (NFE or prefix pass) admission
  * assumes at `now`, given the configured value. */
 static inline uint64_t fer_cost_in_use(const struct fer_cost *k, uint64_t configured, uint64_t now)
 {

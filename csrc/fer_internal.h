@@ -6,7 +6,7 @@
  *   fer_core.c     create / destroy / shutdown, configuration, calibration and policy
  *   fer_session.c  the session table, its hash index, and the request slots each session owns
  *   fer_queue.c    the bounded EDF queue (sorted array of slot ids)
- *   fer_submit.c   the DESIGN §4 decision order on arrival, one small step per rule
+ *   fer_submit.c   the docs/design.md §4 decision order on arrival, one small step per rule
  *   fer_admit.c    the §5 admission test: building its state from the core, and the predicate
  *   fer_lane.c     the worker lanes: wait, dispatch, step, finish, disable
  *   fer_output.c   outcomes: into the deciding thread's ring, and out to the publisher
@@ -230,11 +230,11 @@ struct fer_core {
     uint64_t arrival_seq;
     uint64_t touch_seq;
     struct fer_stats st;        /* counters; gauges are filled in by fer_core_stats */
-    struct fer_cost cost;       /* DESIGN §5.2 cost model: measured NFE tail (fer_cost.c) */
+    struct fer_cost cost;       /* docs/design.md §5.2 cost model: measured NFE tail (fer_cost.c) */
     struct fer_cost prefix_cost; /* the same for prefix passes (two_phase) */
 };
 
-/* ---- what work costs (DESIGN §5, §5.2), core->mu held ------------------------------------ */
+/* ---- what work costs (docs/design.md §5, §5.2), core->mu held ---------------------------- */
 
 /* ns per NFE admission and dispatch assume at now: static nfe_ns, adaptive max(nfe_ns, tail). */
 static inline uint64_t fer_nfe_in_use(const struct fer_core *c, uint64_t now)
@@ -275,7 +275,7 @@ uint32_t fer_slot_take(struct fer_core *c, const struct fer_request *r, uint32_t
 void fer_slot_free(struct fer_core *c, uint32_t id);
 
 /* Whether accepting a request of session si (FER_NONE: untracked) with generation gen cancels
- * slot s: the freshness rule of DESIGN §4 step 8. */
+ * slot s: the freshness rule of docs/design.md §4 step 8. */
 static inline int fer_cancels(const struct fer_slot *s, uint32_t si, uint64_t gen)
 {
     return si != FER_NONE && s->session == si && s->generation < gen;

@@ -1,5 +1,5 @@
 /*
- * fer_lane.c - the worker lanes (DESIGN §5's W non-preemptive EDF lanes): waiting for work,
+ * fer_lane.c - the worker lanes (docs/design.md §5's W non-preemptive EDF lanes): waiting for work,
  * dispatching the EDF head, accounting a two-phase model's prefix pass and each NFE step,
  * finishing, and a lane's death.
  *

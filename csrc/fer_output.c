@@ -1,7 +1,7 @@
 /*
- * fer_output.c - the output path of DESIGN §8: every outcome goes from the thread that decides it
- * into that thread's own SPSC ring (ring 0 = submit, ring lane+1 = worker lane), and from the
- * rings to the one publisher thread.
+ * fer_output.c - the output path of docs/design.md §8: every outcome goes from the thread that
+ * decides it into that thread's own SPSC ring (ring 0 = submit, ring lane+1 = worker lane), and
+ * from the rings to the one publisher thread.
  *
  * Producers push under core->mu without ringing; each public call rings the doorbell once, after
  * releasing the mutex (fer_unlock_and_ring), so the publisher never waits on admission. The

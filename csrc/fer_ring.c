@@ -1,7 +1,7 @@
 /*
  * fer_ring.c - bounded single-producer / single-consumer outcome rings and the doorbell that
- * wakes their consumer (DESIGN §8). Shape of concurrencykit ck_ring / DPDK rte_ring: power-of-two
- * capacity, free-running indices, one acquire and one release per operation.
+ * wakes their consumer (docs/design.md §8). Shape of concurrencykit ck_ring / DPDK rte_ring:
+ * power-of-two capacity, free-running indices, one acquire and one release per operation.
  */
 #define _POSIX_C_SOURCE 200809L
 

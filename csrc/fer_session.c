@@ -1,6 +1,6 @@
 /*
- * fer_session.c - the session table (fixed array + open-addressing index, DESIGN §7's bound on
- * tracked sessions) and the request slots each session owns, including the staging slot the
+ * fer_session.c - the session table (fixed array + open-addressing index, docs/design.md §7's bound
+ * on tracked sessions) and the request slots each session owns, including the staging slot the
  * request thread writes a request's payload into before submit.
  *
  * A session exists only while it is worth remembering: it is created on acceptance and evicted,

@@ -1,6 +1,6 @@
 /*
- * fer_submit.c - what happens to a request on arrival: the DESIGN §4 decision order, one small
- * step per rule, read top to bottom in submit_locked.
+ * fer_submit.c - what happens to a request on arrival: the docs/design.md §4 decision order, one
+ * small step per rule, read top to bottom in submit_locked.
  *
  *   1. validate (the node did; the core refuses what slipped through, uncounted)
  *   2. duplicate of a queued or running (session_id, sequence) -> coalesce

@@ -1,4 +1,5 @@
-"""`flowedge-relayd`: the relay as a command, in the ROS form and the ADR 0015 form.
+"""`flowedge-relayd`: the relay as a command, in the ROS form and the ADR 0015 form
+(docs/design.md#decision-record).
 
     flowedge-relayd --ros-args -p nfe_ns:=250000 --params-file config/relay.yaml
     flowedge-relayd --nfe-ns 250000 --admission-reserve-ns 500000

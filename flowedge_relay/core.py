@@ -1,6 +1,6 @@
 """Thin typed wrapper of the C scheduling core (``csrc/``, built by ``_build_core.py``).
 
-The API is ``docs/core-api.md``; the rules are DESIGN.md sections 4-8 and live in C. This module
+The API is ``docs/core-api.md``; the rules are docs/design.md §4-8 and live in C. This module
 only converts between Python values and C structs, and turns C status codes into exceptions in
 one place, :func:`_check`.
 
@@ -75,7 +75,7 @@ class AgeGate(enum.IntEnum):
 
 
 class CostModel(enum.IntEnum):
-    """DESIGN §5.2: admit with the configured nfe_ns, or with max(nfe_ns, measured tail)."""
+    """docs/design.md §5.2: admit with the configured nfe_ns, or with max(nfe_ns, measured tail)."""
 
     STATIC = lib.FER_COST_STATIC
     ADAPTIVE = lib.FER_COST_ADAPTIVE

@@ -4,9 +4,9 @@ Shaped like ros/diagnostics' diagnostic_updater (name "node: task", a stable har
 level per status, key/value pairs) but published directly, because diagnostic_updater is not
 available as a wheel. One status per concern: admission, queue, workers, model, output.
 
-Levels (DESIGN.md section 9): WARN for requests lost in the middleware before the relay saw
+Levels (docs/design.md §9): WARN for requests lost in the middleware before the relay saw
 them, calibration misses, dropped outputs, admission off while deadlines arrive, or cost drift
-(the measured NFE tail above what admission assumes, DESIGN.md section 5.2); ERROR for a model
+(the measured NFE tail above what admission assumes, docs/design.md §5.2); ERROR for a model
 that failed to load or a dead/stalled worker. A WARN caused by a counter increase is held for
 `hold_s` seconds so a 1 Hz viewer cannot miss it.
 """
@@ -54,11 +54,11 @@ class Snapshot:
     middleware_lost: int = 0
     #: False where the RMW cannot report lost messages (then middleware_lost says nothing)
     middleware_lost_reported: bool = True
-    cost: object = None  # core.CostStats (DESIGN.md section 5.2); None = not measured
+    cost: object = None  # core.CostStats (docs/design.md §5.2); None = not measured
     #: what the relay serves (model_description): kind, inputs, action dims, providers
     model: dict[str, object] = field(default_factory=dict)
     two_phase: bool = False
-    prefix_ns: int = 0  # configured prefix_ns (DESIGN.md section 5)
+    prefix_ns: int = 0  # configured prefix_ns (docs/design.md §5)
     prefix_p50_ns: float = 0.0
     prefix_p99_ns: float = 0.0
     prefix_samples: int = 0
@@ -131,7 +131,7 @@ def _prefix_values(s: Snapshot) -> dict[str, object]:
 
 
 def _drift(s: Snapshot) -> str | None:
-    """The drift alarm (DESIGN.md section 5.2), in both cost models: the measured NFE tail
+    """The drift alarm (docs/design.md §5.2), in both cost models: the measured NFE tail
     exceeds the per-NFE cost admission assumes, so admitted work can miss its deadline."""
     if s.nfe_ns <= 0:
         return None

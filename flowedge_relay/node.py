@@ -8,7 +8,7 @@ A request travels top to bottom through this file:
 
 Threads: the request executor spins only the request callback group (nothing else may delay
 admission); the main executor runs timers and parameter services; W workers run the model; one
-publisher thread drains the outcome rings. See DESIGN.md sections 4-9 and docs/core-api.md.
+publisher thread drains the outcome rings. See docs/design.md §4-9 and docs/core-api.md.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class _BusyWindow:
 
 
 def _cost_fields(p: dict) -> dict[str, int]:
-    """The cost-model parameters (DESIGN.md section 5.2) as the core's config fields."""
+    """The cost-model parameters (docs/design.md §5.2) as the core's config fields."""
     return {
         "cost_model": CostModel[p["cost_model"].upper()],
         "cost_window_ns": p["cost_window_ms"] * MS,
@@ -135,7 +135,7 @@ def _cost_fields(p: dict) -> dict[str, int]:
 
 
 class RelayNode(Node):
-    """Deadline-aware EDF inference relay (DESIGN.md)."""
+    """Deadline-aware EDF inference relay (docs/design.md)."""
 
     # Defaults that let stop()/destroy_node() run whatever point __init__ reached.
     core: Core | None = None
@@ -156,7 +156,7 @@ class RelayNode(Node):
                 raise ValueError(problem)
         self._p = p
         #: DRILLS AND TESTS ONLY: while set, the publisher thread stops draining the outcome rings,
-        #: as if the action consumer stopped (DESIGN.md section 8: full rings drop and count).
+        #: as if the action consumer stopped (docs/design.md §8: full rings drop and count).
         self.fault_pause_output = threading.Event()
         # Thread ownership of the node's shared fields (the C side's are in fer_internal.h).
         # Written only by the request thread (its callbacks, including MESSAGE_LOST): _received,
@@ -176,7 +176,7 @@ class RelayNode(Node):
 
         # Model: a failure is an ERROR diagnostic, not a crash loop; requests are then discarded
         # as model_unavailable and the node stays up to say why. `policy` describes what is
-        # served (a single .onnx file or a policy package, DESIGN.md section 10); `model` is
+        # served (a single .onnx file or a policy package, docs/design.md §10); `model` is
         # what the rest of the relay reads dims from (ModelInfo for a single file, else the
         # Policy, which has the same names).
         self.model_path = p["model_path"] or default_model_path()

@@ -1,4 +1,4 @@
-"""Every parameter of the relay node in one table (DESIGN.md section 9).
+"""Every parameter of the relay node in one table (docs/design.md §9).
 
 Each entry becomes a `declare_parameter` with a ParameterDescriptor: description, range (rclpy
 enforces it on every set) and read_only where a change would need a restart (sizes of structures
@@ -77,7 +77,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("queue_capacity", 64, "queued (not running) requests held by the EDF queue", 1, 65536),
     Spec("max_sessions", 256, "producer sessions tracked; idle ones are evicted", 1, 65536),
     Spec("session_idle_ms", 10_000, "a session with no work unseen this long is idle", 0, HOUR_MS),
-    # Calibrated admission (ADR 0015): live
+    # Calibrated admission (ADR 0015, docs/design.md#decision-record): live
     Spec(
         "nfe_ns",
         0,
@@ -98,12 +98,12 @@ SPECS: tuple[Spec, ...] = (
         "prefix_ns",
         0,
         "measured upper bound of a two-phase model's prefix pass in ns, paid once per request "
-        "before its first NFE (DESIGN.md section 5); ignored for single-graph models",
+        "before its first NFE (docs/design.md §5); ignored for single-graph models",
         0,
         MINUTE_NS,
         read_only=False,
     ),
-    # Cost model (DESIGN.md section 5.2): live
+    # Cost model (docs/design.md §5.2): live
     Spec(
         "cost_model",
         "static",
@@ -126,7 +126,7 @@ SPECS: tuple[Spec, ...] = (
         1.0,
         read_only=False,
     ),
-    # Retries and queue age (DESIGN.md section 6): live
+    # Retries and queue age (docs/design.md §6): live
     Spec(
         "reject_if_retry_count_gte",
         1,
@@ -170,7 +170,7 @@ SPECS: tuple[Spec, ...] = (
          100_000),
     Spec("action_qos_depth", 1000, "history depth of the flowedge/actions publisher", 1, 100_000),
     Spec("stats_rate_hz", 10.0, "publish rate of flowedge/stats (RelayStats)", 0.1, 100.0),
-    # Output path (DESIGN.md section 8)
+    # Output path (docs/design.md §8)
     Spec("output_ring_capacity", 1024, "slots per SPSC outcome ring (rounded up to 2^n)", 2, 65536),
     Spec(
         "action_output_wait_ms",

@@ -6,7 +6,7 @@ encoder producing context tensors or a KV cache) and a step run once per NFE (th
 This module is the relay-side description of such a policy and everything the data path needs:
 
   load(path)          one description (`Policy`) for a single `.onnx` file (model.load_model's
-                      contract, unchanged) or a directory with `policy.yaml` (DESIGN.md section 10),
+                      contract, unchanged) or a directory with `policy.yaml` (docs/design.md §10),
                       checked against the graphs' ONNX metadata and one test evaluation.
   intake(...)         validates `InferenceRequest.inputs` against the declared inputs and copies
                       each tensor once, normalizing on the way, into preallocated model buffers.

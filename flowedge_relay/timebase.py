@@ -2,7 +2,7 @@
 
 Producers stamp deadlines and origins in ROS time (which may be simulated or jump with NTP); the
 core schedules on CLOCK_MONOTONIC. Each arrival reads both clocks once and converts relative to
-that pair, saturating instead of wrapping (DESIGN.md section 5).
+that pair, saturating instead of wrapping (docs/design.md §5).
 """
 
 from __future__ import annotations

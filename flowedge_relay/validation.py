@@ -1,4 +1,4 @@
-"""Request checks: what the relay refuses to schedule, and why (DESIGN.md section 3).
+"""Request checks: what the relay refuses to schedule, and why (docs/design.md §3).
 
 Invalid or model-incompatible input is discarded with no output, because the relay cannot safely
 reflect untrusted identifiers back onto the bus. Every discard is counted per reason (a fixed set

@@ -8,8 +8,8 @@ Usage (under a ROS 2 Jazzy or Kilted install, after `colcon build` and sourcing 
 
 The package's relay.yaml is keyed `/**/flowedge_relay`, so it applies under any namespace; a
 file of your own should be keyed the same way, or by full name (`/arm_left/flowedge_relay`).
-`nfe_ns` given here overrides the YAML (0 keeps admission off; see ADR 0015); left empty, the
-YAML's value stands.
+`nfe_ns` given here overrides the YAML (0 keeps admission off; see ADR 0015,
+docs/design.md#decision-record); left empty, the YAML's value stands.
 """
 
 import os

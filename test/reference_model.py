@@ -1,9 +1,9 @@
-"""A small pure-Python reference of DESIGN.md sections 4-7 (plus dispatch / step / finish / rings).
+"""A small pure-Python reference of docs/design.md §4-7 (plus dispatch / step / finish / rings).
 
 Written from the contract, not from the C: plain lists kept sorted, a dict of sessions, Python
 integers for time (a sum that reaches UINT64_MAX is "saturated" and meets no deadline). The
 property tests drive it and the C core with the same operations and compare decisions, outcomes
-and state. Where DESIGN leaves a choice, it makes the one documented in docs/core-api.md.
+and state. Where docs/design.md leaves a choice, it makes the one documented in docs/core-api.md.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class RefConfig:
 
 
 class RefCost:
-    """DESIGN §5.2's measured NFE tail, for the quantile 1.0 (the window maximum) only: the
+    """docs/design.md §5.2's measured NFE tail, for the quantile 1.0 (the window maximum) only: the
     window is SUBWINDOWS sub-windows of window / SUBWINDOWS ns rotating on `now`; a sample ages
     out when the sub-window SUBWINDOWS after its own begins; the value admission reads is
     computed when a sample arrives (or stats are read) and holds until every sample in it has

@@ -1,9 +1,10 @@
-"""The admission predicate of DESIGN §5 (csrc/fer_admit.c), alone and through the core.
+"""The admission predicate of docs/design.md §5 (csrc/fer_admit.c), alone and through the core.
 
 - hand-computed lane simulations, saturation at UINT64_MAX, check_from, zero lanes;
-- W = 1 equals the prefix-sum test of ADR 0015 (every affected EDF deadline prefix fits);
+- W = 1 equals the prefix-sum test of ADR 0015 (docs/design.md#decision-record): every affected EDF
+  deadline prefix fits;
 - W > 1 equals an independent heap-based simulation in Python;
-- a two-phase job's pending prefix (prefix_ns) is paid once, before its NFEs (DESIGN §5).
+- a two-phase job's pending prefix (prefix_ns) is paid once, before its NFEs (docs/design.md §5).
 """
 
 import heapq

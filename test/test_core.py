@@ -1,4 +1,4 @@
-"""One test per rule of DESIGN.md sections 4-8 on the C core, with hand-computed expectations.
+"""One test per rule of docs/design.md §4-8 on the C core, with hand-computed expectations.
 
 Times are virtual nanoseconds passed explicitly; T is an arbitrary base time.
 """

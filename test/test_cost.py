@@ -1,4 +1,4 @@
-"""DESIGN §5.2 on the C core (csrc/fer_cost.c) in virtual time: the measured NFE tail, the
+"""docs/design.md §5.2 on the C core (csrc/fer_cost.c) in virtual time: the measured NFE tail, the
 adaptive cost model and what admission decides with it.
 
 Every NFE duration is chosen here and fed through Core.step with a chosen `now`, so what the

@@ -1,4 +1,4 @@
-"""The blind-retry drill (issue 6, DESIGN.md section 6) and the retry rules it rests on.
+"""The blind-retry drill (issue 6, docs/design.md §6) and the retry rules it rests on.
 
 The drill tests run `flowedge-relay-drill` at 0.4 of its time scale with a 1500 ms happy path
 (120 ms per NFE, 440 ms with the fault, 1200 ms budget), so that the margin its verdict relies on

@@ -1,7 +1,7 @@
 """Discrete-event simulation of the relay in virtual time, driving the real C core.
 
-DESIGN §5's promise: if no NFE takes longer than nfe_ns (and dispatch lag fits in the reserve),
-no admitted request that is not cancelled ever misses its deadline. The harness:
+docs/design.md §5's promise: if no NFE takes longer than nfe_ns (and dispatch lag fits in the
+reserve), no admitted request that is not cancelled ever misses its deadline. The harness:
 
 - random workloads (bursty arrivals, 1..8 NFE, tight and loose deadlines, no-deadline requests,
   generation bumps that cancel queued and running work, blind retries that get coalesced);
@@ -11,13 +11,13 @@ no admitted request that is not cancelled ever misses its deadline. The harness:
 
 With NFE durations <= nfe_ns it asserts zero misses; with durations above nfe_ns the very same
 harness finds misses, so the first assertion is not vacuous. Each step reports its real duration
-to the core, so the adaptive cost model (DESIGN §5.2) sees what the lanes did: with it, the same
-too-slow durations are priced in and the promise holds again at the measured cost.
+to the core, so the adaptive cost model (docs/design.md §5.2) sees what the lanes did: with it, the
+same too-slow durations are priced in and the promise holds again at the measured cost.
 
-Two-phase models (DESIGN §5, §10): each dispatched request first runs a prefix pass, reported with
-prefix_done, then its NFEs. With prefix passes <= prefix_ns (and NFEs <= nfe_ns) the promise
-holds; with slower prefix passes, or with the prefix left out of admission (prefix_ns = 0), the
-same harness finds misses.
+Two-phase models (docs/design.md §5, §10): each dispatched request first runs a prefix pass,
+reported with prefix_done, then its NFEs. With prefix passes <= prefix_ns (and NFEs <= nfe_ns) the
+promise holds; with slower prefix passes, or with the prefix left out of admission (prefix_ns = 0),
+the same harness finds misses.
 """
 
 import heapq

@@ -153,7 +153,7 @@ ACTION_FIELDS = {
     ],
 )
 def test_fields_are_the_contract(msg_type, contract):
-    """DESIGN.md section 2: names and types are the contract; adding is fine, renaming is not."""
+    """docs/design.md §2: names and types are the contract; adding is fine, renaming is not."""
     fields = msg_type.get_fields_and_field_types()
     assert {k: fields.get(k) for k in contract} == contract
 
@@ -169,7 +169,7 @@ TENSOR_DTYPES = {
 
 
 def test_request_with_tensor_inputs_roundtrips_bytes_exactly():
-    """DESIGN.md section 2: named tensors, every dtype, data as C-order little-endian bytes."""
+    """docs/design.md §2: named tensors, every dtype, data as C-order little-endian bytes."""
     assert {k: getattr(Tensor, k) for k in TENSOR_DTYPES} == {
         k: code for k, (code, _) in TENSOR_DTYPES.items()
     }

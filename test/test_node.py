@@ -160,7 +160,7 @@ def test_diagnostics_report_each_concern_with_levels():
     ids = {s.hardware_id for s in statuses.values()}
     assert len(ids) == 1 and ids.pop().startswith("flowedge_relay@")
     assert statuses["model"].level == DiagnosticStatus.OK
-    # admission off while a deadline arrived: WARN, as DESIGN.md section 9 says
+    # admission off while a deadline arrived: WARN, as docs/design.md §9 says
     assert statuses["admission"].level == DiagnosticStatus.WARN
     workers = status_values(statuses["workers"])
     for key in ("nfe_ns_p50", "nfe_ns_p99", "nfe_ns_configured", "lane_utilisation"):
@@ -267,7 +267,7 @@ def test_adr_flags_refuse_bad_values(bad):
         parse_adr_flags(bad)
 
 
-# ---- DESIGN.md section 5.2: drift alarm and adaptive cost model over DDS ---------------------
+# ---- docs/design.md §5.2: drift alarm and adaptive cost model over DDS -----------------------
 
 SLOW_MS = 50.0  # injected NFE delay, far above the 5 ms nfe_ns below: certain on any host
 NFE_NS = 5_000_000

@@ -1,7 +1,7 @@
 """A demo producer: several robot sessions asking the relay for actions, and what comes back.
 
 It is the newcomer's first look at the relay, so it produces every outcome on purpose, each by a
-construction that does not depend on timing (DESIGN.md section 4 gives the order of decisions):
+construction that does not depend on timing (docs/design.md §4 gives the order of decisions):
   - once an INFERENCE answer proves that a session's generation g was accepted, one late frame
     of that session still carrying g - 1 (a slow sensor pipeline)  -> REJECTED_STALE (step 3)
   - deadlines that have already passed when sent                     -> EXPIRED (step 4)
@@ -175,7 +175,7 @@ class DemoProducer(Node):
     def _send_late_frame(self, session: str, accepted_generation: int) -> None:
         """A frame from a slow sensor pipeline: generation g - 1 after g was accepted.
 
-        The relay rejects it REJECTED_STALE at arrival (DESIGN.md section 4 step 3), whatever
+        The relay rejects it REJECTED_STALE at arrival (docs/design.md §4 step 3), whatever
         the timing: the INFERENCE answer to generation g proves that g was accepted.
         """
         self.late_frame_sent[session] = accepted_generation

@@ -1,4 +1,4 @@
-"""`flowedge-relay-drill`: blind retries must never clone late work (DESIGN.md section 6).
+"""`flowedge-relay-drill`: blind retries must never clone late work (docs/design.md §6).
 
 The incident pattern behind section 6: a free worker idles while a request's queue age is already
 past its deadline, and the client blindly retries the same completion three more times, each with
@@ -77,7 +77,7 @@ DEFAULT_ADMISSION = {
 COALESCED = "COALESCED"
 RETRY_REASON_NAMES = ("none", "timeout", "after_stale", "after_deadline", "after_capacity",
                       "after_expired")
-RETRY_REASON_FOR = {  # a blind client states why it retries (DESIGN.md section 2)
+RETRY_REASON_FOR = {  # a blind client states why it retries (docs/design.md §2)
     ActionMessage.REJECTED_STALE: InferenceRequest.RETRY_AFTER_STALE,
     ActionMessage.REJECTED_DEADLINE: InferenceRequest.RETRY_AFTER_DEADLINE,
     ActionMessage.REJECTED_CAPACITY: InferenceRequest.RETRY_AFTER_CAPACITY,
@@ -634,7 +634,8 @@ def format_report(report: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="flowedge-relay-drill",
-        description="The blind-retry drill: retries must never clone late work (DESIGN.md §6).",
+        description="The blind-retry drill: retries must never clone late work "
+                    "(docs/design.md §6).",
     )
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="multiply every drill time by this (the tests use 0.2; "

@@ -63,6 +63,26 @@ def wait_for_subscribers(publisher, count: int = 1, timeout: float = 10.0) -> No
 
 # -- a real relay node and a real client node, for node-level tests ---------------------------
 
+def build_request(model, now_ns: int, **fields):
+    """A valid single-vector request for `model` (digest and dims) stamped at `now_ns` (ROS
+    time); fields override, `deadline_ms` is relative to now_ns. Shared by the harness and the
+    producer processes of the stress campaigns."""
+    from flowedge_relay_msgs.msg import InferenceRequest
+
+    deadline_ms = fields.pop("deadline_ms", None)
+    req = InferenceRequest(
+        session_id="s", sequence=1, generation=1, remaining_nfe=4,
+        model_digest=model.digest, observation_dim=model.obs_dim, action_dim=model.action_dim,
+        action_horizon=model.action_horizon, observation=[0.1] * model.obs_dim, noise_seed=1,
+    )
+    req.origin_stamp = ros_time(now_ns)
+    if deadline_ms is not None:
+        req.deadline = ros_time(now_ns + int(deadline_ms * 1e6))
+    for key, value in fields.items():
+        setattr(req, key, value)
+    return req
+
+
 class RelayHarness:
     """A RelayNode spinning as in production (request thread + main executor) and a client node
     that publishes InferenceRequests and collects ActionMessages and diagnostics over DDS."""
@@ -107,23 +127,7 @@ class RelayHarness:
 
     def request(self, **fields):
         """A valid request for the loaded model; fields override (deadline_ms: from now)."""
-        from flowedge_relay_msgs.msg import InferenceRequest
-
-        m = self.model
-        now = self.client.get_clock().now().nanoseconds
-        deadline_ms = fields.pop("deadline_ms", None)
-        req = InferenceRequest(
-            session_id="s", sequence=1, generation=1, remaining_nfe=4,
-            model_digest=m.digest, observation_dim=m.obs_dim, action_dim=m.action_dim,
-            action_horizon=m.action_horizon, observation=[0.1] * m.obs_dim, noise_seed=1,
-        )
-        req.origin_stamp = ros_time(now)
-        if deadline_ms is not None:
-            d = now + int(deadline_ms * 1e6)
-            req.deadline = ros_time(d)
-        for key, value in fields.items():
-            setattr(req, key, value)
-        return req
+        return build_request(self.model, self.client.get_clock().now().nanoseconds, **fields)
 
     def send(self, *requests) -> None:
         for req in requests:

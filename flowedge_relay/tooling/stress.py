@@ -47,7 +47,8 @@ import numpy as np
 
 from flowedge_relay.core import CODE_KEYS
 from flowedge_relay.signals import stoppable
-from flowedge_relay.timebase import ros_time, stamp_ns
+from flowedge_relay.timebase import stamp_ns
+from flowedge_relay.tooling.harness import build_request
 
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
@@ -130,22 +131,7 @@ class RequestBuilder:
         self.model = model
 
     def request(self, **fields):
-        from flowedge_relay_msgs.msg import InferenceRequest
-
-        m = self.model
-        now = time.time_ns()
-        deadline_ms = fields.pop("deadline_ms", None)
-        req = InferenceRequest(
-            session_id="s", sequence=1, generation=1, remaining_nfe=4,
-            model_digest=m.digest, observation_dim=m.obs_dim, action_dim=m.action_dim,
-            action_horizon=m.action_horizon, observation=[0.1] * m.obs_dim, noise_seed=1,
-        )
-        req.origin_stamp = ros_time(now)
-        if deadline_ms is not None:
-            req.deadline = ros_time(now + int(deadline_ms * 1e6))
-        for key, value in fields.items():
-            setattr(req, key, value)
-        return req
+        return build_request(self.model, time.time_ns(), **fields)
 
 
 def _unicode(r: random.Random, n: int) -> str:

@@ -17,7 +17,7 @@ then keeps the lanes saturated for a few seconds (2W+2 requests outstanding) and
 relay's compute ns per NFE under that load (loaded: the GIL and both cores are shared with the
 request and publisher threads, so an NFE costs more than on an idle relay).
 
-Recommendation (conservative starting point, ADR 0015):
+Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-record):
   recommended_nfe_ns               = ceil(margin x max(p99 of e2e ns per NFE,
                                                        p99 of loaded compute ns per NFE)), in us
   recommended_admission_reserve_ns = ceil(margin x p99 of the fixed part), whole microseconds

@@ -10,10 +10,10 @@ the trace distribution x measured mean relay compute ns per NFE). Then the seede
 through the relay's live parameters, policies interleaved per load so a noisy neighbour hits them
 alike:
 
-  edf_admission   nfe_ns / admission_reserve_ns = the inline recommendation (DESIGN.md section 5),
+  edf_admission   nfe_ns / admission_reserve_ns = the inline recommendation (docs/design.md §5),
                   cost_model static
   edf_adaptive    the same values, cost_model adaptive: admission uses max(nfe_ns, the measured
-                  NFE tail of the last second) (DESIGN.md section 5.2)
+                  NFE tail of the last second) (docs/design.md §5.2)
   expire_only     nfe_ns = 0: everything is queued, expired at dispatch / between steps
   queue_timeout   nfe_ns = 0 and queue_timeout_ms = T (Triton-style: reject at dispatch work
                   queued longer than T); T defaults to the median deadline slack minus the mean
