@@ -31,13 +31,14 @@ declare -A ARGS=(
     [overload]=""
     [overload-noise]="--policies edf_admission edf_adaptive --noise"
     [nfe-breakdown]=""
+    [intake]=""
     [overhead]=""
 )
 # report name -> subcommand, where they differ
 declare -A SUBCOMMAND=(
     [overload-noise]=overload
 )
-ORDER=(model admission calibrate overload overload-noise nfe-breakdown overhead)
+ORDER=(model admission intake calibrate overload overload-noise nfe-breakdown overhead)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
 REGISTERED=" $(python -c 'from flowedge_relay.tooling.bench.__main__ import available; print(*available())') "
@@ -49,7 +50,7 @@ for name in "${ORDER[@]}"; do
         continue
     fi
     plot=(--plot "$OUT/$name.png")
-    if [ "$sub" = nfe-breakdown ]; then plot=(); fi  # a table, no plot
+    if [ "$sub" = nfe-breakdown ] || [ "$sub" = intake ]; then plot=(); fi  # tables, no plot
     echo "== flowedge_relay_bench $sub ${ARGS[$name]:-} --json $OUT/$name.json ${plot[*]}" >&2
     # shellcheck disable=SC2086
     if python -m flowedge_relay.tooling.bench "$sub" ${ARGS[$name]:-} \
