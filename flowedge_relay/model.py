@@ -195,7 +195,73 @@ def solver_plan(solver: str, total_nfe: int) -> tuple[np.ndarray, np.ndarray, np
     return times.astype(np.float32), kinds, np.float32(1.0 / k)
 
 
-class FlowSampler:
+class FlowIntegrator:
+    """The solver half of every NFE, shared by FlowSampler and policy.PolicySampler.
+
+    A request's total NFE fixes the time grid (cached per total), x(0) comes from the seed, and
+    after each velocity evaluation `_advance` applies the Euler or midpoint update in place. The
+    subclass owns the buffers (`_state`, the model's `_x_flat` input and `_v_flat` output, a
+    `_tmp`) and evaluates the velocity at `_times[_next]`. `_sign` = -1 integrates t from 1 to 0.
+    """
+
+    _sign = np.float32(1.0)
+    _state: np.ndarray
+    _x_flat: np.ndarray
+    _v_flat: np.ndarray
+    _tmp: np.ndarray
+
+    def _init_integrator(self, solver: str) -> None:
+        if solver not in SOLVERS:
+            raise ValueError(f"unknown solver {solver!r}; choose one of {SOLVERS}")
+        self.solver = solver
+        self._plans: dict[int, tuple[np.ndarray, np.ndarray, np.float32]] = {}
+        self._times, self._kinds, self._dt = self._plan(1)
+        self._half_dt = np.float32(self._dt / 2)
+        self._next = self._total = 0
+
+    def _plan(self, total_nfe: int) -> tuple[np.ndarray, np.ndarray, np.float32]:
+        plan = self._plans.get(total_nfe)
+        if plan is None:
+            times, kinds, dt = solver_plan(self.solver, total_nfe)
+            if self._sign < 0:  # 1_to_0: evaluate at 1 - tau and step backwards in t
+                times = (np.float32(1.0) - times).astype(np.float32)
+            plan = self._plans[total_nfe] = (times, kinds, np.float32(dt * self._sign))
+        return plan
+
+    def _begin(self, noise_seed: int, total_nfe: int) -> None:
+        """x(0) from the seed and the time grid of total_nfe."""
+        self._times, self._kinds, self._dt = self._plan(total_nfe)
+        self._half_dt = np.float32(self._dt / 2)
+        np.random.default_rng(noise_seed).standard_normal(dtype=np.float32, out=self._state)
+        np.copyto(self._x_flat, self._state)
+        self._next, self._total = 0, total_nfe
+
+    def _time_of_next(self) -> np.float32:
+        if self._next >= self._total:
+            raise RuntimeError("no NFE left; call start() first")
+        return self._times[self._next]
+
+    def _advance(self) -> None:
+        """The solver update after the velocity of NFE _next landed in _v_flat."""
+        if self._kinds[self._next] == _MID_HALF:  # model input becomes the midpoint, state stays
+            np.multiply(self._v_flat, self._half_dt, out=self._tmp)
+            np.add(self._state, self._tmp, out=self._x_flat)
+        else:
+            np.multiply(self._v_flat, self._dt, out=self._tmp)
+            np.add(self._state, self._tmp, out=self._state)
+            np.copyto(self._x_flat, self._state)
+        self._next += 1
+
+    @property
+    def remaining(self) -> int:
+        return self._total - self._next
+
+    @property
+    def nfe_done(self) -> int:
+        return self._next
+
+
+class FlowSampler(FlowIntegrator):
     """Integrates one request at a time on one session; owns every buffer of the hot path.
 
     Not thread-safe: one sampler per worker thread. `start` costs one noise draw; each `nfe`
@@ -203,9 +269,8 @@ class FlowSampler:
     """
 
     def __init__(self, session: ort.InferenceSession, info: ModelInfo, solver: str = "euler"):
-        if solver not in SOLVERS:
-            raise ValueError(f"unknown solver {solver!r}; choose one of {SOLVERS}")
-        self.info, self.solver, self.session = info, solver, session
+        self._init_integrator(solver)
+        self.info, self.session = info, session
         shape = (1, info.action_horizon, info.action_dim)
         self._x_in = np.zeros(shape, np.float32)  # what the model sees
         self._state = np.zeros(info.action_len, np.float32)  # x of the ODE (midpoint keeps it)
@@ -219,47 +284,17 @@ class FlowSampler:
             binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(buf))
         binding.bind_ortvalue_output(OUTPUT_V, ort.OrtValue.ortvalue_from_numpy(self._v))
         self._binding = binding
-        self._plans: dict[int, tuple[np.ndarray, np.ndarray, np.float32]] = {}
-        self._times, self._kinds, self._dt = solver_plan(solver, 1)
-        self._half_dt = np.float32(self._dt / 2)
-        self._next = self._total = 0
-
-    @property
-    def remaining(self) -> int:
-        return self._total - self._next
-
-    @property
-    def nfe_done(self) -> int:
-        return self._next
 
     def start(self, observation: np.ndarray, noise_seed: int, total_nfe: int) -> None:
         """Begin a request: x(0) from the seed, the time grid from total_nfe."""
-        plan = self._plans.get(total_nfe)
-        if plan is None:
-            plan = self._plans[total_nfe] = solver_plan(self.solver, total_nfe)
-        self._times, self._kinds, self._dt = plan
-        self._half_dt = np.float32(self._dt / 2)
         np.copyto(self._obs[0], observation, casting="same_kind")
-        np.random.default_rng(noise_seed).standard_normal(dtype=np.float32, out=self._state)
-        np.copyto(self._x_flat, self._state)
-        self._next, self._total = 0, total_nfe
+        self._begin(noise_seed, total_nfe)
 
     def nfe(self) -> None:
         """Exactly one function evaluation and its solver update."""
-        j = self._next
-        if j >= self._total:
-            raise RuntimeError("no NFE left; call start() first")
-        self._t[0, 0] = self._times[j]
+        self._t[0, 0] = self._time_of_next()
         self.session.run_with_iobinding(self._binding)
-        kind = self._kinds[j]
-        if kind == _MID_HALF:  # model input becomes the midpoint, the state stays
-            np.multiply(self._v_flat, self._half_dt, out=self._tmp)
-            np.add(self._state, self._tmp, out=self._x_flat)
-        else:
-            np.multiply(self._v_flat, self._dt, out=self._tmp)
-            np.add(self._state, self._tmp, out=self._state)
-            np.copyto(self._x_flat, self._state)
-        self._next = j + 1
+        self._advance()
 
     def actions(self) -> np.ndarray:
         """The current state, float32 [action_len] (a view: copy it to keep it)."""

@@ -58,15 +58,14 @@ import numpy as np
 import onnxruntime as ort
 
 from flowedge_relay.model import (
-    _MID_HALF,
     SOLVERS,
     CorruptModel,
+    FlowIntegrator,
     IncompatibleModel,
     MissingModel,
     ModelError,
     _session_options,
     load_model,
-    solver_plan,
 )
 
 MANIFEST = "policy.yaml"
@@ -963,7 +962,7 @@ def _device_of(sess: ort.InferenceSession) -> tuple[str, int]:
     return "cpu", 0
 
 
-class PolicySampler:
+class PolicySampler(FlowIntegrator):
     """Integrates one request at a time on one set of sessions; owns the hot path's buffers.
 
     Not thread-safe: one sampler per worker thread. prefix() runs the prefix graph once into the
@@ -978,14 +977,11 @@ class PolicySampler:
         solver: str | None = None,
         buffers: InputBuffers | None = None,
     ) -> None:
-        solver = solver or policy.solver
-        if solver not in SOLVERS:
-            raise ValueError(f"unknown solver {solver!r}; choose one of {SOLVERS}")
-        self.policy, self.solver = policy, solver
+        self._sign = np.float32(1.0 if policy.time == "0_to_1" else -1.0)
+        self._init_integrator(solver or policy.solver)
+        self.policy = policy
         self.sessions = dict(sessions)
         a = policy.action
-        self._plans: dict[int, tuple[np.ndarray, np.ndarray, np.float32]] = {}
-        self._sign = np.float32(1.0 if policy.time == "0_to_1" else -1.0)
         self._x_in = np.zeros((1, a.horizon, a.dim), np.float32)
         self._state = np.zeros(a.model_len, np.float32)
         self._v = np.zeros((1, a.horizon, a.dim), np.float32)
@@ -1027,9 +1023,6 @@ class PolicySampler:
             self._prefix_inputs = list(policy.graphs["prefix"].inputs)
         self.buffers: InputBuffers | None = None
         self.use_buffers(buffers or InputBuffers(policy))
-        self._times, self._kinds, self._dt = self._plan(1)
-        self._half_dt = self._dt / 2
-        self._next = self._total = 0
         self._prefix_done = False
 
     def use_buffers(self, buffers: InputBuffers) -> None:
@@ -1043,23 +1036,6 @@ class PolicySampler:
                 self._prefix_binding.bind_ortvalue_input(name, buffers.ortvalues[name])
         self.buffers = buffers
 
-    def _plan(self, total_nfe: int) -> tuple[np.ndarray, np.ndarray, np.float32]:
-        plan = self._plans.get(total_nfe)
-        if plan is None:
-            times, kinds, dt = solver_plan(self.solver, total_nfe)
-            if self._sign < 0:  # 1_to_0: evaluate at 1 - tau and step backwards in t
-                times = (np.float32(1.0) - times).astype(np.float32)
-            plan = self._plans[total_nfe] = (times, kinds, np.float32(dt * self._sign))
-        return plan
-
-    @property
-    def remaining(self) -> int:
-        return self._total - self._next
-
-    @property
-    def nfe_done(self) -> int:
-        return self._next
-
     @property
     def prefix_pending(self) -> bool:
         return self.policy.two_phase and not self._prefix_done
@@ -1068,11 +1044,7 @@ class PolicySampler:
         """Begin a request whose inputs are in `buffers` (default: the bound ones)."""
         if buffers is not None:
             self.use_buffers(buffers)
-        self._times, self._kinds, self._dt = self._plan(total_nfe)
-        self._half_dt = np.float32(self._dt / 2)
-        np.random.default_rng(noise_seed).standard_normal(dtype=np.float32, out=self._state)
-        np.copyto(self._x_flat, self._state)
-        self._next, self._total = 0, total_nfe
+        self._begin(noise_seed, total_nfe)
         self._prefix_done = not self.policy.two_phase
 
     def prefix(self) -> None:
@@ -1083,22 +1055,12 @@ class PolicySampler:
 
     def nfe(self) -> None:
         """Exactly one step-graph evaluation and its solver update."""
-        j = self._next
-        if j >= self._total:
-            raise RuntimeError("no NFE left; call start() first")
+        t = self._time_of_next()
         if not self._prefix_done:
             raise RuntimeError("prefix() has not run for this request")
-        self._t_flat[0] = self._times[j]
+        self._t_flat[0] = t
         self._step_sess.run_with_iobinding(self._step_binding)
-        kind = self._kinds[j]
-        if kind == _MID_HALF:
-            np.multiply(self._v_flat, self._half_dt, out=self._tmp)
-            np.add(self._state, self._tmp, out=self._x_flat)
-        else:
-            np.multiply(self._v_flat, self._dt, out=self._tmp)
-            np.add(self._state, self._tmp, out=self._state)
-            np.copyto(self._x_flat, self._state)
-        self._next = j + 1
+        self._advance()
 
     def context(self, name: str) -> np.ndarray:
         """A host copy of one context tensor (inspection and tests; never on the hot path)."""

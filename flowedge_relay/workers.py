@@ -199,6 +199,15 @@ class _Worker:
     applied: dict[str, object] = field(default_factory=dict)
 
 
+def _percentiles(parts: list[np.ndarray]) -> tuple[float, float, int]:
+    """(p50, p99, samples) over the concatenated rings; zeros when nothing was measured."""
+    window = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    if window.size == 0:
+        return 0.0, 0.0, 0
+    p50, p99 = np.percentile(window, [50, 99])
+    return float(p50), float(p99), int(window.size)
+
+
 class WorkerPool:
     """W worker threads for one core and one model. Start it, stop it (or use `with`)."""
 
@@ -316,21 +325,12 @@ class WorkerPool:
 
     def prefix_percentiles(self) -> tuple[float, float, int]:
         """(p50_ns, p99_ns, samples) over the recent measured prefix passes of all workers."""
-        parts = [w.prefix_ns[: min(w.prefix_count, NFE_HISTORY)] for w in self._workers]
-        window = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        if window.size == 0:
-            return 0.0, 0.0, 0
-        p50, p99 = np.percentile(window, [50, 99])
-        return float(p50), float(p99), int(window.size)
+        return _percentiles([w.prefix_ns[: min(w.prefix_count, NFE_HISTORY)]
+                             for w in self._workers])
 
     def nfe_percentiles(self) -> tuple[float, float, int]:
         """(p50_ns, p99_ns, samples) over the recent measured NFE durations of all workers."""
-        parts = [w.nfe_ns[: min(w.nfe_count, NFE_HISTORY)] for w in self._workers]
-        window = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        if window.size == 0:
-            return 0.0, 0.0, 0
-        p50, p99 = np.percentile(window, [50, 99])
-        return float(p50), float(p99), int(window.size)
+        return _percentiles([w.nfe_ns[: min(w.nfe_count, NFE_HISTORY)] for w in self._workers])
 
     def inflight_ns(self, now: int) -> int:
         """Time the running NFEs have taken so far: the core counts an NFE's time only when it
