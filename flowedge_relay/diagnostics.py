@@ -141,6 +141,12 @@ def _drift(s: Snapshot) -> str | None:
             return (f"cost drift: measured NFE p{k.quantile_ppm / 1e4:g} over the last "
                     f"{k.window_ns / 1e9:g} s is {k.observed_tail_ns} ns, above the "
                     f"{k.in_use_ns} ns admission assumes (configured nfe_ns {s.nfe_ns})")
+        # a two-phase model's prefix pass has its own estimate (0 while none is in the window)
+        if s.two_phase and k.prefix_observed_tail_ns > k.prefix_in_use_ns:
+            return (f"cost drift: measured prefix p{k.quantile_ppm / 1e4:g} over the last "
+                    f"{k.window_ns / 1e9:g} s is {k.prefix_observed_tail_ns} ns, above the "
+                    f"{k.prefix_in_use_ns} ns admission assumes (configured prefix_ns "
+                    f"{s.prefix_ns})")
         return None
     if s.nfe_samples and s.nfe_p99_ns > s.nfe_ns:  # no core cost model: the pool's history
         return (f"cost drift: measured NFE p99 {s.nfe_p99_ns:.0f} ns exceeds the configured "

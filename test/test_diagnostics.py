@@ -230,3 +230,21 @@ def test_model_status_advertises_what_is_served_and_prefix_figures_sit_next_to_n
     _, single_workers = workers_status(single)
     assert "prefix_ns_configured" not in single_workers
     assert stats_message(single, _stamp()).prefix_ns_in_use == 0
+
+
+def test_cost_drift_alarm_covers_the_prefix_pass_of_a_two_phase_model():
+    """docs/design.md §5.2: the prefix pass has its own measured tail; above what admission
+    assumes for it, the workers status warns and names prefix_ns."""
+    fine = cost(tail=900_000, prefix_configured_ns=2_000_000, prefix_observed_tail_ns=1_500_000,
+                prefix_in_use_ns=2_000_000, prefix_samples_total=5)
+    status, _ = workers_status(snap(cost=fine, two_phase=True, prefix_ns=2_000_000))
+    assert status.level == DiagnosticStatus.OK, status.message
+    slow = cost(tail=900_000, prefix_configured_ns=2_000_000, prefix_observed_tail_ns=7_000_000,
+                prefix_in_use_ns=2_000_000, prefix_samples_total=5)
+    status, _ = workers_status(snap(cost=slow, two_phase=True, prefix_ns=2_000_000))
+    assert status.level == DiagnosticStatus.WARN
+    assert "prefix" in status.message and "7000000" in status.message
+    assert "prefix_ns 2000000" in status.message
+    # a single-graph model never looks at prefix figures
+    status, _ = workers_status(snap(cost=slow, two_phase=False))
+    assert status.level == DiagnosticStatus.OK
