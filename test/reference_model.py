@@ -374,7 +374,9 @@ class RefCore:
     def dispatch(self, lane: int, now: int):
         if not self.alive[lane] or self.lanes[lane] is not None:
             return ESTATE
-        nfe = self.cost.nfe_ns(self.cfg.nfe_ns, now)  # §5.2: what admission assumes
+        # §5.2: what admission assumes; nfe_ns 0 = admission off, and then only a passed
+        # deadline expires queued work, however high the measured tail (the core's rule too)
+        nfe = self.cost.nfe_ns(self.cfg.nfe_ns, now) if self.cfg.nfe_ns else 0
         prefix = self.prefix_in_use(now)
         while self.queue:
             it = self.queue.pop(0)

@@ -260,3 +260,21 @@ def test_admission_heavy_sequences_match_reference(workers, nfe, program, cost_m
                cost_model=cost_model, cost_window_ns=1_000, two_phase=two_phase,
                prefix_ns=prefix)
     run_sequence(cfg, program)
+
+
+def test_regression_admission_off_with_an_adaptive_tail_expires_only_passed_deadlines():
+    """Found by the property test (5 of 8 suite runs passed it): with nfe_ns = 0 admission is
+    off, so dispatch expires only what is already late, however slow the measured NFEs were.
+    The reference once used the adaptive tail there; the core never did."""
+    cfg = {"workers": 2, "queue_capacity": 4, "max_sessions": 4, "max_nfe": 6,
+           "ring_capacity": 64, "nfe_ns": 0, "admission_reserve_ns": 0,
+           "reject_if_retry_count_gte": 1, "age_gate": 0, "reject_if_queue_age_ns_gte": 0,
+           "queue_timeout_ns": 0, "session_idle_ns": 0, "cost_model": 1,
+           "cost_window_ns": 10_000, "cost_quantile_ppm": 1_000_000, "two_phase": 0,
+           "prefix_ns": 0, "base": 1000}
+    program = [("submit", 0, 0, 0, 0, 0, 0, None, 6),   # lane 0: six slow NFEs, no deadline
+               ("tick", 0, 10), ("tick", 0, 500), ("tick", 0, 500),
+               ("submit", 1, 0, 0, 0, 0, 0, 100, 6),    # due in 100 ns: 6 x 500 would miss
+               ("tick", 1, 10),                         # dispatched all the same
+               ("pop", 100)]
+    run_sequence(cfg, program)
