@@ -107,6 +107,28 @@ static uint32_t running_slot(const struct fer_core *c, uint32_t lane)
     return c->lanes[lane].slot;
 }
 
+/* What follows a unit of work (a prefix pass or an NFE) of the lane's slot id, under the core
+ * mutex: cancelled work stops as REJECTED_STALE first; then finished work (`done`) is DONE and
+ * waits for finish; then work whose deadline has passed stops as EXPIRED; else CONTINUE. A
+ * stopping slot's outcome is emitted here (*rang set when a ring was pushed). */
+static int after_unit(struct fer_core *c, uint32_t id, uint32_t lane, uint64_t now, int done,
+                      int *rang)
+{
+    const struct fer_slot *s = &c->slots[id];
+
+    if (s->cancelled) {
+        *rang = fer_emit_slot(c, id, FER_REJECTED_STALE, now, (int32_t)lane, NULL);
+        return FER_STEP_STOP_STALE;
+    }
+    if (done)
+        return FER_STEP_DONE;
+    if (s->deadline_ns != 0 && now >= s->deadline_ns) {
+        *rang = fer_emit_slot(c, id, FER_EXPIRED, now, (int32_t)lane, NULL);
+        return FER_STEP_STOP_EXPIRED;
+    }
+    return FER_STEP_CONTINUE;
+}
+
 /* After the prefix pass (two_phase): like a step that does no NFE. Stale and expired work stops
  * here, before its first NFE, and the pass is measured like an NFE into its own estimator. */
 int fer_core_prefix_done(struct fer_core *c, uint32_t lane, uint64_t now,
@@ -128,15 +150,7 @@ int fer_core_prefix_done(struct fer_core *c, uint32_t lane, uint64_t now,
     s->prefix_pending = 0;
     c->st.busy_ns = fer_sat_add(c->st.busy_ns, prefix_ns_measured);
     fer_cost_record(&c->prefix_cost, now, prefix_ns_measured); /* cost-model hook */
-    if (s->cancelled) {
-        rang = fer_emit_slot(c, id, FER_REJECTED_STALE, now, (int32_t)lane, NULL);
-        rc = FER_STEP_STOP_STALE;
-    } else if (s->deadline_ns != 0 && now >= s->deadline_ns) {
-        rang = fer_emit_slot(c, id, FER_EXPIRED, now, (int32_t)lane, NULL);
-        rc = FER_STEP_STOP_EXPIRED;
-    } else {
-        rc = FER_STEP_CONTINUE;
-    }
+    rc = after_unit(c, id, lane, now, 0, &rang);
     fer_unlock_and_ring(c, rang);
     return rc;
 }
@@ -162,17 +176,7 @@ int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_
     c->st.nfe_total++;
     c->st.busy_ns = fer_sat_add(c->st.busy_ns, nfe_ns_measured);
     fer_cost_record(&c->cost, now, nfe_ns_measured); /* cost-model hook: measured tail */
-    if (s->cancelled) {
-        rang = fer_emit_slot(c, id, FER_REJECTED_STALE, now, (int32_t)lane, NULL);
-        rc = FER_STEP_STOP_STALE;
-    } else if (s->remaining_nfe == 0) {
-        rc = FER_STEP_DONE;
-    } else if (s->deadline_ns != 0 && now >= s->deadline_ns) {
-        rang = fer_emit_slot(c, id, FER_EXPIRED, now, (int32_t)lane, NULL);
-        rc = FER_STEP_STOP_EXPIRED;
-    } else {
-        rc = FER_STEP_CONTINUE;
-    }
+    rc = after_unit(c, id, lane, now, s->remaining_nfe == 0, &rang);
     fer_unlock_and_ring(c, rang);
     return rc;
 }
