@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
+import numpy as np
 import rclpy
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
 from flowedge_relay.timebase import ros_time
+
+if TYPE_CHECKING:
+    from flowedge_relay.producer import ServedModel
 
 
 @contextmanager
@@ -61,27 +66,120 @@ def wait_for_subscribers(publisher, count: int = 1, timeout: float = 10.0) -> No
         raise TimeoutError(f"no subscriber matched {publisher.topic_name} within {timeout} s")
 
 
-# -- a real relay node and a real client node, for node-level tests ---------------------------
+# -- requests for whatever a relay serves ----------------------------------------------------
 
-def build_request(model, now_ns: int, **fields):
-    """A valid single-vector request for `model` (digest and dims) stamped at `now_ns` (ROS
-    time); fields override, `deadline_ms` is relative to now_ns. Shared by the harness and the
-    producer processes of the stress campaigns."""
-    from flowedge_relay_msgs.msg import InferenceRequest
+MODEL_CHOICES = ("small (the relay's default), bench (~1 ms per NFE), vision (the bundled "
+                 "two-phase package) or a path (.onnx file or package directory)")
 
+
+def model_path(choice: str) -> str:
+    """`small`, `bench`, `vision` or a path (an .onnx file or a policy package directory)."""
+    from flowedge_relay.model import bench_model_path, default_model_path
+    from flowedge_relay.policy import vision_policy_path
+
+    named = {"small": default_model_path, "bench": bench_model_path, "vision": vision_policy_path}
+    return named[choice]() if choice in named else choice
+
+
+def load_served(path: str):
+    """What RelayNode.model holds for `path`: model.ModelInfo for a single .onnx file, the
+    policy.Policy for a package (both have digest, obs_dim, action_dim, action_horizon)."""
+    from pathlib import Path
+
+    from flowedge_relay import policy
+    from flowedge_relay.model import load_model
+
+    return policy.load(path) if Path(path).is_dir() else load_model(path)
+
+
+def served_model(model) -> ServedModel:
+    """What a producer needs of `model`: a ServedModel as it is, a policy.Policy (either kind),
+    or anything with digest, obs_dim, action_dim and action_horizon (model.ModelInfo, stress's
+    contract), which is a single-vector model."""
+    from flowedge_relay.policy import Policy
+    from flowedge_relay.producer import InputDecl, ServedModel
+
+    if isinstance(model, ServedModel):
+        return model
+    if isinstance(model, Policy):
+        return ServedModel.from_policy(model)
+    return ServedModel(
+        model.digest, (InputDecl("observation", "float32", (model.obs_dim,)),),
+        model.action_dim, model.action_horizon, model.obs_dim,
+    )  # fmt: skip
+
+
+def scene_inputs(served: ServedModel, seed: int) -> dict[str, np.ndarray]:
+    """The inputs of one seeded detour-task scene (models/detour_task.py), as `served` takes them.
+
+    Why: tools and demos should send what the bundled policies were trained on, so their answers
+    are meaningful: the observation vector for the single-vector policies, the rendered image and
+    the robot state for the vision package. An input of another package gets seeded values of its
+    declared dtype and shape (valid for the relay's intake, meaningless to the policy).
+    """
+    from flowedge_relay.models import detour_task as task
+
+    rng = np.random.default_rng(seed)
+    obs = task.sample_observations(rng, 1)
+    known = {
+        ("observation", "float32", (task.OBS_DIM,)): lambda: obs[0],
+        ("image", "uint8", (task.IMAGE_CHANNELS, task.IMAGE_SIZE, task.IMAGE_SIZE)):
+            lambda: task.render_observation(obs)[0],
+        ("state", "float32", (2,)): lambda: obs[0, :2],
+    }  # fmt: skip
+    arrays = {}
+    for d in served.inputs:
+        make = known.get((d.name, d.dtype, d.shape))
+        if make is not None:
+            arrays[d.name] = np.asarray(make(), d.wire_dtype)
+        elif d.dtype in ("float32", "float16"):
+            arrays[d.name] = rng.standard_normal(d.shape).astype(d.wire_dtype)
+        elif d.dtype == "uint8":
+            arrays[d.name] = rng.integers(0, 256, d.shape, dtype=np.uint8)
+        else:  # token ids, masks: zeros are valid for every integer and bool dtype
+            arrays[d.name] = np.zeros(d.shape, d.wire_dtype)
+    return arrays
+
+
+def build_request(model, now_ns: int, *, inputs: Mapping[str, np.ndarray] | None = None,
+                  **fields):  # fmt: skip
+    """A valid request for `model` (see served_model) stamped at `now_ns` (ROS time), built by
+    producer.build_request: the observation shorthand for a single-vector model ([0.1, ...] by
+    default), tensors for a package (scene 0 of scene_inputs by default; `inputs` overrides).
+    Fields override afterwards (also invalid values, on purpose); `deadline_ms` is relative to
+    now_ns. Shared by the harness, the bench client, the demo and the stress producers."""
+    from flowedge_relay import producer
+
+    served = served_model(model)
+    if inputs is None:
+        inputs = _default_inputs(served)
     deadline_ms = fields.pop("deadline_ms", None)
-    req = InferenceRequest(
-        session_id="s", sequence=1, generation=1, remaining_nfe=4,
-        model_digest=model.digest, observation_dim=model.obs_dim, action_dim=model.action_dim,
-        action_horizon=model.action_horizon, observation=[0.1] * model.obs_dim, noise_seed=1,
-    )
-    req.origin_stamp = ros_time(now_ns)
+    req = producer.build_request(
+        served, inputs, session_id="s", sequence=1, generation=1, remaining_nfe=4,
+        noise_seed=1, origin_ns=now_ns,
+    )  # fmt: skip
     if deadline_ms is not None:
         req.deadline = ros_time(now_ns + int(deadline_ms * 1e6))
     for key, value in fields.items():
         setattr(req, key, value)
     return req
 
+
+_DEFAULT_INPUTS: dict[ServedModel, dict[str, np.ndarray]] = {}
+
+
+def _default_inputs(served: ServedModel) -> dict[str, np.ndarray]:
+    arrays = _DEFAULT_INPUTS.get(served)
+    if arrays is None:
+        if served.observation_dim > 0:
+            arrays = {served.inputs[0].name: np.full(served.observation_dim, 0.1, np.float32)}
+        else:
+            arrays = scene_inputs(served, 0)
+        _DEFAULT_INPUTS[served] = arrays
+    return arrays
+
+
+# -- a real relay node and a real client node, for node-level tests ---------------------------
 
 class RelayHarness:
     """A RelayNode spinning as in production (request thread + main executor) and a client node

@@ -42,16 +42,23 @@ from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.core import Code
-from flowedge_relay.model import ModelInfo, bench_model_path, default_model_path, load_model
+from flowedge_relay.model import ModelInfo, default_model_path
+from flowedge_relay.policy import Policy
 from flowedge_relay.timebase import ros_time, stamp_ns
-from flowedge_relay.tooling.harness import relay_spinning, spinning, wait_for, wait_for_subscribers
+from flowedge_relay.tooling.harness import (
+    build_request,
+    load_served,
+    model_path,
+    relay_spinning,
+    scene_inputs,
+    served_model,
+    spinning,
+    wait_for,
+    wait_for_subscribers,
+)
 
 INFERENCE = Code.INFERENCE
-
-
-def model_path(choice: str) -> str:
-    """`small` (the relay's default model), `bench` (~1 ms per NFE) or a path."""
-    return {"small": default_model_path(), "bench": bench_model_path()}.get(choice, choice)
+__all__ = ["model_path"]  # re-exported: the benches take --model through it
 
 
 def percentiles(values, qs=(50, 99, 99.9)) -> list[float]:
@@ -75,7 +82,7 @@ class Answer:
 class BenchClient:
     """Publishes requests, records send and receive times (no other work in its callbacks)."""
 
-    def __init__(self, node: Node, model: ModelInfo, qos_depth: int = 10_000) -> None:
+    def __init__(self, node: Node, model: ModelInfo | Policy, qos_depth: int = 10_000) -> None:
         self.node, self.model = node, model
         qos = QoSProfile(
             depth=qos_depth, history=HistoryPolicy.KEEP_LAST,
@@ -90,9 +97,9 @@ class BenchClient:
         self.answers: dict[tuple[str, int], Answer] = {}
         self.extra_answers = 0  # a second answer for one key: would break "exactly one"
         self._cv = threading.Condition()
-        rng = np.random.default_rng(12345)
-        self._obs = [rng.uniform(-1, 1, model.obs_dim).astype(np.float32).tolist()
-                     for _ in range(16)]  # fmt: skip
+        # 16 detour scenes, cycled by sequence: an observation vector or a package's tensors
+        self._served = served_model(model)
+        self._inputs = [scene_inputs(self._served, 12345 + i) for i in range(16)]
 
     def _on_action(self, msg: ActionMessage) -> None:
         now = time.time_ns()
@@ -114,11 +121,9 @@ class BenchClient:
         self, session: str, sequence: int, nfe: int, *, generation: int = 1,
         deadline_ns: int = 0, noise_seed: int = 0,
     ) -> InferenceRequest:  # fmt: skip
-        m = self.model
-        req = InferenceRequest(
+        req = build_request(
+            self._served, 0, inputs=self._inputs[sequence % len(self._inputs)],
             session_id=session, sequence=sequence, generation=generation, remaining_nfe=nfe,
-            model_digest=m.digest, observation_dim=m.obs_dim, action_dim=m.action_dim,
-            action_horizon=m.action_horizon, observation=self._obs[sequence % len(self._obs)],
             noise_seed=noise_seed,
         )  # fmt: skip
         if deadline_ns:
@@ -278,7 +283,8 @@ class NodeProcess:
 
 
 @contextmanager
-def client_of(proc: NodeProcess, info: ModelInfo, namespace: str = "") -> Iterator[BenchClient]:
+def client_of(proc: NodeProcess, info: ModelInfo | Policy,
+              namespace: str = "") -> Iterator[BenchClient]:  # fmt: skip
     """A BenchClient (own context, bench domain) matched to `proc`'s topics; on exit the client
     goes, then the process gets SIGINT and must exit 0."""
     try:
@@ -309,10 +315,10 @@ def _ros_value(v: object) -> str:
 
 @contextmanager
 def relay_process(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
-                  **params) -> Iterator[tuple[ModelInfo, BenchClient]]:  # fmt: skip
+                  **params) -> Iterator[tuple[ModelInfo | Policy, BenchClient]]:  # fmt: skip
     """`flowedge-relayd` in its own process (as deployed) with these parameters, and a
     BenchClient in this one."""
-    info = load_model(params.get("model_path", default_model_path()))
+    info = load_served(params.get("model_path", default_model_path()))
     ros_args = [a for k, v in params.items() for a in ("-p", f"{k}:={_ros_value(v)}")]
     proc = NodeProcess("flowedge_relay.cli", ros_args, env=env,
                        switch_interval_s=switch_interval_s)  # fmt: skip
@@ -342,10 +348,11 @@ class RemoteRelay:
     """A relay in another process, seen through its ROS interface only: counters from
     flowedge/stats, live parameters through its parameter services. Offers what the benches
     use of an in-process RelayNode (`model`, `core.workers`, `core.stats()`, `set_parameters`,
-    `pool.nfe_percentiles()`), so one bench body serves both."""
+    `pool.nfe_percentiles()`, `pool.prefix_percentiles()`), so one bench body serves both."""
 
-    def __init__(self, node: Node, info: ModelInfo, workers: int,
+    def __init__(self, node: Node, info: ModelInfo | Policy, workers: int,
                  relay_name: str = "flowedge_relay") -> None:  # fmt: skip
+        from diagnostic_msgs.msg import DiagnosticArray
         from flowedge_relay_msgs.msg import RelayStats
         from rclpy.parameter_client import AsyncParameterClient
 
@@ -356,6 +363,9 @@ class RemoteRelay:
         # (stamp ns, nfe_ns_in_use, nfe_ns_observed_tail) of every stats message, ~10 Hz
         self.cost_history: collections.deque = collections.deque(maxlen=200_000)
         node.create_subscription(RelayStats, "flowedge/stats", self._on_stats, 10)
+        # the `workers` status of /diagnostics (1 Hz): the relay's prefix-pass percentiles
+        self._workers_status: tuple[int, dict[str, str]] | None = None
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self._params = AsyncParameterClient(node, relay_name)
         if not self._params.wait_for_services(timeout_sec=20.0):
             raise TimeoutError(f"no parameter services of {relay_name}")
@@ -367,6 +377,29 @@ class RemoteRelay:
             self.cost_history.append((stamp, msg.nfe_ns_in_use, msg.nfe_ns_observed_tail))
             self._latest = msg
             self._cv.notify_all()
+
+    def _on_diagnostics(self, msg) -> None:
+        for status in msg.status:
+            if status.name.endswith(": workers"):
+                values = {kv.key: kv.value for kv in status.values}
+                with self._cv:
+                    self._workers_status = (time.time_ns(), values)
+                    self._cv.notify_all()
+
+    def prefix_percentiles(self, timeout: float = 5.0) -> tuple[float, float, int]:
+        """(p50, p99, samples) of the relay's recent prefix passes, from the first `workers`
+        diagnostics status received after this call."""
+        since = time.time_ns()
+        end = time.monotonic() + timeout
+        with self._cv:
+            while self._workers_status is None or self._workers_status[0] < since:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("no fresh workers status on /diagnostics from the relay")
+                self._cv.wait(min(left, 0.05))
+            values = self._workers_status[1]
+        return (float(values.get("prefix_ns_p50", 0.0)), float(values.get("prefix_ns_p99", 0.0)),
+                int(values.get("prefix_samples", 0)))  # fmt: skip
 
     def stats(self, timeout: float = 10.0) -> RemoteStats:
         """The first RelayStats snapshot taken after this call (so it counts what came before)."""
@@ -439,7 +472,7 @@ def relay_for_bench(in_process: bool, **params) -> Iterator[tuple[object, BenchC
 
 
 @contextmanager
-def echo_process(info: ModelInfo) -> Iterator[BenchClient]:
+def echo_process(info: ModelInfo | Policy) -> Iterator[BenchClient]:
     """The transport floor (bench/echo.py) in its own process under /echo, and its client."""
     proc = NodeProcess("flowedge_relay.tooling.bench.echo", ["-r", "__ns:=/echo"])
     with client_of(proc, info, namespace="/echo") as client:
