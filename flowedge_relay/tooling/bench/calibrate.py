@@ -1,4 +1,4 @@
-"""`bench calibrate`: measure ns per NFE through the real relay node and recommend `nfe_ns`.
+"""`bench calibrate`: measure through the real relay node and recommend `nfe_ns` (and `prefix_ns`).
 
 ADR 0015 leaves calibration to the deployment: `nfe_ns` must be a measured upper bound of one
 NFE on this host. This subcommand starts the relay as deployed, as its own `flowedge-relayd`
@@ -11,7 +11,16 @@ measures per request:
   fixed        e2e - compute: DDS both ways, validation, admission, dispatch wake-up, publish
 
 and, side by side (alternating blocks in the same run, same process), raw onnxruntime cost of one
-NFE (`FlowSampler.nfe()`: one bound `run_with_iobinding` + the solver update) on its own session.
+NFE (the worker's sampler `nfe()`: one bound `run_with_iobinding` + the solver update) on its own
+session(s).
+
+A two-phase policy package (`--model vision` or a package directory) pays a prefix pass once per
+request before its first NFE (`prefix_ns` in admission, docs/design.md §5). The relay's workers
+time every prefix pass (what `prefix_done` reports to the core and the drift alarm judges); the
+bench reads their p50 / p99 when each phase ends (from the pool in process, from the `workers`
+status on /diagnostics for its own process), next to the raw cost of `prefix()` on its own
+sessions. The per-NFE figures of such a model leave the prefix out: each request's e2e and
+compute lose the relay's median prefix pass of that phase before they are divided by its NFE.
 
 then keeps the lanes saturated for a few seconds (2W+2 requests outstanding) and records the
 relay's compute ns per NFE under that load (loaded: the GIL and both cores are shared with the
@@ -21,6 +30,9 @@ Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-r
   recommended_nfe_ns               = ceil(margin x max(p99 of e2e ns per NFE,
                                                        p99 of loaded compute ns per NFE)), in us
   recommended_admission_reserve_ns = ceil(margin x p99 of the fixed part), whole microseconds
+  recommended_prefix_ns            = ceil(margin x max(p99 of the relay's prefix passes,
+                                                       the same p99 under saturation)), in us
+                                     (two-phase models; 0 otherwise: prefix_ns is unused)
 The e2e per-NFE figure already carries the fixed part spread over `--nfe` steps, so the two
 overlap on purpose. Production calibration needs representative traces, thermal state, CPU
 affinity and a safety margin; the report says so.
@@ -34,10 +46,10 @@ import time
 
 import numpy as np
 
-from flowedge_relay.model import FlowSampler, load_model, make_session
+from flowedge_relay.model import FlowSampler, ModelInfo, make_session
+from flowedge_relay.policy import Policy, PolicySampler, fill_buffers, make_sessions
 from flowedge_relay.tooling.bench.client import (
     INFERENCE,
-    model_path,
     percentiles,
     relay_for_bench,
     saturate,
@@ -45,6 +57,13 @@ from flowedge_relay.tooling.bench.client import (
 )
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
+from flowedge_relay.tooling.harness import (
+    MODEL_CHOICES,
+    load_served,
+    model_path,
+    scene_inputs,
+    served_model,
+)
 
 QS = (50, 99, 99.9)
 CAVEAT = (
@@ -59,10 +78,7 @@ SIZES = {"quick": (16, 4, 100, 2, 0.3), "full": (800, 10, 4000, 8, 4.0)}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sample sizes (CI)")
-    parser.add_argument(
-        "--model", default="small",
-        help="small (the relay's default model), bench (~1 ms per NFE) or an ONNX path",
-    )  # fmt: skip
+    parser.add_argument("--model", default="small", help=MODEL_CHOICES)
     parser.add_argument("--requests", type=int, help="requests through the relay")
     parser.add_argument("--nfe", type=int, help="NFE per request (use your typical count)")
     parser.add_argument("--workers", type=int, default=1, help="relay worker threads")
@@ -76,17 +92,51 @@ def _us_ceil(ns: float) -> int:
     return int(math.ceil(ns / 1000.0)) * 1000
 
 
-def raw_nfe_ns(sampler: FlowSampler, obs: np.ndarray, n: int) -> np.ndarray:
-    """Per-NFE ns of FlowSampler.nfe() back to back (fresh start every 16 NFE)."""
-    out = np.empty(n, np.int64)
-    clock = time.perf_counter_ns
-    for i in range(n):
-        if i % 16 == 0:
-            sampler.start(obs, i, 16)
-        t0 = clock()
-        sampler.nfe()
-        out[i] = clock() - t0
-    return out
+class RawSampler:
+    """The worker's sampler on sessions of its own, timed per call: the raw onnxruntime cost of
+    one NFE (and of one prefix pass), with no relay around it. A single .onnx file runs
+    FlowSampler, a package PolicySampler on a detour scene, as the workers do."""
+
+    def __init__(self, model: ModelInfo | Policy) -> None:
+        self.package = isinstance(model, Policy)
+        self.two_phase = self.package and model.two_phase
+        if self.package:
+            self.sampler = PolicySampler(model, make_sessions(model))
+            fill_buffers(model, self.sampler.buffers, scene_inputs(served_model(model), 0))
+        else:
+            self.sampler = FlowSampler(make_session(model, 1), model, "euler")
+            self._obs = np.zeros(model.obs_dim, np.float32)
+
+    def _start(self, seed: int, nfe: int) -> None:
+        if self.package:
+            self.sampler.start(seed, nfe)
+        else:
+            self.sampler.start(self._obs, seed, nfe)
+
+    def nfe_ns(self, n: int) -> np.ndarray:
+        """Per-NFE ns of nfe() back to back (a fresh request every 16 NFE, its prefix untimed)."""
+        out = np.empty(n, np.int64)
+        clock = time.perf_counter_ns
+        for i in range(n):
+            if i % 16 == 0:
+                self._start(i, 16)
+                if self.package:
+                    self.sampler.prefix()
+            t0 = clock()
+            self.sampler.nfe()
+            out[i] = clock() - t0
+        return out
+
+    def prefix_ns(self, n: int) -> np.ndarray:
+        """Per-pass ns of prefix(), a fresh request each time (two-phase models only)."""
+        out = np.empty(n, np.int64)
+        clock = time.perf_counter_ns
+        for i in range(n):
+            self._start(i, 1)
+            t0 = clock()
+            self.sampler.prefix()
+            out[i] = clock() - t0
+        return out
 
 
 def relay_samples(
@@ -116,24 +166,28 @@ def relay_samples(
 
 def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
             bar: Progress | None = None, loaded_s: float = 0.0) -> dict:  # fmt: skip
-    """Relay requests and raw NFEs in alternating blocks, then (loaded_s > 0) the lanes kept
-    saturated for loaded_s seconds; returns the sample arrays."""
-    info = relay.model
-    sampler = FlowSampler(make_session(info, 1), info, "euler")
-    obs = np.zeros(info.obs_dim, np.float32)
-    raw_nfe_ns(sampler, obs, 20)  # warm-up
+    """Relay requests and raw NFEs (and raw prefix passes) in alternating blocks, then
+    (loaded_s > 0) the lanes kept saturated for loaded_s seconds; returns the sample arrays and,
+    for a two-phase model, the relay's prefix-pass percentiles at the end of each phase."""
+    raw = RawSampler(relay.model)
+    raw.nfe_ns(20)  # warm-up
     relay_acc: dict[str, list] = {}
-    raw_parts = []
+    raw_parts, prefix_parts = [], []
     blocks = max(1, min(blocks, requests))
     for b in range(blocks):
         if bar is not None:
             bar.update(label=f"block {b + 1}/{blocks}")
-        raw_parts.append(raw_nfe_ns(sampler, obs, max(1, raw_nfe // blocks)))
+        raw_parts.append(raw.nfe_ns(max(1, raw_nfe // blocks)))
+        if raw.two_phase:  # one raw prefix pass per raw request of `nfe` NFE
+            prefix_parts.append(raw.prefix_ns(max(1, raw_nfe // blocks // nfe)))
         n = requests // blocks + (1 if b < requests % blocks else 0)
         for key, values in relay_samples(client, n, nfe, bar).items():
             relay_acc.setdefault(key, []).extend(values)
     samples = {k: np.asarray(v, np.int64) for k, v in relay_acc.items()}
     samples["raw_nfe_ns"] = np.concatenate(raw_parts)
+    if raw.two_phase:
+        samples["raw_prefix_ns"] = np.concatenate(prefix_parts)
+        samples["relay_prefix"] = relay.pool.prefix_percentiles()
     if loaded_s > 0:
         # An NFE costs more when the request and publisher threads are busy too (the GIL, two
         # cores): admission must be calibrated for the load it will face, not an idle relay.
@@ -142,24 +196,35 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
         answers = saturate(client, relay.core.workers, nfe, loaded_s, "bench-calibrate-load")
         samples["loaded_compute_ns"] = np.asarray([a.compute_ns for a in answers], np.int64)
         samples["loaded_nfe_done"] = np.asarray([a.nfe_done for a in answers], np.int64)
+        if raw.two_phase:
+            samples["loaded_relay_prefix"] = relay.pool.prefix_percentiles()
     return samples
+
+
+def _per_nfe(total_ns: np.ndarray, nfe_done: np.ndarray, prefix_ns: float) -> np.ndarray:
+    """ns per NFE of whole requests, their prefix pass (the relay's median) taken out."""
+    return np.maximum(total_ns - prefix_ns, 0) / np.maximum(nfe_done, 1)
 
 
 def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
     """Percentiles and the recommendation (every value in ns)."""
-    nfe_done = np.maximum(samples["nfe_done"], 1)
+    two_phase = "relay_prefix" in samples
+    pre = samples.get("relay_prefix", (0.0, 0.0, 0))
+    loaded_pre = samples.get("loaded_relay_prefix", pre)
     series = {
         "raw_ns_per_nfe": samples["raw_nfe_ns"],
-        "relay_compute_ns_per_nfe": samples["compute_ns"] / nfe_done,
-        "e2e_ns_per_nfe": samples["e2e_ns"] / nfe_done,
+        "relay_compute_ns_per_nfe": _per_nfe(samples["compute_ns"], samples["nfe_done"], pre[0]),
+        "e2e_ns_per_nfe": _per_nfe(samples["e2e_ns"], samples["nfe_done"], pre[0]),
         "fixed_overhead_ns": samples["e2e_ns"] - samples["compute_ns"],
         "e2e_ns": samples["e2e_ns"],
     }
+    if two_phase:
+        series["raw_ns_per_prefix"] = samples["raw_prefix_ns"]
     if "loaded_compute_ns" in samples:
-        series["loaded_compute_ns_per_nfe"] = samples["loaded_compute_ns"] / np.maximum(
-            samples["loaded_nfe_done"], 1
+        series["loaded_compute_ns_per_nfe"] = _per_nfe(
+            samples["loaded_compute_ns"], samples["loaded_nfe_done"], loaded_pre[0]
         )
-    report: dict[str, object] = {}
+    report: dict[str, object] = {"two_phase": two_phase}
     for name, values in series.items():
         p50, p99, p999 = percentiles(values, QS)
         report[f"{name}_p50"] = p50
@@ -170,6 +235,17 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
     bound = max(report["e2e_ns_per_nfe_p99"], report.get("loaded_compute_ns_per_nfe_p99", 0.0))
     report["recommended_nfe_ns"] = _us_ceil(margin * bound)
     report["recommended_admission_reserve_ns"] = _us_ceil(margin * report["fixed_overhead_ns_p99"])
+    report["recommended_prefix_ns"] = 0
+    if two_phase:
+        # the relay's workers time each prefix pass; p50/p99 over its recent passes per phase
+        report["relay_prefix_ns_p50"], report["relay_prefix_ns_p99"] = pre[0], pre[1]
+        report["relay_prefix_samples"] = pre[2]
+        if "loaded_relay_prefix" in samples:
+            report["loaded_prefix_ns_p50"] = loaded_pre[0]
+            report["loaded_prefix_ns_p99"] = loaded_pre[1]
+            report["loaded_prefix_samples"] = loaded_pre[2]
+        prefix_bound = max(pre[1], report.get("loaded_prefix_ns_p99", 0.0))
+        report["recommended_prefix_ns"] = _us_ceil(margin * prefix_bound)
     # A tail far above the median means stalls (other processes, throttling), not the model.
     tail = report["raw_ns_per_nfe_p99"] / max(report["raw_ns_per_nfe_p50"], 1.0)
     report["raw_tail_ratio"] = tail
@@ -177,6 +253,8 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
     report["nfe_per_request"] = nfe
     report["requests"] = int(len(samples["e2e_ns"]))
     report["raw_nfe_samples"] = int(len(samples["raw_nfe_ns"]))
+    if two_phase:
+        report["raw_prefix_samples"] = int(len(samples["raw_prefix_ns"]))
     report["margin"] = margin
     return report
 
@@ -187,7 +265,7 @@ def run(args: argparse.Namespace) -> dict:
     requests = args.requests or requests
     nfe = args.nfe or nfe
     path = model_path(args.model)
-    info = load_model(path)
+    info = load_served(path)
     params = dict(model_path=path, workers=args.workers, max_nfe=max(64, nfe))
     with Progress("calibrate", requests, unit=" req") as bar:
         bar.update(label="starting relay")
@@ -197,7 +275,7 @@ def run(args: argparse.Namespace) -> dict:
             nfe_p50, nfe_p99, _ = relay.pool.nfe_percentiles()
     report = summarize(samples, nfe, args.margin)
     report.update(
-        model=path.rsplit("/", 1)[-1],
+        model=path.rstrip("/").rsplit("/", 1)[-1],
         model_digest=info.digest,
         workers=args.workers,
         size="quick" if args.quick else "full",
@@ -209,18 +287,24 @@ def run(args: argparse.Namespace) -> dict:
             f"DDS (admission off, {args.workers} worker(s), relay "
             f"{'in the bench process' if args.in_process else 'as its own process'}), "
             "alternating with "
-            f"{report['raw_nfe_samples']} raw FlowSampler.nfe() calls on a separate session"
+            f"{report['raw_nfe_samples']} raw sampler nfe() calls on a separate session"
+            + (f" and {report['raw_prefix_samples']} raw prefix() passes; per-NFE figures "
+               "without the relay's median prefix pass" if report["two_phase"] else "")
         ),
         caveat=CAVEAT,
         rows=_rows(report),
     )
     report["samples"] = {
-        "e2e_ns_per_nfe": (samples["e2e_ns"] / np.maximum(samples["nfe_done"], 1)).tolist(),
-        "relay_compute_ns_per_nfe": (
-            samples["compute_ns"] / np.maximum(samples["nfe_done"], 1)
+        "e2e_ns_per_nfe": _per_nfe(
+            samples["e2e_ns"], samples["nfe_done"], report.get("relay_prefix_ns_p50", 0.0)
+        ).tolist(),
+        "relay_compute_ns_per_nfe": _per_nfe(
+            samples["compute_ns"], samples["nfe_done"], report.get("relay_prefix_ns_p50", 0.0)
         ).tolist(),
         "raw_ns_per_nfe": samples["raw_nfe_ns"].tolist(),
     }
+    if report["two_phase"]:
+        report["samples"]["raw_ns_per_prefix"] = samples["raw_prefix_ns"].tolist()
     return report
 
 
@@ -231,15 +315,22 @@ def _rows(r: dict) -> list[dict]:
         ("end-to-end ns/NFE", "e2e_ns_per_nfe"),
         ("fixed part (e2e - compute)", "fixed_overhead_ns"),
         ("relay compute ns/NFE, saturated", "loaded_compute_ns_per_nfe"),
+        ("raw onnxruntime ns/prefix pass", "raw_ns_per_prefix"),
+        ("relay prefix pass (worker-timed)", "relay_prefix_ns"),
+        ("relay prefix pass, saturated", "loaded_prefix_ns"),
     ]
     names = [(label, key) for label, key in names if f"{key}_p50" in r]
+
+    def us(key: str) -> float | None:  # the relay reports p50 and p99 of its prefix passes only
+        return round(r[key] / 1e3, 1) if key in r else None
+
     return [
         {
             "measure": label,
-            "p50_us": round(r[f"{key}_p50"] / 1e3, 1),
-            "p99_us": round(r[f"{key}_p99"] / 1e3, 1),
-            "p99.9_us": round(r[f"{key}_p99_9"] / 1e3, 1),
-            "max_us": round(r[f"{key}_max"] / 1e3, 1),
+            "p50_us": us(f"{key}_p50"),
+            "p99_us": us(f"{key}_p99"),
+            "p99.9_us": us(f"{key}_p99_9"),
+            "max_us": us(f"{key}_max"),
         }
         for label, key in names
     ]
@@ -255,10 +346,16 @@ def table(report: dict) -> str:
         f"  (max p99 of e2e and saturated compute ns per NFE x margin {report['margin']:g})",
         f"recommended admission_reserve_ns = {report['recommended_admission_reserve_ns']:>10d}"
         "  (p99 fixed part x margin)",
-        f"  flowedge-relayd --nfe-ns {report['recommended_nfe_ns']} "
-        f"--admission-reserve-ns {report['recommended_admission_reserve_ns']}",
-        "caveat: " + report["caveat"],
     ]
+    command = (f"  flowedge-relayd --nfe-ns {report['recommended_nfe_ns']} "
+               f"--admission-reserve-ns {report['recommended_admission_reserve_ns']}")
+    if report["two_phase"]:
+        lines.append(
+            f"recommended prefix_ns            = {report['recommended_prefix_ns']:>10d}"
+            "  (max p99 of the relay's prefix passes, idle and saturated, x margin)"
+        )
+        command += f" --ros-args -p prefix_ns:={report['recommended_prefix_ns']}"
+    lines += [command, "caveat: " + report["caveat"]]
     if report["noisy_host"]:
         lines.append(
             f"WARNING: raw NFE p99 is {report['raw_tail_ratio']:.1f}x its p50: this host stalls "
@@ -278,8 +375,13 @@ def plot(report: dict, path: str) -> str:
     plots.ecdf(ax, np.asarray(s["e2e_ns_per_nfe"]) / 1e3, "end-to-end / NFE (client)")
     rec_us = report["recommended_nfe_ns"] / 1e3
     ax.axvline(rec_us, color="k", ls="--", lw=1, label=f"recommended nfe_ns = {rec_us:.0f} us")
+    if report["two_phase"]:
+        plots.ecdf(ax, np.asarray(s["raw_ns_per_prefix"]) / 1e3, "raw onnxruntime (per prefix)")
+        pre_us = report["recommended_prefix_ns"] / 1e3
+        ax.axvline(pre_us, color="k", ls=":", lw=1,
+                   label=f"recommended prefix_ns = {pre_us:.0f} us")  # fmt: skip
     ax.set_xscale("log")
-    ax.set_xlabel("microseconds per NFE (log)")
+    ax.set_xlabel("microseconds per NFE or prefix pass (log)")
     ax.set_ylabel("fraction of samples")
     ax.legend(fontsize=8, loc="lower right")
     return plots.save(
