@@ -31,6 +31,22 @@ def _check_report(report: dict) -> None:
     assert wt["bare_cpu_ns_per_nfe"] > 0 and wt["worker_cpu_ns_per_nfe"] > 0
     assert report["worker_throughput_target"] == 0.95
     assert set(report["targets"]["worker_throughput_ratio"]) == {"target", "met"}
+    # the two-phase package: raw cost per graph and worker vs bare for EACH graph
+    vision = report["vision"]
+    assert vision["digest"].startswith("sha256:")
+    for threads in (1, 2):
+        for graph in ("prefix", "step"):
+            c = vision["graph_cost"][f"threads_{threads}"][graph]
+            assert 0 < c["p50_ns"] <= c["p99_ns"] <= c["max_ns"] and c["samples"] > 0
+    assert [(r["graph"], r["intra_op_threads"]) for r in vision["rows"]] == [
+        ("prefix", 1), ("prefix", 2), ("step", 1), ("step", 2)]
+    wvb = vision["worker_vs_bare"]
+    for graph in ("prefix", "step"):
+        g = wvb[graph]
+        assert g["bare_ns"] > 0 and g["worker_ns"] > 0 and g["ratio"] > 0
+        assert report[f"vision_{graph}_worker_ratio"] == g["ratio"]
+        assert report["targets"][f"vision_{graph}_worker_ratio"]["met"] == g["met"]
+    assert wvb["worker_timed"]["prefix_p50_ns"] > 0 and wvb["worker_timed"]["nfe_p50_ns"] > 0
 
 
 def test_bench_model_module_quick(tmp_path):
@@ -40,7 +56,9 @@ def test_bench_model_module_quick(tmp_path):
     assert report["size"] == "quick"
     _check_report(report)
     json.dumps(report)  # JSON-serialisable as is
-    assert "worker_throughput_ratio" in bench_model.table(report)
+    table = bench_model.table(report)
+    assert "worker_throughput_ratio" in table
+    assert "vision_prefix_worker_ratio" in table and "vision_step_worker_ratio" in table
     assert Path(bench_model.plot(report, str(tmp_path / "model.png"))).stat().st_size > 0
 
 

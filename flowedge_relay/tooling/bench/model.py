@@ -7,6 +7,14 @@ as `worker_throughput_ratio` (target >= 0.95): the median ratio over back-to-bac
 equal-length bare and worker runs, so a noisy neighbour hurts both sides of a pair alike; plus
 `worker_cpu_ratio`, the same comparison in thread CPU time per NFE (immune to load).
 
+The bundled two-phase package (policy_vision) gets the same two views per graph: raw
+`session.run` cost of its prefix graph and of its step graph, and `vision_worker_vs_bare`, the
+worker path against a bare loop for EACH graph (bare: R prefix runs, then R x N step runs, on the
+same inputs; worker: R requests of 1 NFE, then R of N NFE, through a real WorkerPool and the C
+core; the step's cost per NFE is the difference of the two worker runs over R (N - 1) NFE, the
+prefix's the rest of a 1-NFE request, so the per-request work of the loop (dispatch, prefix_done,
+finish) is charged to the prefix). Same target, >= 0.95, printed and never asserted.
+
 This is a measurement, not a test: numbers depend on the host, its load and thermal state.
 """
 
@@ -17,6 +25,7 @@ import time
 
 import numpy as np
 
+from flowedge_relay import policy as P
 from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request
 from flowedge_relay.model import (
     INPUT_OBS,
@@ -31,13 +40,24 @@ from flowedge_relay.model import (
 )
 from flowedge_relay.models import detour_task as task
 from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.workers import WorkerPool
+from flowedge_relay.tooling.harness import scene_inputs, served_model
+from flowedge_relay.workers import SlotInputs, WorkerPool
 
 TARGET_RATIO = 0.95
 THREADS = (1, 2)
 SIZES = {  # (raw samples small, raw samples bench, requests per trial, nfe per request, pairs)
     "quick": (300, 100, 2, 25, 2),
     "full": (3000, 1000, 4, 50, 15),
+}
+VISION_MISSED = (
+    "  (missed: policy_vision's graphs take tens of microseconds, so the worker path's fixed "
+    "work per request (noise draw, dispatch, prefix_done, finish) and per NFE (solver update, "
+    "core.step, GIL hand-offs) is a large share of them; the policy_bench ratio above is that "
+    "same path on a 1 ms graph)"
+)
+VISION_SIZES = {  # (raw samples per graph, requests per trial, nfe per long request, pairs)
+    "quick": (200, 20, 10, 2),
+    "full": (3000, 100, 20, 15),
 }
 
 
@@ -157,12 +177,174 @@ def worker_throughput(info: ModelInfo, requests: int, nfe: int, pairs: int, bar:
     }
 
 
+class _VisionFeeds:
+    """The two graphs' feeds for one detour scene: the package's normalized inputs, the
+    prefix's outputs as the step's context, a noise x and t = 0.5 (what a worker binds)."""
+
+    def __init__(self, policy: P.Policy) -> None:
+        buffers = P.InputBuffers(policy)
+        P.fill_buffers(policy, buffers, scene_inputs(served_model(policy), 0))
+        prefix, step = policy.graphs["prefix"], policy.graphs["step"]
+        self.prefix = {name: buffers[name] for name in prefix.inputs}
+        self.prefix_outputs = list(prefix.outputs)
+        sess = P.make_session(prefix.data)
+        context = dict(zip(self.prefix_outputs, sess.run(self.prefix_outputs, self.prefix),
+                           strict=True))  # fmt: skip
+        a = policy.action
+        x = np.random.default_rng(0).standard_normal((1, a.horizon, a.dim), dtype=np.float32)
+        t = np.full(policy.t_shape, 0.5, np.float32)
+        flow = {policy.x_name: x, policy.t_name: t}
+        self.step = {n: flow.get(n, context.get(n)) if n in flow or n in context else buffers[n]
+                     for n in step.inputs}  # fmt: skip
+        self.step_outputs = [policy.v_name]
+
+
+def _run_ns(sess, outputs: list[str], feeds: dict, samples: int) -> dict[str, float]:
+    """Per-call ns of `session.run` after a warm-up: p50 / p99 / max."""
+    for _ in range(max(20, samples // 20)):
+        sess.run(outputs, feeds)
+    durations = np.empty(samples, np.int64)
+    clock = time.perf_counter_ns
+    for i in range(samples):
+        t0 = clock()
+        sess.run(outputs, feeds)
+        durations[i] = clock() - t0
+    p50, p99 = np.percentile(durations, [50, 99])
+    return {"p50_ns": float(p50), "p99_ns": float(p99), "max_ns": float(durations.max()),
+            "samples": samples}  # fmt: skip
+
+
+def vision_graph_cost(policy: P.Policy, feeds: _VisionFeeds, threads: int,
+                      samples: int) -> dict[str, dict]:  # fmt: skip
+    """Raw `session.run` cost of the prefix graph and of the step graph, batch 1."""
+    return {
+        "prefix": _run_ns(P.make_session(policy.graphs["prefix"].data, threads),
+                          feeds.prefix_outputs, feeds.prefix, samples),
+        "step": _run_ns(P.make_session(policy.graphs["step"].data, threads),
+                        feeds.step_outputs, feeds.step, samples),
+    }  # fmt: skip
+
+
+def _bare_two_phase(sessions: dict, feeds: _VisionFeeds, requests: int,
+                    nfe: int) -> tuple[float, float]:  # fmt: skip
+    """(ns per prefix run, ns per step run) of bare `session.run` loops, timed apart."""
+    clock = time.perf_counter_ns
+    t0 = clock()
+    for _ in range(requests):
+        sessions["prefix"].run(feeds.prefix_outputs, feeds.prefix)
+    t1 = clock()
+    for _ in range(requests * nfe):
+        sessions["step"].run(feeds.step_outputs, feeds.step)
+    t2 = clock()
+    return (t1 - t0) / requests, (t2 - t1) / (requests * nfe)
+
+
+def _worker_wall_ns(core: Core, requests: int, nfe: int, trial: int) -> int:
+    """Wall ns from the first submit to the last outcome of `requests` requests of `nfe` NFE
+    whose inputs are already in every slot's payload."""
+    empty = np.zeros(0, np.float32)
+    t0 = time.perf_counter_ns()
+    for i in range(requests):
+        now = time.monotonic_ns()
+        req = Request(
+            session_id=b"vision-%d-%d" % (trial, nfe), sequence=i, generation=1, retry_count=0,
+            retry_reason=0, origin_ns=now, deadline_ns=0, deadline_ros_ns=0,
+            remaining_nfe=nfe, noise_seed=i, observation=empty,
+        )  # fmt: skip
+        if core.submit(req, now) != Decision.ACCEPTED:
+            raise RuntimeError("bench request was not accepted")
+    done = 0
+    while done < requests:
+        core.wait_outputs(100_000_000)
+        for out in core.pop_outcomes():
+            if out.code != Code.INFERENCE:
+                raise RuntimeError(f"bench request ended {out.code.name}")
+            done += 1
+    return time.perf_counter_ns() - t0
+
+
+def vision_worker_vs_bare(policy: P.Policy, feeds: _VisionFeeds, requests: int, nfe: int,
+                          pairs: int, bar: Progress) -> dict:  # fmt: skip
+    """Worker path vs bare loop for each graph of a two-phase package, in back-to-back pairs
+    (one thread each); per graph the median pair ratio bare ns / worker ns (>= 0.95 wanted)."""
+    sessions = P.make_sessions(policy)
+    _bare_two_phase(sessions, feeds, 5, 5)  # warm-up
+    layout = P.payload_layout(policy)
+    cfg = CoreConfig(workers=1, obs_dim=0, action_len=policy.action_len,
+                     queue_capacity=max(64, requests), max_nfe=max(64, nfe),
+                     two_phase=1, payload_bytes=layout.nbytes)  # fmt: skip
+    rows: dict[str, list[float]] = {k: [] for k in ("bare_prefix", "bare_step", "worker_prefix",
+                                                    "worker_step")}  # fmt: skip
+    arrays = scene_inputs(served_model(policy), 0)
+    with Core(cfg) as core:
+        slots = SlotInputs(policy, core.payload_view)
+        for slot in range(core.slots):  # every slot holds the scene: submits copy nothing
+            P.fill_buffers(policy, slots[slot], arrays)
+        with WorkerPool(core, policy, workers=1, slot_inputs=slots) as pool:
+            _worker_wall_ns(core, 2, 2, trial=999)  # warm-up
+            for k in range(pairs):
+                bar.update(label=f"vision worker vs bare, pair {k + 1}/{pairs}")
+                bare_p, bare_s = _bare_two_phase(sessions, feeds, requests, nfe)
+                short = _worker_wall_ns(core, requests, 1, k)
+                long = _worker_wall_ns(core, requests, nfe, k)
+                step = max(long - short, 1) / (requests * (nfe - 1))
+                rows["bare_prefix"].append(bare_p)
+                rows["bare_step"].append(bare_s)
+                rows["worker_step"].append(step)
+                rows["worker_prefix"].append(max(short / requests - step, 1.0))
+                bar.advance()
+            nfe_p50, nfe_p99, _ = pool.nfe_percentiles()
+            pre_p50, pre_p99, _ = pool.prefix_percentiles()
+    out: dict[str, object] = {"requests_per_trial": requests, "nfe_per_long_request": nfe,
+                              "pairs": pairs}  # fmt: skip
+    for graph in ("prefix", "step"):
+        bare, worker = np.asarray(rows[f"bare_{graph}"]), np.asarray(rows[f"worker_{graph}"])
+        ratios = bare / worker
+        out[graph] = {
+            "bare_ns": float(np.median(bare)),
+            "worker_ns": float(np.median(worker)),
+            "pair_ratios": [round(float(r), 4) for r in ratios],
+            "ratio": float(np.median(ratios)),
+            "met": bool(np.median(ratios) >= TARGET_RATIO),
+        }
+    out["worker_timed"] = {"prefix_p50_ns": pre_p50, "prefix_p99_ns": pre_p99,
+                           "nfe_p50_ns": nfe_p50, "nfe_p99_ns": nfe_p99}  # fmt: skip
+    return out
+
+
+def vision_report(size: str, bar: Progress) -> dict:
+    """The two-phase package's per-graph raw cost and worker-vs-bare ratios."""
+    samples, requests, nfe, pairs = VISION_SIZES[size]
+    policy = P.load(P.vision_policy_path())
+    feeds = _VisionFeeds(policy)
+    cost = {}
+    for threads in THREADS:
+        bar.update(label=f"raw prefix/step cost policy_vision intra_op_threads={threads}")
+        cost[f"threads_{threads}"] = vision_graph_cost(policy, feeds, threads, samples)
+        bar.advance()
+    wvb = vision_worker_vs_bare(policy, feeds, requests, nfe, pairs, bar)
+    rows = [
+        {
+            "graph": graph,
+            "intra_op_threads": threads,
+            "p50_us": round(cost[f"threads_{threads}"][graph]["p50_ns"] / 1e3, 1),
+            "p99_us": round(cost[f"threads_{threads}"][graph]["p99_ns"] / 1e3, 1),
+            "max_us": round(cost[f"threads_{threads}"][graph]["max_ns"] / 1e3, 1),
+        }
+        for graph in ("prefix", "step")
+        for threads in THREADS
+    ]
+    return {"digest": policy.digest, "graph_cost": cost, "rows": rows, "worker_vs_bare": wvb}
+
+
 def run(args: argparse.Namespace) -> dict:
     n_small, n_bench, requests, nfe, pairs = SIZES["quick" if args.quick else "full"]
     models = {"policy_small": load_model(default_model_path()),
               "policy_bench": load_model(bench_model_path())}  # fmt: skip
     cost: dict[str, dict] = {}
-    with Progress("model", total=len(models) * len(THREADS) + pairs) as bar:
+    size = "quick" if args.quick else "full"
+    vision_steps = len(THREADS) + VISION_SIZES[size][3]
+    with Progress("model", total=len(models) * len(THREADS) + pairs + vision_steps) as bar:
         for name, info in models.items():
             samples = n_small if name == "policy_small" else n_bench
             cost[name] = {"digest": info.digest}
@@ -172,6 +354,8 @@ def run(args: argparse.Namespace) -> dict:
                 bar.advance()
         info = models["policy_bench" if args.throughput_model == "bench" else "policy_small"]
         throughput = worker_throughput(info, requests, nfe, pairs, bar)
+        vision = vision_report(size, bar)
+    wvb = vision["worker_vs_bare"]
     rows = [
         {
             "model": name,
@@ -184,18 +368,23 @@ def run(args: argparse.Namespace) -> dict:
         for threads in THREADS
     ]
     return {
-        "size": "quick" if args.quick else "full",
+        "size": size,
         "nfe_cost": cost,
         "rows": rows,
         "worker_throughput": throughput,
         "worker_throughput_ratio": throughput["ratio"],
         "worker_cpu_ratio": throughput["cpu_ratio"],
         "worker_throughput_target": TARGET_RATIO,
+        "vision": vision,
+        "vision_prefix_worker_ratio": wvb["prefix"]["ratio"],
+        "vision_step_worker_ratio": wvb["step"]["ratio"],
         "targets": {
             "worker_throughput_ratio": {
                 "target": TARGET_RATIO,
                 "met": throughput["ratio"] >= TARGET_RATIO,
-            }
+            },
+            "vision_prefix_worker_ratio": {"target": TARGET_RATIO, "met": wvb["prefix"]["met"]},
+            "vision_step_worker_ratio": {"target": TARGET_RATIO, "met": wvb["step"]["met"]},
         },
         "note": "raw session.run on batch 1; numbers depend on host load and thermal state",
     }
@@ -205,6 +394,8 @@ def table(report: dict) -> str:
     from flowedge_relay.tooling.bench.tables import format_rows
 
     wt = report["worker_throughput"]
+    v = report["vision"]
+    vw = v["worker_vs_bare"]
     met = "met" if report["worker_throughput_ratio"] >= TARGET_RATIO else "MISSED"
     return "\n".join([
         "model: raw onnxruntime cost of one NFE (session.run, batch 1)",
@@ -215,9 +406,22 @@ def table(report: dict) -> str:
         f"(medians; ratio of the best runs {wt['ratio_of_best']:.3f})",
         f"  CPU per NFE: worker {wt['worker_cpu_ns_per_nfe'] / 1e3:.1f} us, bare "
         f"{wt['bare_cpu_ns_per_nfe'] / 1e3:.1f} us (worker_cpu_ratio {wt['cpu_ratio']:.4f})",
+        "policy_vision (two-phase): raw onnxruntime cost per graph (session.run, batch 1)",
+        format_rows(v["rows"]),
+        f"worker path vs bare session.run per graph ({vw['pairs']} pairs of "
+        f"{vw['requests_per_trial']} requests of 1 and of {vw['nfe_per_long_request']} NFE; the "
+        "loop's per-request work is charged to the prefix):",
+        *(f"  {g:<6} worker {vw[g]['worker_ns'] / 1e3:.1f} us, bare {vw[g]['bare_ns'] / 1e3:.1f}"
+          f" us per run" for g in ("prefix", "step")),
+        f"  the worker's own timing of the calls inside that path: prefix() p50 "
+        f"{vw['worker_timed']['prefix_p50_ns'] / 1e3:.1f} us, nfe() p50 "
+        f"{vw['worker_timed']['nfe_p50_ns'] / 1e3:.1f} us",
         "target (printed, not asserted):",
         f"  worker_throughput_ratio {report['worker_throughput_ratio']:.3f} (median pair ratio; "
         f"target >= {TARGET_RATIO}) {met}",
+        *(f"  vision_{g}_worker_ratio {vw[g]['ratio']:.3f} (median pair ratio; target >= "
+          f"{TARGET_RATIO}) {'met' if vw[g]['met'] else 'MISSED'}" for g in ("prefix", "step")),
+        *([VISION_MISSED] if not (vw["prefix"]["met"] and vw["step"]["met"]) else []),
     ])  # fmt: skip
 
 
