@@ -5,16 +5,18 @@ The relay runs as deployed, as its own `flowedge-relayd` process (bench model, `
 the bench process talks to it over DDS and reads its counters from flowedge/stats.
 First a short inline calibration (`calibrate.measure`, same relay, same run) gives the mean and
 the recommended `nfe_ns` / `admission_reserve_ns`; capacity (requests/s) = workers / (mean NFE of
-the trace distribution x measured mean relay compute ns per NFE). Then the seeded trace
+the trace distribution x measured mean relay compute ns per NFE, plus the relay's median prefix
+pass for a two-phase package, `--model vision`). Then the seeded trace
 (`trace.py`) is replayed at 0.5, 1, 1.5, 2 and 3 x capacity for each policy, switching the policy
 through the relay's live parameters, policies interleaved per load so a noisy neighbour hits them
 alike:
 
-  edf_admission   nfe_ns / admission_reserve_ns = the inline recommendation (docs/design.md §5),
-                  cost_model static
+  edf_admission   nfe_ns / admission_reserve_ns (and prefix_ns for a two-phase package) = the
+                  inline recommendation (docs/design.md §5), cost_model static
   edf_adaptive    the same values, cost_model adaptive: admission uses max(nfe_ns, the measured
                   NFE tail of the last second) (docs/design.md §5.2)
-  expire_only     nfe_ns = 0: everything is queued, expired at dispatch / between steps
+  expire_only     nfe_ns = 0 (and prefix_ns = 0): everything is queued, expired at dispatch /
+                  between steps
   queue_timeout   nfe_ns = 0 and queue_timeout_ms = T (Triton-style: reject at dispatch work
                   queued longer than T); T defaults to the median deadline slack minus the mean
                   service time
@@ -60,6 +62,7 @@ from flowedge_relay.tooling.bench.client import (
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
 from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
+from flowedge_relay.tooling.harness import MODEL_CHOICES
 
 LOADS = (0.5, 1.0, 1.5, 2.0, 3.0)
 POLICIES = ("edf_admission", "edf_adaptive", "expire_only", "queue_timeout")
@@ -82,7 +85,7 @@ REPORT_CODES = CODE_NAMES
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny size (CI)")
     parser.add_argument("--duration", type=float, help="seconds of trace per (policy, load) point")
-    parser.add_argument("--model", default="bench", help="small, bench or an ONNX path")
+    parser.add_argument("--model", default="bench", help=MODEL_CHOICES)
     parser.add_argument("--workers", type=int, default=1, help="relay worker threads")
     parser.add_argument("--queue-capacity", type=int, default=64)
     parser.add_argument("--loads", type=float, nargs="+", default=list(LOADS))
@@ -95,6 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slack-max-ms", type=float, default=TraceSpec.slack_max_ms)
     parser.add_argument("--nfe-ns", type=int, help="override the inline calibration's nfe_ns")
     parser.add_argument("--admission-reserve-ns", type=int, help="override the reserve")
+    parser.add_argument("--prefix-ns", type=int,
+                        help="override the inline calibration's prefix_ns (two-phase models)")
     parser.add_argument("--queue-timeout-ms", type=int, help="T of the queue_timeout policy")
     parser.add_argument("--noise", nargs="?", const=noise.DEFAULT, metavar="BUSY/SLEEP",
                         help="run a CPU-hog neighbour during the trace: BUSY_MS/SLEEP_MS "
@@ -106,14 +111,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra relay parameter (repeatable), e.g. worker_cpu_affinity:=[1]")
 
 
-def _policy_params(policy: str, nfe_ns: int, reserve_ns: int, timeout_ms: int) -> dict:
-    static = {"cost_model": "static"}
+def _policy_params(policy: str, nfe_ns: int, reserve_ns: int, timeout_ms: int,
+                   prefix_ns: int | None = None) -> dict:  # fmt: skip
+    """The relay's live parameters for one policy; prefix_ns only for a two-phase model (None:
+    a single-graph model, whose parameters stay exactly as they were)."""
+    admit = prefix_ns is not None and policy in ADMISSION_POLICIES
+    prefix = {} if prefix_ns is None else {"prefix_ns": prefix_ns if admit else 0}
+    static = {"cost_model": "static", **prefix}
     if policy == "edf_admission":
         return {"nfe_ns": nfe_ns, "admission_reserve_ns": reserve_ns, "queue_timeout_ms": 0,
                 **static}  # fmt: skip
     if policy == "edf_adaptive":
         return {"nfe_ns": nfe_ns, "admission_reserve_ns": reserve_ns, "queue_timeout_ms": 0,
-                "cost_model": "adaptive"}  # fmt: skip
+                "cost_model": "adaptive", **prefix}  # fmt: skip
     if policy == "expire_only":
         return {"nfe_ns": 0, "admission_reserve_ns": 0, "queue_timeout_ms": 0, **static}
     return {"nfe_ns": 0, "admission_reserve_ns": 0, "queue_timeout_ms": timeout_ms, **static}
@@ -219,11 +229,18 @@ def run(args: argparse.Namespace) -> dict:
             )
             cal = calibrate.summarize(samples, cal_nfe)
             ns_per_nfe = cal["relay_compute_ns_per_nfe_mean"]
-            capacity = capacity_rps(args.workers, spec.mean_nfe, ns_per_nfe)
+            two_phase = bool(cal["two_phase"])
+            prefix_mean_ns = cal.get("relay_prefix_ns_p50", 0.0)  # once per request
+            service_ns = spec.mean_nfe * ns_per_nfe + prefix_mean_ns
+            capacity = capacity_rps(args.workers, spec.mean_nfe, service_ns / spec.mean_nfe)
             nfe_ns = args.nfe_ns or cal["recommended_nfe_ns"]
             reserve = (args.admission_reserve_ns if args.admission_reserve_ns is not None
                        else cal["recommended_admission_reserve_ns"])  # fmt: skip
-            mean_service_ms = spec.mean_nfe * ns_per_nfe / 1e6
+            prefix_ns = None
+            if two_phase:
+                prefix_ns = (args.prefix_ns if args.prefix_ns is not None
+                             else cal["recommended_prefix_ns"])  # fmt: skip
+            mean_service_ms = service_ns / 1e6
             median_slack_ms = (spec.slack_min_ms + spec.slack_max_ms) / 2
             timeout_ms = args.queue_timeout_ms or max(1, round(median_slack_ms - mean_service_ms))
             bar.advance(label="trace")
@@ -231,13 +248,14 @@ def run(args: argparse.Namespace) -> dict:
             hog = noise.cpu_hog(args.noise) if args.noise else contextlib.nullcontext()
             with hog as noise_info:
                 _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, bar,
-                       results, _policy_params_for(nfe_ns, reserve, timeout_ms))
+                       results, _policy_params_for(nfe_ns, reserve, timeout_ms, prefix_ns))
             nfe_p50, nfe_p99, _ = relay.pool.nfe_percentiles()
     cal_public = {k: v for k, v in cal.items() if not isinstance(v, list | dict)}
     report = {
         "size": "quick" if args.quick else "full",
         "host": host,
-        "model": path.rsplit("/", 1)[-1],
+        "model": path.rstrip("/").rsplit("/", 1)[-1],
+        "two_phase": two_phase,
         "workers": args.workers,
         "queue_capacity": args.queue_capacity,
         "duration_s_per_point": duration,
@@ -248,9 +266,11 @@ def run(args: argparse.Namespace) -> dict:
         "capacity_rps": capacity,
         "capacity_definition": (
             f"workers / (mean NFE {spec.mean_nfe:g} x mean relay compute ns per NFE "
-            f"{ns_per_nfe:.0f} measured inline)"
+            f"{ns_per_nfe:.0f} measured inline"
+            + (f" + median prefix pass {prefix_mean_ns:.0f} ns" if two_phase else "") + ")"
         ),
         "nfe_ns": nfe_ns,
+        "prefix_ns": prefix_ns or 0,
         "admission_reserve_ns": reserve,
         "queue_timeout_ms": timeout_ms,
         "worker_nfe_p50_ns": nfe_p50,
@@ -271,8 +291,8 @@ def _relay_params(items: list[str]) -> dict:
     return parse_relay_params(items)
 
 
-def _policy_params_for(nfe_ns: int, reserve_ns: int, timeout_ms: int):
-    return lambda policy: _policy_params(policy, nfe_ns, reserve_ns, timeout_ms)
+def _policy_params_for(nfe_ns: int, reserve_ns: int, timeout_ms: int, prefix_ns: int | None):
+    return lambda policy: _policy_params(policy, nfe_ns, reserve_ns, timeout_ms, prefix_ns)
 
 
 def _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, bar, results,
@@ -357,7 +377,9 @@ def table(report: dict) -> str:
         f"deadline {t['deadline']}",
         f"capacity {report['capacity_rps']:.1f} requests/s = {report['capacity_definition']}",
         f"edf_admission / edf_adaptive: nfe_ns={report['nfe_ns']} admission_reserve_ns="
-        f"{report['admission_reserve_ns']} (inline calibration; edf_adaptive admits with "
+        f"{report['admission_reserve_ns']}"
+        + (f" prefix_ns={report['prefix_ns']}" if report.get("two_phase") else "")
+        + " (inline calibration; edf_adaptive admits with "
         f"max(nfe_ns, measured NFE tail)); queue_timeout: "
         f"queue_timeout_ms={report['queue_timeout_ms']}",
         f"relay: {report.get('relay', '?')}; noise: "
