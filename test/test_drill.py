@@ -113,6 +113,19 @@ def test_drill_fails_its_verdict_with_the_age_gate_off():
     assert unc["relay"]["rejected_late_retries"] == 0
 
 
+def test_drill_runs_on_the_two_phase_package():
+    """`--model vision`: the relay serves the policy package (prefix_ns in admission), the client
+    sends image + state tensors, and the verdict is the same as on the single-graph model."""
+    admission = drill.load_admission(None)
+    cond = drill.Conditions(time_scale=float(SCALE), happy_ms=float(HAPPY_MS))
+    report = drill.run_drill(cond, admission, log=lambda text: None, model="vision")
+    params = report["relay_parameters"]
+    assert params["model_path"].rstrip("/").endswith("policy_vision")
+    assert params["prefix_ns"] == cond.ns(cond.prefix_ms) > 0
+    assert report["verdict"] == "pass", report["reasons"]
+    assert report["variants"]["uncapped"]["attempts_that_ran"] == 1
+
+
 def test_drill_started_in_the_background_stops_cleanly_on_sigint():
     """Started with SIGINT ignored (as `cmd &` starts it), SIGINT still stops the drill: its
     relay and client are torn down, exit 130, no traceback (issue 14, item 4)."""

@@ -4,13 +4,16 @@ The incident pattern behind section 6: a free worker idles while a request's que
 past its deadline, and the client blindly retries the same completion three more times, each with
 a fresh deadline. Idle capacity then multiplies work nobody can use. This drill reproduces it end
 to end, in one process, over real DDS: a real RelayNode (request thread, EDF core, one worker
-running the bundled ONNX policy) and `DrillClient`, a retry-aware producer node.
+running the bundled ONNX policy, or with `--model vision` the two-phase policy package) and
+`DrillClient`, a retry-aware producer node whose requests come from harness.build_request (for a
+package: an image and a state built with producer.build_request).
 
 Declared conditions (all times multiplied by --time-scale):
 
     budget 3000 ms per request; happy path 2500 ms of model work (5 NFE x 500 ms); a fault adding
     4000 ms (+800 ms to each NFE, through the relay's drill-only `fault_nfe_delay_ms` knob);
-    the relay calibrated for the happy path (nfe_ns = 500 ms, reserve 5% of the budget);
+    the relay calibrated for the happy path (nfe_ns = 500 ms, reserve 5% of the budget; a
+    two-phase model's prefix pass calibrated at prefix_ns = 50 ms, far above what it takes);
     admission rule "reject when age beats slack" from config/drill.yaml.
 
 Three runs on the same relay, one request each (its own session, sequence 1):
@@ -40,6 +43,7 @@ The happy path is shown as the baseline, not judged (it is timing, not retry saf
     flowedge-relay-drill                                  # full scale, about 15 s
     flowedge-relay-drill --time-scale 0.2 --json out/drill.json  # about 5 s
     flowedge-relay-drill --age-gate off                   # the counterfactual: must fail
+    flowedge-relay-drill --model vision                   # the same on the two-phase package
 
 The drill's relay joins the current ROS domain; run it on a domain no production relay uses
 (ROS_DOMAIN_ID). Discovery is kept on this host unless ROS_AUTOMATIC_DISCOVERY_RANGE is set.
@@ -67,6 +71,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from flowedge_relay.core import CODE_NAMES
 from flowedge_relay.signals import stoppable
 from flowedge_relay.timebase import ros_time, stamp_ns
+from flowedge_relay.tooling.harness import MODEL_CHOICES, build_request, load_served, model_path
 
 MS = 1_000_000
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "config"
@@ -98,6 +103,7 @@ class Conditions:
     attempts: int = 4  # uncapped client: the first attempt and three blind retries
     capped_attempts: int = 1  # capped client
     reserve_fraction: float = 0.05  # admission_reserve_ns as a fraction of the budget
+    prefix_ms: float = 50.0  # prefix_ns of a two-phase model (its pass takes far less)
     time_scale: float = 1.0
 
     def ns(self, nominal_ms: float) -> int:
@@ -121,8 +127,9 @@ class Conditions:
         if not (self.budget_ms > 0 and self.nfe >= 1 and self.happy_ms > 0 and self.fault_ms >= 0
                 and self.attempts >= 1 and self.capped_attempts >= 1 and self.time_scale > 0):
             raise ValueError(f"drill conditions out of range: {self}")
-        if self.happy_ms * (1 + self.reserve_fraction) > self.budget_ms:
-            raise ValueError("the happy path must fit in the budget with the reserve")
+        if self.happy_ms + self.prefix_ms + self.budget_ms * self.reserve_fraction > self.budget_ms:
+            raise ValueError("the happy path (and a prefix pass) must fit in the budget with the "
+                             "reserve")
 
 
 # -- the retry-aware client -----------------------------------------------------------------------
@@ -234,14 +241,11 @@ class DrillClient(Node):
         if rec.attempts_sent == 0:
             rec.origin_ros = now  # origin_stamp: the first issue, kept by every retry
         deadline = now + t.budget_ns if t.budget_ns else 0
-        req = InferenceRequest(
-            session_id=t.session_id, sequence=t.sequence, generation=1,
-            retry_count=rec.attempts_sent, retry_reason=reason,
-            origin_stamp=ros_time(rec.origin_ros), deadline=ros_time(deadline),
-            remaining_nfe=t.nfe, model_digest=m.digest, observation_dim=m.obs_dim,
-            action_dim=m.action_dim, action_horizon=m.action_horizon,
-            observation=[0.25] * m.obs_dim, noise_seed=t.sequence,
-        )
+        req = build_request(
+            m, rec.origin_ros, session_id=t.session_id, sequence=t.sequence, generation=1,
+            retry_count=rec.attempts_sent, retry_reason=reason, deadline=ros_time(deadline),
+            remaining_nfe=t.nfe, noise_seed=t.sequence,
+        )  # origin_stamp: the first issue's
         rec.attempts_sent += 1
         rec.deadline_ros = deadline
         self.pub.publish(req)
@@ -332,10 +336,16 @@ def load_admission(path: str | os.PathLike | None) -> dict:
     return {**DEFAULT_ADMISSION, **block}
 
 
-def relay_parameters(cond: Conditions, admission: dict) -> dict:
-    """The in-process relay's parameters: calibrated for the happy path, admission from YAML."""
+def relay_parameters(cond: Conditions, admission: dict, model: str | None = None,
+                     two_phase: bool = False) -> dict:  # fmt: skip
+    """The in-process relay's parameters: calibrated for the happy path (and the prefix pass of
+    a two-phase model), admission from YAML; `model` a model_path (None: the default)."""
     age_cap = int(admission["reject_if_queue_age_ms_gte"])
+    served = {} if model is None else {"model_path": model}
+    if two_phase:
+        served["prefix_ns"] = cond.ns(cond.prefix_ms)
     return {
+        **served,
         "workers": 1,
         "nfe_ns": cond.ns(cond.nfe_ms),
         "admission_reserve_ns": cond.ns(cond.budget_ms * cond.reserve_fraction),
@@ -354,8 +364,10 @@ VARIANTS = (  # name, fault on, uncapped
 )
 
 
-def run_drill(cond: Conditions, admission: dict, log: Callable[[str], None] = print) -> dict:
-    """Run the three variants against one in-process relay; return the report (events, verdict)."""
+def run_drill(cond: Conditions, admission: dict, log: Callable[[str], None] = print,
+              model: str = "small") -> dict:  # fmt: skip
+    """Run the three variants against one in-process relay serving `model` (small, bench,
+    vision or a path); return the report (events, verdict)."""
     cond.check()
     from flowedge_relay.tooling.harness import (
         running_relay,
@@ -365,7 +377,8 @@ def run_drill(cond: Conditions, admission: dict, log: Callable[[str], None] = pr
         wait_for_subscribers,
     )
 
-    params = relay_parameters(cond, admission)
+    path = model_path(model)
+    params = relay_parameters(cond, admission, path, getattr(load_served(path), "two_phase", False))
     log(f"flowedge-relay-drill: time scale {cond.time_scale:g}; relay {params}")
     records: dict[str, TrialRecord] = {}
     relay_counts: dict[str, dict] = {}
@@ -643,6 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write events, timeline and verdict here")
     parser.add_argument("--config", metavar="YAML",
                         help="admission block (default: config/drill.yaml)")
+    parser.add_argument("--model", default="small", help=MODEL_CHOICES)
     parser.add_argument("--age-gate", choices=("off", "retries", "all"),
                         help="override the YAML's age_gate (off = the counterfactual run)")
     d = Conditions()
@@ -654,12 +668,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="what the fault adds to the whole request")
     parser.add_argument("--attempts", type=int, default=d.attempts, help="uncapped client")
     parser.add_argument("--capped-attempts", type=int, default=d.capped_attempts)
+    parser.add_argument("--prefix-ms", type=float, default=d.prefix_ms,
+                        help="prefix_ns of a two-phase model (nominal ms)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     cond = Conditions(budget_ms=args.budget_ms, nfe=args.nfe, happy_ms=args.happy_ms,
                       fault_ms=args.fault_ms, attempts=args.attempts,
-                      capped_attempts=args.capped_attempts, time_scale=args.time_scale)
+                      capped_attempts=args.capped_attempts, prefix_ms=args.prefix_ms,
+                      time_scale=args.time_scale)
     try:
         cond.check()
         admission = load_admission(args.config)
@@ -667,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if args.age_gate:
         admission["age_gate"] = args.age_gate
-    report = run_drill(cond, admission, log=lambda text: print(text, flush=True))
+    report = run_drill(cond, admission, log=lambda text: print(text, flush=True), model=args.model)
     print(format_report(report), flush=True)
     if args.json:
         path = pathlib.Path(args.json)
