@@ -129,12 +129,14 @@ def test_help_lists_the_adr_flags():
     assert "--nfe-ns" in out.stdout and "--admission-reserve-ns" in out.stdout
 
 
-def test_make_run_demo_shows_every_outcome_and_stops_cleanly():
+@pytest.mark.parametrize("run_args", [[], ["--model", "vision"]], ids=["default", "vision"])
+def test_make_run_demo_shows_every_outcome_and_stops_cleanly(run_args):
     """What `make run` starts: relay + demo producer. The producer constructs every outcome on
     purpose (demo_producer.py), so the test waits until each code has been counted, however
     long a loaded host takes (bounded), then stops it the way Ctrl-C does. It starts with
-    SIGINT ignored, as under `make test > log &`."""
-    proc = _Process("flowedge_relay.tooling.run_demo", ignore_sigint=True)
+    SIGINT ignored, as under `make test > log &`. `make run RUN_ARGS="--model vision"`: the
+    relay serves the two-phase package and the producer sends it image + state tensors."""
+    proc = _Process("flowedge_relay.tooling.run_demo", *run_args, ignore_sigint=True)
     try:
         last = proc.wait_line(
             lambda line: line.startswith("t=")
@@ -149,6 +151,9 @@ def test_make_run_demo_shows_every_outcome_and_stops_cleanly():
     assert "demo stopped cleanly" in out
     fields = _summary_fields(last)
     assert int(fields["answered"]) > 0 and int(fields["admitted"]) > 0
+    if run_args:  # the package was served (a request it could not take would be discarded)
+        assert "serving policy package 'policy_vision' (two-phase" in out
+        assert "discarding invalid request" not in out
 
 
 def test_demo_duration_stops_by_itself_when_started_in_the_background():

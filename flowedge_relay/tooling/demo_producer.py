@@ -15,6 +15,11 @@ the first burst comes after first_burst_s, then every burst_every_s. A rejected 
 is sometimes retried with retry_count + 1 (same sequence, origin). It prints a one-line summary
 each second: sent, admitted by the relay, answered, per outcome code, p99 latency of INFERENCE
 answers, relay queue depth.
+
+It drives either kind of model (`model_path`, the same parameter as the relay's): each request
+carries one of 16 seeded detour scenes (harness.scene_inputs), built by producer.build_request
+through harness.build_request: the observation vector for a single .onnx policy, the rendered
+image and the robot state for the two-phase package (`make run RUN_ARGS="--model vision"`).
 """
 
 from __future__ import annotations
@@ -33,8 +38,9 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.core import Code
-from flowedge_relay.model import ModelError, default_model_path, load_model
+from flowedge_relay.model import ModelError, default_model_path
 from flowedge_relay.timebase import ros_time
+from flowedge_relay.tooling.harness import build_request, load_served, scene_inputs, served_model
 
 # the summary line's short names: inference, stale, deadline, capacity, expired
 CODE_NAMES = {code.value: code.key.removeprefix("rejected_") for code in Code}
@@ -45,6 +51,7 @@ RETRY_REASON = {
     ActionMessage.EXPIRED: InferenceRequest.RETRY_AFTER_EXPIRED,
 }
 BURST_SESSION = "burst"
+SCENES = 16  # seeded detour scenes the requests cycle through
 PENDING_LIMIT = 10_000  # requests awaiting an answer that the producer remembers
 # One cycle of deadline kinds: every kind occurs in every 20 requests, in shuffled order.
 KIND_CYCLE = ["generous"] * 11 + ["tight"] * 3 + ["impossible"] * 2 + ["passed"] * 2 + ["none"] * 2
@@ -89,9 +96,10 @@ class DemoProducer(Node):
         self.rng = random.Random(seed)
         self.model = None
         try:
-            self.model = load_model(model_path or default_model_path())
+            self.model = served_model(load_served(model_path or default_model_path()))
+            self.scenes = [scene_inputs(self.model, seed + i) for i in range(SCENES)]
         except ModelError as exc:
-            self.get_logger().error(f"cannot read the model's digest and dims: {exc}")
+            self.get_logger().error(f"cannot read the model's digest, inputs and dims: {exc}")
         qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         self.pub = self.create_publisher(InferenceRequest, "flowedge/requests", qos)
         self.create_subscription(ActionMessage, "flowedge/actions", self._on_action, qos)
@@ -152,24 +160,13 @@ class DemoProducer(Node):
             nfe = self.impossible_nfe
         else:
             nfe = self.burst_nfe if session == BURST_SESSION else self.nfe
-        obs = self.rng.uniform(-1.0, 1.0)
-        m = self.model
-        req = InferenceRequest(
-            session_id=session,
-            sequence=self.sequence[session],
+        req = build_request(
+            self.model, now_ns, inputs=self.scenes[self.rng.randrange(SCENES)],
+            session_id=session, sequence=self.sequence[session],
             generation=self.generation[session] if generation is None else generation,
-            retry_count=0,
-            retry_reason=InferenceRequest.RETRY_NONE,
-            origin_stamp=ros_time(now_ns),
-            deadline=ros_time(deadline_ns),
-            remaining_nfe=nfe,
-            model_digest=m.digest,
-            observation_dim=m.obs_dim,
-            action_dim=m.action_dim,
-            action_horizon=m.action_horizon,
-            observation=np.full(m.obs_dim, obs, dtype=np.float32).tolist(),
+            deadline=ros_time(deadline_ns), remaining_nfe=nfe,
             noise_seed=self.rng.getrandbits(63),
-        )
+        )  # fmt: skip
         self._publish(req)
 
     def _send_late_frame(self, session: str, accepted_generation: int) -> None:

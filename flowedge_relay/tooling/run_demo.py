@@ -3,6 +3,9 @@
 Where `ros2 launch` is installed, `ros2 launch flowedge_relay relay.launch.py` starts the relay
 alone; this module is the no-ROS-install equivalent plus a producer to talk to (manual
 composition: both nodes share one process; the relay keeps its dedicated request thread).
+
+`--model vision` (or small, bench, a path) sets `model_path` for both nodes: the relay serves that
+model and the producer builds its requests for it (the vision package: image + state tensors).
 """
 
 from __future__ import annotations
@@ -23,9 +26,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop after this many seconds (0 = until Ctrl-C)")
     parser.add_argument("--params-file", default=str(CONFIG / "demo.yaml"),
                         help="YAML with parameters for both nodes (default config/demo.yaml)")
+    parser.add_argument("--model", help="what both nodes use (default: the YAML's, else the "
+                        "relay's default): small, bench, vision (the two-phase package) or a path")
     args, ros_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    model_args = []
+    if args.model:
+        from flowedge_relay.tooling.harness import model_path
 
-    print(f"FlowEdge Relay demo: relay + demo producer, parameters from {args.params_file}")
+        model_args = ["-p", f"model_path:={model_path(args.model)}"]
+
+    print(f"FlowEdge Relay demo: relay + demo producer, parameters from {args.params_file}"
+          + (f", model {args.model}" if args.model else ""))
     print("Ctrl-C stops. One summary line per second:\n")
     # SIGINT/SIGTERM only set `stop` (no rclpy signal handler), installed before the slow
     # imports so that no signal is lost while they run: see cli.main.
@@ -42,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         timer.daemon = True
         try:
             with rclpy.init(args=["run_demo", "--ros-args", "--params-file", args.params_file,
-                                  *ros_args], signal_handler_options=SignalHandlerOptions.NO):
+                                  *model_args, *ros_args],
+                            signal_handler_options=SignalHandlerOptions.NO):
                 relay = RelayNode()
                 try:
                     producer = DemoProducer()
