@@ -74,6 +74,32 @@ def test_calibrate_tiny(tmp_path):
     assert "representative traces" in report["caveat"]
     assert "recommended nfe_ns" in calibrate.table(report)
     assert _is_png(Path(calibrate.plot(report, tmp_path / "calibrate.png")))
+    assert report["two_phase"] is False and report["recommended_prefix_ns"] == 0
+    assert "prefix_ns" not in calibrate.table(report)
+
+
+def test_calibrate_two_phase_package_recommends_prefix_ns(tmp_path):
+    """`calibrate --model vision`: the relay (its own process) times every prefix pass; the
+    report recommends prefix_ns from their tail, next to nfe_ns, with the raw prefix cost."""
+    requests = 6
+    report = _roundtrip(calibrate.run(_args(calibrate, ["--quick", "--model", "vision",
+                                                        "--requests", str(requests)])))  # fmt: skip
+    assert report["two_phase"] is True and report["model"] == "policy_vision"
+    for key in ("e2e_ns_per_nfe", "raw_ns_per_nfe", "raw_ns_per_prefix"):
+        p50, p99, p999, top = (report[f"{key}_{q}"] for q in ("p50", "p99", "p99_9", "max"))
+        assert 0 < p50 <= p99 <= p999 <= top
+    # every relay request ran its prefix pass before its answer: all in the relay's figures
+    assert report["relay_prefix_samples"] >= requests
+    assert 0 < report["relay_prefix_ns_p50"] <= report["relay_prefix_ns_p99"]
+    assert report["loaded_prefix_samples"] >= report["relay_prefix_samples"]
+    bound = max(report["relay_prefix_ns_p99"], report["loaded_prefix_ns_p99"])
+    assert report["recommended_prefix_ns"] >= bound > 0
+    assert report["recommended_prefix_ns"] % 1000 == 0
+    assert report["recommended_nfe_ns"] >= report["e2e_ns_per_nfe_p99"] > 0
+    table = calibrate.table(report)
+    assert "recommended prefix_ns" in table
+    assert f"prefix_ns:={report['recommended_prefix_ns']}" in table
+    assert _is_png(Path(calibrate.plot(report, tmp_path / "calibrate.png")))
 
 
 def test_overload_tiny(tmp_path):
@@ -105,6 +131,26 @@ def test_overload_tiny(tmp_path):
         assert m["cost_model"]["nfe_ns_in_use_max"] >= report["nfe_ns"]
     assert "edf_admission" in overload.table(report)
     assert _is_png(Path(overload.plot(report, tmp_path / "overload.png")))
+
+
+def test_overload_on_the_two_phase_package():
+    """`overload --model vision`: requests carry image + state tensors, the admission policies
+    run with the inline prefix_ns, the baselines with none; every request is answered."""
+    argv = ["--quick", "--model", "vision", "--duration", "0.2", "--loads", "1",
+            "--policies", "edf_admission", "expire_only", "--in-process"]
+    report = _roundtrip(overload.run(_args(overload, argv)))
+    assert report["two_phase"] is True and report["model"] == "policy_vision"
+    assert report["prefix_ns"] == report["calibration"]["recommended_prefix_ns"] > 0
+    assert "median prefix pass" in report["capacity_definition"]
+    for policy in ("edf_admission", "expire_only"):
+        m = report["policies"][policy]["1.0"]
+        answered = sum(m["outcomes"][c] for c in overload.REPORT_CODES)
+        assert answered == m["offered"] > 0 and m["outcomes"]["lost"] == 0, (policy, m)
+        assert m["extra_answers"] == 0  # exactly one answer each
+    assert f"prefix_ns={report['prefix_ns']}" in overload.table(report)
+    params = overload._policy_params("expire_only", 1, 2, 3, prefix_ns=5)
+    assert params["prefix_ns"] == 0 and params["nfe_ns"] == 0
+    assert "prefix_ns" not in overload._policy_params("edf_admission", 1, 2, 3)
 
 
 def test_overload_noise_and_in_process(tmp_path):

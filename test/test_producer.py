@@ -118,3 +118,30 @@ def test_vision_request_through_intake_equals_local_sampling():
         local = P.PolicySampler(package, P.make_sessions(package)).sample(arrays, 0, 10)
         assert via_message.shape == (16,) and np.isfinite(via_message).all()
         assert via_message.tobytes() == local.tobytes()
+
+
+def test_the_tools_request_builder_goes_through_build_request_for_both_kinds(tiny):
+    """harness.build_request (tests, bench client, demo, drill, stress): a package gets its
+    declared tensors (a detour scene for the bundled vision package, seeded values otherwise),
+    a single .onnx model the observation shorthand; fields still override afterwards."""
+    from flowedge_relay.model import load_model
+    from flowedge_relay.tooling import harness
+
+    vision = P.load(P.vision_policy_path())
+    req = harness.build_request(vision, 5_000_000_000, deadline_ms=20, sequence=9)
+    assert [t.name for t in req.inputs] == ["image", "state"] and req.observation_dim == 0
+    assert (req.sequence, req.origin_stamp.sec, req.deadline.nanosec) == (9, 5, 20_000_000)
+    bufs = P.InputBuffers(vision)
+    assert P.intake(req.inputs, vision, bufs) is None
+    scene = harness.scene_inputs(harness.served_model(vision), 3)
+    assert scene["image"].dtype == np.uint8 and scene["image"].max() > 0  # a rendered goal
+    np.testing.assert_array_equal(scene["image"], harness.scene_inputs(
+        harness.served_model(vision), 3)["image"])  # seeded
+    other = harness.build_request(tiny, 0)  # unknown package inputs: valid seeded values
+    assert P.intake(other.inputs, tiny, P.InputBuffers(tiny)) is None
+    small = load_model(default_model_path())
+    one = harness.build_request(small, 0, remaining_nfe=2)
+    assert (one.observation_dim, len(one.observation), one.inputs) == (small.obs_dim, 4, [])
+    assert one.model_digest == small.digest and one.remaining_nfe == 2
+    assert harness.model_path("vision") == P.vision_policy_path()
+    assert harness.model_path("/x.onnx") == "/x.onnx"

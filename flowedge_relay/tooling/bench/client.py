@@ -383,12 +383,13 @@ class RemoteRelay:
             if status.name.endswith(": workers"):
                 values = {kv.key: kv.value for kv in status.values}
                 with self._cv:
-                    self._workers_status = (time.time_ns(), values)
+                    self._workers_status = (stamp_ns(msg.header.stamp), values)
                     self._cv.notify_all()
 
     def prefix_percentiles(self, timeout: float = 5.0) -> tuple[float, float, int]:
         """(p50, p99, samples) of the relay's recent prefix passes, from the first `workers`
-        diagnostics status received after this call."""
+        diagnostics status stamped after this call (the relay stamps before its snapshot, so it
+        counts every pass that came before)."""
         since = time.time_ns()
         end = time.monotonic() + timeout
         with self._cv:
