@@ -48,7 +48,7 @@ import numpy as np
 from flowedge_relay.core import CODE_KEYS
 from flowedge_relay.signals import stoppable
 from flowedge_relay.timebase import stamp_ns
-from flowedge_relay.tooling.harness import build_request
+from flowedge_relay.tooling.harness import build_request, model_path
 
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
@@ -1311,7 +1311,6 @@ def main(argv=None) -> int:
         return produce(args)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
-    from flowedge_relay.model import bench_model_path, default_model_path
     from flowedge_relay.tooling.harness import running_relay
 
     def say(line: str) -> None:
@@ -1328,8 +1327,7 @@ def main(argv=None) -> int:
                                     progress=say, mix=args.mix or "mixed")
         failures = malformed_ok(fig)
     elif args.cmd == "soak":
-        path = {"small": default_model_path(), "bench": bench_model_path()}.get(args.model,
-                                                                                args.model)
+        path = model_path(args.model)
         with running_relay(workers=args.workers, model_path=path) as h:
             fig = run_soak(h, args.duration, args.load, args.seed,
                            admission=not args.no_admission, progress=say,
