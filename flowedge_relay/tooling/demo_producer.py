@@ -161,7 +161,7 @@ class DemoProducer(Node):
         else:
             nfe = self.burst_nfe if session == BURST_SESSION else self.nfe
         req = build_request(
-            self.model, now_ns, inputs=self.scenes[self.rng.randrange(SCENES)],
+            self.model, now_ns, arrays=self.scenes[self.rng.randrange(SCENES)],
             session_id=session, sequence=self.sequence[session],
             generation=self.generation[session] if generation is None else generation,
             deadline=ros_time(deadline_ns), remaining_nfe=nfe,

@@ -141,21 +141,22 @@ def scene_inputs(served: ServedModel, seed: int) -> dict[str, np.ndarray]:
     return arrays
 
 
-def build_request(model, now_ns: int, *, inputs: Mapping[str, np.ndarray] | None = None,
+def build_request(model, now_ns: int, *, arrays: Mapping[str, np.ndarray] | None = None,
                   **fields):  # fmt: skip
     """A valid request for `model` (see served_model) stamped at `now_ns` (ROS time), built by
     producer.build_request: the observation shorthand for a single-vector model ([0.1, ...] by
-    default), tensors for a package (scene 0 of scene_inputs by default; `inputs` overrides).
-    Fields override afterwards (also invalid values, on purpose); `deadline_ms` is relative to
-    now_ns. Shared by the harness, the bench client, the demo and the stress producers."""
+    default), tensors for a package (scene 0 of scene_inputs by default; `arrays`, by input name,
+    overrides). Message fields override afterwards (also `inputs` and invalid values, on
+    purpose); `deadline_ms` is relative to now_ns. Shared by the harness, the bench client, the
+    demo, the drill and the stress producers."""
     from flowedge_relay import producer
 
     served = served_model(model)
-    if inputs is None:
-        inputs = _default_inputs(served)
+    if arrays is None:
+        arrays = _default_inputs(served)
     deadline_ms = fields.pop("deadline_ms", None)
     req = producer.build_request(
-        served, inputs, session_id="s", sequence=1, generation=1, remaining_nfe=4,
+        served, arrays, session_id="s", sequence=1, generation=1, remaining_nfe=4,
         noise_seed=1, origin_ns=now_ns,
     )  # fmt: skip
     if deadline_ms is not None:
@@ -171,6 +172,8 @@ _DEFAULT_INPUTS: dict[ServedModel, dict[str, np.ndarray]] = {}
 def _default_inputs(served: ServedModel) -> dict[str, np.ndarray]:
     arrays = _DEFAULT_INPUTS.get(served)
     if arrays is None:
+        if len(_DEFAULT_INPUTS) >= 64:  # campaigns with many model contracts stay bounded
+            _DEFAULT_INPUTS.clear()
         if served.observation_dim > 0:
             arrays = {served.inputs[0].name: np.full(served.observation_dim, 0.1, np.float32)}
         else:

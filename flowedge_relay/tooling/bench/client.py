@@ -122,7 +122,7 @@ class BenchClient:
         deadline_ns: int = 0, noise_seed: int = 0,
     ) -> InferenceRequest:  # fmt: skip
         req = build_request(
-            self._served, 0, inputs=self._inputs[sequence % len(self._inputs)],
+            self._served, 0, arrays=self._inputs[sequence % len(self._inputs)],
             session_id=session, sequence=sequence, generation=generation, remaining_nfe=nfe,
             noise_seed=noise_seed,
         )  # fmt: skip
