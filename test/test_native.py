@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 import pytest
+from flowedge_relay_msgs.msg import ActionMessage as A
+from ros_helpers import running_relay, status_values, wait_for
 
 from flowedge_relay import native
 from flowedge_relay import policy as P
@@ -238,3 +240,50 @@ def test_pool_runs_native_by_default_and_python_when_asked(small, vision):
         assert pool.worker_info()[0]["nfe_loop"] == "python"
     with pytest.raises(ValueError, match="nfe_loop"):
         WorkerPool(make_core(), small, nfe_loop="fast")
+
+
+def test_parameter_table_and_pool_agree_on_the_loops():
+    from flowedge_relay import parameters, workers
+
+    assert parameters.NFE_LOOPS == workers.NFE_LOOPS
+    assert parameters.check_value("nfe_loop", "fast") and not parameters.check_value(
+        "nfe_loop", "python")
+
+
+@pytest.mark.parametrize("loop", ["auto", "python"])
+def test_relay_over_dds_answers_every_valid_request_exactly_once(loop):
+    """The real node: the workers diagnostic says which loop runs; 60 requests (INFERENCE,
+    EXPIRED on arrival, REJECTED_STALE) each get exactly one answer, the inferences
+    bit-identical to the Python sampler."""
+    info = load_model(default_model_path())
+    ref = FlowSampler(make_session(info, 1), info)
+    n = 60
+    with running_relay(nfe_loop=loop, workers=2) as h:
+        def build(i: int):
+            if i % 10 == 9:  # generation 1 after generation 2 of the same session: stale
+                return h.request(session_id="s0", sequence=i, generation=1, remaining_nfe=2)
+            return h.request(session_id=f"s{i % 3}", sequence=i, generation=2,
+                             remaining_nfe=1 + i % 7, noise_seed=i,
+                             deadline_ms=-1 if i % 10 == 4 else 10_000)
+
+        h.send(build(0))
+        assert h.answer_for(0).code == A.INFERENCE
+        for start in range(1, n, 20):
+            stop = min(start + 20, n)
+            h.send(*[build(i) for i in range(start, stop)])
+            assert wait_for(lambda s=stop: h.relay._received >= s, 30)
+        h.wait_answers(n, timeout=60)
+        time.sleep(0.3)  # room for an answer too many
+        answers = h.answers()
+        workers_status = status_values(h.latest_status("workers"))
+        requests = {i: build(i) for i in range(n)}
+    assert workers_status["nfe_loop"] == ("native" if loop == "auto" else "python")
+    assert sorted(a.sequence for a in answers) == list(range(n))
+    codes = {a.sequence: a.code for a in answers}
+    assert all(codes[i] == A.REJECTED_STALE for i in range(9, n, 10))
+    assert all(codes[i] == A.EXPIRED for i in range(4, n, 10))
+    for a in answers:
+        if a.code == A.INFERENCE:
+            obs = np.asarray(requests[a.sequence].observation, np.float32)
+            expected = ref.sample(obs, a.sequence, 1 + a.sequence % 7)
+            assert np.asarray(a.actions, np.float32).tobytes() == expected.tobytes()
