@@ -149,7 +149,9 @@ struct fer_exec;
  *   cfg), FER_ENOMEM, FER_EXEC_ELIB (no library, no OrtGetApiBase, API too old) or FER_EXEC_EORT
  *   (ORT refused: bad model bytes, unknown input name, ...), with the reason copied into
  *   err[0..err_len) (NUL-terminated, err may be NULL).
- * destroy: releases everything ORT made and dlclose()s the library. Accepts NULL.
+ * destroy: releases everything ORT made for the exec (values, session, env reference). The
+ *   library stays loaded for the life of the process (no dlclose: ONNX Runtime keeps
+ *   thread-local state that must not outlive its code). Accepts NULL.
  * last_error: the message of the exec's last FER_EXEC_EORT ("" if none); valid until the next
  *   call on the exec. */
 int fer_exec_create(const char *lib_path, const void *model, uint64_t model_len,
