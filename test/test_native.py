@@ -104,6 +104,23 @@ def test_single_graph_models_bit_identical_to_the_python_loop(path, solver):
     h.nat.close()
 
 
+def test_two_intra_op_threads_bit_identical_too():
+    """intra_op_threads > 1 takes the session-config path (no pool spinning) on both sides."""
+    info = load_model(bench_model_path())
+    ref = FlowSampler(make_session(info, 2), info)
+    sampler = FlowSampler(make_session(info, 2), info)
+    h = Harness(native.NativeLoop(info.model_bytes, native.step_spec(info), intra_op_threads=2))
+    with make_core(obs_dim=info.obs_dim, action_len=info.action_len) as core:
+        expected = ref.sample(OBS[3], 17, 6)
+        work = dispatch(core, request(b"t2", 6, seed=17, obs=OBS[3]))
+        sampler.start(work.observation, work.noise_seed, 6)
+        h.nat.load(0, 0, sampler, {"observation": work.observation})
+        assert h.run(core) == native.ROWS_ENDED and h.nat.result(0) == Step.DONE
+        h.nat.store(0, sampler)
+        assert sampler.actions().tobytes() == expected.tobytes()
+    h.nat.close()
+
+
 def test_two_phase_package_step_graph_bit_identical(vision):
     """The prefix runs in Python (its outputs are the context); the steps run natively."""
     ref = P.PolicySampler(vision, P.make_sessions(vision))
