@@ -11,8 +11,9 @@ Used two ways:
   output directories (the sanitizer build keeps its .so apart from the normal one).
 
 The cdef is ``csrc/fer.h`` (the runtime contract) followed by ``csrc/fer_bench.h`` (benchmark and
-stress drivers), read verbatim: both headers are written to be cdef-parsable, so the Python
-declarations can never drift from the C ones.
+stress drivers) and ``csrc/fer_exec.h`` (the native NFE loop, issue #15), read verbatim: the
+headers are written to be cdef-parsable, so the Python declarations can never drift from the C
+ones.
 """
 
 import os
@@ -28,9 +29,11 @@ ROOT = HERE.parent
 CSRC = ROOT / "csrc"
 # One concern per file (csrc/fer_internal.h lists them).
 SOURCES = ["fer_core.c", "fer_session.c", "fer_queue.c", "fer_submit.c", "fer_admit.c",
-           "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_cost.c", "fer_ring.c", "fer_bench.c"]
-# The runtime contract, then the benchmark / stress drivers: one cdef, one module.
-HEADERS = ["fer.h", "fer_bench.h"]
+           "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_cost.c", "fer_ring.c", "fer_bench.c",
+           "fer_exec.c"]
+# The runtime contract, the benchmark / stress drivers, then the native NFE loop (which dlopens
+# ONNX Runtime at run time: no link-time dependency): one cdef, one module.
+HEADERS = ["fer.h", "fer_bench.h", "fer_exec.h"]
 MODULE = "flowedge_relay._fer_core"
 
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
@@ -45,7 +48,10 @@ def _make_builder(absolute: bool) -> FFI:
     builder = FFI()
     builder.cdef("\n".join((CSRC / h).read_text() for h in HEADERS))
     extra_compile = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wshadow", "-Wconversion",
-                     "-Wno-unused-parameter", "-D_POSIX_C_SOURCE=200809L"]
+                     "-Wno-unused-parameter", "-D_POSIX_C_SOURCE=200809L",
+                     # fer_exec.c's solver update must round like numpy's separate float32 ufuncs:
+                     # no contraction of a * b + c into an FMA
+                     "-ffp-contract=off"]
     extra_link = []
     if _sanitize():
         extra_compile += SANITIZE_FLAGS + ["-O1", "-g"]
@@ -66,7 +72,7 @@ def _make_builder(absolute: bool) -> FFI:
         include_dirs=include,
         extra_compile_args=extra_compile,
         extra_link_args=extra_link,
-        libraries=["pthread"],
+        libraries=["pthread", "dl"],
     )
     return builder
 

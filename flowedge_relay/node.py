@@ -149,7 +149,7 @@ class RelayNode(Node):
         self._intake_stop = threading.Event()  # stops the request thread (first)
         super().__init__(NODE_NAME, **kwargs)
         p = parameters.declare_all(self)
-        for name in ("solver", "age_gate", "request_topics", "request_qos_history",
+        for name in ("solver", "nfe_loop", "age_gate", "request_topics", "request_qos_history",
                      "cost_model", "execution_providers"):
             problem = parameters.check_value(name, p[name])
             if problem:
@@ -247,6 +247,7 @@ class RelayNode(Node):
                 output_wait_ns=p["action_output_wait_ms"] * MS,
                 stall_ns=p["worker_stall_ms"] * MS,
                 fault_nfe_delay_ns=int(p["fault_nfe_delay_ms"] * MS),
+                nfe_loop=p["nfe_loop"],
                 logger=self.get_logger(),
             )
             self.pool.start()
@@ -538,7 +539,18 @@ class RelayNode(Node):
             prefix_p50_ns=pre50,
             prefix_p99_ns=pre99,
             prefix_samples=pre_n,
+            extra=self._loop_values(),
         )
+
+    def _loop_values(self) -> dict[str, object]:
+        """Which NFE loop the workers run (native / python) and, for a python one, why."""
+        infos = self.pool.worker_info() if self.pool else []
+        loops = sorted({str(i["nfe_loop"]) for i in infos if i["nfe_loop"]})
+        notes = sorted({str(i["nfe_loop_note"]) for i in infos if i["nfe_loop_note"]})
+        values: dict[str, object] = {"nfe_loop": ",".join(loops) or "none"}
+        if notes:
+            values["nfe_loop_note"] = "; ".join(notes)
+        return values
 
     def _publish_diagnostics(self) -> None:
         stamp = self.get_clock().now().to_msg()

@@ -19,6 +19,7 @@ from flowedge_relay.model import SOLVERS
 AGE_GATES = ("off", "retries", "all")
 COST_MODELS = ("static", "adaptive")
 QOS_HISTORIES = ("keep_all", "keep_last")
+NFE_LOOPS = ("auto", "python")  # workers.NFE_LOOPS (not imported: workers pulls in onnxruntime)
 MINUTE_NS = 60_000_000_000
 HOUR_MS = 3_600_000
 UINT32_MAX = 2**32 - 1
@@ -59,6 +60,13 @@ SPECS: tuple[Spec, ...] = (
     Spec("workers", 1, "worker threads = EDF lanes, each with its own ONNX Runtime session", 1, 64),
     Spec("intra_op_threads", 1, "ONNX Runtime intra-op threads per worker session", 1, 64),
     Spec("max_nfe", 64, "largest remaining_nfe accepted; above it a request is invalid", 1, 4096),
+    Spec(
+        "nfe_loop",
+        "auto",
+        "auto: each worker runs its NFEs in C through ONNX Runtime's C API, without the GIL, "
+        "where it can (CPU provider, the onnxruntime wheel's library loads), else in Python; "
+        "python: always the Python loop (the workers diagnostic says which runs)",
+    ),
     Spec(
         "execution_providers",
         ["CPUExecutionProvider"],
@@ -223,6 +231,8 @@ def check_value(name: str, value: object) -> str | None:
         return f"age_gate must be one of {', '.join(AGE_GATES)}, got {value!r}"
     if name == "cost_model" and value not in COST_MODELS:
         return f"cost_model must be one of {', '.join(COST_MODELS)}, got {value!r}"
+    if name == "nfe_loop" and value not in NFE_LOOPS:
+        return f"nfe_loop must be one of {', '.join(NFE_LOOPS)}, got {value!r}"
     if name == "solver" and value not in SOLVERS:
         return f"solver must be one of {', '.join(SOLVERS)}, got {value!r}"
     if name == "request_qos_history" and value not in QOS_HISTORIES:

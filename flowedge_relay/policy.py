@@ -996,9 +996,12 @@ class PolicySampler(FlowIntegrator):
         self._step_sess = self.sessions[step.role]
         device, device_id = _device_of(self._step_sess)
         self._context: dict[str, ort.OrtValue] = {}
+        #: host arrays under the context OrtValues (CPU only): the native loop copies them
+        self.context_arrays: dict[str, np.ndarray] = {}
         for c in policy.context:
             if device == "cpu":
-                value = ort.OrtValue.ortvalue_from_numpy(np.zeros(c.shape, c.dtype))
+                host = self.context_arrays[c.name] = np.zeros(c.shape, c.dtype)
+                value = ort.OrtValue.ortvalue_from_numpy(host)
             else:
                 value = ort.OrtValue.ortvalue_from_shape_and_type(
                     list(c.shape), c.dtype.type, device, device_id

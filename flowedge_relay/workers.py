@@ -12,6 +12,13 @@ i + 1:
     wait_for_work -> dispatch -> [prefix -> prefix_done] -> [nfe -> step]* -> (DONE) wait for
     ring space -> finish
 
+The NFEs of a request run in C when they can (`nfe_loop` auto, CPU provider only, the
+onnxruntime wheel's C library loadable): `_native_steps` hands the sampler's state to a
+native.NativeLoop, whose one call (GIL released) runs every NFE, its solver update and
+`Core.step` until the core says stop, or until the pool's stop flag / an injected crash raises the
+lane's C flag. Otherwise the Python loop below does the same one NFE at a time. Each worker says
+which loop it runs (`worker_info()["nfe_loop"]`, on the workers diagnostic), and why.
+
 A single .onnx model runs model.FlowSampler on the lane's observation (unchanged). A policy
 package runs a policy.PolicySampler whose inputs are the dispatched slot's payload: the request
 thread normalized the request's tensors straight into that slot (SlotInputs), so the worker binds
@@ -39,12 +46,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from flowedge_relay import native as _native
 from flowedge_relay import policy as _policy
-from flowedge_relay.core import Core, Step
+from flowedge_relay.core import Core, Step, ffi
 from flowedge_relay.model import SOLVERS, FlowSampler, ModelInfo
 from flowedge_relay.realtime import apply_thread_settings
 
 NFE_HISTORY = 4096  # measured NFE durations kept per worker (a ring)
+NFE_LOOPS = ("auto", "python")  # auto: native where it can run, else python
 #: BENCH ONLY: a directory here makes every worker split each NFE's wall time (NfeProbe) and
 #: write it to <dir>/nfe-breakdown-lane<i>.npy when it exits. Unset (the default): no probe.
 BREAKDOWN_ENV = "FLOWEDGE_NFE_BREAKDOWN"
@@ -70,31 +79,35 @@ class NfeProbe:
     def __init__(self, lane: int, out_dir: str, rows: int = BREAKDOWN_ROWS) -> None:
         self.lane, self.out_dir, self.rows = lane, out_dir, rows
         self.data = np.zeros((rows, len(PROBE_POINTS), len(PROBE_CLOCKS)), np.int64)
-        self.n = 0
-        self._fd = -1
+        self.counter = np.zeros(1, np.uint64)  # NFEs probed; the native loop writes it too
+        self.fd = -1
+
+    @property
+    def n(self) -> int:
+        return int(self.counter[0])
 
     def open(self) -> None:
         """In the worker thread: /proc/thread-self names the thread that opens it."""
         try:
-            self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
         except OSError:
-            self._fd = -1  # no schedstat: run-queue wait reads 0, counted as sleep
+            self.fd = -1  # no schedstat: run-queue wait reads 0, counted as sleep
 
     def mark(self, point: int) -> None:
         row = self.data[self.n % self.rows, point]
         row[0] = time.monotonic_ns()
         row[1] = time.thread_time_ns()
-        row[2] = int(os.pread(self._fd, 64, 0).split()[1]) if self._fd >= 0 else 0
+        row[2] = int(os.pread(self.fd, 64, 0).split()[1]) if self.fd >= 0 else 0
 
     def end(self) -> None:
         self.mark(4)
-        self.n += 1
+        self.counter[0] += 1
 
     def save(self) -> str:
         """Rows in NFE order to <out_dir>/nfe-breakdown-lane<lane>.npy; returns the path."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         k = min(self.n, self.rows)
         first = self.n % self.rows if self.n > self.rows else 0
         rows = np.roll(self.data[:k], -first, axis=0)
@@ -171,7 +184,9 @@ class _Worker:
     """One worker's state. Thread ownership (as csrc/fer_internal.h documents the core's):
 
     - written only by the worker thread itself: ready, nfe_ns / nfe_count (the measured-NFE
-      ring), holding, last_progress_ns, error, applied;
+      ring), holding, last_progress_ns, error, applied, nfe_loop; nfe_count and
+      last_progress_ns live in `counters` (uint64), which the native loop's C code stores to
+      while it runs (atomic stores; a reader sees the old or the new value);
     - written only by the supervisor (the node's health timer, or stop() after the join):
       disabled, and thread (set once by start() before the thread runs);
     - written by tools and tests, read by the worker: crash_requested (a plain flag).
@@ -187,16 +202,35 @@ class _Worker:
     thread: threading.Thread | None = None
     ready: threading.Event = field(default_factory=threading.Event)
     nfe_ns: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int64))
-    nfe_count: int = 0  # total NFEs measured; nfe_ns[i % NFE_HISTORY] is the i-th
+    # [nfe_count, last_progress_ns]: NFEs measured (nfe_ns[i % NFE_HISTORY] is the i-th) and the
+    # dispatch or last step of the work it holds
+    counters: np.ndarray = field(default_factory=lambda: np.zeros(2, np.uint64))
     prefix_ns: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int64))
     prefix_count: int = 0  # prefix passes measured (two-phase packages)
     holding: bool = False  # has dispatched work that has not ended yet
-    last_progress_ns: int = 0  # dispatch or last step of the work it holds
     crash_requested: bool = False
     probe: NfeProbe | None = None  # bench only (BREAKDOWN_ENV)
     error: BaseException | None = None
     disabled: bool = False  # lane disabled in the core (after the thread exited)
     applied: dict[str, object] = field(default_factory=dict)
+    nfe_loop: str = ""  # "native" or "python" once the thread has its sessions
+    nfe_loop_note: str = ""  # why python, when native was not possible
+
+    @property
+    def nfe_count(self) -> int:
+        return int(self.counters[0])
+
+    @nfe_count.setter
+    def nfe_count(self, value: int) -> None:
+        self.counters[0] = value
+
+    @property
+    def last_progress_ns(self) -> int:
+        return int(self.counters[1])
+
+    @last_progress_ns.setter
+    def last_progress_ns(self, value: int) -> None:
+        self.counters[1] = value
 
 
 def _percentiles(parts: list[np.ndarray]) -> tuple[float, float, int]:
@@ -227,12 +261,20 @@ class WorkerPool:
         stall_ns: int = 2_000_000_000,
         wait_timeout_ns: int = 100_000_000,
         fault_nfe_delay_ns: int = 0,
+        nfe_loop: str = "auto",
+        ort_library: str | None = None,
         logger=None,
     ):
         if workers < 1 or workers != core.workers:
             raise ValueError(f"workers={workers} must be >= 1 and match the core ({core.workers})")
         if solver not in SOLVERS:
             raise ValueError(f"unknown solver {solver!r}; choose one of {SOLVERS}")
+        if nfe_loop not in NFE_LOOPS:
+            raise ValueError(f"unknown nfe_loop {nfe_loop!r}; choose one of {NFE_LOOPS}")
+        #: "auto": each worker runs its NFEs in C (native.NativeLoop) where it can; "python": never
+        self.nfe_loop = nfe_loop
+        #: ONNX Runtime's C library for the native loop; None = the onnxruntime wheel's
+        self.ort_library = ort_library
         if model.obs_dim != core.obs_dim or model.action_len != core.action_len:
             raise ValueError("model dims do not match the core's obs_dim / action_len")
         #: a policy package (named tensors in the slot payloads); None: a single .onnx file
@@ -245,7 +287,8 @@ class WorkerPool:
         self.intra_op_threads, self.rt_priority = intra_op_threads, rt_priority
         self.output_wait_ns, self.stall_ns = output_wait_ns, stall_ns
         self.wait_timeout_ns = wait_timeout_ns
-        #: DRILLS AND TESTS ONLY: a fixed extra sleep inside every NFE (counted in its duration).
+        # DRILLS AND TESTS ONLY (fault_nfe_delay_ns): in C memory so the native loop reads it
+        self._fault = ffi.new("uint64_t[]", 1)
         self.fault_nfe_delay_ns = int(fault_nfe_delay_ns)
         self.log = logger or logging.getLogger("flowedge_relay.workers")
         cpus = list(cpu_affinity or ())
@@ -257,7 +300,20 @@ class WorkerPool:
             for w in self._workers:
                 w.probe = NfeProbe(w.lane, breakdown_dir)
         self._stop = threading.Event()
+        # One C flag per lane: raised by stop() and inject_worker_crash(); the native loop checks
+        # its lane's before every NFE (it cannot see the Event), then Python finds out which.
+        self._flags = ffi.new("uint32_t[]", workers)
         self._started = False
+
+    @property
+    def fault_nfe_delay_ns(self) -> int:
+        """DRILLS AND TESTS ONLY: a fixed extra sleep inside every NFE (counted in its duration);
+        both loops read it before every NFE's sleep, so a change applies mid-request."""
+        return int(self._fault[0])
+
+    @fault_nfe_delay_ns.setter
+    def fault_nfe_delay_ns(self, value: int) -> None:
+        self._fault[0] = max(int(value), 0)
 
     # ---- lifetime --------------------------------------------------------------------------------
 
@@ -277,6 +333,8 @@ class WorkerPool:
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop and join every worker; in-flight work gets EXPIRED via disable_lane. Idempotent."""
         self._stop.set()
+        for lane in range(len(self._workers)):
+            self._flags[lane] = 1
         self.core.shutdown()
         for w in self._workers:
             if w.thread is not None:
@@ -353,6 +411,8 @@ class WorkerPool:
                 "alive": bool(w.thread and w.thread.is_alive()),
                 "applied": dict(w.applied),
                 "nfe_count": w.nfe_count,
+                "nfe_loop": w.nfe_loop,
+                "nfe_loop_note": w.nfe_loop_note,
                 "error": repr(w.error) if w.error else None,
             }
             for w in self._workers
@@ -372,6 +432,7 @@ class WorkerPool:
     def inject_worker_crash(self, lane: int) -> None:
         """DRILLS AND TESTS ONLY: worker `lane` raises at its next step boundary."""
         self._workers[lane].crash_requested = True
+        self._flags[lane] = 1
 
     # ---- the worker thread -----------------------------------------------------------------
 
@@ -387,8 +448,9 @@ class WorkerPool:
                     sampler.session = _ProbedSession(sampler.session, w.probe)
                 else:  # the step graph's session is the one run per NFE
                     sampler._step_sess = _ProbedSession(sampler._step_sess, w.probe)
+            nat = self._make_native(w)
             w.ready.set()
-            self._loop(w, sampler)
+            self._loop(w, sampler, nat)
         except BaseException as exc:  # the supervisor sees the dead thread and disables the lane
             w.error = exc
             if not isinstance(exc, InjectedWorkerCrash):
@@ -418,7 +480,64 @@ class WorkerPool:
         sampler.sample(warm, 0, 2)  # on its own buffers; a request rebinds its slot's
         return sampler
 
-    def _loop(self, w: _Worker, sampler: FlowSampler | _policy.PolicySampler) -> None:
+    def _make_native(self, w: _Worker) -> tuple[_native.NativeLoop, _native.Report] | None:
+        """This worker's native NFE loop, or None (and the reason in w.nfe_loop_note)."""
+        w.nfe_loop = "python"
+        if self.nfe_loop == "python":
+            w.nfe_loop_note = "nfe_loop: python"
+            return None
+        if self.execution_providers != _policy.DEFAULT_PROVIDERS:
+            w.nfe_loop_note = (f"execution_providers {list(self.execution_providers)}: the "
+                               "native loop runs CPUExecutionProvider only")  # fmt: skip
+            return None
+        m = self.policy or self.model
+        if self.policy is not None:
+            data = self.policy.step_graph.data
+        else:
+            data = m.model_bytes if isinstance(m, ModelInfo) else m.graphs["velocity"].data
+        try:
+            nat = _native.NativeLoop(data, _native.step_spec(m), self.intra_op_threads, 1,
+                                     self.ort_library)  # fmt: skip
+        except _native.NativeUnavailable as exc:
+            w.nfe_loop_note = str(exc)
+            self.log.warning(f"worker {w.lane}: {exc}; its NFE loop runs in Python")
+            return None
+        w.nfe_loop = "native"
+        return nat, _native.Report(w.nfe_ns, w.counters, w.probe)
+
+    def _native_steps(
+        self, w: _Worker, sampler: FlowSampler | _policy.PolicySampler,
+        native: tuple[_native.NativeLoop, _native.Report], observation: np.ndarray, slot: int,
+    ) -> Step | None:
+        """Every NFE of the dispatched request in one C call (the GIL released): the core's last
+        step result, or None when stop() was called (the lane is left holding, as in _loop)."""
+        nat, report = native
+        if self.policy is None:
+            statics = {_native.INPUT_OBS: observation}
+        else:
+            arrays = self.slot_inputs[slot].arrays  # type: ignore[index]
+            ctx = sampler.context_arrays  # type: ignore[union-attr]
+            statics = {name: arrays[name] if name in arrays else ctx[name]
+                       for name in nat.statics}  # fmt: skip
+        nat.load(0, w.lane, sampler, statics)
+        flag = self._flags + w.lane
+        while True:
+            if self._stop.is_set():
+                return None
+            if w.crash_requested:
+                raise InjectedWorkerCrash(f"worker {w.lane}: injected crash")
+            if nat.run(self.core, 1, flag, report, self._fault) == _native.ROWS_ENDED:
+                break
+            # STOPPED: the lane's flag is up (stop() or inject_worker_crash); checked above
+        result = nat.result(0)
+        if result == Step.DONE:
+            nat.store(0, sampler)
+        return result
+
+    def _loop(
+        self, w: _Worker, sampler: FlowSampler | _policy.PolicySampler,
+        native: tuple[_native.NativeLoop, _native.Report] | None = None,
+    ) -> None:
         core, lane, stop = self.core, w.lane, self._stop
         clock, ring, mask, probe = time.monotonic_ns, w.nfe_ns, NFE_HISTORY, w.probe
         package, slots = self.policy is not None, self.slot_inputs
@@ -440,6 +559,10 @@ class WorkerPool:
                 sampler.start(work.noise_seed, work.remaining_nfe, slots[work.slot])
                 if two_phase:
                     result = self._prefix(w, sampler)
+            if native is not None and result == Step.CONTINUE:
+                result = self._native_steps(w, sampler, native, work.observation, work.slot)
+                if result is None:
+                    return  # lane left holding; stop() disables it after the join
             while result == Step.CONTINUE:
                 if stop.is_set():
                     return  # lane left holding; stop() disables it after the join

@@ -32,7 +32,7 @@ declare -A ARGS=(
     [overload-noise]="--policies edf_admission edf_adaptive --noise"
     [nfe-breakdown]=""
     [intake]=""
-    [overhead]=""
+    [overhead]="--compare-loops"
 )
 # report name -> subcommand, where they differ
 declare -A SUBCOMMAND=(

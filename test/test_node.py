@@ -166,6 +166,7 @@ def test_diagnostics_report_each_concern_with_levels():
     for key in ("nfe_ns_p50", "nfe_ns_p99", "nfe_ns_configured", "lane_utilisation"):
         assert key in workers
     assert float(workers["nfe_ns_p50"]) > 0
+    assert workers["nfe_loop"] == "native"  # the default: NFEs in C, without the GIL (#15)
 
 
 def test_missing_model_is_an_error_diagnostic_and_the_node_stays_up(tmp_path):

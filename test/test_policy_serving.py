@@ -251,6 +251,7 @@ def test_vision_package_served_over_dds_bit_identical_and_bad_tensors_counted(vi
 
         assert wait_for(all_counted, 10), counted
         model = status_values(h.latest_status("model"))
+        loop = status_values(h.latest_status("workers"))["nfe_loop"]
         answered = {a.sequence for a in h.answers()}
     for ans in (first, second, last):
         assert ans is not None and ans.code == A.INFERENCE and ans.nfe_done == 10
@@ -263,6 +264,7 @@ def test_vision_package_served_over_dds_bit_identical_and_bad_tensors_counted(vi
     assert model["model_kind"] == "two-phase (package)"
     assert model["execution_providers"] == "CPUExecutionProvider"
     assert int(model["prefix_samples"]) >= 3
+    assert loop == "native"  # the step graph ran in the C loop, the prefix in Python (#15)
 
 
 def test_package_keeps_stale_deadline_capacity_and_expired_semantics():

@@ -263,8 +263,9 @@ def test_pool_rejects_mismatched_configuration(model):
             WorkerPool(core, model, workers=1)
 
 
+@pytest.mark.parametrize("loop", ["auto", "python"])  # the native loop probes in C
 def test_nfe_breakdown_probe_is_off_by_default_and_splits_every_nfe_when_asked(
-        model, reference, tmp_path, monkeypatch):
+        model, reference, tmp_path, monkeypatch, loop):
     """BREAKDOWN_ENV (bench only): every NFE gets five instants on three clocks, written when
     the worker exits; the probe changes no result."""
     from flowedge_relay.tooling.bench.nfe_breakdown import parts
@@ -273,7 +274,8 @@ def test_nfe_breakdown_probe_is_off_by_default_and_splits_every_nfe_when_asked(
     with make_core() as core, WorkerPool(core, model, workers=1) as pool:
         assert all(w.probe is None for w in pool._workers)  # off: nothing allocated or read
     monkeypatch.setenv(BREAKDOWN_ENV, str(tmp_path))
-    with make_core() as core, WorkerPool(core, model, workers=1):
+    with make_core() as core, WorkerPool(core, model, workers=1, nfe_loop=loop) as pool:
+        assert pool.worker_info()[0]["nfe_loop"] == ("native" if loop == "auto" else "python")
         submit(core, request(b"a", 1, nfe=8, seed=5))
         submit(core, request(b"a", 2, nfe=4, seed=6))
         outs = collect(core, 2)

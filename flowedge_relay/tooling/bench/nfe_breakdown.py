@@ -7,19 +7,27 @@ run-queue wait at five instants of every NFE; workers.NfeProbe). A short inline 
 capacity and the static `nfe_ns`, then the overload trace (trace.py) runs at `--light` and at
 `--over` x capacity with edf_admission. Per NFE, between the instants:
 
-  nfe             sampler.nfe(): what the relay measures and admission must bound
-  ort_cpu         CPU time of the worker thread inside InferenceSession.run (ONNX Runtime
-                  compute with one intra-op thread, plus the binding's few microseconds)
+  nfe             one NFE (model run + solver update): what the relay measures and admission
+                  must bound
+  ort_cpu         CPU time of the worker thread inside the ONNX Runtime run (compute with one
+                  intra-op thread, plus the binding's few microseconds)
   ort_runq        time inside the run the thread was runnable but another thread had the core
   gil_wait        the rest of the run's wall time: the thread slept, i.e. (one intra-op thread,
-                  nothing in ORT sleeps) it waited for the GIL once ORT returned
-  py_before       Python from the NFE's start to the run (setting t, the call)
-  solver          the solver update after the run (two numpy ops; its own GIL waits included)
-  step            core.step (the C call, the core mutex, re-taking the GIL after it)
+                  nothing in ORT sleeps) it waited for the GIL once ORT returned (0 by
+                  construction in the native loop, which never takes the GIL: what remains
+                  there is measurement noise)
+  py_before       from the NFE's start to the run (setting t, the call; Python or C)
+  solver          the solver update after the run (two numpy ops and their GIL waits, or the
+                  C loop of the native NFE loop)
+  step            core.step (the C call, the core mutex, re-taking the GIL after it in Python)
 
-and the makeup of the slowest 1% of NFEs at overload (mean of each part over them). Variants:
+and the makeup of the slowest 1% of NFEs at overload (mean of each part over them). The probe
+reads the same instants in both NFE loops (workers.NfeProbe in Python, fer_exec.c's probe in the
+native loop), so the parts compare one to one. Variants:
 
-  baseline        the relay as configured by default
+  python_loop     nfe_loop python: the worker's NFE loop in Python (the relay before #15)
+  baseline        the relay as configured by default: the native NFE loop (C, ONNX Runtime's C
+                  API, no GIL; nfe_loop auto)
   switch_200us    sys.setswitchinterval(200e-6) in the relay process (default 5 ms): a thread
                   that wants the GIL gets it after 200 us instead of up to 5 ms
   split_cpus      executor_cpu_affinity [0], worker_cpu_affinity [1]: the request thread and
@@ -28,6 +36,8 @@ and the makeup of the slowest 1% of NFEs at overload (mean of each part over the
   split_cpus+worker_fifo   split_cpus and worker_rt_priority 10 (SCHED_FIFO worker; where
                   permitted; not in the default list, it takes a core from the rest of the host)
   split_cpus+worker_fifo+switch_200us  and the 200 us switch interval (not in the default list)
+  worker_fifo     SCHED_FIFO worker (priority 10), nothing pinned (not in the default list)
+  python_loop+worker_fifo  the same with the Python loop (not in the default list)
 
 The figure of merit is worker NFE p99 at `--over` divided by its p99 at `--light` (target
 <= 1.5). A measurement on a shared host: the report records the load average.
@@ -52,6 +62,7 @@ from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
 from flowedge_relay.workers import BREAKDOWN_ENV, PROBE_POINTS
 
 VARIANTS: dict[str, dict] = {
+    "python_loop": {"params": {"nfe_loop": "python"}},
     "baseline": {},
     "switch_200us": {"switch_interval_s": 200e-6},
     "split_cpus": {"params": {"executor_cpu_affinity": [0], "worker_cpu_affinity": [1]}},
@@ -65,8 +76,11 @@ VARIANTS: dict[str, dict] = {
         "switch_interval_s": 200e-6,
         "params": {"executor_cpu_affinity": [0], "worker_cpu_affinity": [1],
                    "worker_rt_priority": 10}},
+    "worker_fifo": {"params": {"worker_rt_priority": 10}},
+    "python_loop+worker_fifo": {"params": {"nfe_loop": "python", "worker_rt_priority": 10}},
 }  # fmt: skip
-DEFAULT_VARIANTS = ("baseline", "switch_200us", "split_cpus", "split_cpus+switch_200us")
+DEFAULT_VARIANTS = ("python_loop", "baseline", "switch_200us", "split_cpus",
+                    "split_cpus+switch_200us")
 PARTS = ("nfe", "ort_cpu", "ort_runq", "gil_wait", "py_before", "solver", "step")
 TARGET_RATIO = 1.5
 # seconds per point, calibration requests, calibration seconds saturated
@@ -169,7 +183,9 @@ def run_variant(name: str, args, spec: TraceSpec, duration: float, sizes, bar) -
     ratio = (over["nfe"]["p99"] / light["nfe"]["p99"]
              if over.get("nfes") and light.get("nfes") else None)  # fmt: skip
     return {"variant": name, "switch_interval_s": variant.get("switch_interval_s"),
-            "relay_params": variant.get("params", {}), "capacity_rps": capacity,
+            "relay_params": variant.get("params", {}),
+            "nfe_loop": "python" if params.get("nfe_loop") == "python" else "native",
+            "capacity_rps": capacity,
             "nfe_ns": cal["recommended_nfe_ns"], "points": points,
             "p99_over_vs_light": ratio,
             "target_met": None if ratio is None else ratio <= TARGET_RATIO}  # fmt: skip

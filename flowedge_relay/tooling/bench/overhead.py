@@ -21,6 +21,11 @@ Saturation: NFE per second delivered through the relay (answers received by the 
   split into the worker's own NFE speed against bare (sum nfe_done / sum compute_ns) and the
   share of time the lanes compute, which says whether a loss is in the NFEs or between them.
 
+`--compare-loops`: afterwards a second relay with `nfe_loop: python` (the worker's NFE loop in
+  Python, as before issue #15) runs the same saturation trials against fresh bare trials, and
+  `nfe_loop_comparison` in the JSON holds both loops' ratio, worker speed and lane share side by
+  side (the main figures are the relay as configured: the native loop by default).
+
 Targets (printed, not asserted): overhead p99 <= 2 ms, relay_throughput_ratio >= 0.95.
 """
 
@@ -65,6 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, help="throughput trials per side")
     parser.add_argument("--relay-param", action="append", default=[], metavar="NAME:=VALUE",
                         help="extra relay parameter (repeatable), e.g. worker_cpu_affinity:=[1]")
+    parser.add_argument("--compare-loops", action="store_true",
+                        help="also run the saturation trials on a relay with nfe_loop python")
     parser.add_argument("--in-process", action="store_true",
                         help="run the relay inside the bench process (sharing its GIL) instead "
                              "of as its own flowedge-relayd process")
@@ -167,6 +174,35 @@ def relay_throughput(client, workers: int, nfe: int, seconds: float) -> tuple[fl
     return rate, compute_rate
 
 
+def throughput_trials(client, samplers, workers: int, sat_nfe: int, seconds: float,
+                      trials: int, bar, label: str = "relay") -> dict:
+    """Alternating bare / relay saturation trials; the pair ratios and their split."""
+    bare, relay_rates, compute_rates = [], [], []
+    for trial in range(trials):
+        bar.update(label=f"throughput trial {trial + 1}/{trials}: bare onnxruntime")
+        bare.append(bare_throughput(samplers, seconds))
+        bar.advance(seconds, label=f"throughput trial {trial + 1}/{trials}: {label}")
+        rate, compute_rate = relay_throughput(client, workers, sat_nfe, seconds)
+        relay_rates.append(rate)
+        compute_rates.append(compute_rate)
+        bar.advance(seconds)
+    pair_ratios = [r / b for r, b in zip(relay_rates, bare, strict=True) if b > 0]
+    # ratio = (worker NFE speed vs bare) x (share of time the lanes compute): which one loses?
+    speed = [c / b for c, b in zip(compute_rates, bare, strict=True) if b > 0]
+    busy = [r / c for r, c in zip(relay_rates, compute_rates, strict=True) if c > 0]
+    return {
+        "bare_nfe_per_s": float(np.median(bare)),
+        "relay_nfe_per_s": float(np.median(relay_rates)),
+        "bare_nfe_per_s_trials": bare,
+        "relay_nfe_per_s_trials": relay_rates,
+        "relay_throughput_pair_ratios": [round(x, 4) for x in pair_ratios],
+        "relay_throughput_ratio": float(np.median(pair_ratios)) if pair_ratios else 0.0,
+        "relay_compute_nfe_per_s_trials": compute_rates,
+        "worker_speed_vs_bare": float(np.median(speed)) if speed else 0.0,
+        "lane_compute_share": float(np.median(busy)) if busy else 0.0,
+    }
+
+
 def run(args: argparse.Namespace) -> dict:
     host = host_info()  # load average before this run adds its own
     n_light, seconds, trials = SIZES["quick" if args.quick else "full"]
@@ -176,8 +212,8 @@ def run(args: argparse.Namespace) -> dict:
     path = model_path(args.model)
     params = dict(model_path=path, workers=args.workers, max_nfe=max(64, args.nfe, args.sat_nfe))
     params.update(parse_relay_params(args.relay_param))
-    bare, relay_rates, compute_rates = [], [], []
-    total = n_light + 2 * trials * seconds
+    total = n_light + 2 * trials * seconds * (2 if args.compare_loops else 1)
+    comparison: dict[str, dict] = {}
     with Progress("overhead", total) as bar:
         bar.update(label="starting relay")
         with relay_under_test(args.in_process, **params) as (info, client), \
@@ -188,24 +224,24 @@ def run(args: argparse.Namespace) -> dict:
             light = light_load(client, echo, n_light, args.nfe, args.gap_ms / 1e3, bar)
             samplers = [FlowSampler(make_session(info, 1), info) for _ in range(args.workers)]
             bare_throughput(samplers, 0.1)  # warm-up
-            for trial in range(trials):
-                bar.update(label=f"throughput trial {trial + 1}/{trials}: bare onnxruntime")
-                bare.append(bare_throughput(samplers, seconds))
-                bar.advance(seconds, label=f"throughput trial {trial + 1}/{trials}: relay")
-                rate, compute_rate = relay_throughput(client, args.workers, args.sat_nfe, seconds)
-                relay_rates.append(rate)
-                compute_rates.append(compute_rate)
-                bar.advance(seconds)
+            tp = throughput_trials(client, samplers, args.workers, args.sat_nfe, seconds, trials,
+                                   bar)  # fmt: skip
+        loop = str(params.get("nfe_loop", "auto"))
+        comparison[loop] = tp
+        if args.compare_loops:
+            other = "python" if loop != "python" else "auto"
+            bar.update(label=f"starting relay with nfe_loop {other}")
+            with relay_under_test(args.in_process, **{**params, "nfe_loop": other}) as (
+                    info2, client2):  # fmt: skip
+                warm_up(client2)
+                comparison[other] = throughput_trials(
+                    client2, samplers, args.workers, args.sat_nfe, seconds, trials, bar,
+                    f"relay (nfe_loop {other})")
     overhead = light["e2e"] - light["compute"]
     rest = overhead - light["queue"] - light["delivery"]
     o50, o99, o999 = percentiles(overhead, (50, 99, 99.9))
     f50, f99 = percentiles(light["floor"], (50, 99))
-    bare_rate, relay_rate = float(np.median(bare)), float(np.median(relay_rates))
-    pair_ratios = [r / b for r, b in zip(relay_rates, bare, strict=True) if b > 0]
-    ratio = float(np.median(pair_ratios)) if pair_ratios else 0.0
-    # ratio = (worker NFE speed vs bare) x (share of time the lanes compute): which one loses?
-    speed = [c / b for c, b in zip(compute_rates, bare, strict=True) if b > 0]
-    busy = [r / c for r, c in zip(relay_rates, compute_rates, strict=True) if c > 0]
+    ratio = tp["relay_throughput_ratio"]
     parts = {}
     for name, values in (("e2e", light["e2e"]), ("compute", light["compute"]),
                          ("queue", light["queue"]), ("delivery", light["delivery"]),
@@ -239,15 +275,14 @@ def run(args: argparse.Namespace) -> dict:
         "relay_added_p50_ns": o50 - f50,
         "relay_added_p99_ns": o99 - f99,
         "breakdown": parts,
-        "bare_nfe_per_s": bare_rate,
-        "relay_nfe_per_s": relay_rate,
-        "bare_nfe_per_s_trials": bare,
-        "relay_nfe_per_s_trials": relay_rates,
-        "relay_throughput_pair_ratios": [round(x, 4) for x in pair_ratios],
-        "relay_throughput_ratio": ratio,
-        "relay_compute_nfe_per_s_trials": compute_rates,
-        "worker_speed_vs_bare": float(np.median(speed)) if speed else 0.0,
-        "lane_compute_share": float(np.median(busy)) if busy else 0.0,
+        **tp,
+        "nfe_loop": loop,
+        "nfe_loop_comparison": {
+            k: {key: v[key] for key in ("relay_throughput_ratio", "worker_speed_vs_bare",
+                                        "lane_compute_share", "relay_nfe_per_s",
+                                        "bare_nfe_per_s", "relay_throughput_pair_ratios")}
+            for k, v in comparison.items()
+        } if args.compare_loops else {},
         "throughput_trials": trials,
         "seconds_per_trial": seconds,
         "sat_nfe": args.sat_nfe,
@@ -287,7 +322,13 @@ def table(report: dict) -> str:
         f"{report['seconds_per_trial']:g} s): median relay {report['relay_nfe_per_s']:.0f} NFE/s"
         f" vs bare onnxruntime {report['bare_nfe_per_s']:.0f} NFE/s; ratio = median pair ratio",
         f"  split: worker NFE speed vs bare {report['worker_speed_vs_bare']:.3f} x share of time "
-        f"lanes compute {report['lane_compute_share']:.3f} (medians)",
+        f"lanes compute {report['lane_compute_share']:.3f} (medians); nfe_loop "
+        f"{report.get('nfe_loop', 'auto')}",
+        *[f"  nfe_loop {loop:6}: relay_throughput_ratio {c['relay_throughput_ratio']:.3f} = "
+          f"worker speed {c['worker_speed_vs_bare']:.3f} x lane share "
+          f"{c['lane_compute_share']:.3f} ({c['relay_nfe_per_s']:.0f} vs bare "
+          f"{c['bare_nfe_per_s']:.0f} NFE/s)"
+          for loop, c in report.get("nfe_loop_comparison", {}).items()],
         "targets (printed, not asserted):",
         f"  overhead_p99_ns        {report['overhead_p99_ns'] / 1e6:8.3f} ms (target <= 2 ms) "
         f"{verdict('overhead_p99_ns')}",

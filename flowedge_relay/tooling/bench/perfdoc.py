@@ -167,6 +167,12 @@ def headline(reports: dict[str, dict]) -> list[dict]:
             rows.append({"measure": "  = worker NFE speed vs bare x share of time lanes compute",
                          "target": "-", "measured": f"{oh['worker_speed_vs_bare']:.3f} x "
                                                     f"{oh['lane_compute_share']:.3f}"})
+        for loop, c in oh.get("nfe_loop_comparison", {}).items():  # --compare-loops
+            rows.append({"measure": f"relay_throughput_ratio, nfe_loop {loop} (same run)",
+                         "target": ">= 0.95" if loop != "python" else "-",
+                         "measured": f"{c['relay_throughput_ratio']:.3f} = "
+                                     f"{c['worker_speed_vs_bare']:.3f} x "
+                                     f"{c['lane_compute_share']:.3f}"})
     cal = reports.get("calibrate")
     if cal:
         rows.append({

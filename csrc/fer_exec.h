@@ -1,0 +1,184 @@
+/*
+ * fer_exec.h - the native NFE loop (issue #15): a worker's solver steps run in C, calling ONNX
+ * Runtime's C API and fer_core_step, so an NFE never waits for the Python GIL.
+ *
+ * What it is for: between two Python calls a worker can run every NFE of its work; CFFI releases
+ * the GIL for the whole fer_exec_run call, so the request thread, the publisher and the timers
+ * cannot delay a step, and a step cannot delay them. The prefix pass of a two-phase policy, the
+ * noise draw, dispatch and finish stay in Python (once per request, not per NFE).
+ *
+ * ONNX Runtime is not linked: fer_exec_create dlopen()s the shared library it is given (the
+ * onnxruntime wheel's libonnxruntime.so.*, RTLD_LOCAL) and takes the C API table from
+ * OrtGetApiBase. Without that library the core builds and runs as before; only fer_exec_create
+ * fails (FER_EXEC_ELIB), and the worker keeps its Python loop.
+ *
+ * Rows (for step-level batching, issue #12): one exec runs up to max_rows requests at once, row r
+ * being row r of every tensor ([n_rows, ...] on the batch axis). Each step is one ORT Run over
+ * n_rows rows, then per row the solver update and one fer_core_step on the row's lane.
+ *
+ * Buffers: the caller owns every tensor buffer (x, t, v, the static inputs, the solver state) and
+ * passes them to fer_exec_create; the OrtValues over them are made there, one set per row count
+ * 1..max_rows, so fer_exec_run allocates nothing. The caller writes a row's state, x, static
+ * inputs and plan before the run that uses them (row setup, once per request) and reads the state
+ * after it; fer_exec_run reads and writes them only while it runs.
+ *
+ * Same rules as fer.h: read verbatim into the cdef by flowedge_relay/_build_core.py (after fer.h,
+ * which it uses), so cdef-parsable: declarations and plain integer #defines only.
+ * Threads: one exec belongs to one worker thread; fer_exec_run on it is never concurrent with
+ * another call on the same exec. Different execs are independent.
+ */
+
+#define FER_EXEC_MAX_STATIC 16      /* static inputs (observation, declared inputs, context) */
+#define FER_EXEC_MAX_DIMS 8         /* per-row dims of one tensor (the batch axis excluded) */
+#define FER_EXEC_NAME_MAX 128       /* graph input / output names, NUL included */
+#define FER_EXEC_MAX_ROWS 256
+#define FER_EXEC_ERROR_MAX 512      /* fer_exec_last_error, NUL included */
+
+/* ---- status codes beyond fer.h's (negative) ------------------------------------------------- */
+#define FER_EXEC_ELIB -16           /* the ONNX Runtime library did not load / lacks the C API */
+#define FER_EXEC_EORT -17           /* an ONNX Runtime call failed; fer_exec_last_error says why */
+
+/* ---- per-NFE solver kinds (flowedge_relay/model.py solver_plan) ------------------------------ */
+#define FER_EXEC_EULER 0            /* state += dt * v; x = state */
+#define FER_EXEC_MID_HALF 1         /* x = state + half_dt * v; state unchanged */
+#define FER_EXEC_MID_FULL 2         /* state += dt * v; x = state (the midpoint's second NFE) */
+
+/* ---- why fer_exec_run returned (>= 0) --------------------------------------------------------- */
+#define FER_EXEC_ROWS_ENDED 1       /* some row's step result is not CONTINUE (see rows[].result) */
+#define FER_EXEC_STOPPED 2          /* *stop_flag was non-zero at a step boundary */
+#define FER_EXEC_YIELDED 3          /* FER_EXEC_ONE_STEP: one step ran, every row continues */
+
+/* ---- fer_exec_run flags --------------------------------------------------------------------- */
+#define FER_EXEC_ONE_STEP 1         /* return after every step (the caller decides what next) */
+
+/* ONNX tensor element types (the values of onnx TensorProto.DataType) the exec accepts. */
+#define FER_EXEC_FLOAT 1
+#define FER_EXEC_UINT8 2
+#define FER_EXEC_INT8 3
+#define FER_EXEC_INT32 6
+#define FER_EXEC_INT64 7
+#define FER_EXEC_BOOL 9
+#define FER_EXEC_DOUBLE 11
+
+/*
+ * One graph tensor over a caller-owned buffer of max_rows rows.
+ * Invariants (checked by fer_exec_create): name is NUL-terminated and non-empty; ndim <=
+ * FER_EXEC_MAX_DIMS; every dims[i] >= 1; row_bytes == prod(dims) x the element size of dtype;
+ * data holds max_rows x row_bytes bytes, row r at data + r x row_bytes, and outlives the exec.
+ */
+struct fer_exec_tensor {
+    char name[FER_EXEC_NAME_MAX];
+    uint32_t dtype;                      /* FER_EXEC_FLOAT, ... */
+    uint32_t ndim;                       /* dims after the batch axis */
+    int64_t dims[FER_EXEC_MAX_DIMS];
+    uint64_t row_bytes;
+    void *data;
+};
+
+/*
+ * What fer_exec_create builds. Invariants: 1 <= max_rows <= FER_EXEC_MAX_ROWS; n_static <=
+ * FER_EXEC_MAX_STATIC; x and v float32 with the same dims (x_len = prod(dims) floats a row);
+ * t float32 with one element a row; state float32, max_rows x x_len (the ODE state, which the
+ * midpoint's first NFE leaves unchanged while x moves); intra_op_threads >= 1.
+ * Session options are the Python path's (model._session_options): intra_op_threads, inter-op 1,
+ * sequential, ORT_ENABLE_ALL, log severity 3, and with intra_op_threads > 1 no pool spinning; CPU
+ * execution provider only. Same options, same library version: bit-identical velocities.
+ */
+struct fer_exec_config {
+    uint32_t max_rows;
+    uint32_t intra_op_threads;
+    uint32_t n_static;
+    uint32_t _pad;
+    struct fer_exec_tensor x;            /* model input: the solver's x */
+    struct fer_exec_tensor t;            /* model input: the evaluation time of each row */
+    struct fer_exec_tensor v;            /* model output: the velocity */
+    struct fer_exec_tensor statics[FER_EXEC_MAX_STATIC]; /* other inputs, fixed per request */
+    float *state;                        /* max_rows x x_len floats */
+};
+
+/*
+ * One row of a run: which lane it steps and where it is in its time grid.
+ * Invariants while it runs: next < total; times and kinds hold total entries (the plan of
+ * model.solver_plan for the request's total NFE, time convention applied); dt and half_dt are
+ * the float32 values the Python integrator uses (dt signed, half_dt = float32(dt / 2)).
+ * fer_exec_run advances next by one per step and sets result to the row's last fer_core_step
+ * result (FER_STEP_*; FER_STEP_CONTINUE before its first step).
+ */
+struct fer_exec_row {
+    uint32_t lane;
+    uint32_t next;
+    uint32_t total;
+    int32_t result;
+    float dt;
+    float half_dt;
+    const float *times;
+    const int8_t *kinds;
+};
+
+/*
+ * Where fer_exec_run reports what it measured, all caller-owned.
+ * nfe_ring: ring_len int64 slots; the k-th NFE measured (counting *nfe_count before the call as
+ *   k = 0, 1, ...) goes to nfe_ring[(*nfe_count) % ring_len], then *nfe_count is incremented,
+ *   one entry per row per step (each row's NFE took the step's wall time).
+ * last_progress_ns: the monotonic time of the last step's end, written after every step.
+ * probe (bench only, may be NULL): probe_rows x 5 x 3 int64, the layout of workers.NfeProbe
+ *   (instants nfe_start, run_start, run_end, nfe_end, step_end x clocks monotonic, thread CPU,
+ *   run-queue wait read from probe_fd = an open /proc/thread-self/schedstat of the calling
+ *   thread, or -1 for 0); row (*probe_count) % probe_rows per step, then *probe_count += 1.
+ * Stores to *nfe_count and *last_progress_ns are atomic (relaxed), so another thread may read
+ * them while the run goes on.
+ */
+struct fer_exec_report {
+    int64_t *nfe_ring;
+    uint64_t ring_len;
+    uint64_t *nfe_count;
+    uint64_t *last_progress_ns;
+    int64_t *probe;
+    uint64_t probe_rows;
+    uint64_t *probe_count;
+    int32_t probe_fd;
+    uint32_t _pad;
+};
+
+struct fer_exec;
+
+/* ---- lifetime --------------------------------------------------------------------------------
+ * create: dlopen(lib_path, RTLD_NOW | RTLD_LOCAL), the OrtApi table (API version 13 or later),
+ *   an OrtEnv, the session from model[0..model_len) with the options above, and the OrtValues of
+ *   cfg's tensors for every row count. FER_OK and *out set; else *out = NULL and FER_EINVAL (bad
+ *   cfg), FER_ENOMEM, FER_EXEC_ELIB (no library, no OrtGetApiBase, API too old) or FER_EXEC_EORT
+ *   (ORT refused: bad model bytes, unknown input name, ...), with the reason copied into
+ *   err[0..err_len) (NUL-terminated, err may be NULL).
+ * destroy: releases everything ORT made for the exec (values, session, env reference). The
+ *   library stays loaded for the life of the process (no dlclose: ONNX Runtime keeps
+ *   thread-local state that must not outlive its code). Accepts NULL.
+ * last_error: the message of the exec's last FER_EXEC_EORT ("" if none); valid until the next
+ *   call on the exec. */
+int fer_exec_create(const char *lib_path, const void *model, uint64_t model_len,
+                    const struct fer_exec_config *cfg, struct fer_exec **out, char *err,
+                    uint64_t err_len);
+void fer_exec_destroy(struct fer_exec *exec);
+const char *fer_exec_last_error(const struct fer_exec *exec);
+/* The ONNX Runtime version string the exec runs ("1.32.0"); "" for NULL. */
+const char *fer_exec_ort_version(const struct fer_exec *exec);
+
+/* ---- the step loop -----------------------------------------------------------------------------
+ * Runs steps over rows[0..n_rows) (n_rows <= max_rows), each one:
+ *   if *stop_flag != 0: return FER_EXEC_STOPPED (checked before every step, the first included);
+ *   t[r] = times[next] for every row; start = now; one ORT Run over n_rows rows (x, t, statics
+ *   -> v); per row the solver update of kinds[next] in float32, the operations in the order of
+ *   model.FlowIntegrator._advance (compiled with -ffp-contract=off: bit-identical to numpy);
+ *   next += 1; then, if fault_delay_ns is not NULL and *fault_delay_ns is not 0 (read at every
+ *   step, so a drill can change it mid-run), sleep that long (counted in the NFE); end = now;
+ *   per row the report's ring entry (end - start) and fer_core_step(core, lane, end,
+ *   end - start) -> result; *last_progress_ns = end.
+ * It returns FER_EXEC_ROWS_ENDED after the first step where any row's result is not
+ * FER_STEP_CONTINUE (rows that continue stay valid for another run), FER_EXEC_YIELDED after
+ * one step with FER_EXEC_ONE_STEP in flags, or an error: FER_EINVAL (bad arguments, a row with
+ * no NFE left, a lane twice), FER_EXEC_EORT (the Run failed; last_error says why; no row
+ * advanced), or the negative status fer_core_step returned (FER_ESTATE: the lane had no such
+ * work), with that row's result set to it. Never allocates; sleeps only in the fault delay.
+ */
+int fer_exec_run(struct fer_exec *exec, struct fer_core *core, struct fer_exec_row *rows,
+                 uint32_t n_rows, const uint32_t *stop_flag, const uint64_t *fault_delay_ns,
+                 uint32_t flags, const struct fer_exec_report *report);

@@ -1,0 +1,267 @@
+"""The native NFE loop (csrc/fer_exec.h, issue #15): a worker's steps without the GIL.
+
+Why: under overload the slowest NFEs were waiting for the GIL after ONNX Runtime returned (and in
+the Python around the run) while the request thread, the publisher and the timers held it
+(docs/performance.md, nfe-breakdown). `NativeLoop.run` is one C call, with the GIL released for
+all of it, that runs the step graph through ONNX Runtime's C API, applies the solver update and
+calls `fer_core_step` after every NFE, until the core says the work ends (done, stale, expired),
+the stop flag is raised, or (ONE_STEP) after each step.
+
+What stays in Python, once per request: dispatch, the noise draw and the time grid
+(model.FlowIntegrator, so both loops start from the same bytes), the prefix pass of a two-phase
+policy, and finish. `load` copies a request's row in (the integrator's state and plan, its static
+inputs: observation, declared step inputs, prefix context), `store` copies the state back, so the
+sampler's `actions()` is unchanged.
+
+ONNX Runtime's C library is the onnxruntime wheel's own `libonnxruntime.so.*` (`default_library`),
+dlopen()ed by the C side; without it `NativeLoop` raises `NativeUnavailable` and the worker keeps
+the Python loop. Same library version and session options as the Python sessions: the velocities,
+and so the actions, are bit-identical (test/test_native.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from flowedge_relay import policy as _policy
+from flowedge_relay.core import Core, Step, ffi, lib
+from flowedge_relay.model import INPUT_OBS, INPUT_T, INPUT_X, OUTPUT_V, FlowIntegrator, ModelInfo
+
+__all__ = ["INPUT_OBS", "NativeError", "NativeLoop", "NativeUnavailable", "Report", "StepSpec",
+           "TensorSpec", "default_library", "step_spec"]
+#: why fer_exec_run returned
+ROWS_ENDED, STOPPED, YIELDED = lib.FER_EXEC_ROWS_ENDED, lib.FER_EXEC_STOPPED, lib.FER_EXEC_YIELDED
+ONE_STEP = lib.FER_EXEC_ONE_STEP
+_ORT_TYPES = {
+    np.dtype(np.float32): lib.FER_EXEC_FLOAT, np.dtype(np.uint8): lib.FER_EXEC_UINT8,
+    np.dtype(np.int8): lib.FER_EXEC_INT8, np.dtype(np.int32): lib.FER_EXEC_INT32,
+    np.dtype(np.int64): lib.FER_EXEC_INT64, np.dtype(np.bool_): lib.FER_EXEC_BOOL,
+    np.dtype(np.float64): lib.FER_EXEC_DOUBLE,
+}  # fmt: skip
+_ERRORS = {lib.FER_EXEC_ELIB: "ONNX Runtime library", lib.FER_EXEC_EORT: "ONNX Runtime"}
+
+
+class NativeUnavailable(RuntimeError):
+    """The native loop cannot run here (library missing, unsupported model); use the Python loop."""
+
+
+class NativeError(RuntimeError):
+    """fer_exec_run failed (an ONNX Runtime error, or a row the core did not expect)."""
+
+
+def default_library() -> str:
+    """The onnxruntime wheel's C library (it exports OrtGetApiBase), or "" if it has none."""
+    try:
+        import onnxruntime
+    except ImportError:  # pragma: no cover - onnxruntime is a hard dependency
+        return ""
+    capi = Path(onnxruntime.__file__).resolve().parent / "capi"
+    found = sorted(capi.glob("libonnxruntime.so*"), key=lambda p: len(p.name), reverse=True)
+    return str(found[0]) if found else ""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One graph input or output, per row (the batch axis left out)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """What the graph run once per NFE takes and gives: x, t, the static inputs and v."""
+
+    x: TensorSpec
+    t: TensorSpec
+    v_name: str
+    statics: tuple[TensorSpec, ...]
+
+
+def step_spec(model: ModelInfo | _policy.Policy) -> StepSpec:
+    """The per-NFE graph of a single .onnx model or of a policy package (its step graph)."""
+    f32 = np.dtype(np.float32)
+    if isinstance(model, ModelInfo) or model.kind == "onnx":
+        horizon = model.action_horizon
+        dim = model.action_dim if isinstance(model, ModelInfo) else model.action.dim
+        return StepSpec(TensorSpec(INPUT_X, f32, (horizon, dim)), TensorSpec(INPUT_T, f32, (1,)),
+                        OUTPUT_V, (TensorSpec(INPUT_OBS, f32, (model.obs_dim,)),))  # fmt: skip
+    a, declared = model.action, model.input
+    context = {c.name: c for c in model.context}
+    statics = []
+    for name in model.step_graph.inputs:
+        if name in (model.x_name, model.t_name):
+            continue
+        if name in declared:
+            s = declared[name]
+            statics.append(TensorSpec(name, np.dtype(s.model_dtype), tuple(s.shape)))
+        else:
+            c = context[name]
+            statics.append(TensorSpec(name, np.dtype(c.dtype), tuple(c.shape[1:])))
+    t_row = tuple(model.t_shape[1:])
+    if int(np.prod(t_row, dtype=np.int64)) != 1:
+        raise NativeUnavailable(f"t shape {list(model.t_shape)}: one time per row expected")
+    return StepSpec(TensorSpec(model.x_name, f32, (a.horizon, a.dim)),
+                    TensorSpec(model.t_name, f32, t_row), model.v_name, tuple(statics))  # fmt: skip
+
+
+def _ptr(ctype: str, arr: np.ndarray):
+    return ffi.cast(ctype, arr.ctypes.data)
+
+
+class Report:
+    """Where one worker's native runs write what they measured (fer_exec_report).
+
+    `nfe_ring` is the worker's NFE-duration ring (int64, any length); `counters` holds
+    [nfe_count, last_progress_ns] as uint64, written by C while the run goes on (atomic stores),
+    read by the supervisor and the diagnostics. `probe` (bench only) is a workers.NfeProbe.
+    """
+
+    def __init__(self, nfe_ring: np.ndarray, counters: np.ndarray, probe=None) -> None:
+        if nfe_ring.dtype != np.int64 or not nfe_ring.flags.c_contiguous or nfe_ring.size < 1:
+            raise ValueError("nfe_ring: expected a contiguous int64 array")
+        if counters.dtype != np.uint64 or counters.shape != (2,):
+            raise ValueError("counters: expected uint64[2]")
+        self._keep = (nfe_ring, counters, probe)
+        r = self.c = ffi.new("struct fer_exec_report *")
+        r.nfe_ring = _ptr("int64_t *", nfe_ring)
+        r.ring_len = nfe_ring.size
+        r.nfe_count = _ptr("uint64_t *", counters)
+        r.last_progress_ns = _ptr("uint64_t *", counters[1:])
+        r.probe_fd = -1
+        if probe is not None:
+            r.probe = _ptr("int64_t *", probe.data)
+            r.probe_rows = probe.rows
+            r.probe_count = _ptr("uint64_t *", probe.counter)
+            r.probe_fd = probe.fd
+
+
+class NativeLoop:
+    """One worker's native step loop over up to `max_rows` rows (a C fer_exec and its buffers).
+
+    Not thread-safe: one per worker thread, like the sampler it mirrors. `close()` frees it.
+    """
+
+    def __init__(
+        self,
+        model_bytes: bytes,
+        spec: StepSpec,
+        intra_op_threads: int = 1,
+        max_rows: int = 1,
+        library: str | None = None,
+    ) -> None:
+        self.spec, self.max_rows = spec, max_rows
+        self.library = default_library() if library is None else library
+        if not self.library:
+            raise NativeUnavailable("the onnxruntime package has no libonnxruntime.so")
+        if spec.x.dtype != np.float32 or spec.t.dtype != np.float32:
+            raise NativeUnavailable("x and t must be float32")
+        self.x = np.zeros((max_rows, *spec.x.shape), np.float32)
+        self.t = np.zeros((max_rows, *spec.t.shape), np.float32)
+        self.v = np.zeros_like(self.x)
+        self.state = np.zeros((max_rows, self.x[0].size), np.float32)
+        self.statics = {s.name: np.zeros((max_rows, *s.shape), s.dtype) for s in spec.statics}
+        cfg = ffi.new("struct fer_exec_config *")
+        cfg.max_rows, cfg.intra_op_threads = max_rows, intra_op_threads
+        cfg.n_static = len(spec.statics)
+        if cfg.n_static > lib.FER_EXEC_MAX_STATIC:
+            raise NativeUnavailable(f"{cfg.n_static} step inputs; at most "
+                                    f"{lib.FER_EXEC_MAX_STATIC} besides x and t")  # fmt: skip
+        self._tensor(cfg.x, spec.x, self.x)
+        self._tensor(cfg.t, spec.t, self.t)
+        self._tensor(cfg.v, TensorSpec(spec.v_name, spec.x.dtype, spec.x.shape), self.v)
+        for i, s in enumerate(spec.statics):
+            self._tensor(cfg.statics[i], s, self.statics[s.name])
+        cfg.state = _ptr("float *", self.state)
+        self._model = ffi.from_buffer(model_bytes)
+        out = ffi.new("struct fer_exec **")
+        err = ffi.new("char[]", lib.FER_EXEC_ERROR_MAX)
+        rc = lib.fer_exec_create(self.library.encode(), self._model, len(model_bytes), cfg, out,
+                                 err, lib.FER_EXEC_ERROR_MAX)  # fmt: skip
+        if rc != 0:
+            why = ffi.string(err).decode(errors="replace") or ffi.string(
+                lib.fer_strerror(rc)).decode()
+            raise NativeUnavailable(f"native NFE loop: {why} (status {rc})")
+        self._exec = out[0]
+        self.ort_version = ffi.string(lib.fer_exec_ort_version(self._exec)).decode()
+        self.rows = ffi.new("struct fer_exec_row[]", max_rows)
+        self._plans: dict[int, tuple[np.ndarray, object, np.ndarray, object]] = {}
+
+    @staticmethod
+    def _tensor(c, spec: TensorSpec, buf: np.ndarray) -> None:
+        name = spec.name.encode()
+        if len(name) >= lib.FER_EXEC_NAME_MAX or len(spec.shape) > lib.FER_EXEC_MAX_DIMS:
+            raise NativeUnavailable(f"tensor {spec.name!r}: name or rank too large")
+        dtype = _ORT_TYPES.get(np.dtype(spec.dtype))
+        if dtype is None:
+            raise NativeUnavailable(f"tensor {spec.name!r}: dtype {spec.dtype} not supported")
+        ffi.memmove(c.name, name, len(name))
+        c.dtype, c.ndim = dtype, len(spec.shape)
+        for i, d in enumerate(spec.shape):
+            c.dims[i] = d
+        c.row_bytes = buf[0].nbytes
+        c.data = ffi.cast("void *", buf.ctypes.data)
+
+    def close(self) -> None:
+        exec_, self._exec = getattr(self, "_exec", None), None
+        if exec_ is not None:
+            lib.fer_exec_destroy(exec_)
+
+    def __del__(self) -> None:
+        self.close()
+
+    # ---- one request per row -------------------------------------------------------------------
+
+    def _plan_ptrs(self, times: np.ndarray, kinds: np.ndarray):
+        """C pointers to a cached plan's arrays (made once per plan, kept alive here)."""
+        hit = self._plans.get(id(times))
+        if hit is None or hit[0] is not times or hit[2] is not kinds:
+            hit = (times, _ptr("float *", times), kinds, _ptr("int8_t *", kinds))
+            self._plans[id(times)] = hit
+        return hit[1], hit[3]
+
+    def load(self, row: int, lane: int, integ: FlowIntegrator,
+             statics: Mapping[str, np.ndarray]) -> None:
+        """Row `row` runs lane `lane`'s request: the integrator's state (after its start()) and
+        plan, and the request's static inputs (each reshaped to its per-row shape)."""
+        np.copyto(self.state[row], integ._state)
+        np.copyto(self.x[row].reshape(-1), integ._x_flat)
+        for name, buf in self.statics.items():
+            np.copyto(buf[row], statics[name].reshape(buf.shape[1:]), casting="same_kind")
+        times, kinds = integ._times, integ._kinds
+        if times.dtype != np.float32 or kinds.dtype != np.int8 or not times.flags.c_contiguous:
+            raise ValueError("integrator plan: expected contiguous float32 times, int8 kinds")
+        r = self.rows[row]
+        r.lane, r.next, r.total, r.result = lane, integ._next, integ._total, int(Step.CONTINUE)
+        r.dt, r.half_dt = float(integ._dt), float(integ._half_dt)
+        r.times, r.kinds = self._plan_ptrs(times, kinds)
+
+    def store(self, row: int, integ: FlowIntegrator) -> None:
+        """The row's state back into the integrator (its actions() then reads the result)."""
+        np.copyto(integ._state, self.state[row])
+        np.copyto(integ._x_flat, self.x[row].reshape(-1))
+        integ._next = self.rows[row].next
+
+    def result(self, row: int) -> Step:
+        return Step(self.rows[row].result)
+
+    def run(self, core: Core, n_rows: int, stop_flag, report: Report, fault_delay_ns=ffi.NULL,
+            flags: int = 0) -> int:
+        """Steps rows[0..n_rows) until one ends (ROWS_ENDED), *stop_flag (STOPPED) or, with
+        ONE_STEP, one step (YIELDED). The GIL is released for the whole call. `stop_flag` is a
+        cdata uint32_t * (e.g. a `ffi.new("uint32_t[]", n)` element address), `fault_delay_ns`
+        a cdata uint64_t * read before every step's sleep (drills), or NULL."""
+        if self._exec is None:
+            raise NativeError("native loop is closed")
+        rc = lib.fer_exec_run(self._exec, core._live(), self.rows, n_rows, stop_flag,
+                              fault_delay_ns, flags, report.c)  # fmt: skip
+        if rc < 0:
+            why = (ffi.string(lib.fer_exec_last_error(self._exec)).decode(errors="replace")
+                   if rc == lib.FER_EXEC_EORT else ffi.string(lib.fer_strerror(rc)).decode())
+            raise NativeError(f"{_ERRORS.get(rc, 'fer_exec_run')}: {why} (status {rc})")
+        return rc
