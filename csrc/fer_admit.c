@@ -6,9 +6,10 @@
  * on a description of the state; the description (which lanes are cancelled, which queued work
  * is pruned or displaced, where x sits in EDF order) is built below it, in the core's scratch.
  *
- * The simulated dispatcher is the real one: non-preemptive EDF over W lanes, each queued request
- * (in EDF order) taken by the lane that frees first. Work per call: O(njobs * nlanes), no
- * allocation. A linear scan for the earliest lane beats a heap at the W this runs with (<= 64).
+ * The simulated dispatcher is the real one: non-preemptive EDF over W x B lanes (W workers, B batch
+ * slots each, docs/design.md §5.1: every slot advances one NFE per nfe_ns, the cost of a B-row
+ * step), each queued request (in EDF order) taken by the lane that frees first. Work per call: O(njobs * nlanes), no
+ * allocation. A linear scan for the earliest lane beats a heap at the W x B this usually runs with.
  */
 #include <string.h>
 
@@ -148,7 +149,7 @@ struct admission_state {
  * were accepted at now. Lane start times: idle lane = now; a lane whose work is cancelled
  * (already, or by x) = now + the unit in flight (one NFE, or the prefix pass while it is
  * pending: prefix_done then stops it); any other running lane = now + its remaining cost
- * (a pending prefix, then its remaining NFE). O(workers + queue), mostly contiguous copies. */
+ * (a pending prefix, then its remaining NFE). O(lanes + queue), mostly contiguous copies. */
 static void build_admission_state(struct fer_core *c, const struct fer_request *r, uint32_t si,
                                   uint32_t victim, uint64_t now, uint64_t nfe, uint64_t prefix,
                                   struct admission_state *st)
@@ -156,7 +157,7 @@ static void build_admission_state(struct fer_core *c, const struct fer_request *
     uint32_t i;
 
     st->nlanes = 0;
-    for (i = 0; i < c->cfg.workers; i++) {
+    for (i = 0; i < c->nlanes; i++) {
         const struct fer_lane *l = &c->lanes[i];
         const struct fer_slot *s;
         if (!l->alive)
