@@ -6,13 +6,14 @@ one place, :func:`_check`.
 
 Buffers: each calling role has its own preallocated cdata (the request struct for the request
 thread, a work struct and observation / action buffers per lane and per worker, an outcome
-array for the publisher), so the hot path allocates no C memory. Per-request payloads live in the core's slots
-(allocated at create); ``payload_view(slot)`` is a numpy view of one, made once per slot at create.
-The flip side is the thread contract of core-api.md: one request thread calls ``submit`` (and
-writes the staging slot's payload), only worker ``w`` calls the methods of its lanes
-(``worker_lanes(w)``: ``[w*B, (w+1)*B)`` with B = batch_slots) and its own ``worker_wait`` /
-``dispatch_worker``, one publisher thread calls ``wait_outputs`` / ``pop_outcomes``. CFFI releases the GIL inside every C call, so a
-worker blocked in ``wait_for_work`` does not block the interpreter.
+array for the publisher), so the hot path allocates no C memory. Per-request payloads live in
+the core's slots (allocated at create); ``payload_view(slot)`` is a numpy view of one, made once
+per slot at create. The flip side is the thread contract of core-api.md: one request thread
+calls ``submit`` (and writes the staging slot's payload), only worker ``w`` calls the methods of
+its lanes (``worker_lanes(w)``: ``[w*B, (w+1)*B)`` with B = batch_slots) and its own
+``worker_wait`` / ``dispatch_worker``, one publisher thread calls ``wait_outputs`` /
+``pop_outcomes``. CFFI releases the GIL inside every C call, so a worker blocked in
+``wait_for_work`` does not block the interpreter.
 """
 
 from __future__ import annotations
