@@ -137,6 +137,19 @@ static uint32_t queue_jobs(struct fer_core *c, const struct fer_request *r, uint
     return nj;
 }
 
+/* Whether worker w holds work on any of its lanes (it is then inside a step, or about to be). */
+static int worker_stepping(const struct fer_core *c, uint32_t w)
+{
+    uint32_t b = c->cfg.batch_slots, l;
+
+    if (b == 1)
+        return 0; /* its only lane is the idle one being asked about */
+    for (l = w * b; l < (w + 1) * b; l++)
+        if (c->lanes[l].slot != FER_NONE)
+            return 1;
+    return 0;
+}
+
 /* What the predicate is asked about: nlanes start times in c->lane_start, njobs jobs in c->jobs,
  * x at index xpos. */
 struct admission_state {
@@ -146,7 +159,8 @@ struct admission_state {
 };
 
 /* §5: the state that would exist if x (request r of session si, displacing victim or FER_NONE)
- * were accepted at now. Lane start times: idle lane = now; a lane whose work is cancelled
+ * were accepted at now. Lane start times: idle lane = now (now + one NFE for a free batch slot
+ * of a worker stepping other rows, §5.1); a lane whose work is cancelled
  * (already, or by x) = now + the unit in flight (one NFE, or the prefix pass while it is
  * pending: prefix_done then stops it); any other running lane = now + its remaining cost
  * (a pending prefix, then its remaining NFE). O(lanes + queue), mostly contiguous copies. */
@@ -163,7 +177,11 @@ static void build_admission_state(struct fer_core *c, const struct fer_request *
         if (!l->alive)
             continue;
         if (l->slot == FER_NONE) {
-            c->lane_start[st->nlanes++] = now;
+            /* §5.1: a free batch slot of a worker that is stepping other rows joins at that
+             * worker's next step boundary, at most one step (nfe) away; a worker holding
+             * nothing waits for work and takes it now. With B = 1 every idle lane is now. */
+            c->lane_start[st->nlanes++] = worker_stepping(c, i / c->cfg.batch_slots)
+                                              ? fer_sat_add(now, nfe) : now;
             continue;
         }
         s = &c->slots[l->slot];
