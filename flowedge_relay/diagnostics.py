@@ -327,13 +327,9 @@ def _batch_values(s: Snapshot) -> dict[str, object]:
     return values
 
 
-def _p99_by_rows(s: Snapshot) -> list[float]:
-    """RelayStats.step_ns_p99_by_rows: entry k - 1 for steps of k rows, 0 where none ran."""
-    out = [0.0] * max(s.batch_slots, 1)
-    for rows, (_, p99, _) in s.step_ns_by_rows.items():
-        if 1 <= rows <= len(out):
-            out[rows - 1] = float(p99)
-    return out
+def _step_p99(s: Snapshot, rows: int) -> float:
+    """p99 ns of the recent steps with `rows` rows; 0 where none ran."""
+    return float(s.step_ns_by_rows.get(rows, (0.0, 0.0, 0))[1])
 
 
 def stats_message(s: Snapshot, stamp):
@@ -382,7 +378,9 @@ def stats_message(s: Snapshot, stamp):
         prefix_ns_in_use=(s.cost.prefix_in_use_ns if s.cost else s.prefix_ns) if s.two_phase
         else 0,
         batch_slots=s.batch_slots,
-        slots_in_use=[int(x) for x in s.slots_in_use],
+        slots_in_use=int(sum(s.slots_in_use)),
+        slots_in_use_max=int(max(s.slots_in_use, default=0)),
         mean_rows_per_step=float(s.mean_rows_per_step),
-        step_ns_p99_by_rows=_p99_by_rows(s),
+        step_ns_p99_full=_step_p99(s, s.batch_slots),
+        step_ns_p99_one_row=_step_p99(s, 1),
     )

@@ -50,7 +50,7 @@ def core_of(workers: int = 1, slots: int = 4, **kw) -> Core:
     return Core(CoreConfig(workers=workers, batch_slots=slots, obs_dim=4, action_len=16, **kw))
 
 
-# ---- the core: W x B lanes in virtual time --------------------------------------------------------
+# ---- the core: W x B lanes in virtual time ---------------------------------------------------
 
 
 def test_lanes_are_workers_times_slots_and_each_worker_owns_its_range():
@@ -158,7 +158,7 @@ def test_the_last_lanes_of_a_dead_worker_drain_the_queue_once():
         assert core.submit(req(b"x", 9), 2) == Decision.REJECTED_CAPACITY
 
 
-# ---- results: BatchRows against the batch-1 samplers ---------------------------------------------
+# ---- results: BatchRows against the batch-1 samplers --------------------------------------
 
 
 def _single(path: str, solver: str):
@@ -283,7 +283,7 @@ def test_two_phase_package_rows_match_the_policy_sampler():
         assert _close(arr, want(s, nfe)), s
 
 
-# ---- the worker pool's batched loop with the real core -------------------------------------------
+# ---- the worker pool's batched loop with the real core ------------------------------------
 
 
 def _collect(core: Core, n: int) -> list:
