@@ -136,7 +136,18 @@ def run(args: argparse.Namespace) -> dict:
         "overload_model": args.overload_model,
     }
     report["targets"] = _targets(report)
+    report["rows"] = _rows(report)
     return report
+
+
+def _rows(report: dict) -> list[dict]:
+    """The capacity table (also what docs/performance.md shows)."""
+    return [{
+        "model": r["model"], "B": r["batch_slots"], "nfe_per_s": round(r["nfe_per_s"]),
+        "speedup_vs_b1": "-" if r["speedup_vs_b1"] is None else f"{r['speedup_vs_b1']:.2f}x",
+        "step_p99_us": round(r["step_ns_p99"] / 1e3, 1),
+        "requests": r["requests"],
+    } for r in report["results"]]  # fmt: skip
 
 
 def _targets(report: dict) -> dict:
@@ -163,12 +174,7 @@ def _targets(report: dict) -> dict:
 def table(report: dict) -> str:
     from flowedge_relay.tooling.bench.tables import format_rows
 
-    rows = [{
-        "model": r["model"], "B": r["batch_slots"], "nfe_per_s": round(r["nfe_per_s"]),
-        "speedup_vs_b1": "-" if r["speedup_vs_b1"] is None else f"{r['speedup_vs_b1']:.2f}x",
-        "step_p99_us": round(r["step_ns_p99"] / 1e3, 1),
-        "requests": r["requests"],
-    } for r in report["results"]]  # fmt: skip
+    rows = _rows(report)
     lines = [
         f"batching: saturated capacity through the relay ({report['relay']}), "
         f"{report['workers']} worker(s), {report['nfe_per_request']} NFE per request, "
