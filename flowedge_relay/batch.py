@@ -17,7 +17,8 @@ native loop can take the same buffers over later (issue 15). A joining request's
 copied into its row once, at join (`join`); nothing static is copied per NFE.
 
 Per row the time grid, update multipliers and update kinds of its total NFE are laid out in
-[B, max_nfe] tables at join, so a step gathers each row's t and dt with one np.take per table.
+[B, max_nfe] tables at join, so a step gathers each row's t with one np.take (and, for the
+midpoint solver, its dt or dt/2 and update kind with one more each; Euler's dt is fixed per row).
 """
 
 from __future__ import annotations
@@ -110,7 +111,9 @@ class BatchRows:
         self._x_flat, self._v_flat = self.x_in.reshape(b, hd), self.v.reshape(b, hd)
         self._tmp = np.zeros((b, hd), np.float32)
         self.t = np.zeros((b, *spec.t_shape), np.float32)
-        self._tcol = np.zeros(b, np.float32)
+        if int(np.prod(spec.t_shape)) != 1:
+            raise ValueError(f"t must hold one value per row, not {spec.t_shape}")
+        self._t_flat = self.t.reshape(b)
         self.inputs = {s.name: np.zeros((b, *s.shape), s.dtype) for s in spec.step_inputs}
         self.prefix_in = {s.name: np.zeros((b, *s.shape), s.dtype) for s in spec.prefix_inputs}
         self.context = {c.name: np.zeros((b, *c.shape), c.dtype) for c in spec.context}
@@ -121,9 +124,10 @@ class BatchRows:
         self._gt, self._gm = self._grid_t.reshape(-1), self._grid_mult.reshape(-1)
         self._gf = self._grid_full.reshape(-1)
         self._idx = np.zeros(b, np.intp)  # row * max_nfe + next
-        self._mult = np.zeros((b, 1), np.float32)
+        self._mult = np.zeros((b, 1), np.float32)  # euler: the row's dt, set at join
         self._full = np.zeros((b, 1), np.bool_)
-        self.next = np.zeros(b, np.int64)
+        self._euler = spec.solver == "euler"
+        self._row_views: dict[int, tuple] = {}
         self.total = np.zeros(b, np.int64)
         self.lane = np.full(b, -1, np.int64)  # the core lane each row runs on
         self.slot = np.full(b, -1, np.int64)  # the core slot (payload) each row came from
@@ -158,8 +162,9 @@ class BatchRows:
         self._grid_t[r, :total_nfe] = times
         self._grid_mult[r, :total_nfe] = mult
         self._grid_full[r, :total_nfe] = full
-        self.next[r], self.total[r] = 0, total_nfe
+        self.total[r] = total_nfe
         self._idx[r] = r * self.max_nfe
+        self._mult[r, 0] = mult[0]  # euler: dt for every NFE (midpoint re-reads it per step)
         np.random.default_rng(noise_seed).standard_normal(dtype=np.float32, out=self.state[r])
         np.copyto(self._x_flat[r], self.state[r])
         if isinstance(inputs, _policy.InputBuffers):
@@ -180,11 +185,12 @@ class BatchRows:
         if not 0 <= r <= last:
             raise IndexError(f"row {r} not held (n = {self.n})")
         if r != last:
+            done = self._idx[last] - last * self.max_nfe  # NFEs the moving row has computed
             for arr in (self.x_in, self.state, self._grid_t, self._grid_mult, self._grid_full,
-                        self.next, self.total, self.lane, self.slot, self.t,
+                        self.total, self.lane, self.slot, self._mult,
                         *self.inputs.values(), *self.context.values()):
                 arr[r] = arr[last]
-            self._idx[r] = r * self.max_nfe + self.next[r]
+            self._idx[r] = r * self.max_nfe + done
         self.lane[last] = self.slot[last] = -1
         self.n = last
 
@@ -230,28 +236,40 @@ class BatchRows:
             )
         self._prefix_sess.run_with_iobinding(made[0])
 
+    def _views(self, n: int) -> tuple:
+        """The first n rows of every per-step buffer, sliced once per row count."""
+        views = self._row_views.get(n)
+        if views is None:
+            views = self._row_views[n] = (
+                self._idx[:n], self._t_flat[:n], self._v_flat[:n], self._tmp[:n],
+                self.state[:n], self._x_flat[:n], self._mult[:n], self._full[:n],
+                self._step_binding(n),
+            )
+        return views
+
     def run(self) -> None:
         """One NFE for every held row: one batched model call, then each row's solver update
         (FlowIntegrator._advance's arithmetic, elementwise over the rows)."""
         n = self.n
         if n == 0:
             return
-        idx = self._idx[:n]
-        np.take(self._gt, idx, out=self._tcol[:n])
-        self.t[:n] = self._tcol[:n].reshape((n,) + (1,) * len(self.spec.t_shape))
-        self._step_sess.run_with_iobinding(self._step_binding(n))
-        mult, full = self._mult[:n], self._full[:n]
-        np.take(self._gm, idx, out=mult[:, 0])
-        np.take(self._gf, idx, out=full[:, 0])
-        tmp, state, x = self._tmp[:n], self.state[:n], self._x_flat[:n]
-        np.multiply(self._v_flat[:n], mult, out=tmp)
-        np.add(state, tmp, out=x)  # euler / midpoint full: the new state; half: the midpoint
-        np.copyto(state, x, where=full)
+        idx, t, v, tmp, state, x, mult, full, binding = self._views(n)
+        np.take(self._gt, idx, out=t)
+        self._step_sess.run_with_iobinding(binding)
+        if self._euler:  # every update moves the state by the row's dt: Euler's three ops
+            np.multiply(v, mult, out=tmp)
+            np.add(state, tmp, out=state)
+            np.copyto(x, state)
+        else:  # midpoint: per row dt or dt/2, and whether the state moves
+            np.take(self._gm, idx, out=mult[:, 0])
+            np.take(self._gf, idx, out=full[:, 0])
+            np.multiply(v, mult, out=tmp)
+            np.add(state, tmp, out=x)  # full: the new state; half: the midpoint input
+            np.copyto(state, x, where=full)
         idx += 1
-        self.next[:n] += 1
 
     def remaining(self, r: int) -> int:
-        return int(self.total[r] - self.next[r])
+        return int(self.total[r] - (self._idx[r] - r * self.max_nfe))
 
     def actions(self, r: int) -> np.ndarray:
         """Row r's actions, float32 [horizon * output_dim] (a view: copy it to keep it); the
