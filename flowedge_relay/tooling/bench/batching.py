@@ -8,6 +8,11 @@ then kept saturated for `--seconds` (calibrate's `saturate`: 2 W B + 2 no-deadli
   nfe_per_s       NFE the relay computed per second while saturated (its nfe_total counter)
   step_ns_p99     p99 cost of one batched step over the recent steps (the relay's worker
                   figure: a step's duration, each row's NFE cost; at B = 1 one NFE)
+
+Requests are long (`--nfe`, default 64) so the figure is compute capacity: each request also
+costs the relay its intake, decision and publication (a few hundred us of Python and DDS on the
+2-core development host, shared with the bench client), which at 10 NFE of policy_small is as
+much as the compute itself and would cap any batching gain.
   speedup_vs_b1   nfe_per_s / nfe_per_s at B = 1 for the same model
 
 Then the overload bench's trace (bench/overload.py, reused as is) at 2x capacity, calibrated EDF
@@ -45,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slots", type=int, nargs="+", default=list(SLOTS),
                         help="batch_slots values to measure (1 is always added)")
     parser.add_argument("--workers", type=int, default=1, help="relay worker threads")
-    parser.add_argument("--nfe", type=int, default=10, help="NFE per saturating request")
+    parser.add_argument("--nfe", type=int, default=64,
+                        help="NFE per saturating request (long requests: capacity in NFE/s, not "
+                             "the per-request path)")
     parser.add_argument("--seconds", type=float, help="saturated seconds per point")
     parser.add_argument("--overload-model", default="bench", help="model of the overload runs")
     parser.add_argument("--overload-slots", type=int, nargs="*", default=[1, 8],
