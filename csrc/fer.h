@@ -12,12 +12,18 @@
  * include this header once per translation unit.
  *
  * Arguments: every call that returns int answers FER_EINVAL, with no side effect, for a NULL
- * core / ring / output pointer, a lane >= workers, or an out-of-range value it documents;
+ * core / ring / output pointer, a lane >= workers x batch_slots, a worker >= workers, or an
+ * out-of-range value it documents;
  * fer_core_destroy and fer_ring_destroy accept NULL.
  *
+ * Lanes and batch slots (docs/design.md §5.1): the core has workers x batch_slots lanes (W x B);
+ * worker w owns lanes [w*B, (w+1)*B), one per batch slot, and is the single producer of ring
+ * w + 1, which carries the outcomes of all its lanes. With batch_slots = 1, lane i is worker i.
+ *
  * Threads (docs/core-api.md): one request thread calls fer_core_staging_slot / fer_core_submit
- * (and writes the staging slot's payload); worker i calls fer_core_wait_for_work / dispatch /
- * prefix_done / step / output_space / finish for lane i; one publisher thread calls
+ * (and writes the staging slot's payload); worker w calls fer_core_wait_for_work / dispatch /
+ * prefix_done / step / output_space / finish for its own lanes and fer_core_worker_wait /
+ * fer_core_dispatch_worker for itself; one publisher thread calls
  * fer_core_wait_outputs / fer_core_pop_outcomes; any thread may call the rest.
  * One pthread mutex inside the core guards sessions, queue, lanes and counters; every call holds
  * it for O(queue_capacity + workers + max_sessions) work at most. The rings are lock-free SPSC and
@@ -31,6 +37,7 @@
 /* ---- limits ---------------------------------------------------------------------------------- */
 #define FER_SESSION_ID_MAX 64
 #define FER_MAX_WORKERS 64
+#define FER_MAX_BATCH 64 /* batch_slots per worker (docs/design.md §5.1) */
 #define FER_MAX_QUEUE 65536
 #define FER_MAX_SESSIONS 65536
 #define FER_MAX_RING 1048576
@@ -80,7 +87,12 @@
  * 1 <= ring_capacity <= FER_MAX_RING (rounded up to a power of two), age_gate <= 2,
  * cost_model <= 1, cost_quantile_ppm <= 1000000 (cost_window_ns 0 = 1 s, cost_quantile_ppm 0 =
  * 990000; fer_core_get_config reports the effective values), two_phase <= 1,
- * payload_bytes <= FER_MAX_PAYLOAD.
+ * payload_bytes <= FER_MAX_PAYLOAD, batch_slots <= FER_MAX_BATCH (0 = 1).
+ *
+ * Batch slots (docs/design.md §5.1): with batch_slots = B each worker advances up to B requests
+ * in lock step, one batched model call per step. nfe_ns is then the cost of one B-row step, and
+ * admission simulates W x B lanes each advancing one NFE per nfe_ns: conservative (a step with
+ * fewer rows costs no more than a full one) and exactly the plain lane simulation at B = 1.
  *
  * Two-phase models (docs/design.md §5, §10): with two_phase = 1 every request pays one prefix pass
  * before its first NFE; its cost is prefix_ns (while the prefix has not run) + remaining_nfe x
@@ -88,7 +100,7 @@
  * the arithmetic is exactly the single-graph one. prefix_ns counts only while nfe_ns > 0 (admission
  * on), like everything calibrated.
  *
- * Slots: queue_capacity + workers + 1 request slots exist; one of them is always free and
+ * Slots: queue_capacity + workers x batch_slots + 1 request slots exist; one of them is always free and
  * reserved for the request thread (the staging slot, fer_core_staging_slot), so a request's
  * payload can be written into the slot it will occupy before submit decides on it.
  */
@@ -114,6 +126,8 @@ struct fer_config {
     uint32_t two_phase;                  /* 1: each request pays prefix_ns before its first NFE */
     uint32_t payload_bytes;              /* per-request payload bytes in each slot; 0 = none */
     uint64_t prefix_ns;                  /* calibrated ns of one prefix pass (two_phase only) */
+    uint32_t batch_slots;                /* B lanes per worker (§5.1); 0 = 1 */
+    uint32_t _pad2;
 };
 
 /* A validated request, times already on the monotonic clock. Copied into the core by submit. */
@@ -191,8 +205,8 @@ struct fer_stats {
     uint64_t sessions_evicted_early;     /* of those, seen less than session_idle_ns before */
     uint64_t queue_depth;                /* gauge */
     uint64_t sessions;                   /* gauge */
-    uint64_t lanes_busy;                 /* gauge */
-    uint64_t lanes_alive;                /* gauge */
+    uint64_t lanes_busy;                 /* gauge: lanes (batch slots) holding work */
+    uint64_t lanes_alive;                /* gauge: lanes (W x B while every worker lives) */
     uint64_t oldest_queued_arrival_ns;   /* gauge, 0 if empty */
     uint64_t busy_ns;                    /* sum of measured NFE and prefix time, all lanes */
 };
@@ -294,12 +308,21 @@ int fer_core_staging_slot(struct fer_core *core);
  * or writes payload bytes. */
 void *fer_core_payload(struct fer_core *core, uint32_t slot);
 
-/* ---- worker thread for lane ------------------------------------------------------------------
+/* ---- worker thread w, for its lanes [w*B, (w+1)*B) (B = batch_slots) -----------------------
+ * Every outcome a lane call decides goes into ring w+1, the worker's own.
  * wait_for_work: waits up to timeout_ns (CLOCK_MONOTONIC) for a non-empty queue. 1 if the queue
  *   is non-empty, 0 on timeout or after shutdown.
+ * worker_wait: worker's own wait (any of its lanes, §5.1): up to timeout_ns until the queue is
+ *   non-empty and the worker has a free alive lane. 1 then, 0 on timeout or after shutdown.
+ * dispatch_worker: non-blocking dispatch onto the worker's lowest-numbered free alive lane, as
+ *   dispatch does for that lane (out->lane names it): 1 with *out filled, 0 if the worker has no
+ *   free alive lane or nothing is left to run. How a worker fills its free batch slots at a step
+ *   boundary (a freed slot takes the next request in EDF order at once).
+ * queued: the queue length as of some recent instant, read without the core mutex (a hint for a
+ *   worker deciding whether to try dispatch_worker at a step boundary; >= 0).
  * dispatch: lane must be alive and idle. Pops the EDF head (earliest deadline, none last, ties by
  *   arrival); queued work that can no longer finish is EXPIRED and queue-timeout victims are
- *   REJECTED_DEADLINE into ring lane+1, and skipped. 1 with *out filled, 0 if nothing to run.
+ *   REJECTED_DEADLINE into ring w+1, and skipped. 1 with *out filled, 0 if nothing to run.
  * prefix_done: two-phase only, after the prefix pass of the dispatched work (before any step),
  *   which took prefix_ns_measured (fed to the prefix cost estimator and busy_ns).
  *   FER_STEP_STOP_STALE if a newer generation cancelled it, FER_STEP_STOP_EXPIRED if
@@ -308,15 +331,19 @@ void *fer_core_payload(struct fer_core *core, uint32_t slot);
  *   reported).
  * step: after each NFE. Returns FER_STEP_*; on STOP_* the outcome is emitted and the lane freed.
  *   FER_ESTATE while the work's prefix is pending.
- * output_space: 1 if ring lane+1 has a free record, else 0.
+ * output_space: 1 if the lane's worker ring (w + 1) has a free record, else 0.
  * finish: after STEP_DONE. Emits INFERENCE with action_len floats (EXPIRED if now > deadline,
- *   REJECTED_STALE if cancelled after its last step) into ring lane+1, frees the lane, returns
+ *   REJECTED_STALE if cancelled after its last step) into ring w+1, frees the lane, returns
  *   the code. A full ring drops the record and counts action_outputs_dropped.
  * disable_lane: the lane's worker has exited. The lane leaves admission; its work is EXPIRED into
- *   ring lane+1; if it was the last alive lane, every queued request is REJECTED_CAPACITY into
- *   ring lane+1 too (and later submits are refused, see below). Call only once that worker is
+ *   ring w+1; if it was the last alive lane, every queued request is REJECTED_CAPACITY into
+ *   ring w+1 too (and later submits are refused, see below). Call only once that worker is
  *   gone, so the ring keeps a single producer. */
 int fer_core_wait_for_work(struct fer_core *core, uint32_t lane, uint64_t timeout_ns);
+int fer_core_worker_wait(struct fer_core *core, uint32_t worker, uint64_t timeout_ns);
+int fer_core_dispatch_worker(struct fer_core *core, uint32_t worker, uint64_t now,
+                             struct fer_work *out);
+int fer_core_queued(struct fer_core *core);
 int fer_core_dispatch(struct fer_core *core, uint32_t lane, uint64_t now, struct fer_work *out);
 int fer_core_prefix_done(struct fer_core *core, uint32_t lane, uint64_t now,
                          uint64_t prefix_ns_measured);

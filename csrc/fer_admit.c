@@ -6,9 +6,10 @@
  * on a description of the state; the description (which lanes are cancelled, which queued work
  * is pruned or displaced, where x sits in EDF order) is built below it, in the core's scratch.
  *
- * The simulated dispatcher is the real one: non-preemptive EDF over W lanes, each queued request
- * (in EDF order) taken by the lane that frees first. Work per call: O(njobs * nlanes), no
- * allocation. A linear scan for the earliest lane beats a heap at the W this runs with (<= 64).
+ * The simulated dispatcher is the real one: non-preemptive EDF over W x B lanes (W workers, B batch
+ * slots each, docs/design.md §5.1: every slot advances one NFE per nfe_ns, the cost of a B-row
+ * step), each queued request (in EDF order) taken by the lane that frees first. Work per call: O(njobs * nlanes), no
+ * allocation. A linear scan for the earliest lane beats a heap at the W x B this usually runs with.
  */
 #include <string.h>
 
@@ -136,6 +137,19 @@ static uint32_t queue_jobs(struct fer_core *c, const struct fer_request *r, uint
     return nj;
 }
 
+/* Whether worker w holds work on any of its lanes (it is then inside a step, or about to be). */
+static int worker_stepping(const struct fer_core *c, uint32_t w)
+{
+    uint32_t b = c->cfg.batch_slots, l;
+
+    if (b == 1)
+        return 0; /* its only lane is the idle one being asked about */
+    for (l = w * b; l < (w + 1) * b; l++)
+        if (c->lanes[l].slot != FER_NONE)
+            return 1;
+    return 0;
+}
+
 /* What the predicate is asked about: nlanes start times in c->lane_start, njobs jobs in c->jobs,
  * x at index xpos. */
 struct admission_state {
@@ -145,10 +159,11 @@ struct admission_state {
 };
 
 /* §5: the state that would exist if x (request r of session si, displacing victim or FER_NONE)
- * were accepted at now. Lane start times: idle lane = now; a lane whose work is cancelled
+ * were accepted at now. Lane start times: idle lane = now (now + one NFE for a free batch slot
+ * of a worker stepping other rows, §5.1); a lane whose work is cancelled
  * (already, or by x) = now + the unit in flight (one NFE, or the prefix pass while it is
  * pending: prefix_done then stops it); any other running lane = now + its remaining cost
- * (a pending prefix, then its remaining NFE). O(workers + queue), mostly contiguous copies. */
+ * (a pending prefix, then its remaining NFE). O(lanes + queue), mostly contiguous copies. */
 static void build_admission_state(struct fer_core *c, const struct fer_request *r, uint32_t si,
                                   uint32_t victim, uint64_t now, uint64_t nfe, uint64_t prefix,
                                   struct admission_state *st)
@@ -156,13 +171,17 @@ static void build_admission_state(struct fer_core *c, const struct fer_request *
     uint32_t i;
 
     st->nlanes = 0;
-    for (i = 0; i < c->cfg.workers; i++) {
+    for (i = 0; i < c->nlanes; i++) {
         const struct fer_lane *l = &c->lanes[i];
         const struct fer_slot *s;
         if (!l->alive)
             continue;
         if (l->slot == FER_NONE) {
-            c->lane_start[st->nlanes++] = now;
+            /* §5.1: a free batch slot of a worker that is stepping other rows joins at that
+             * worker's next step boundary, at most one step (nfe) away; a worker holding
+             * nothing waits for work and takes it now. With B = 1 every idle lane is now. */
+            c->lane_start[st->nlanes++] = worker_stepping(c, i / c->cfg.batch_slots)
+                                              ? fer_sat_add(now, nfe) : now;
             continue;
         }
         s = &c->slots[l->slot];

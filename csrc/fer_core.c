@@ -34,6 +34,7 @@ static int config_valid(const struct fer_config *cfg)
            cfg->max_sessions <= FER_MAX_SESSIONS && cfg->max_nfe >= 1 && cfg->ring_capacity >= 1 &&
            cfg->ring_capacity <= FER_MAX_RING && cfg->age_gate <= FER_AGE_GATE_ALL &&
            cfg->two_phase <= 1 && cfg->payload_bytes <= FER_MAX_PAYLOAD &&
+           cfg->batch_slots <= FER_MAX_BATCH &&
            fer_cost_config_valid(cfg); /* cost-model hook (fer_cost.c) */
 }
 
@@ -52,8 +53,10 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
         return FER_ENOMEM;
     c->cfg = *cfg;
     c->cfg.ring_capacity = (uint32_t)fer_round_pow2(cfg->ring_capacity);
+    c->cfg.batch_slots = cfg->batch_slots ? cfg->batch_slots : 1;
+    c->nlanes = cfg->workers * c->cfg.batch_slots; /* W x B (docs/design.md §5.1) */
     /* Every queued and running request holds a slot, and one more is always staged. */
-    c->nslots = cfg->queue_capacity + cfg->workers + 1;
+    c->nslots = cfg->queue_capacity + c->nlanes + 1;
     c->payload_stride = ((size_t)cfg->payload_bytes + FER_CACHELINE - 1) &
                         ~(size_t)(FER_CACHELINE - 1);
     c->nrings = cfg->workers + 1;
@@ -68,11 +71,11 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
     c->sessions = calloc(cfg->max_sessions, sizeof(*c->sessions));
     c->session_free = calloc(cfg->max_sessions, sizeof(*c->session_free));
     c->session_hash = calloc(c->session_hash_mask + 1, sizeof(*c->session_hash));
-    c->lanes = calloc(cfg->workers, sizeof(*c->lanes));
+    c->lanes = calloc(c->nlanes, sizeof(*c->lanes));
     c->rings = calloc(c->nrings, sizeof(*c->rings));
     c->jobs = calloc((size_t)cfg->queue_capacity + 1, sizeof(*c->jobs));
-    c->lane_start = calloc(cfg->workers, sizeof(*c->lane_start));
-    c->lane_scratch = calloc(cfg->workers, sizeof(*c->lane_scratch));
+    c->lane_start = calloc(c->nlanes, sizeof(*c->lane_start));
+    c->lane_scratch = calloc(c->nlanes, sizeof(*c->lane_scratch));
     if (cfg->payload_bytes != 0) {
         /* Payloads are written by the request thread and read by a worker: a cache line of
          * their own per slot, so neighbours never false-share. Zeroed once, here. */
@@ -101,11 +104,12 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
     for (i = 0; i < cfg->max_sessions; i++)
         c->session_free[i] = cfg->max_sessions - 1 - i;
     c->nsession_free = cfg->max_sessions;
-    for (i = 0; i < cfg->workers; i++) {
+    for (i = 0; i < c->nlanes; i++) {
         c->lanes[i].slot = FER_NONE;
         c->lanes[i].alive = 1;
     }
-    c->lanes_alive = cfg->workers;
+    c->lanes_alive = c->nlanes;
+    atomic_init(&c->qlen_hint, 0);
     fer_cost_configure(&c->cost, &c->cfg); /* cost-model hook: effective window / quantile */
     fer_cost_configure(&c->prefix_cost, &c->cfg);
 

@@ -174,7 +174,9 @@ struct fer_session {
 };
 
 /* ---- lane --------------------------------------------------------------------------------------
- * slot == FER_NONE when idle. A dead lane (alive == 0) is idle and never dispatched again. */
+ * nlanes = workers x batch_slots lanes; lane l belongs to worker l / batch_slots (docs/design.md
+ * §5.1) and its outcomes go to ring l / batch_slots + 1. slot == FER_NONE when idle. A dead lane
+ * (alive == 0) is idle and never dispatched again. */
 struct fer_lane {
     uint32_t slot;
     uint8_t alive;
@@ -205,6 +207,7 @@ struct fer_core {
     uint32_t *queue;
     struct fer_admit_job *qjobs;
     uint32_t qlen;
+    atomic_uint qlen_hint;      /* qlen, stored after every change, read without mu (queued) */
 
     struct fer_session *sessions;
     uint32_t *session_free;     /* stack of unused session indices */
@@ -212,15 +215,16 @@ struct fer_core {
     uint32_t *session_hash;     /* open addressing, linear probing: session index + 1, 0 = empty */
     uint64_t session_hash_mask;
 
-    struct fer_lane *lanes;
+    struct fer_lane *lanes;     /* nlanes = workers x batch_slots */
+    uint32_t nlanes;
     uint32_t lanes_alive;
 
-    struct fer_ring **rings;    /* workers + 1: ring 0 = admission, ring i + 1 = lane i */
+    struct fer_ring **rings;    /* workers + 1: ring 0 = admission, ring w + 1 = worker w's lanes */
     uint32_t nrings;
     struct fer_doorbell bell;
     uint32_t pop_cursor;        /* consumer only: next ring to look at */
 
-    /* admission scratch (queue_capacity + 1 jobs, workers lanes, a skip flag per slot that is
+    /* admission scratch (queue_capacity + 1 jobs, nlanes lanes, a skip flag per slot that is
      * always all-zero between calls); used only under mu */
     struct fer_admit_job *jobs;
     uint8_t *skip;
@@ -233,6 +237,12 @@ struct fer_core {
     struct fer_cost cost;       /* docs/design.md §5.2 cost model: measured NFE tail (fer_cost.c) */
     struct fer_cost prefix_cost; /* the same for prefix passes (two_phase) */
 };
+
+/* The ring (worker w + 1) that lane's outcomes go to; lane -1 (decided by submit) is ring 0. */
+static inline uint32_t fer_lane_ring(const struct fer_core *c, int32_t lane)
+{
+    return lane < 0 ? 0 : (uint32_t)lane / c->cfg.batch_slots + 1;
+}
 
 /* ---- what work costs (docs/design.md §5, §5.2), core->mu held ---------------------------- */
 

@@ -1,10 +1,11 @@
 /*
- * fer_lane.c - the worker lanes (docs/design.md §5's W non-preemptive EDF lanes): waiting for work,
- * dispatching the EDF head, accounting a two-phase model's prefix pass and each NFE step,
- * finishing, and a lane's death.
+ * fer_lane.c - the worker lanes (docs/design.md §5's non-preemptive EDF lanes, W x B of them with
+ * batch slots, §5.1): waiting for work, dispatching the EDF head, accounting a two-phase model's
+ * prefix pass and each NFE step, finishing, and a lane's death.
  *
- * Worker i alone calls these for lane i, so ring lane+1 keeps a single producer. Each call holds
- * core->mu for O(queue) at most and sleeps only in wait_for_work's condvar wait.
+ * Worker w alone calls these for its lanes [w*B, (w+1)*B), so ring w+1 keeps a single producer.
+ * Each call holds core->mu for O(queue + B) at most and sleeps only in the condvar waits
+ * (wait_for_work, worker_wait).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -15,7 +16,8 @@
 #include "fer_internal.h"
 
 /* Argument check shared by every lane call. */
-#define FER_LANE_OK(c, lane) ((c) != NULL && (lane) < (c)->cfg.workers)
+#define FER_LANE_OK(c, lane) ((c) != NULL && (lane) < (c)->nlanes)
+#define FER_WORKER_OK(c, w) ((c) != NULL && (w) < (c)->cfg.workers)
 
 int fer_core_wait_for_work(struct fer_core *c, uint32_t lane, uint64_t timeout_ns)
 {
@@ -31,6 +33,43 @@ int fer_core_wait_for_work(struct fer_core *c, uint32_t lane, uint64_t timeout_n
     ready = c->qlen > 0 && !atomic_load_explicit(&c->shutdown, memory_order_relaxed);
     pthread_mutex_unlock(&c->mu);
     return ready;
+}
+
+/* Worker w's lowest-numbered free alive lane, or FER_NONE (mu held). O(B). */
+static uint32_t free_lane(const struct fer_core *c, uint32_t w)
+{
+    uint32_t b = c->cfg.batch_slots, l;
+
+    for (l = w * b; l < (w + 1) * b; l++)
+        if (c->lanes[l].alive && c->lanes[l].slot == FER_NONE)
+            return l;
+    return FER_NONE;
+}
+
+int fer_core_worker_wait(struct fer_core *c, uint32_t w, uint64_t timeout_ns)
+{
+    struct timespec ts;
+    int ready;
+
+    FER_CHECK_ARGS(FER_WORKER_OK(c, w));
+    ts = fer_deadline_after(timeout_ns);
+    pthread_mutex_lock(&c->mu);
+    /* Only this worker frees its lanes, so without a free lane this waits out the timeout: a
+     * worker calls it when it holds nothing (or has a free slot), as the thread contract says. */
+    while ((c->qlen == 0 || free_lane(c, w) == FER_NONE) &&
+           !atomic_load_explicit(&c->shutdown, memory_order_relaxed))
+        if (pthread_cond_timedwait(&c->work_cv, &c->mu, &ts) == ETIMEDOUT)
+            break;
+    ready = c->qlen > 0 && free_lane(c, w) != FER_NONE &&
+            !atomic_load_explicit(&c->shutdown, memory_order_relaxed);
+    pthread_mutex_unlock(&c->mu);
+    return ready;
+}
+
+int fer_core_queued(struct fer_core *c)
+{
+    FER_CHECK_ARGS(c != NULL);
+    return (int)atomic_load_explicit(&c->qlen_hint, memory_order_relaxed);
 }
 
 /* Whether queued slot s can no longer finish by its deadline if started now. */
@@ -64,28 +103,23 @@ static void run_on_lane(struct fer_core *c, uint32_t lane, uint32_t id, uint64_t
         memcpy(out->observation, s->obs, (size_t)c->cfg.obs_dim * sizeof(float));
 }
 
-int fer_core_dispatch(struct fer_core *c, uint32_t lane, uint64_t now, struct fer_work *out)
+/* Pop the EDF head onto idle alive lane `lane` (mu held): head entries that can no longer be
+ * served are answered into the worker's ring on the way (*rang set). 1 if work was dispatched. */
+static int dispatch_locked(struct fer_core *c, uint32_t lane, uint64_t now, struct fer_work *out,
+                           int *rang)
 {
     uint32_t i, id = FER_NONE;
-    int rang = 0;
 
-    FER_CHECK_ARGS(FER_LANE_OK(c, lane) && out != NULL &&
-                   (c->cfg.obs_dim == 0 || out->observation != NULL));
-    pthread_mutex_lock(&c->mu);
-    if (!c->lanes[lane].alive || c->lanes[lane].slot != FER_NONE) {
-        pthread_mutex_unlock(&c->mu);
-        return FER_ESTATE;
-    }
     /* Skip (and answer) the head entries that can no longer be served; remove them and the
      * dispatched one with a single queue_remove so the whole call stays O(queue). */
     for (i = 0; i < c->qlen; i++) {
         uint32_t q = c->queue[i];
         const struct fer_slot *s = &c->slots[q];
         if (dispatch_expired(c, s, now)) {
-            rang |= fer_emit_slot(c, q, FER_EXPIRED, now, (int32_t)lane, NULL);
+            *rang |= fer_emit_slot(c, q, FER_EXPIRED, now, (int32_t)lane, NULL);
         } else if (c->cfg.queue_timeout_ns != 0 &&
                    fer_sat_sub(now, s->arrival_ns) > c->cfg.queue_timeout_ns) {
-            rang |= fer_emit_slot(c, q, FER_REJECTED_DEADLINE, now, (int32_t)lane, NULL);
+            *rang |= fer_emit_slot(c, q, FER_REJECTED_DEADLINE, now, (int32_t)lane, NULL);
         } else {
             id = q;
             i++;
@@ -95,8 +129,38 @@ int fer_core_dispatch(struct fer_core *c, uint32_t lane, uint64_t now, struct fe
     fer_queue_remove(c, 0, i);
     if (id != FER_NONE)
         run_on_lane(c, lane, id, now, out);
-    fer_unlock_and_ring(c, rang);
     return id != FER_NONE;
+}
+
+int fer_core_dispatch(struct fer_core *c, uint32_t lane, uint64_t now, struct fer_work *out)
+{
+    int rang = 0, got;
+
+    FER_CHECK_ARGS(FER_LANE_OK(c, lane) && out != NULL &&
+                   (c->cfg.obs_dim == 0 || out->observation != NULL));
+    pthread_mutex_lock(&c->mu);
+    if (!c->lanes[lane].alive || c->lanes[lane].slot != FER_NONE) {
+        pthread_mutex_unlock(&c->mu);
+        return FER_ESTATE;
+    }
+    got = dispatch_locked(c, lane, now, out, &rang);
+    fer_unlock_and_ring(c, rang);
+    return got;
+}
+
+int fer_core_dispatch_worker(struct fer_core *c, uint32_t w, uint64_t now, struct fer_work *out)
+{
+    int rang = 0, got = 0;
+    uint32_t lane;
+
+    FER_CHECK_ARGS(FER_WORKER_OK(c, w) && out != NULL &&
+                   (c->cfg.obs_dim == 0 || out->observation != NULL));
+    pthread_mutex_lock(&c->mu);
+    lane = free_lane(c, w);
+    if (lane != FER_NONE && c->qlen > 0)
+        got = dispatch_locked(c, lane, now, out, &rang);
+    fer_unlock_and_ring(c, rang);
+    return got;
 }
 
 /* The running slot of `lane`, or FER_NONE if the lane is idle or dead. */
@@ -184,8 +248,8 @@ int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_
 int fer_core_output_space(struct fer_core *c, uint32_t lane)
 {
     FER_CHECK_ARGS(FER_LANE_OK(c, lane));
-    /* Lane i's worker is ring i+1's producer: no core mutex needed. */
-    return fer_ring_free_slots(c->rings[lane + 1]) > 0;
+    /* The lane's worker is its ring's only producer: no core mutex needed. */
+    return fer_ring_free_slots(c->rings[fer_lane_ring(c, (int32_t)lane)]) > 0;
 }
 
 int fer_core_finish(struct fer_core *c, uint32_t lane, uint64_t now, const float *actions)
@@ -231,7 +295,7 @@ int fer_core_disable_lane(struct fer_core *c, uint32_t lane, uint64_t now)
         c->lanes[lane].alive = 0;
         c->lanes_alive--;
         /* The last lane is gone: nothing queued will ever be dispatched. Answer it all now
-         * (ring lane+1 has this caller as its only producer). */
+         * (the lane's worker ring has this caller as its only producer). */
         if (c->lanes_alive == 0) {
             for (i = 0; i < c->qlen; i++)
                 rang |= fer_emit_slot(c, c->queue[i], FER_REJECTED_CAPACITY, now, (int32_t)lane,

@@ -1,6 +1,6 @@
 /*
  * fer_output.c - the output path of docs/design.md §8: every outcome goes from the thread that
- * decides it into that thread's own SPSC ring (ring 0 = submit, ring lane+1 = worker lane), and
+ * decides it into that thread's own SPSC ring (ring 0 = submit, ring w+1 = worker w's lanes), and
  * from the rings to the one publisher thread.
  *
  * Producers push under core->mu without ringing; each public call rings the doorbell once, after
@@ -57,7 +57,7 @@ int fer_emit_slot(struct fer_core *c, uint32_t id, uint32_t code, uint64_t now, 
     struct fer_slot *s = &c->slots[id];
     struct fer_outcome o;
     int ran = s->state == FER_SLOT_RUNNING;
-    uint32_t ring = lane < 0 ? 0 : (uint32_t)lane + 1;
+    uint32_t ring = fer_lane_ring(c, lane);
     int rang;
 
     memset(&o, 0, sizeof(o));

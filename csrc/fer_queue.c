@@ -60,6 +60,7 @@ void fer_queue_insert(struct fer_core *c, uint32_t id)
     c->qjobs[pos].prefix_pending = s->prefix_pending;
     c->qjobs[pos]._pad = 0;
     c->qlen++;
+    atomic_store_explicit(&c->qlen_hint, c->qlen, memory_order_relaxed);
     s->state = FER_SLOT_QUEUED;
 }
 
@@ -70,6 +71,7 @@ void fer_queue_remove(struct fer_core *c, uint32_t pos, uint32_t n)
     memmove(&c->queue[pos], &c->queue[pos + n], tail * sizeof(*c->queue));
     memmove(&c->qjobs[pos], &c->qjobs[pos + n], tail * sizeof(*c->qjobs));
     c->qlen -= n;
+    atomic_store_explicit(&c->qlen_hint, c->qlen, memory_order_relaxed);
 }
 
 void fer_queue_unlink(struct fer_core *c, uint32_t id)

@@ -2,7 +2,7 @@
  * fer_stats.c - read-only views of the core for diagnostics and tests: counters and gauges,
  * snapshots of the queue (EDF order) and of the lanes, and a session's generation watermark.
  *
- * Each call copies under core->mu (O(queue + workers) at most) and changes nothing.
+ * Each call copies under core->mu (O(queue + lanes) at most) and changes nothing.
  */
 #include <string.h>
 
@@ -19,7 +19,7 @@ int fer_core_stats(struct fer_core *c, struct fer_stats *out)
     out->sessions = c->cfg.max_sessions - c->nsession_free;
     out->lanes_alive = c->lanes_alive;
     out->lanes_busy = 0;
-    for (i = 0; i < c->cfg.workers; i++)
+    for (i = 0; i < c->nlanes; i++)
         out->lanes_busy += c->lanes[i].slot != FER_NONE;
     out->oldest_queued_arrival_ns = 0;
     for (i = 0; i < c->qlen; i++) {
@@ -75,7 +75,7 @@ int fer_core_lanes_snapshot(struct fer_core *c, struct fer_lane_state *out, uint
 
     FER_CHECK_ARGS(c != NULL && (out != NULL || max_n == 0));
     pthread_mutex_lock(&c->mu);
-    for (i = 0; i < c->cfg.workers && i < max_n; i++)
+    for (i = 0; i < c->nlanes && i < max_n; i++)
         lane_state(c, i, &out[i]);
     pthread_mutex_unlock(&c->mu);
     return (int)i;

@@ -5,13 +5,15 @@ only converts between Python values and C structs, and turns C status codes into
 one place, :func:`_check`.
 
 Buffers: each calling role has its own preallocated cdata (the request struct for the request
-thread, a work struct and observation / action buffers per lane, an outcome array for the
-publisher), so the hot path allocates no C memory. Per-request payloads live in the core's slots
-(allocated at create); ``payload_view(slot)`` is a numpy view of one, made once per slot at create.
-The flip side is the thread contract of core-api.md: one request thread calls ``submit`` (and
-writes the staging slot's payload), only worker ``i`` calls the lane-``i`` methods, one publisher
-thread calls ``wait_outputs`` / ``pop_outcomes``. CFFI releases the GIL inside every C call, so a
-worker blocked in ``wait_for_work`` does not block the interpreter.
+thread, a work struct and observation / action buffers per lane and per worker, an outcome
+array for the publisher), so the hot path allocates no C memory. Per-request payloads live in
+the core's slots (allocated at create); ``payload_view(slot)`` is a numpy view of one, made once
+per slot at create. The flip side is the thread contract of core-api.md: one request thread
+calls ``submit`` (and writes the staging slot's payload), only worker ``w`` calls the methods of
+its lanes (``worker_lanes(w)``: ``[w*B, (w+1)*B)`` with B = batch_slots) and its own
+``worker_wait`` / ``dispatch_worker``, one publisher thread calls ``wait_outputs`` /
+``pop_outcomes``. CFFI releases the GIL inside every C call, so a worker blocked in
+``wait_for_work`` does not block the interpreter.
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ class CoreConfig:
     two_phase: int = 0  # 1: every request pays prefix_ns once before its first NFE (§5, §10)
     payload_bytes: int = 0  # bytes of per-request payload in each slot; 0 = none
     prefix_ns: int = 0  # calibrated ns of one prefix pass; used only when two_phase
+    batch_slots: int = 1  # B lanes per worker (docs/design.md §5.1): W x B lanes in all
 
 
 @dataclass
@@ -299,6 +302,15 @@ def _float_buffer(n: int):
     return buf, np.frombuffer(ffi.buffer(buf), dtype=np.float32)[:n]
 
 
+def _work(w, observation: np.ndarray) -> Work:
+    """A Work from a filled struct fer_work (observation: the buffer it was filled into)."""
+    return Work(lane=w.lane, slot=w.slot,
+                session_id=ffi.unpack(w.session_id, w.session_id_len),
+                sequence=w.sequence, generation=w.generation,
+                remaining_nfe=w.remaining_nfe, noise_seed=w.noise_seed,
+                deadline_ns=w.deadline_ns, observation=observation)
+
+
 class Core:
     """One scheduling core. Close it (or use it as a context manager) after its threads stop."""
 
@@ -317,23 +329,31 @@ class Core:
         self._core = out[0]
         self.config = config
         self.workers = config.workers
+        #: B lanes per worker (0 means 1, as in the core); lanes = W x B, worker w owns
+        #: lanes [w*B, (w+1)*B)
+        self.batch_slots = config.batch_slots or 1
+        self.lanes = self.workers * self.batch_slots
         self.obs_dim = config.obs_dim
         self.action_len = config.action_len
         # request thread
         self._req = ffi.new("struct fer_request *")
         self._req_obs, _ = _float_buffer(config.obs_dim)
         self._req.observation = self._req_obs
-        # worker lanes
-        self._work = [ffi.new("struct fer_work *") for _ in range(config.workers)]
-        self._work_obs = [_float_buffer(config.obs_dim) for _ in range(config.workers)]
+        # worker lanes (per lane: dispatch, finish), and per worker (dispatch_worker)
+        self._work = [ffi.new("struct fer_work *") for _ in range(self.lanes)]
+        self._work_obs = [_float_buffer(config.obs_dim) for _ in range(self.lanes)]
         for w, (buf, _) in zip(self._work, self._work_obs, strict=True):
             w.observation = buf
-        self._act = [_float_buffer(config.action_len) for _ in range(config.workers)]
+        self._act = [_float_buffer(config.action_len) for _ in range(self.lanes)]
+        self._wwork = [ffi.new("struct fer_work *") for _ in range(config.workers)]
+        self._wwork_obs = [_float_buffer(config.obs_dim) for _ in range(config.workers)]
+        for w, (buf, _) in zip(self._wwork, self._wwork_obs, strict=True):
+            w.observation = buf
         # publisher
         self._out = ffi.new("struct fer_outcome[]", _POP_CHUNK)
         self._out_act, self._out_act_np = _float_buffer(_POP_CHUNK * config.action_len)
         # payloads: one view per slot over the core's own memory (fixed at create)
-        self.slots = config.queue_capacity + config.workers + 1
+        self.slots = config.queue_capacity + self.lanes + 1
         self._payloads = self._payload_views(config.payload_bytes)
 
     def _payload_views(self, nbytes: int) -> list[np.ndarray]:
@@ -427,14 +447,34 @@ class Core:
         return bool(_check(lib.fer_core_wait_for_work(self._live(), lane, timeout_ns)))
 
     def dispatch(self, lane: int, now: int) -> Work | None:
-        w = self._work[lane] if 0 <= lane < self.workers else ffi.NULL
+        w = self._work[lane] if 0 <= lane < self.lanes else ffi.NULL
         if not _check(lib.fer_core_dispatch(self._live(), lane, now, w)):
             return None
-        return Work(lane=w.lane, slot=w.slot,
-                    session_id=ffi.unpack(w.session_id, w.session_id_len),
-                    sequence=w.sequence, generation=w.generation,
-                    remaining_nfe=w.remaining_nfe, noise_seed=w.noise_seed,
-                    deadline_ns=w.deadline_ns, observation=self._work_obs[lane][1])
+        return _work(w, self._work_obs[lane][1])
+
+    # ---- worker thread w as a whole (batch slots, docs/design.md §5.1) ---------------------------
+
+    def worker_lanes(self, worker: int) -> range:
+        """The lanes (batch slots) worker `worker` owns."""
+        b = self.batch_slots
+        return range(worker * b, (worker + 1) * b)
+
+    def worker_wait(self, worker: int, timeout_ns: int) -> bool:
+        """Wait up to timeout_ns until work is queued and the worker has a free lane."""
+        return bool(_check(lib.fer_core_worker_wait(self._live(), worker, timeout_ns)))
+
+    def dispatch_worker(self, worker: int, now: int) -> Work | None:
+        """Non-blocking: the EDF head onto the worker's lowest free lane (``Work.lane``), or
+        None when it has no free lane or nothing can run. ``observation`` is the worker's own
+        buffer, valid until its next dispatch_worker."""
+        w = self._wwork[worker] if 0 <= worker < self.workers else ffi.NULL
+        if not _check(lib.fer_core_dispatch_worker(self._live(), worker, now, w)):
+            return None
+        return _work(w, self._wwork_obs[worker][1])
+
+    def queued(self) -> int:
+        """The queue length as of a recent instant, read without the core mutex (a hint)."""
+        return _check(lib.fer_core_queued(self._live()))
 
     def prefix_done(self, lane: int, now: int, measured_ns: int) -> Step:
         """After the prefix pass of the lane's work (two_phase): CONTINUE, or STOP_STALE /
@@ -448,7 +488,7 @@ class Core:
         return bool(_check(lib.fer_core_output_space(self._live(), lane)))
 
     def finish(self, lane: int, now: int, actions: np.ndarray) -> Code:
-        if not 0 <= lane < self.workers:
+        if not 0 <= lane < self.lanes:
             _check(lib.FER_EINVAL)
         buf, _ = self._act[lane]
         if actions.dtype != np.float32 or actions.size != self.action_len:
@@ -535,8 +575,8 @@ class Core:
                 for q in buf[0:n]]
 
     def lanes_snapshot(self) -> list[LaneState]:
-        buf = ffi.new("struct fer_lane_state[]", self.workers)
-        n = _check(lib.fer_core_lanes_snapshot(self._live(), buf, self.workers))
+        buf = ffi.new("struct fer_lane_state[]", self.lanes)
+        n = _check(lib.fer_core_lanes_snapshot(self._live(), buf, self.lanes))
         return [LaneState(lane=x.lane, alive=bool(x.alive), busy=bool(x.busy), slot=x.slot,
                           session_id=ffi.unpack(x.session_id, x.session_id_len),
                           sequence=x.sequence, generation=x.generation,

@@ -62,6 +62,12 @@ class Snapshot:
     prefix_p50_ns: float = 0.0
     prefix_p99_ns: float = 0.0
     prefix_samples: int = 0
+    #: batch slots (docs/design.md §5.1): B, rows held per worker now, mean rows per batched
+    #: step and the step cost by row count {rows: (p50_ns, p99_ns, samples)} over recent steps
+    batch_slots: int = 1
+    slots_in_use: list[int] = field(default_factory=list)
+    mean_rows_per_step: float = 0.0
+    step_ns_by_rows: dict[int, tuple[float, float, int]] = field(default_factory=dict)
 
     @property
     def oldest_queue_age_ms(self) -> float:
@@ -260,6 +266,7 @@ class DiagnosticsBuilder:
             **_prefix_values(s),
             "latency_p50_ms": s.latency_p50_ms,
             "latency_p99_ms": s.latency_p99_ms,
+            **_batch_values(s),
             **s.extra,
         }
         if s.dead_lanes:
@@ -269,7 +276,8 @@ class DiagnosticsBuilder:
         elif drift := self._recent_drift(s):
             level, msg = WARN, drift
         else:
-            level, msg = OK, f"{s.core.lanes_alive} of {s.workers} workers running"
+            alive = s.core.lanes_alive // max(s.batch_slots, 1)  # B lanes per worker
+            level, msg = OK, f"{alive} of {s.workers} workers running"
             if s.cost is not None and s.nfe_ns > 0 and s.cost.in_use_ns > s.nfe_ns:
                 msg += (f"; adaptive cost model admits with {s.cost.in_use_ns} ns per NFE "
                         f"(configured {s.nfe_ns})")
@@ -303,6 +311,25 @@ class DiagnosticsBuilder:
         if self._hold.recent("drops", drops, s.now_ns):
             return self._status("output", WARN, "outcomes dropped: output ring full", values)
         return self._status("output", OK, "no drops" if drops == 0 else "draining", values)
+
+
+def _batch_values(s: Snapshot) -> dict[str, object]:
+    """The workers status' batch-slot figures (docs/design.md §5.1)."""
+    values: dict[str, object] = {
+        "batch_slots": s.batch_slots,
+        "slots_in_use": ",".join(map(str, s.slots_in_use)) or "none",
+        "mean_rows_per_step": round(s.mean_rows_per_step, 3),
+    }
+    for rows, (p50, p99, n) in sorted(s.step_ns_by_rows.items()):
+        values[f"step_ns_p50.rows_{rows}"] = p50
+        values[f"step_ns_p99.rows_{rows}"] = p99
+        values[f"steps.rows_{rows}"] = n
+    return values
+
+
+def _step_p99(s: Snapshot, rows: int) -> float:
+    """p99 ns of the recent steps with `rows` rows; 0 where none ran."""
+    return float(s.step_ns_by_rows.get(rows, (0.0, 0.0, 0))[1])
 
 
 def stats_message(s: Snapshot, stamp):
@@ -350,4 +377,10 @@ def stats_message(s: Snapshot, stamp):
         prefix_ns_observed_tail=s.cost.prefix_observed_tail_ns if s.two_phase and s.cost else 0,
         prefix_ns_in_use=(s.cost.prefix_in_use_ns if s.cost else s.prefix_ns) if s.two_phase
         else 0,
+        batch_slots=s.batch_slots,
+        slots_in_use=int(sum(s.slots_in_use)),
+        slots_in_use_max=int(max(s.slots_in_use, default=0)),
+        mean_rows_per_step=float(s.mean_rows_per_step),
+        step_ns_p99_full=_step_p99(s, s.batch_slots),
+        step_ns_p99_one_row=_step_p99(s, 1),
     )

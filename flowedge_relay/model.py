@@ -7,7 +7,8 @@ once per scheduled step so the C core can cancel or expire the work between any 
 Model contract (checked by `load_model`, violations raise `IncompatibleModel`):
   inputs  `x` float32 [batch, action_horizon, action_dim], `t` float32 [batch, 1],
           `observation` float32 [batch, obs_dim]; output `velocity` float32 shaped like `x`.
-  The batch dimension is symbolic (or 1); the relay runs batch 1.
+  The batch dimension is symbolic (or 1); the relay runs batch 1, or up to batch_slots rows
+  with batch slots (batch.py, docs/design.md §5.1), which needs it symbolic.
 
 Time grid (a request's total NFE N fixes it, so a result never depends on how a run was split):
   euler     K = N intervals, dt = 1/K; NFE j evaluates v(x, j*dt) and sets x += dt * v.
@@ -195,6 +196,23 @@ def solver_plan(solver: str, total_nfe: int) -> tuple[np.ndarray, np.ndarray, np
     return times.astype(np.float32), kinds, np.float32(1.0 / k)
 
 
+def integrator_plan(
+    solver: str, sign: np.float32, total_nfe: int
+) -> tuple[np.ndarray, np.ndarray, np.float32]:
+    """solver_plan in the integrator's direction: evaluation times (1 - tau for sign -1), update
+    kinds, and the signed dt. One function, so the batched rows (batch.py) and FlowIntegrator
+    step with the same float32 values."""
+    times, kinds, dt = solver_plan(solver, total_nfe)
+    if sign < 0:  # 1_to_0: evaluate at 1 - tau and step backwards in t
+        times = (np.float32(1.0) - times).astype(np.float32)
+    return times, kinds, np.float32(dt * sign)
+
+
+def half_step(dt: np.float32) -> np.float32:
+    """The midpoint's half step, as FlowIntegrator computes it."""
+    return np.float32(dt / 2)
+
+
 class FlowIntegrator:
     """The solver half of every NFE, shared by FlowSampler and policy.PolicySampler.
 
@@ -216,22 +234,19 @@ class FlowIntegrator:
         self.solver = solver
         self._plans: dict[int, tuple[np.ndarray, np.ndarray, np.float32]] = {}
         self._times, self._kinds, self._dt = self._plan(1)
-        self._half_dt = np.float32(self._dt / 2)
+        self._half_dt = half_step(self._dt)
         self._next = self._total = 0
 
     def _plan(self, total_nfe: int) -> tuple[np.ndarray, np.ndarray, np.float32]:
         plan = self._plans.get(total_nfe)
         if plan is None:
-            times, kinds, dt = solver_plan(self.solver, total_nfe)
-            if self._sign < 0:  # 1_to_0: evaluate at 1 - tau and step backwards in t
-                times = (np.float32(1.0) - times).astype(np.float32)
-            plan = self._plans[total_nfe] = (times, kinds, np.float32(dt * self._sign))
+            plan = self._plans[total_nfe] = integrator_plan(self.solver, self._sign, total_nfe)
         return plan
 
     def _begin(self, noise_seed: int, total_nfe: int) -> None:
         """x(0) from the seed and the time grid of total_nfe."""
         self._times, self._kinds, self._dt = self._plan(total_nfe)
-        self._half_dt = np.float32(self._dt / 2)
+        self._half_dt = half_step(self._dt)
         np.random.default_rng(noise_seed).standard_normal(dtype=np.float32, out=self._state)
         np.copyto(self._x_flat, self._state)
         self._next, self._total = 0, total_nfe

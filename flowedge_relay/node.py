@@ -203,6 +203,7 @@ class RelayNode(Node):
         self.core = Core(
             CoreConfig(
                 workers=p["workers"],
+                batch_slots=p["batch_slots"],
                 queue_capacity=p["queue_capacity"],
                 max_sessions=p["max_sessions"],
                 max_nfe=p["max_nfe"],
@@ -253,7 +254,7 @@ class RelayNode(Node):
             self.pool.start()
         else:
             # No model, no workers: the lanes are gone, so calibrated admission cannot promise.
-            for lane in range(p["workers"]):
+            for lane in range(self.core.lanes):
                 self.core.disable_lane(lane, time.monotonic_ns())
 
         # Callback groups. request_group protects the core's single submit producer (ring 0):
@@ -509,6 +510,7 @@ class RelayNode(Node):
         pre50, pre99, pre_n = (
             self.pool.prefix_percentiles() if self.pool and two_phase else (0.0, 0.0, 0)
         )
+        batch = self.pool.batch_stats() if self.pool else {}
         return Snapshot(
             now_ns=now,
             received=self._received,
@@ -540,6 +542,10 @@ class RelayNode(Node):
             prefix_p99_ns=pre99,
             prefix_samples=pre_n,
             extra=self._loop_values(),
+            batch_slots=self._p["batch_slots"],
+            slots_in_use=list(batch.get("slots_in_use", [])),
+            mean_rows_per_step=float(batch.get("mean_rows_per_step", 0.0)),
+            step_ns_by_rows=dict(batch.get("step_ns_by_rows", {})),
         )
 
     def _loop_values(self) -> dict[str, object]:

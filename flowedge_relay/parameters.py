@@ -58,6 +58,15 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec("solver", "euler", "ODE solver for the flow: euler (1 NFE/step) or midpoint (2 NFE/step)"),
     Spec("workers", 1, "worker threads = EDF lanes, each with its own ONNX Runtime session", 1, 64),
+    Spec(
+        "batch_slots",
+        1,
+        "requests each worker holds and advances together, one batched model call per step "
+        "(docs/design.md §5.1); admission then simulates workers x batch_slots lanes and nfe_ns "
+        "is the cost of one batched step with batch_slots rows",
+        1,
+        64,
+    ),
     Spec("intra_op_threads", 1, "ONNX Runtime intra-op threads per worker session", 1, 64),
     Spec("max_nfe", 64, "largest remaining_nfe accepted; above it a request is invalid", 1, 4096),
     Spec(

@@ -4,7 +4,7 @@
 # then docs/performance.md, docs/img/bench-*.png and the README's Performance section from them
 # (python -m flowedge_relay.tooling.bench.perfdoc), so no figure in the docs is typed by hand.
 #
-#   scripts/bench_all.sh                    # all of them (about 12-15 minutes on 2 cores)
+#   scripts/bench_all.sh                    # all of them (about 15-18 minutes on 2 cores)
 #   scripts/bench_all.sh overload overhead  # only these (the docs still list every JSON there)
 #   BENCH_OUT=/tmp/b BENCH_DOCS=0 scripts/bench_all.sh   # elsewhere, docs untouched
 #
@@ -23,13 +23,15 @@ mkdir -p "$OUT"
 # name and its full-size arguments; calibrate uses the bench model (~1 ms per NFE) like
 # overload and overhead, so the three describe the same workload. overload runs every policy
 # (edf_admission and edf_adaptive side by side); overload-noise runs the EDF policies again with
-# a CPU-hog neighbour (bench/noise.py, busy 50 ms / sleep 50 ms) during the trace.
+# a CPU-hog neighbour (bench/noise.py, busy 50 ms / sleep 50 ms) during the trace. batching
+# measures saturated capacity at batch_slots 1-16 per model and the 2x trace at B = 8 vs B = 1.
 declare -A ARGS=(
     [model]=""
     [admission]=""
     [calibrate]="--model bench"
     [overload]=""
     [overload-noise]="--policies edf_admission edf_adaptive --noise"
+    [batching]=""
     [nfe-breakdown]=""
     [intake]=""
     [overhead]="--compare-loops"
@@ -38,7 +40,7 @@ declare -A ARGS=(
 declare -A SUBCOMMAND=(
     [overload-noise]=overload
 )
-ORDER=(model admission intake calibrate overload overload-noise nfe-breakdown overhead)
+ORDER=(model admission intake calibrate overload overload-noise batching nfe-breakdown overhead)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
 REGISTERED=" $(python -c 'from flowedge_relay.tooling.bench.__main__ import available; print(*available())') "

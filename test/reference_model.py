@@ -81,6 +81,7 @@ class RefConfig:
     cost_quantile_ppm: int = 1_000_000
     two_phase: int = 0
     prefix_ns: int = 0
+    batch_slots: int = 1  # §5.1: workers x batch_slots lanes; worker w owns [w*B, (w+1)*B)
 
 
 class RefCost:
@@ -173,9 +174,11 @@ class RefCore:
             cap *= 2
         self.ring_cap = cap
         self.queue: list[Item] = []               # kept in EDF order
-        self.lanes: list[Item | None] = [None] * cfg.workers
-        self.alive = [True] * cfg.workers
+        self.nlanes = cfg.workers * cfg.batch_slots  # §5.1: every batch slot is a lane
+        self.lanes: list[Item | None] = [None] * self.nlanes
+        self.alive = [True] * self.nlanes
         self.sessions: dict[bytes, Session] = {}
+        # ring 0: submit; ring w + 1: worker w, carrying the outcomes of all its lanes
         self.rings: list[list[dict]] = [[] for _ in range(cfg.workers + 1)]
         self.cursor = 0
         self.arrival_seq = 0
@@ -187,6 +190,10 @@ class RefCore:
         self.prefix_cost.configure(cfg.cost_model, cfg.cost_window_ns, cfg.cost_quantile_ppm)
 
     # ---- helpers ---------------------------------------------------------------------------
+
+    def ring_of(self, lane: int) -> int:
+        """Ring 0 for submit's outcomes (lane -1), else the lane's worker's ring."""
+        return 0 if lane < 0 else lane // self.cfg.batch_slots + 1
 
     def prefix_in_use(self, now: int) -> int:
         """§5: what one prefix pass costs in admission and dispatch; 0 for single-graph models."""
@@ -222,7 +229,7 @@ class RefCore:
             self.st.nfe_wasted += it.nfe_done
         if code == EXPIRED and it.tested:
             self.st.calibration_misses += 1
-        self._emit(0 if lane < 0 else lane + 1, dict(
+        self._emit(self.ring_of(lane), dict(
             code=code, session_id=it.session_id, sequence=it.sequence, generation=it.generation,
             retry_count=it.retry_count, retry_reason=it.retry_reason,
             deadline_ros_ns=it.deadline_ros_ns, remaining_nfe=it.remaining_nfe,
@@ -343,8 +350,10 @@ class RefCore:
         for i, w in enumerate(self.lanes):
             if not self.alive[i]:
                 continue
-            if w is None:
-                lanes.append(now)
+            if w is None:  # §5.1: a free slot of a stepping worker joins at its next boundary
+                b = self.cfg.batch_slots
+                stepping = b > 1 and any(x is not None for x in self.lanes[i // b * b:][:b])
+                lanes.append(sat(now + nfe) if stepping else now)
             elif w.cancelled or cancelled_by_x(w):  # the unit in flight: prefix or one NFE
                 lanes.append(sat(now + (prefix if w.prefix_pending else nfe)))
             else:
@@ -391,6 +400,14 @@ class RefCore:
             it.dispatch_ns = now
             self.lanes[lane] = it
             return it
+        return None
+
+    def dispatch_worker(self, worker: int, now: int):
+        """§5.1: the EDF head onto the worker's lowest free alive lane; None without one."""
+        b = self.cfg.batch_slots
+        for lane in range(worker * b, (worker + 1) * b):
+            if self.alive[lane] and self.lanes[lane] is None:
+                return self.dispatch(lane, now)
         return None
 
     def prefix_done(self, lane: int, now: int, measured: int):
@@ -446,7 +463,7 @@ class RefCore:
         return code
 
     def output_space(self, lane: int) -> bool:
-        return len(self.rings[lane + 1]) < self.ring_cap
+        return len(self.rings[self.ring_of(lane)]) < self.ring_cap
 
     def disable_lane(self, lane: int, now: int) -> None:
         if not self.alive[lane]:

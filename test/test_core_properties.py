@@ -5,7 +5,7 @@ Small capacities (queue, sessions, rings, lanes) so that every rule fires often:
 stale generations, the retry gate, displacement, session eviction, calibrated admission, dispatch
 expiry, cancellation, ring drops; two-phase models (a prefix pass before the first NFE, reported
 by prefix_done, priced by prefix_ns in admission); and a base time near UINT64_MAX for the
-saturating paths.
+saturating paths; batch slots (W x B lanes, worker rings, dispatch_worker; docs/design.md §5.1).
 """
 
 import os
@@ -50,8 +50,10 @@ configs = st.fixed_dictionaries(dict(
     cost_quantile_ppm=st.just(1_000_000),
     two_phase=st.sampled_from([0, 1, 1]),
     prefix_ns=st.sampled_from([0, 30, 200]),
+    batch_slots=st.sampled_from([1, 1, 2, 3]),  # §5.1: W x B lanes (at most 3 x 3 = 9)
     base=st.sampled_from([1_000, 1_000, U64 - 3_000]),
 ))
+LANES = 9  # lane indices the ops draw (an index beyond W x B is skipped)
 
 # Coarse grids (deadlines, ages, time steps in multiples of 50 ns) so that ties, exact boundaries
 # (finish at the deadline, age equal to slack) and equal deadlines happen often.
@@ -69,16 +71,17 @@ submit_op = st.tuples(
 # ("tick", lane, ns): the legal next call for that lane (dispatch, prefix_done, step or finish), so
 # that work actually flows; the raw dispatch / prefix / step / finish ops also probe the illegal
 # ones.
-tick_op = st.tuples(st.just("tick"), st.integers(0, 2),
+tick_op = st.tuples(st.just("tick"), st.integers(0, LANES - 1),
                     st.sampled_from([10, 50, 100, 150]))
 ops = st.lists(st.one_of(
     submit_op, submit_op, submit_op, tick_op, tick_op, tick_op,
     st.tuples(st.just("advance"), st.sampled_from([0, 10, 50, 100, 200])),
-    st.tuples(st.just("dispatch"), st.integers(0, 2)),
-    st.tuples(st.just("step"), st.integers(0, 2), st.integers(1, 150)),
-    st.tuples(st.just("prefix"), st.integers(0, 2), st.integers(1, 300)),
-    st.tuples(st.just("finish"), st.integers(0, 2)),
-    st.tuples(st.just("disable"), st.integers(0, 2)),
+    st.tuples(st.just("dispatch"), st.integers(0, LANES - 1)),
+    st.tuples(st.just("dispatch_worker"), st.integers(0, 2)),
+    st.tuples(st.just("step"), st.integers(0, LANES - 1), st.integers(1, 150)),
+    st.tuples(st.just("prefix"), st.integers(0, LANES - 1), st.integers(1, 300)),
+    st.tuples(st.just("finish"), st.integers(0, LANES - 1)),
+    st.tuples(st.just("disable"), st.integers(0, LANES - 1)),
     st.tuples(st.just("pop"), st.integers(0, 6)),
     st.tuples(st.just("calibrate"), st.sampled_from([0, 10, 100]), st.sampled_from([0, 25]),
               st.sampled_from([0, 30, 200])),
@@ -128,6 +131,9 @@ def compare_state(core: Core, model: ref.RefCore, now: int) -> None:
     assert cs.lanes_alive == sum(model.alive)
     assert cs.lanes_busy == sum(w is not None for w in model.lanes)
     assert cs.oldest_queued_arrival_ns == min((q.arrival_ns for q in model.queue), default=0)
+    assert core.queued() == len(model.queue)
+    for lane in range(model.nlanes):
+        assert core.output_space(lane) == model.output_space(lane), lane
     k = core.cost_stats(now)
     assert (k.observed_tail_ns, k.window_samples, k.in_use_ns) == \
         model.cost.stats(model.cfg.nfe_ns, now)
@@ -166,7 +172,7 @@ def run_sequence(cfg: dict, program: list) -> None:
                 assert got == expect, (op, got, expect)
             elif kind == "tick":
                 _, lane, dt = op
-                if lane >= cfg["workers"] or not model.alive[lane]:
+                if lane >= model.nlanes or not model.alive[lane]:
                     continue
                 now = min(now + dt, U64)
                 w = model.lanes[lane]
@@ -176,9 +182,19 @@ def run_sequence(cfg: dict, program: list) -> None:
                 kind = op[0]
             if kind == "advance":
                 now = min(now + op[1], U64)
+            elif kind == "dispatch_worker":
+                if op[1] >= cfg["workers"]:
+                    continue
+                w = core.dispatch_worker(op[1], now)
+                got = None if w is None else (w.lane, w.session_id, w.sequence, w.generation)
+                it = model.dispatch_worker(op[1], now)
+                expect = None if it is None else (
+                    next(i for i, x in enumerate(model.lanes) if x is it),
+                    it.session_id, it.sequence, it.generation)
+                assert got == expect, (op, got, expect)
             elif kind in ("dispatch", "prefix", "step", "finish", "disable"):
                 lane = op[1]
-                if lane >= cfg["workers"]:
+                if lane >= model.nlanes:
                     continue
                 try:
                     if kind == "dispatch":
@@ -240,10 +256,11 @@ admission_ops = st.lists(st.one_of(
               st.sampled_from([0, 0, 0, 0, 0, 0, 1]),
               st.just(0), st.just(0), st.just(0), st.integers(1, 2000), st.integers(1, 6)),
     st.tuples(st.just("advance"), st.integers(0, 100)),
-    st.tuples(st.just("dispatch"), st.integers(0, 2)),
-    st.tuples(st.just("step"), st.integers(0, 2), st.integers(1, 100)),
-    st.tuples(st.just("prefix"), st.integers(0, 2), st.integers(1, 300)),
-    st.tuples(st.just("finish"), st.integers(0, 2)),
+    st.tuples(st.just("dispatch"), st.integers(0, 5)),
+    st.tuples(st.just("dispatch_worker"), st.integers(0, 2)),
+    st.tuples(st.just("step"), st.integers(0, 5), st.integers(1, 100)),
+    st.tuples(st.just("prefix"), st.integers(0, 5), st.integers(1, 300)),
+    st.tuples(st.just("finish"), st.integers(0, 5)),
 ), min_size=40, max_size=120)
 
 
@@ -251,14 +268,14 @@ admission_ops = st.lists(st.one_of(
           suppress_health_check=[HealthCheck.too_slow])
 @given(workers=st.integers(1, 3), nfe=st.sampled_from([10, 100]), program=admission_ops,
        cost_model=st.sampled_from([0, 1]), two_phase=st.sampled_from([0, 1]),
-       prefix=st.sampled_from([0, 50, 250]))
+       prefix=st.sampled_from([0, 50, 250]), batch_slots=st.sampled_from([1, 2]))
 def test_admission_heavy_sequences_match_reference(workers, nfe, program, cost_model, two_phase,
-                                                   prefix):
+                                                   prefix, batch_slots):
     cfg = dict(workers=workers, queue_capacity=16, max_sessions=8, max_nfe=6, ring_capacity=256,
                nfe_ns=nfe, admission_reserve_ns=0, reject_if_retry_count_gte=1, age_gate=1,
                reject_if_queue_age_ns_gte=0, queue_timeout_ns=0, session_idle_ns=0, base=1_000,
                cost_model=cost_model, cost_window_ns=1_000, two_phase=two_phase,
-               prefix_ns=prefix)
+               prefix_ns=prefix, batch_slots=batch_slots)
     run_sequence(cfg, program)
 
 

@@ -248,3 +248,23 @@ def test_cost_drift_alarm_covers_the_prefix_pass_of_a_two_phase_model():
     # a single-graph model never looks at prefix figures
     status, _ = workers_status(snap(cost=slow, two_phase=False))
     assert status.level == DiagnosticStatus.OK
+
+
+def test_batch_slot_figures_on_the_workers_status_and_in_relay_stats():
+    """docs/design.md §5.1: slots in use per worker, mean rows per step and step cost by row
+    count; the OK message counts workers, not lanes (W x B of them)."""
+    s = snap(core=stats(lanes_alive=8), batch_slots=4, slots_in_use=[4, 1],
+             mean_rows_per_step=3.5,
+             step_ns_by_rows={1: (100.0, 150.0, 3), 4: (300.0, 420.0, 40)})
+    array = DiagnosticsBuilder("r").build(s, _stamp())
+    (workers,) = [st for st in array.status if st.name == "r: workers"]
+    values = {kv.key: kv.value for kv in workers.values}
+    assert workers.message.startswith("2 of 2 workers running")
+    assert values["batch_slots"] == "4" and values["slots_in_use"] == "4,1"
+    assert float(values["mean_rows_per_step"]) == 3.5
+    assert float(values["step_ns_p99.rows_4"]) == 420.0 and values["steps.rows_1"] == "3"
+    msg = stats_message(s, _stamp())
+    assert (msg.batch_slots, msg.slots_in_use, msg.slots_in_use_max) == (4, 5, 4)
+    assert (msg.step_ns_p99_full, msg.step_ns_p99_one_row) == (420.0, 150.0)
+    default = stats_message(snap(), _stamp())  # B = 1: nothing batched
+    assert default.batch_slots == 1 and default.step_ns_p99_full == 0.0

@@ -11,7 +11,7 @@ deadlines passed, saturating and absent, tiny rings that overflow) and checks af
 
 * the call returned a documented value (a success value, or FER_EINVAL / FER_ESTATE);
 * gauges stay in bounds (queue_depth <= queue_capacity, sessions <= max_sessions,
-  lanes_busy <= lanes_alive <= workers), counters never decrease;
+  lanes_busy <= lanes_alive <= workers x batch_slots), counters never decrease;
 * snapshots agree with the gauges;
 * two-phase configurations: prefix_done answers a documented value, and step is refused while a
   prefix is pending; the staging slot changes exactly when a submit is ACCEPTED and is never a
@@ -80,7 +80,10 @@ class Case:
             two_phase=r.choice([0, 0, 1, 1]) if r.random() < 0.98 else r.choice([2, U32]),
             payload_bytes=r.choice([0, 0, 1, 8, 63, 200]),
             prefix_ns=r.choice([0, 0, 1, 50, 10**6, U64]),
+            # batch slots (docs/design.md §5.1): W x B lanes; 0 means 1, above 64 is refused
+            batch_slots=r.choice([0, 1, 1, 2, 3]) if r.random() < 0.98 else r.choice([65, U32]),
         )
+        self.nlanes = self.cfg["workers"] * max(self.cfg["batch_slots"], 1)
         self.now = r.choice([0, 1, 1_000, 10**18, U64 - 10_000, U64 - 1])
         self.sessions = [b"", b"a", b"b", b"c", bytes(range(64)), b"\xff" * 64, b"d\x00e"]
         self.expected = Counter()  # (sid, seq) -> submissions that must each get one outcome
@@ -120,8 +123,8 @@ class Case:
 
     def lane(self) -> int:
         r = self.r
-        return r.randrange(self.cfg["workers"]) if r.random() < 0.9 else r.choice(
-            [self.cfg["workers"], 64, U32])
+        return r.randrange(self.nlanes) if r.random() < 0.9 else r.choice(
+            [self.nlanes, 64 * 64, U32])
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> dict:
@@ -134,7 +137,7 @@ class Case:
         if rc != lib.FER_OK:
             return {"created": False}
         self.core = out[0]
-        W, A = self.cfg["workers"], max(self.cfg["action_len"], 1)
+        W, A = self.nlanes, max(self.cfg["action_len"], 1)  # W: lanes
         obs_n = max(self.cfg["obs_dim"], 1)
         self.req = ffi.new("struct fer_request *")
         self.req_obs = ffi.new("float[]", obs_n)
@@ -231,6 +234,21 @@ class Case:
                 self.fail(f"payload of slot {slot} changed between submit and dispatch")
 
     def op_dispatch(self) -> None:
+        if self.r.random() < 0.3:  # a worker filling a free batch slot (§5.1)
+            c = self.cfg
+            worker = self.r.randrange(c["workers"]) if self.r.random() < 0.9 else self.r.choice(
+                [c["workers"], 64, U32])
+            rc = self.rc_ok("dispatch_worker", self.lib.fer_core_dispatch_worker(
+                self.core, worker, self.now, self.work))
+            self.note(f"dispatch_worker worker={worker} rc={rc}")
+            b = max(c["batch_slots"], 1)
+            if rc == 1 and not worker * b <= self.work.lane < (worker + 1) * b:
+                self.fail(f"dispatch_worker used lane {self.work.lane} of another worker")
+            if rc == 1:
+                self.check_payload(self.work.slot)
+            if self.rc_ok("queued", self.lib.fer_core_queued(self.core)) > c["queue_capacity"]:
+                self.fail("queued above queue_capacity")
+            return
         lane = self.lane()
         rc = self.rc_ok("dispatch", self.lib.fer_core_dispatch(self.core, lane, self.now,
                                                                self.work))
@@ -243,7 +261,7 @@ class Case:
     def op_prefix(self) -> None:
         lane = self.lane()
         if self.r.random() < 0.8:  # mostly a lane whose prefix is pending
-            m = self.lib.fer_core_lanes_snapshot(self.core, self.lsnap, self.cfg["workers"])
+            m = self.lib.fer_core_lanes_snapshot(self.core, self.lsnap, self.nlanes)
             pending = [i for i in range(m) if self.lsnap[i].busy and self.lsnap[i].prefix_pending]
             lane = self.r.choice(pending) if pending else lane
         measured = self.r.choice([0, 1, 1000, U64])
@@ -257,12 +275,12 @@ class Case:
     def op_step(self) -> None:
         lane = self.lane()
         if self.r.random() < 0.8:  # mostly a lane that holds work, so steps get somewhere
-            m = self.lib.fer_core_lanes_snapshot(self.core, self.lsnap, self.cfg["workers"])
+            m = self.lib.fer_core_lanes_snapshot(self.core, self.lsnap, self.nlanes)
             busy = [i for i in range(m) if self.lsnap[i].busy and self.lsnap[i].remaining_nfe]
             lane = self.r.choice(busy) if busy else lane
         measured = self.r.choice([0, 1, 1000, U64])
-        self.lib.fer_core_lanes_snapshot(self.core, self.lsnap, self.cfg["workers"])
-        pending = lane < self.cfg["workers"] and self.lsnap[lane].prefix_pending
+        self.lib.fer_core_lanes_snapshot(self.core, self.lsnap, self.nlanes)
+        pending = lane < self.nlanes and self.lsnap[lane].prefix_pending
         rc = self.rc_ok("step", self.lib.fer_core_step(self.core, lane, self.now, measured))
         self.note(f"step lane={lane} rc={rc}")
         if pending and rc != self.lib.FER_ESTATE:
@@ -322,7 +340,7 @@ class Case:
         n = self.rc_ok("queue_snapshot", lib.fer_core_queue_snapshot(
             self.core, self.qsnap, self.cfg["queue_capacity"]))
         m = self.rc_ok("lanes_snapshot", lib.fer_core_lanes_snapshot(
-            self.core, self.lsnap, self.cfg["workers"]))
+            self.core, self.lsnap, self.nlanes))
         lib.fer_core_stats(self.core, self.stats)
         if n != self.stats.queue_depth:
             self.fail(f"queue_snapshot has {n} items, queue_depth {self.stats.queue_depth}")
@@ -375,8 +393,8 @@ class Case:
             self.fail(f"queue_depth {s.queue_depth} > capacity {c['queue_capacity']}")
         if s.sessions > c["max_sessions"]:
             self.fail(f"sessions {s.sessions} > max_sessions {c['max_sessions']}")
-        if not s.lanes_busy <= s.lanes_alive <= c["workers"]:
-            self.fail(f"lanes busy {s.lanes_busy} alive {s.lanes_alive} workers {c['workers']}")
+        if not s.lanes_busy <= s.lanes_alive <= self.nlanes:
+            self.fail(f"lanes busy {s.lanes_busy} alive {s.lanes_alive} lanes {self.nlanes}")
         if s.accepted > s.submitted:
             self.fail("accepted > submitted")
         now = {
@@ -395,8 +413,8 @@ class Case:
         lib = self.lib
         for _ in range(10_000):
             progressed = False
-            lib.fer_core_lanes_snapshot(self.core, self.lsnap, self.cfg["workers"])
-            for lane in range(self.cfg["workers"]):
+            lib.fer_core_lanes_snapshot(self.core, self.lsnap, self.nlanes)
+            for lane in range(self.nlanes):
                 st = self.lsnap[lane]
                 if not st.alive:
                     continue

@@ -35,6 +35,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "admission": ("flowedge_relay.tooling.bench.admission", "the C core's admission path"),
     "intake": ("flowedge_relay.tooling.bench.intake",
                "us per request in the request callback: discard by reason vs decision by outcome"),
+    "batching": ("flowedge_relay.tooling.bench.batching",
+                 "saturated NFE/s at batch_slots 1-16 per model; overload at 2x with B = 8 vs 1"),
     "nfe-breakdown": ("flowedge_relay.tooling.bench.nfe_breakdown",
                       "worker NFE time split (ORT / GIL / solver / step), light vs overload, "
                       "with candidate fixes"),

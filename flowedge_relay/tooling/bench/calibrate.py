@@ -193,7 +193,8 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
         # cores): admission must be calibrated for the load it will face, not an idle relay.
         if bar is not None:
             bar.update(label=f"saturated {loaded_s:g} s")
-        answers = saturate(client, relay.core.workers, nfe, loaded_s, "bench-calibrate-load")
+        lanes = getattr(relay.core, "lanes", relay.core.workers)  # W x B with batch slots
+        answers = saturate(client, lanes, nfe, loaded_s, "bench-calibrate-load")
         samples["loaded_compute_ns"] = np.asarray([a.compute_ns for a in answers], np.int64)
         samples["loaded_nfe_done"] = np.asarray([a.nfe_done for a in answers], np.int64)
         if raw.two_phase:

@@ -342,6 +342,7 @@ class RemoteStats:
     nfe_ns_p99: float
     nfe_ns_observed_tail: int
     nfe_ns_in_use: int
+    step_ns_p99_full: float = 0.0  # batch slots: p99 of a step with batch_slots rows
 
 
 class RemoteRelay:
@@ -351,12 +352,14 @@ class RemoteRelay:
     `pool.nfe_percentiles()`, `pool.prefix_percentiles()`), so one bench body serves both."""
 
     def __init__(self, node: Node, info: ModelInfo | Policy, workers: int,
-                 relay_name: str = "flowedge_relay") -> None:  # fmt: skip
+                 relay_name: str = "flowedge_relay", batch_slots: int = 1) -> None:  # fmt: skip
         from diagnostic_msgs.msg import DiagnosticArray
         from flowedge_relay_msgs.msg import RelayStats
         from rclpy.parameter_client import AsyncParameterClient
 
         self.model, self.workers = info, workers
+        self.batch_slots = batch_slots
+        self.lanes = workers * batch_slots  # what saturating it takes (Core.lanes)
         self.core = self.pool = self
         self._cv = threading.Condition()
         self._latest = None
@@ -421,7 +424,7 @@ class RemoteRelay:
             nfe_wasted=m.nfe_wasted, calibration_misses=m.calibration_misses,
             queue_depth=m.queue_depth, lanes_busy=m.lanes_busy, nfe_ns_p50=m.nfe_ns_p50,
             nfe_ns_p99=m.nfe_ns_p99, nfe_ns_observed_tail=m.nfe_ns_observed_tail,
-            nfe_ns_in_use=m.nfe_ns_in_use,
+            nfe_ns_in_use=m.nfe_ns_in_use, step_ns_p99_full=m.step_ns_p99_full,
         )  # fmt: skip
 
     def set_parameters(self, params) -> list:
@@ -457,7 +460,8 @@ def remote_relay(env: dict[str, str] | None = None, switch_interval_s: float | N
                  **params) -> Iterator[tuple[RemoteRelay, BenchClient]]:  # fmt: skip
     """`flowedge-relayd` in its own process, a RemoteRelay view of it and a BenchClient."""
     with relay_process(env=env, switch_interval_s=switch_interval_s, **params) as (info, client):
-        yield RemoteRelay(client.node, info, int(params.get("workers", 1))), client
+        yield RemoteRelay(client.node, info, int(params.get("workers", 1)),
+                          batch_slots=int(params.get("batch_slots", 1))), client
 
 
 @contextmanager

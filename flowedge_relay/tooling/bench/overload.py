@@ -87,6 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, help="seconds of trace per (policy, load) point")
     parser.add_argument("--model", default="bench", help=MODEL_CHOICES)
     parser.add_argument("--workers", type=int, default=1, help="relay worker threads")
+    parser.add_argument("--batch-slots", type=int, default=1,
+                        help="relay batch_slots (docs/design.md §5.1); capacity is then counted "
+                             "over workers x batch_slots lanes at the saturated NFE cost")
     parser.add_argument("--queue-capacity", type=int, default=64)
     parser.add_argument("--loads", type=float, nargs="+", default=list(LOADS))
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
@@ -214,8 +217,9 @@ def run(args: argparse.Namespace) -> dict:
     loads = [float(x) for x in args.loads]
     path = model_path(args.model)
     cal_nfe = max(1, round(spec.mean_nfe))
+    slots = getattr(args, "batch_slots", 1)
     params = dict(model_path=path, workers=args.workers, queue_capacity=args.queue_capacity,
-                  max_nfe=max(64, spec.nfe_max))  # fmt: skip
+                  max_nfe=max(64, spec.nfe_max), batch_slots=slots)  # fmt: skip
     params.update(_relay_params(args.relay_param))
     points = len(loads) * len(args.policies)
     results: dict[str, dict[str, dict]] = {p: {} for p in args.policies}
@@ -228,11 +232,15 @@ def run(args: argparse.Namespace) -> dict:
                 relay, client, cal_requests, cal_nfe, 10 * cal_requests, 4, loaded_s=cal_loaded_s
             )
             cal = calibrate.summarize(samples, cal_nfe)
-            ns_per_nfe = cal["relay_compute_ns_per_nfe_mean"]
+            # B = 1: the sequential relay compute per NFE. B > 1: a lone request runs one-row
+            # steps, so capacity is counted at the saturated (full-batch) cost per lane NFE.
+            ns_per_nfe = cal["relay_compute_ns_per_nfe_mean" if slots == 1
+                             else "loaded_compute_ns_per_nfe_mean"]
             two_phase = bool(cal["two_phase"])
             prefix_mean_ns = cal.get("relay_prefix_ns_p50", 0.0)  # once per request
             service_ns = spec.mean_nfe * ns_per_nfe + prefix_mean_ns
-            capacity = capacity_rps(args.workers, spec.mean_nfe, service_ns / spec.mean_nfe)
+            capacity = capacity_rps(args.workers * slots, spec.mean_nfe,
+                                    service_ns / spec.mean_nfe)
             nfe_ns = args.nfe_ns or cal["recommended_nfe_ns"]
             reserve = (args.admission_reserve_ns if args.admission_reserve_ns is not None
                        else cal["recommended_admission_reserve_ns"])  # fmt: skip
@@ -257,6 +265,7 @@ def run(args: argparse.Namespace) -> dict:
         "model": path.rstrip("/").rsplit("/", 1)[-1],
         "two_phase": two_phase,
         "workers": args.workers,
+        "batch_slots": slots,
         "queue_capacity": args.queue_capacity,
         "duration_s_per_point": duration,
         "loads": [f"{x:.1f}" for x in loads],
@@ -265,8 +274,10 @@ def run(args: argparse.Namespace) -> dict:
         "ns_per_nfe_mean": ns_per_nfe,
         "capacity_rps": capacity,
         "capacity_definition": (
-            f"workers / (mean NFE {spec.mean_nfe:g} x mean relay compute ns per NFE "
-            f"{ns_per_nfe:.0f} measured inline"
+            (f"workers / (mean NFE {spec.mean_nfe:g} x mean relay compute ns per NFE "
+             f"{ns_per_nfe:.0f} measured inline" if slots == 1 else
+             f"workers x batch_slots ({args.workers * slots}) / (mean NFE {spec.mean_nfe:g} x "
+             f"mean saturated compute ns per lane NFE {ns_per_nfe:.0f} measured inline")
             + (f" + median prefix pass {prefix_mean_ns:.0f} ns" if two_phase else "") + ")"
         ),
         "nfe_ns": nfe_ns,

@@ -1,0 +1,285 @@
+"""Batch slots (docs/design.md §5.1): up to B requests of one worker integrated in lock step.
+
+Why: one ONNX Runtime call over B rows costs far less than B calls of one row (for the bundled
+policy_small about 37 us at 8 rows against 20 us at 1), so a worker that holds several requests
+and advances each by one NFE per batched call computes several times more NFE per second. Only
+the model call is batched: each row's solver update is exactly FlowIntegrator's arithmetic (the
+same float32 products and sums, elementwise), so a row's result differs from the batch-1 result
+only by what the model's own kernels do with more rows (float reassociation inside the graph;
+BATCH_RTOL / BATCH_ATOL are the documented tolerance, test/test_batch.py checks it over random
+batch compositions, joins and leaves). With one row held it is bit-identical.
+
+Rows are compact: the requests a worker holds are rows 0..n-1 of every buffer, in join order
+until a leave moves the last row into the freed one (`leave`, one copy per leave, never per NFE).
+Every buffer is a contiguous numpy array [B, ...] in row order, so the batched call binds the
+first n rows as they are (an IOBinding per row count, made at its first use and reused), and a
+native loop can take the same buffers over later (issue 15). A joining request's inputs are
+copied into its row once, at join (`join`); nothing static is copied per NFE.
+
+Per row the time grid, update multipliers and update kinds of its total NFE are laid out in
+[B, max_nfe] tables at join, so a step gathers each row's t with one np.take (and, for the
+midpoint solver, its dt or dt/2 and update kind with one more each; Euler's dt is fixed per row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from flowedge_relay import policy as _policy
+from flowedge_relay.model import _MID_HALF, ModelInfo, half_step, integrator_plan
+
+#: Tolerance of a row's actions against the batch-1 result (|a - b| <= ATOL + RTOL |b|): the
+#: batched model call may sum in another order (GEMM blocking by row count). Measured on the
+#: bundled models at up to 64 NFE: differences of a few float32 ulps of the actions' scale.
+BATCH_RTOL = 1e-4
+BATCH_ATOL = 1e-5
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    name: str
+    shape: tuple[int, ...]  # without batch
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """What a row holds for one model: the flow tensors' names and shapes, the request inputs
+    the step graph reads per row, the prefix's inputs and outputs (two-phase), the actions."""
+
+    horizon: int
+    dim: int
+    output_dim: int
+    action_norm: _policy.Normalization | None
+    x_name: str
+    t_name: str
+    v_name: str
+    t_shape: tuple[int, ...]  # without batch
+    step_inputs: tuple[_Tensor, ...]
+    prefix_inputs: tuple[_Tensor, ...]
+    context: tuple[_Tensor, ...]
+    sign: np.float32
+    solver: str
+
+    @classmethod
+    def of(cls, model: ModelInfo | _policy.Policy, solver: str) -> RowSpec:
+        """Single .onnx (ModelInfo): x, t, observation; a package: its manifest."""
+        if isinstance(model, ModelInfo):
+            obs = _Tensor("observation", (model.obs_dim,), np.dtype(np.float32))
+            return cls(model.action_horizon, model.action_dim, model.action_dim, None,
+                       "x", "t", "velocity", (1,), (obs,), (), (), np.float32(1.0), solver)
+        p = model
+        specs = p.input
+        tensor = {name: _Tensor(name, s.shape, s.model_dtype) for name, s in specs.items()}
+        step_in = tuple(tensor[n] for n in p.step_graph.inputs if n in specs)
+        prefix_in = tuple(tensor[n] for n in p.graphs["prefix"].inputs) if p.two_phase else ()
+        context = tuple(_Tensor(c.name, tuple(c.shape[1:]), np.dtype(c.dtype)) for c in p.context)
+        a = p.action
+        return cls(a.horizon, a.dim, a.output_dim, a.normalization, p.x_name, p.t_name,
+                   p.v_name, tuple(p.t_shape[1:]), step_in, prefix_in, context,
+                   np.float32(1.0 if p.time == "0_to_1" else -1.0), p.solver)
+
+
+class BatchRows:
+    """Up to `slots` requests in rows 0..n-1, advanced together by `run()`.
+
+    Not thread-safe: one per worker thread. The worker loop (workers.WorkerPool._step_rows)
+    calls run() once per step, then tells the core about each row and lets rows leave.
+    """
+
+    def __init__(
+        self,
+        spec: RowSpec,
+        sessions: Mapping[str, ort.InferenceSession],
+        slots: int,
+        max_nfe: int,
+    ) -> None:
+        if slots < 1:
+            raise ValueError("slots must be >= 1")
+        self.spec, self.slots, self.max_nfe = spec, slots, max_nfe
+        b, hd = slots, spec.horizon * spec.dim
+        self._step_sess = sessions.get("step") or sessions.get("velocity")
+        self._prefix_sess = sessions.get("prefix")
+        # flow state, one row per held request
+        self.x_in = np.zeros((b, spec.horizon, spec.dim), np.float32)  # what the model sees
+        self.state = np.zeros((b, hd), np.float32)  # x of the ODE (midpoint keeps it)
+        self.v = np.zeros((b, spec.horizon, spec.dim), np.float32)
+        self._x_flat, self._v_flat = self.x_in.reshape(b, hd), self.v.reshape(b, hd)
+        self._tmp = np.zeros((b, hd), np.float32)
+        self.t = np.zeros((b, *spec.t_shape), np.float32)
+        if int(np.prod(spec.t_shape)) != 1:
+            raise ValueError(f"t must hold one value per row, not {spec.t_shape}")
+        self._t_flat = self.t.reshape(b)
+        self.inputs = {s.name: np.zeros((b, *s.shape), s.dtype) for s in spec.step_inputs}
+        self.prefix_in = {s.name: np.zeros((b, *s.shape), s.dtype) for s in spec.prefix_inputs}
+        self.context = {c.name: np.zeros((b, *c.shape), c.dtype) for c in spec.context}
+        # per-row solver plan tables and progress
+        self._grid_t = np.zeros((b, max_nfe), np.float32)
+        self._grid_mult = np.zeros((b, max_nfe), np.float32)  # dt, or dt/2 for a midpoint half
+        self._grid_full = np.zeros((b, max_nfe), np.bool_)  # the update moves the state
+        self._gt, self._gm = self._grid_t.reshape(-1), self._grid_mult.reshape(-1)
+        self._gf = self._grid_full.reshape(-1)
+        self._idx = np.zeros(b, np.intp)  # row * max_nfe + next
+        self._mult = np.zeros((b, 1), np.float32)  # euler: the row's dt, set at join
+        self._full = np.zeros((b, 1), np.bool_)
+        self._euler = spec.solver == "euler"
+        self._row_views: dict[int, tuple] = {}
+        self.total = np.zeros(b, np.int64)
+        self.lane = np.full(b, -1, np.int64)  # the core lane each row runs on
+        self.slot = np.full(b, -1, np.int64)  # the core slot (payload) each row came from
+        self.n = 0
+        self._plans: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._step_bindings: dict[int, tuple[ort.IOBinding, list]] = {}
+        self._prefix_bindings: dict[tuple[int, int], tuple[ort.IOBinding, list]] = {}
+        self._out = np.zeros((spec.horizon, spec.output_dim), np.float32)
+        self._out_flat = self._out.reshape(-1)
+
+    # ---- joining and leaving (step boundaries) ------------------------------------------------
+
+    def _plan(self, total: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        plan = self._plans.get(total)
+        if plan is None:
+            times, kinds, dt = integrator_plan(self.spec.solver, self.spec.sign, total)
+            half = kinds == _MID_HALF
+            mult = np.where(half, half_step(dt), dt).astype(np.float32)
+            plan = self._plans[total] = (times, mult, ~half)
+        return plan
+
+    def join(self, lane: int, slot: int, noise_seed: int, total_nfe: int,
+             inputs: np.ndarray | _policy.InputBuffers) -> int:
+        """Take a request into row n: its x(0) from the seed, its time grid, its inputs (an
+        observation for a single .onnx, a slot's InputBuffers for a package) copied once."""
+        if self.n >= self.slots:
+            raise RuntimeError("every batch slot is taken")
+        if not 1 <= total_nfe <= self.max_nfe:
+            raise ValueError(f"total_nfe {total_nfe} not in 1..{self.max_nfe}")
+        r = self.n
+        times, mult, full = self._plan(total_nfe)
+        self._grid_t[r, :total_nfe] = times
+        self._grid_mult[r, :total_nfe] = mult
+        self._grid_full[r, :total_nfe] = full
+        self.total[r] = total_nfe
+        self._idx[r] = r * self.max_nfe
+        self._mult[r, 0] = mult[0]  # euler: dt for every NFE (midpoint re-reads it per step)
+        np.random.default_rng(noise_seed).standard_normal(dtype=np.float32, out=self.state[r])
+        np.copyto(self._x_flat[r], self.state[r])
+        if isinstance(inputs, _policy.InputBuffers):
+            for name, rows in self.inputs.items():
+                np.copyto(rows[r], inputs.arrays[name][0])
+            for name, rows in self.prefix_in.items():
+                np.copyto(rows[r], inputs.arrays[name][0])
+        else:
+            np.copyto(self.inputs["observation"][r], inputs, casting="same_kind")
+        self.lane[r], self.slot[r] = lane, slot
+        self.n += 1
+        return r
+
+    def leave(self, r: int) -> None:
+        """Row r leaves (done, stale, expired): the last row moves into it, so rows stay
+        0..n-1. The other rows' values are untouched (only their position may change)."""
+        last = self.n - 1
+        if not 0 <= r <= last:
+            raise IndexError(f"row {r} not held (n = {self.n})")
+        if r != last:
+            done = self._idx[last] - last * self.max_nfe  # NFEs the moving row has computed
+            for arr in (self.x_in, self.state, self._grid_t, self._grid_mult, self._grid_full,
+                        self.total, self.lane, self.slot, self._mult,
+                        *self.inputs.values(), *self.context.values()):
+                arr[r] = arr[last]
+            self._idx[r] = r * self.max_nfe + done
+        self.lane[last] = self.slot[last] = -1
+        self.n = last
+
+    # ---- compute ----------------------------------------------------------------------------
+
+    def _bind(self, sess: ort.InferenceSession, inputs: dict[str, np.ndarray],
+              outputs: dict[str, np.ndarray]) -> tuple[ort.IOBinding, list]:
+        binding, keep = sess.io_binding(), []
+        for name, arr in inputs.items():
+            value = ort.OrtValue.ortvalue_from_numpy(arr)
+            binding.bind_ortvalue_input(name, value)
+            keep.append(value)
+        for name, arr in outputs.items():
+            value = ort.OrtValue.ortvalue_from_numpy(arr)
+            binding.bind_ortvalue_output(name, value)
+            keep.append(value)
+        return binding, keep
+
+    def _step_binding(self, n: int) -> ort.IOBinding:
+        made = self._step_bindings.get(n)
+        if made is None:
+            s = self.spec
+            ins = {s.x_name: self.x_in[:n], s.t_name: self.t[:n]}
+            ins.update({name: rows[:n] for name, rows in self.inputs.items()})
+            ins.update({name: rows[:n] for name, rows in self.context.items()})
+            made = self._step_bindings[n] = self._bind(self._step_sess, ins,
+                                                       {s.v_name: self.v[:n]})
+        return made[0]
+
+    def prefix(self, first: int, count: int) -> None:
+        """The prefix graph over rows [first, first + count) (the requests that just joined),
+        in one call: its outputs land in those rows' context, bound for every later step."""
+        if self._prefix_sess is None or count <= 0:
+            return
+        key = (first, count)
+        made = self._prefix_bindings.get(key)
+        if made is None:
+            end = first + count
+            made = self._prefix_bindings[key] = self._bind(
+                self._prefix_sess,
+                {name: rows[first:end] for name, rows in self.prefix_in.items()},
+                {name: rows[first:end] for name, rows in self.context.items()},
+            )
+        self._prefix_sess.run_with_iobinding(made[0])
+
+    def _views(self, n: int) -> tuple:
+        """The first n rows of every per-step buffer, sliced once per row count."""
+        views = self._row_views.get(n)
+        if views is None:
+            views = self._row_views[n] = (
+                self._idx[:n], self._t_flat[:n], self._v_flat[:n], self._tmp[:n],
+                self.state[:n], self._x_flat[:n], self._mult[:n], self._full[:n],
+                self._step_binding(n),
+            )
+        return views
+
+    def run(self) -> None:
+        """One NFE for every held row: one batched model call, then each row's solver update
+        (FlowIntegrator._advance's arithmetic, elementwise over the rows)."""
+        n = self.n
+        if n == 0:
+            return
+        idx, t, v, tmp, state, x, mult, full, binding = self._views(n)
+        np.take(self._gt, idx, out=t)
+        self._step_sess.run_with_iobinding(binding)
+        if self._euler:  # every update moves the state by the row's dt: Euler's three ops
+            np.multiply(v, mult, out=tmp)
+            np.add(state, tmp, out=state)
+            np.copyto(x, state)
+        else:  # midpoint: per row dt or dt/2, and whether the state moves
+            np.take(self._gm, idx, out=mult[:, 0])
+            np.take(self._gf, idx, out=full[:, 0])
+            np.multiply(v, mult, out=tmp)
+            np.add(state, tmp, out=x)  # full: the new state; half: the midpoint input
+            np.copyto(state, x, where=full)
+        idx += 1
+
+    def remaining(self, r: int) -> int:
+        return int(self.total[r] - (self._idx[r] - r * self.max_nfe))
+
+    def actions(self, r: int) -> np.ndarray:
+        """Row r's actions, float32 [horizon * output_dim] (a view: copy it to keep it); the
+        same arithmetic as FlowSampler.actions / PolicySampler.actions."""
+        s = self.spec
+        if s.action_norm is None and s.output_dim == s.dim:
+            return self.state[r]
+        cols = self.state[r].reshape(s.horizon, s.dim)[:, : s.output_dim]
+        if s.action_norm is not None:
+            s.action_norm.invert(cols, self._out)
+        else:
+            np.copyto(self._out, cols)
+        return self._out_flat

@@ -1,0 +1,236 @@
+"""`bench batching`: what batch slots (docs/design.md §5.1) buy, measured through the relay.
+
+For each bundled model (small, bench) and each `batch_slots` B (1, 2, 4, 8, 16) a fresh relay
+runs as its own `flowedge-relayd` process (`--in-process`: in the bench process), is warmed up,
+then kept saturated for `--seconds` (calibrate's `saturate`: 2 W B + 2 no-deadline requests of
+`--nfe` NFE outstanding, so every slot is always taken). Per point:
+
+  nfe_per_s       NFE the relay computed per second while saturated (its nfe_total counter)
+  step_ns_p99     p99 cost of one batched step over the recent steps (the relay's worker
+                  figure: a step's duration, each row's NFE cost; at B = 1 one NFE)
+
+Requests are long (`--nfe`, default 64) so the figure is compute capacity: each request also
+costs the relay its intake, decision and publication (a few hundred us of Python and DDS on the
+2-core development host, shared with the bench client), which at 10 NFE of policy_small is as
+much as the compute itself and would cap any batching gain.
+  speedup_vs_b1   nfe_per_s / nfe_per_s at B = 1 for the same model
+
+Then the overload bench's trace (bench/overload.py, reused as is) at 2x capacity, calibrated EDF
+admission, with B = 8 next to B = 1 (`--overload-slots`), each with its own inline calibration:
+capacity at B > 1 counts W x B lanes at the saturated cost per lane NFE. `overload.<B>.<load>`
+has the overload bench's per-load keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from flowedge_relay.tooling.bench import overload
+from flowedge_relay.tooling.bench.client import (
+    model_path,
+    relay_for_bench,
+    saturate,
+    wait_idle,
+    warm_up,
+)
+from flowedge_relay.tooling.bench.perfdoc import host_info
+from flowedge_relay.tooling.bench.progress import Progress
+
+MODELS = ("small", "bench")
+SLOTS = (1, 2, 4, 8, 16)
+TARGETS = {"small": 4.0, "bench": 2.0}  # issue 12: capacity at B = 8 vs B = 1 (printed only)
+# saturated seconds per point, overload seconds of trace
+SIZES = {"quick": (0.5, 0.4), "full": (5.0, 8.0)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="tiny size (CI smoke)")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), help="small, bench or paths")
+    parser.add_argument("--slots", type=int, nargs="+", default=list(SLOTS),
+                        help="batch_slots values to measure (1 is always added)")
+    parser.add_argument("--workers", type=int, default=1, help="relay worker threads")
+    parser.add_argument("--nfe", type=int, default=64,
+                        help="NFE per saturating request (long requests: capacity in NFE/s, not "
+                             "the per-request path)")
+    parser.add_argument("--seconds", type=float, help="saturated seconds per point")
+    parser.add_argument("--overload-model", default="bench", help="model of the overload runs")
+    parser.add_argument("--overload-slots", type=int, nargs="*", default=[1, 8],
+                        help="batch_slots of the overload runs (none: skip them)")
+    parser.add_argument("--overload-load", type=float, default=2.0)
+    parser.add_argument("--duration", type=float, help="overload seconds of trace")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the relay inside the bench process instead of its own process")
+
+
+def capacity_point(in_process: bool, model: str, slots: int, workers: int, nfe: int,
+                   seconds: float) -> dict:
+    """One saturated point: a fresh relay with batch_slots = slots, NFE per second and the p99
+    step cost."""
+    path = model_path(model)
+    lanes = workers * slots
+    with relay_for_bench(in_process, model_path=path, workers=workers, batch_slots=slots,
+                         queue_capacity=max(64, 4 * lanes), max_nfe=max(64, nfe)) as (relay,
+                                                                                      client):
+        warm_up(client)
+        saturate(client, lanes, nfe, min(seconds, 0.3), "bench-batching-warm")
+        wait_idle(relay)
+        before, t0 = relay.core.stats(), time.monotonic_ns()
+        answers = saturate(client, lanes, nfe, seconds, "bench-batching")
+        after, t1 = relay.core.stats(), time.monotonic_ns()
+        _, step_p99, _ = relay.pool.nfe_percentiles()
+    elapsed = (t1 - t0) * 1e-9
+    nfe_done = after.nfe_total - before.nfe_total
+    return {
+        "model": path.rsplit("/", 1)[-1],
+        "batch_slots": slots,
+        "workers": workers,
+        "nfe_per_s": nfe_done / elapsed if elapsed > 0 else 0.0,
+        "step_ns_p99": float(step_p99),
+        "requests": len(answers),
+        "seconds": elapsed,
+    }
+
+
+def _overload_args(args: argparse.Namespace, slots: int) -> argparse.Namespace:
+    """The overload bench's own arguments (its defaults) for one point: one load, calibrated
+    EDF admission, this batch_slots."""
+    parser = argparse.ArgumentParser()
+    overload.add_arguments(parser)
+    ns = parser.parse_args([])
+    ns.quick, ns.model, ns.workers, ns.batch_slots = args.quick, args.overload_model, \
+        args.workers, slots
+    ns.loads, ns.policies, ns.in_process = [args.overload_load], ["edf_admission"], args.in_process
+    ns.duration = args.duration
+    ns.queue_capacity = max(ns.queue_capacity, 4 * args.workers * slots)
+    return ns
+
+
+def run(args: argparse.Namespace) -> dict:
+    host = host_info()
+    seconds, _ = SIZES["quick" if args.quick else "full"]
+    seconds = args.seconds or seconds
+    slots = sorted({1, *args.slots})
+    points = len(args.models) * len(slots)
+    results: list[dict] = []
+    with Progress("batching", points, unit=" points") as bar:
+        for model in args.models:
+            base = None
+            for b in slots:
+                bar.update(label=f"{model} batch_slots={b}")
+                p = capacity_point(args.in_process, model, b, args.workers, args.nfe, seconds)
+                base = p["nfe_per_s"] if b == 1 else base
+                p["speedup_vs_b1"] = p["nfe_per_s"] / base if base else None
+                results.append(p)
+                bar.advance()
+    over: dict[str, dict] = {}
+    load_key = f"{args.overload_load:.1f}"
+    for b in args.overload_slots:
+        rep = overload.run(_overload_args(args, b))
+        point = dict(rep["policies"]["edf_admission"][load_key])
+        point.update(capacity_rps=rep["capacity_rps"], nfe_ns=rep["nfe_ns"],
+                     admission_reserve_ns=rep["admission_reserve_ns"])
+        over[str(b)] = {load_key: point}
+    report = {
+        "size": "quick" if args.quick else "full",
+        "host": host,
+        "workers": args.workers,
+        "nfe_per_request": args.nfe,
+        "seconds_per_point": seconds,
+        "relay": "in-process" if args.in_process else "flowedge-relayd process",
+        "results": results,
+        "overload": over,
+        "overload_model": args.overload_model,
+    }
+    report["targets"] = _targets(report)
+    report["rows"] = _rows(report)
+    return report
+
+
+def _rows(report: dict) -> list[dict]:
+    """The capacity table (also what docs/performance.md shows)."""
+    return [{
+        "model": r["model"], "B": r["batch_slots"], "nfe_per_s": round(r["nfe_per_s"]),
+        "speedup_vs_b1": "-" if r["speedup_vs_b1"] is None else f"{r['speedup_vs_b1']:.2f}x",
+        "step_p99_us": round(r["step_ns_p99"] / 1e3, 1),
+        "requests": r["requests"],
+    } for r in report["results"]]  # fmt: skip
+
+
+def _targets(report: dict) -> dict:
+    out = {}
+    for model, bound in TARGETS.items():
+        got = [r for r in report["results"]
+               if r["model"].startswith(f"policy_{model}") and r["batch_slots"] == 8]
+        if got:
+            v = got[0]["speedup_vs_b1"]
+            out[f"{model}.capacity_b8_vs_b1"] = {"target": f">= {bound:g}", "value": v,
+                                                 "met": None if v is None else v >= bound}
+    for b, by_load in report["overload"].items():
+        for load, m in by_load.items():
+            for metric, (op, bound) in overload.TARGETS.items():
+                if metric not in ("on_time_ratio_admitted", "goodput_vs_capacity"):
+                    continue
+                v = m.get(metric)
+                met = None if v is None else (v >= bound if op == ">=" else v <= bound)
+                out[f"overload.B{b}.{load}x.{metric}"] = {"target": f"{op} {bound:g}",
+                                                          "value": v, "met": met}
+    return out
+
+
+def table(report: dict) -> str:
+    from flowedge_relay.tooling.bench.tables import format_rows
+
+    rows = _rows(report)
+    lines = [
+        f"batching: saturated capacity through the relay ({report['relay']}), "
+        f"{report['workers']} worker(s), {report['nfe_per_request']} NFE per request, "
+        f"{report['seconds_per_point']:g} s per point",
+        format_rows(rows),
+    ]
+    if report["overload"]:
+        orow = []
+        for b, by_load in report["overload"].items():
+            for load, m in by_load.items():
+                orow.append({
+                    "B": b, "load": load, "capacity_rps": round(m["capacity_rps"], 1),
+                    "nfe_ns": m["nfe_ns"], "offered": m["offered"],
+                    "on_time_admitted": overload._fmt_pct(m["on_time_ratio_admitted"]),
+                    "vs_capacity": overload._fmt_pct(m["goodput_vs_capacity"]),
+                    "wasted_nfe": overload._fmt_pct(m["wasted_nfe_ratio"]),
+                })  # fmt: skip
+        lines += [f"overload trace ({report['overload_model']}, edf_admission):",
+                  format_rows(orow)]
+    lines.append("targets (printed, not asserted):")
+    for name, t in report["targets"].items():
+        verdict = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
+        v = t["value"]
+        value = "-" if v is None else (f"{v:.2f}x" if "capacity" in name and "b8" in name
+                                       else f"{v:.4%}")
+        lines.append(f"  {name:<48} {value:>10} (target {t['target']}) {verdict}")
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: str) -> str:
+    from flowedge_relay.tooling.bench import plots
+
+    fig, axes = plots.subplots(ncols=2, width=4.6, height=3.8)
+    ax_cap, ax_step = axes
+    models = sorted({r["model"] for r in report["results"]})
+    for model in models:
+        pts = [r for r in report["results"] if r["model"] == model]
+        xs = [r["batch_slots"] for r in pts]
+        ax_cap.plot(xs, [r["nfe_per_s"] for r in pts], marker="o", label=model)
+        ax_step.plot(xs, [r["step_ns_p99"] / 1e3 for r in pts], marker="o", label=model)
+    ax_cap.set_ylabel("saturated capacity, NFE/s")
+    ax_step.set_ylabel("p99 batched step, us")
+    for ax in axes:
+        ax.set_xlabel("batch_slots (B)")
+        ax.set_xscale("log", base=2)
+        ax.legend(fontsize=7)
+    return plots.save(
+        fig, path,
+        title=f"batching: capacity against batch_slots, {report['workers']} worker(s)",
+        note=f"{report['nfe_per_request']} NFE per request, {report['seconds_per_point']:g} s "
+             f"saturated per point; relay: {report['relay']}",
+    )  # fmt: skip

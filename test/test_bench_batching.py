@@ -1,0 +1,47 @@
+"""`bench batching` at a tiny size: documented keys, strict JSON, table, plot, registration and
+the docs rows. Shapes and sanity only, never a timing target (a shared host measures noise)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from flowedge_relay.tooling.bench import batching, overload, perfdoc
+
+os.environ.setdefault("FLOWEDGE_BENCH_DOMAIN_ID", os.environ["ROS_DOMAIN_ID"])
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_batching_tiny(tmp_path):
+    parser = argparse.ArgumentParser()
+    batching.add_arguments(parser)
+    args = parser.parse_args(["--quick", "--models", "small", "--slots", "2", "--seconds", "0.2",
+                              "--overload-slots", "2", "--duration", "0.3", "--in-process"])
+    report = json.loads(json.dumps(batching.run(args), allow_nan=False))
+    results = report["results"]
+    assert [(r["model"], r["batch_slots"]) for r in results] == [
+        ("policy_small.onnx", 1), ("policy_small.onnx", 2)]
+    for r in results:
+        assert r["nfe_per_s"] > 0 and r["step_ns_p99"] > 0 and r["requests"] > 0
+        assert set(r) >= {"model", "batch_slots", "nfe_per_s", "step_ns_p99", "speedup_vs_b1"}
+    assert results[0]["speedup_vs_b1"] == 1.0 and results[1]["speedup_vs_b1"] > 0
+    point = report["overload"]["2"]["2.0"]  # the overload bench's per-load keys
+    assert set(overload.METRICS) <= set(point) and point["offered"] > 0
+    text = batching.table(report)
+    assert "speedup_vs_b1" in text and "overload trace" in text
+    png = Path(batching.plot(report, tmp_path / "batching.png"))
+    assert png.read_bytes()[:8] == PNG
+    rows = perfdoc._batching_rows(report)
+    assert any("batch_slots 2" in r["measure"] for r in rows)
+
+
+def test_registered_and_in_bench_all():
+    from flowedge_relay.tooling.bench.__main__ import build_parser
+
+    args = build_parser().parse_args(["batching", "--quick", "--json", "x.json", "--plot", "x.png"])
+    assert args.subcommand == "batching" and args.json == "x.json"
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "bench_all.sh").read_text()
+    assert "batching" in script.split("ORDER=(", 1)[1].split(")", 1)[0]
+    assert "batching" in perfdoc.ORDER
