@@ -47,6 +47,50 @@ PREFIX_NS = 3_000
 ARRIVE, STEP, PREFIX = 0, 1, 2
 
 
+class _Events:
+    """The simulations' event queue: (time, kind, data) popped in time order, ties in push
+    order."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple] = []
+        self._order = 0
+
+    def push(self, t: int, kind: int, data) -> None:
+        self._order += 1
+        heapq.heappush(self._heap, (t, self._order, kind, data))
+
+    def pop(self) -> tuple:
+        t, _, kind, data = heapq.heappop(self._heap)
+        return t, kind, data
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+
+def _arrivals(rng: random.Random, n_requests: int, lanes: int, pfx: int, sessions: int,
+              retries: bool):
+    """The workload: bursts of arrivals at a mean load of about 0.9 of `lanes` at 4.5 NFE (and
+    one prefix pass of pfx, for a two-phase model) per request; 10% bump their session's
+    generation (cancelling its older work), 15% have no deadline; with `retries`, 10% are sent
+    again shortly after as a blind retry. Yields (arrival time, request fields)."""
+    t, gens = 0, {}
+    mean_gap = (4.5 * NFE_NS + pfx) / (0.9 * lanes)
+    for i in range(n_requests):
+        t += int(rng.expovariate(1.0 / mean_gap)) if rng.random() < 0.7 else 0
+        sid = b"s%d" % rng.randrange(sessions)
+        if rng.random() < 0.1:
+            gens[sid] = gens.get(sid, 0) + 1
+        nfe = rng.randint(1, 8)
+        deadline = 0 if rng.random() < 0.15 else t + pfx + rng.randint(nfe, 12 * nfe) * NFE_NS
+        req = dict(sid=sid, seq=i, gen=gens.get(sid, 0), nfe=nfe, deadline=deadline)
+        if not retries:
+            yield t, req
+            continue
+        yield t, dict(req, origin=t, retry=0)
+        if rng.random() < 0.1:
+            yield t + rng.randint(1, 3 * NFE_NS), dict(req, origin=t, retry=1)
+
+
 def simulate(seed: int, workers: int, nfe_lo: float, nfe_hi: float, n_requests: int = 250,
              adaptive: bool = False, prefix: tuple[float, float] | None = None,
              admit_prefix: bool = True):
@@ -66,32 +110,10 @@ def simulate(seed: int, workers: int, nfe_lo: float, nfe_hi: float, n_requests: 
                      two_phase=int(two_phase), prefix_ns=pfx if admit_prefix else 0)
     obs = np.zeros(1, np.float32)
     actions = np.zeros(1, np.float32)
-    events: list[tuple] = []
-    order = 0
-
-    def push(t, kind, data):
-        nonlocal order
-        order += 1
-        heapq.heappush(events, (t, order, kind, data))
-
-    # Workload: bursts of arrivals; mean load about 0.9 of W lanes at 4.5 NFE (and one prefix
-    # pass, for a two-phase model) per request.
-    t, gens = 0, {}
-    mean_gap = (4.5 * NFE_NS + pfx) / (0.9 * workers)
-    for i in range(n_requests):
-        t += int(rng.expovariate(1.0 / mean_gap)) if rng.random() < 0.7 else 0
-        sid = b"s%d" % rng.randrange(12)
-        if rng.random() < 0.1:
-            gens[sid] = gens.get(sid, 0) + 1            # cancels this session's older work
-        nfe = rng.randint(1, 8)
-        deadline = 0 if rng.random() < 0.15 else \
-            t + pfx + rng.randint(nfe, 12 * nfe) * NFE_NS
-        push(t, ARRIVE, dict(sid=sid, seq=i, gen=gens.get(sid, 0), nfe=nfe, deadline=deadline,
-                             origin=t, retry=0))
-        if rng.random() < 0.1:                           # a blind retry shortly after
-            push(t + rng.randint(1, 3 * NFE_NS), ARRIVE,
-                 dict(sid=sid, seq=i, gen=gens.get(sid, 0), nfe=nfe, deadline=deadline,
-                      origin=t, retry=1))
+    events = _Events()
+    push = events.push
+    for t, req in _arrivals(rng, n_requests, workers, pfx, sessions=12, retries=True):
+        push(t, ARRIVE, req)
 
     decisions: dict[tuple, Decision] = {}
     deadlines: dict[tuple, int] = {}
@@ -126,7 +148,7 @@ def simulate(seed: int, workers: int, nfe_lo: float, nfe_hi: float, n_requests: 
 
         last = 0
         while events:
-            now, _, kind, data = heapq.heappop(events)
+            now, kind, data = events.pop()
             assert now >= last
             last = now
             if kind == ARRIVE:
@@ -307,24 +329,10 @@ def simulate_batched(seed: int, workers: int, slots: int, step: tuple[float, flo
                      admission_reserve_ns=reserve_ns, age_gate=AgeGate.RETRIES,
                      two_phase=int(two_phase), prefix_ns=pfx)
     obs, actions = np.zeros(1, np.float32), np.zeros(1, np.float32)
-    events: list[tuple] = []
-    order = 0
-
-    def push(t, kind, data):
-        nonlocal order
-        order += 1
-        heapq.heappush(events, (t, order, kind, data))
-
-    t, gens = 0, {}
-    mean_gap = (4.5 * NFE_NS + pfx) / (0.9 * lanes)
-    for i in range(n_requests):
-        t += int(rng.expovariate(1.0 / mean_gap)) if rng.random() < 0.7 else 0
-        sid = b"s%d" % rng.randrange(24)
-        if rng.random() < 0.1:
-            gens[sid] = gens.get(sid, 0) + 1
-        nfe = rng.randint(1, 8)
-        deadline = 0 if rng.random() < 0.15 else t + pfx + rng.randint(nfe, 12 * nfe) * NFE_NS
-        push(t, ARRIVE, dict(sid=sid, seq=i, gen=gens.get(sid, 0), nfe=nfe, deadline=deadline))
+    events = _Events()
+    push = events.push
+    for t, req in _arrivals(rng, n_requests, lanes, pfx, sessions=24, retries=False):
+        push(t, ARRIVE, req)
 
     decisions: dict[tuple, Decision] = {}
     deadlines: dict[tuple, int] = {}
@@ -356,7 +364,7 @@ def simulate_batched(seed: int, workers: int, slots: int, step: tuple[float, flo
             push(now + took, STEP_END, (wi, took))
 
         while events:
-            now, _, kind, data = heapq.heappop(events)
+            now, kind, data = events.pop()
             if kind == ARRIVE:
                 r = data
                 key = (r["sid"], r["seq"])
