@@ -113,22 +113,7 @@ def _worker_loop(core: Core, pool: WorkerPool, requests: int, nfe: int, trial: i
     """(NFE/s, worker CPU ns per NFE) through the pool: submit all, wait for every outcome."""
     obs = task.sample_observations(np.random.default_rng(trial), requests)
     c0, t0 = pool.thread_cpu_ns()[0], time.perf_counter_ns()
-    for i in range(requests):
-        now = time.monotonic_ns()
-        req = Request(
-            session_id=b"bench-%d" % trial, sequence=i, generation=1, retry_count=0,
-            retry_reason=0, origin_ns=now, deadline_ns=0, deadline_ros_ns=0,
-            remaining_nfe=nfe, noise_seed=i, observation=obs[i],
-        )  # fmt: skip
-        if core.submit(req, now) != Decision.ACCEPTED:
-            raise RuntimeError("bench request was not accepted")
-    done = 0
-    while done < requests:
-        core.wait_outputs(100_000_000)
-        for out in core.pop_outcomes():
-            if out.code != Code.INFERENCE:
-                raise RuntimeError(f"bench request ended {out.code.name}")
-            done += 1
+    _submit_all_and_wait(core, b"bench-%d" % trial, nfe, [obs[i] for i in range(requests)])
     wall, cpu = time.perf_counter_ns() - t0, pool.thread_cpu_ns()[0] - c0
     return requests * nfe / (wall * 1e-9), cpu / (requests * nfe)
 
@@ -242,25 +227,32 @@ def _bare_two_phase(sessions: dict, feeds: _VisionFeeds, requests: int,
 def _worker_wall_ns(core: Core, requests: int, nfe: int, trial: int) -> int:
     """Wall ns from the first submit to the last outcome of `requests` requests of `nfe` NFE
     whose inputs are already in every slot's payload."""
-    empty = np.zeros(0, np.float32)
     t0 = time.perf_counter_ns()
-    for i in range(requests):
+    _submit_all_and_wait(core, b"vision-%d-%d" % (trial, nfe), nfe,
+                         [np.zeros(0, np.float32)] * requests)  # fmt: skip
+    return time.perf_counter_ns() - t0
+
+
+def _submit_all_and_wait(core: Core, session_id: bytes, nfe: int,
+                         observations: list[np.ndarray]) -> None:  # fmt: skip
+    """Submit one request of `nfe` NFE per observation (no deadline), then wait until every one
+    has been answered with actions."""
+    for i, observation in enumerate(observations):
         now = time.monotonic_ns()
         req = Request(
-            session_id=b"vision-%d-%d" % (trial, nfe), sequence=i, generation=1, retry_count=0,
-            retry_reason=0, origin_ns=now, deadline_ns=0, deadline_ros_ns=0,
-            remaining_nfe=nfe, noise_seed=i, observation=empty,
+            session_id=session_id, sequence=i, generation=1, retry_count=0, retry_reason=0,
+            origin_ns=now, deadline_ns=0, deadline_ros_ns=0, remaining_nfe=nfe, noise_seed=i,
+            observation=observation,
         )  # fmt: skip
         if core.submit(req, now) != Decision.ACCEPTED:
             raise RuntimeError("bench request was not accepted")
     done = 0
-    while done < requests:
+    while done < len(observations):
         core.wait_outputs(100_000_000)
         for out in core.pop_outcomes():
             if out.code != Code.INFERENCE:
                 raise RuntimeError(f"bench request ended {out.code.name}")
             done += 1
-    return time.perf_counter_ns() - t0
 
 
 def vision_worker_vs_bare(policy: P.Policy, feeds: _VisionFeeds, requests: int, nfe: int,
