@@ -65,7 +65,7 @@ class Harness:
     def __init__(self, nat: native.NativeLoop) -> None:
         self.nat = nat
         self.ring = np.zeros(64, np.int64)
-        self.counters = np.zeros(2, np.uint64)
+        self.counters = np.zeros(3, np.uint64)
         self.report = native.Report(self.ring, self.counters)
         self.flag = ffi.new("uint32_t[]", 1)
         self.fault = ffi.new("uint64_t[]", 1)
