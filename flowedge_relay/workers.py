@@ -4,38 +4,33 @@ Why dedicated threads and not executor callbacks: a worker blocks in ONNX Runtim
 and must check cancellation and the deadline between NFEs; the core (not this module) decides
 those, so the loop here only asks after every NFE (`Core.step`) and stops when told.
 
-Worker i owns lane i, its own `InferenceSession`s (intra-op threads configurable, inter-op 1,
-on the configured execution providers, created inside the thread after affinity/priority are
-applied, so the session's pool threads inherit them) and is the only producer of the core's ring
-i + 1:
+Worker w owns the core's lanes [w*B, (w+1)*B) (B = `batch_slots`, docs/design.md §5.1; lane w
+at B = 1), its own `InferenceSession`s (intra-op threads configurable, inter-op 1, on the
+configured execution providers, created inside the thread after affinity/priority are applied,
+so the session's pool threads inherit them) and is the only producer of the core's ring w + 1.
+One loop serves every B (`_loop_rows`): the requests it holds are rows of a batch.BatchRows (one
+row at B = 1):
 
-    wait_for_work -> dispatch -> [prefix -> prefix_done] -> [nfe -> step]* -> (DONE) wait for
-    ring space -> finish
+    worker_wait (nothing held) -> step boundary: dispatch_worker into free slots, the joiners'
+    prefix passes (two-phase) -> steps over the rows -> rows that ended leave (DONE: wait for
+    ring space, finish) -> next boundary
 
-The NFEs of a request run in C when they can (`nfe_loop` auto, CPU provider only, the
-onnxruntime wheel's C library loadable): `_native_steps` hands the sampler's state to a
-native.NativeLoop, whose one call (GIL released) runs every NFE, its solver update and
-`Core.step` until the core says stop, or until the pool's stop flag / an injected crash raises the
-lane's C flag. Otherwise the Python loop below does the same one NFE at a time. Each worker says
-which loop it runs (`worker_info()["nfe_loop"]`, on the workers diagnostic), and why.
+The steps run in C when they can (`nfe_loop` auto, CPU provider only, the onnxruntime wheel's C
+library loadable): `_step_native` hands the rows to their native.NativeLoop (the same buffers),
+whose one call (GIL released) runs step after step, each one batched model call, every row's
+solver update and `Core.step`, until some row's work ends, the pool's stop flag / an injected
+crash raises the worker's C flag, or a free slot could take queued work. Otherwise
+`_step_python` runs one step the same way in Python (one batched ONNX Runtime call). Each worker
+says which loop it runs (`worker_info()["nfe_loop"]`, on the workers diagnostic), and why.
 
-A single .onnx model runs model.FlowSampler on the lane's observation (unchanged). A policy
-package runs a policy.PolicySampler whose inputs are the dispatched slot's payload: the request
-thread normalized the request's tensors straight into that slot (SlotInputs), so the worker binds
-those bytes as graph inputs and nothing is copied again. A two-phase package runs its prefix
-graph once at dispatch and reports it with `Core.prefix_done`, which may stop the work (stale,
-expired) before the first NFE.
+A single .onnx model's rows hold the dispatched observation. A policy package's rows are filled
+from the dispatched slot's payload: the request thread normalized the request's tensors straight
+into that slot (SlotInputs), and `BatchRows.join` copies them into the row once. A two-phase
+package runs its joiners' prefix graph at the boundary and reports each with `Core.prefix_done`,
+which may stop the work (stale, expired) before the first NFE.
 
-Outcomes of stopped work (REJECTED_STALE, EXPIRED) are emitted by the core inside `step`.
-
-Batch slots (`batch_slots` B > 1, docs/design.md §5.1): worker w owns the core's lanes
-[w*B, (w+1)*B) and holds up to B requests as rows of a batch.BatchRows. At every step boundary
-its free slots take queued work in EDF order (`Core.dispatch_worker`, non-blocking; a two-phase
-package runs the joiners' prefix passes as one batched call), then one step (`_step_rows`) runs
-one batched model call over the held rows, each row's solver update, and `Core.step` per row;
-rows leave independently (done, stale, expired). With nothing held it blocks in
-`Core.worker_wait` as the B = 1 loop does in `wait_for_work`. B = 1 runs the loop above,
-unchanged.
+Outcomes of stopped work (REJECTED_STALE, EXPIRED) are emitted by the core inside `step`; rows
+leave independently, never disturbing the others.
 
 Shutdown (`stop`): a flag, `Core.shutdown()` to wake waiters, join every thread. Work in flight
 stops at its next NFE boundary; after its thread has exited the pool calls `disable_lane` for
