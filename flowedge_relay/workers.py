@@ -141,10 +141,10 @@ class SlotInputs:
     """A policy's input buffers laid over each core slot's payload, made once per slot.
 
     Why: the request thread writes a request's tensors into the staging slot's payload (one
-    copy, normalized) and the worker that dispatches the slot binds the same memory as graph
-    inputs. The views and their OrtValues are built the first time a slot is seen and then
-    reused, so a request allocates nothing here. `payload_view(slot)` is Core.payload_view (or
-    any uint8 buffer per slot, for tests).
+    copy, normalized) and the worker that dispatches the slot reads them from the same memory
+    (BatchRows.join copies them into the request's row once). The views and their OrtValues
+    are built the first time a slot is seen and then reused, so a request allocates nothing
+    here. `payload_view(slot)` is Core.payload_view (or any uint8 buffer per slot, for tests).
     """
 
     def __init__(
@@ -188,10 +188,11 @@ class PoolHealth:
 class _Worker:
     """One worker's state. Thread ownership (as csrc/fer_internal.h documents the core's):
 
-    - written only by the worker thread itself: ready, nfe_ns / nfe_count (the measured-NFE
-      ring), holding, last_progress_ns, error, applied, nfe_loop; nfe_count and
-      last_progress_ns live in `counters` (uint64), which the native loop's C code stores to
-      while it runs (atomic stores; a reader sees the old or the new value);
+    - written only by the worker thread itself: ready, nfe_ns / step_rows / steps (the
+      measured-step ring), nfe_count, holding, slots_in_use, last_progress_ns, error, applied,
+      nfe_loop; nfe_count, last_progress_ns and steps live in `counters` (uint64), which the
+      native loop's C code stores to while it runs (atomic stores; a reader sees the old or the
+      new value), as it writes nfe_ns and step_rows;
     - written only by the supervisor (the node's health timer, or stop() after the join):
       disabled, and thread (set once by start() before the thread runs);
     - written by tools and tests, read by the worker: crash_requested (a plain flag).
