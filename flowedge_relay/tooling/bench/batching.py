@@ -14,8 +14,10 @@ costs the relay its intake, decision and publication and the bench client its se
 (together about 1 ms of CPU per request on the 2-core development host). The NFE per request is
 per model (`NFE_PER_REQUEST`, `--nfe` sets one value for all; the JSON records what ran, and
 why): policy_bench 64 (its steps cost hundreds of us, a few hundred requests/s at most);
-policy_small 1024, since with the native loop at 64 NFE its B = 8 point was the request rate
-(about 900 requests/s, 58k NFE/s) rather than compute (188k NFE/s at 1024, same host).
+policy_small 4096 (the most `max_nfe` allows), since with the native loop its B = 8 point
+measured the request rate rather than compute at 64 NFE (about 900 requests/s, 58k NFE/s) and
+still partly at 1024 (about 200 requests/s, 190-200k NFE/s); 4096: 223k, against 238k for the
+worker loop alone (same host, same hour).
   speedup_vs_b1   nfe_per_s / nfe_per_s at B = 1 for the same model
 
 Then the overload bench's trace (bench/overload.py, reused as is) at 2x capacity, calibrated EDF
@@ -44,11 +46,11 @@ MODELS = ("small", "bench")
 SLOTS = (1, 2, 4, 8, 16)
 TARGETS = {"small": 4.0, "bench": 2.0}  # issue 12: capacity at B = 8 vs B = 1 (printed only)
 #: NFE per saturating request by model (other models: DEFAULT_NFE); see the module docstring
-NFE_PER_REQUEST = {"small": 1024, "bench": 64}
+NFE_PER_REQUEST = {"small": 4096, "bench": 64}
 DEFAULT_NFE = 64
 NFE_WHY = ("long requests so capacity is NFE-bound, not request-bound (the per-request path, "
            "about 1 ms of CPU per request with the client on this host, caps requests/s): "
-           "policy_small at 64 NFE measured the request rate at B = 8")
+           "policy_small at B = 8 measured the request rate at 64 NFE and partly at 1024")
 # saturated seconds per point, overload seconds of trace
 SIZES = {"quick": (0.5, 0.4), "full": (5.0, 8.0)}
 
