@@ -34,7 +34,7 @@ core: setup
 	@$(ENV) python -m flowedge_relay._build_core
 
 sanitize: setup
-	@scripts/sanitize_core.sh
+	@$(ENV) scripts/sanitize_core.sh
 
 fuzz: setup
 	@$(ENV) python tools/fuzz_core.py --sanitize --seconds $${FUZZ_SECONDS:-300} --json out/fuzz.json

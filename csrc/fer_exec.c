@@ -501,7 +501,7 @@ static int rows_ok(const struct fer_exec *e, const struct fer_core *core,
 static int report_ok(const struct fer_exec_report *r)
 {
     return r != NULL && r->nfe_ring != NULL && r->ring_len > 0 && r->nfe_count != NULL &&
-           r->last_progress_ns != NULL &&
+           r->last_progress_ns != NULL && r->step_count != NULL &&
            (r->probe == NULL || (r->probe_rows > 0 && r->probe_count != NULL));
 }
 
@@ -512,7 +512,7 @@ int fer_exec_run(struct fer_exec *e, struct fer_core *core, struct fer_exec_row 
     FER_CHECK_ARGS(e != NULL && stop_flag != NULL && report_ok(rep) &&
                    rows_ok(e, core, rows, n_rows));
     for (;;) {
-        uint64_t start, end, count, delay;
+        uint64_t start, end, step, delay;
         uint32_t r;
         int ended = 0, rc;
 
@@ -543,10 +543,14 @@ int fer_exec_run(struct fer_exec *e, struct fer_core *core, struct fer_exec_row 
                 ;
         }
         end = clock_ns(CLOCK_MONOTONIC);
-        count = __atomic_load_n(rep->nfe_count, __ATOMIC_RELAXED);
+        step = __atomic_load_n(rep->step_count, __ATOMIC_RELAXED);
+        rep->nfe_ring[step % rep->ring_len] = (int64_t)(end - start);
+        if (rep->step_rows != NULL)
+            rep->step_rows[step % rep->ring_len] = (int32_t)n_rows;
+        __atomic_store_n(rep->step_count, step + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(rep->nfe_count, __atomic_load_n(rep->nfe_count, __ATOMIC_RELAXED) + n_rows,
+                         __ATOMIC_RELAXED);
         for (r = 0; r < n_rows; r++) {
-            rep->nfe_ring[count % rep->ring_len] = (int64_t)(end - start);
-            __atomic_store_n(rep->nfe_count, ++count, __ATOMIC_RELAXED);
             rc = fer_core_step(core, rows[r].lane, end, end - start);
             rows[r].result = rc;
             if (rc < 0)
@@ -562,5 +566,7 @@ int fer_exec_run(struct fer_exec *e, struct fer_core *core, struct fer_exec_row 
             return FER_EXEC_ROWS_ENDED;
         if (flags & FER_EXEC_ONE_STEP)
             return FER_EXEC_YIELDED;
+        if ((flags & FER_EXEC_JOIN) && n_rows < e->max_rows && fer_core_queued(core) > 0)
+            return FER_EXEC_JOINABLE;
     }
 }

@@ -47,9 +47,11 @@
 #define FER_EXEC_ROWS_ENDED 1       /* some row's step result is not CONTINUE (see rows[].result) */
 #define FER_EXEC_STOPPED 2          /* *stop_flag was non-zero at a step boundary */
 #define FER_EXEC_YIELDED 3          /* FER_EXEC_ONE_STEP: one step ran, every row continues */
+#define FER_EXEC_JOINABLE 4         /* FER_EXEC_JOIN: a step ran, a free row could take queued work */
 
 /* ---- fer_exec_run flags --------------------------------------------------------------------- */
 #define FER_EXEC_ONE_STEP 1         /* return after every step (the caller decides what next) */
+#define FER_EXEC_JOIN 2             /* return at a step boundary where a free row could take work */
 
 /* ONNX tensor element types (the values of onnx TensorProto.DataType) the exec accepts. */
 #define FER_EXEC_FLOAT 1
@@ -117,22 +119,26 @@ struct fer_exec_row {
 
 /*
  * Where fer_exec_run reports what it measured, all caller-owned.
- * nfe_ring: ring_len int64 slots; the k-th NFE measured (counting *nfe_count before the call as
- *   k = 0, 1, ...) goes to nfe_ring[(*nfe_count) % ring_len], then *nfe_count is incremented,
- *   one entry per row per step (each row's NFE took the step's wall time).
+ * nfe_ring: ring_len int64 slots, one per step: the k-th step measured (counting *step_count
+ *   before the call as k = 0, 1, ...) writes its wall time to nfe_ring[(*step_count) % ring_len]
+ *   (each of its rows' NFEs took that long) and, if step_rows is not NULL, its row count to
+ *   step_rows[(*step_count) % ring_len]; then *step_count += 1 and *nfe_count += n_rows (one NFE
+ *   per row). With one row a step is one NFE, so the ring is the per-NFE ring.
  * last_progress_ns: the monotonic time of the last step's end, written after every step.
  * probe (bench only, may be NULL): probe_rows x 5 x 3 int64, the layout of workers.NfeProbe
  *   (instants nfe_start, run_start, run_end, nfe_end, step_end x clocks monotonic, thread CPU,
  *   run-queue wait read from probe_fd = an open /proc/thread-self/schedstat of the calling
  *   thread, or -1 for 0); row (*probe_count) % probe_rows per step, then *probe_count += 1.
- * Stores to *nfe_count and *last_progress_ns are atomic (relaxed), so another thread may read
- * them while the run goes on.
+ * Stores to *nfe_count, *step_count and *last_progress_ns are atomic (relaxed), so another thread
+ * may read them while the run goes on.
  */
 struct fer_exec_report {
     int64_t *nfe_ring;
     uint64_t ring_len;
     uint64_t *nfe_count;
     uint64_t *last_progress_ns;
+    uint64_t *step_count;
+    int32_t *step_rows;                  /* ring_len entries, or NULL */
     int64_t *probe;
     uint64_t probe_rows;
     uint64_t *probe_count;
@@ -170,14 +176,18 @@ const char *fer_exec_ort_version(const struct fer_exec *exec);
  *   model.FlowIntegrator._advance (compiled with -ffp-contract=off: bit-identical to numpy);
  *   next += 1; then, if fault_delay_ns is not NULL and *fault_delay_ns is not 0 (read at every
  *   step, so a drill can change it mid-run), sleep that long (counted in the NFE); end = now;
- *   per row the report's ring entry (end - start) and fer_core_step(core, lane, end,
- *   end - start) -> result; *last_progress_ns = end.
+ *   the report's ring entry (end - start, one per step) and per row fer_core_step(core, lane,
+ *   end, end - start) -> result; *last_progress_ns = end.
  * It returns FER_EXEC_ROWS_ENDED after the first step where any row's result is not
  * FER_STEP_CONTINUE (rows that continue stay valid for another run), FER_EXEC_YIELDED after
- * one step with FER_EXEC_ONE_STEP in flags, or an error: FER_EINVAL (bad arguments, a row with
- * no NFE left, a lane twice), FER_EXEC_EORT (the Run failed; last_error says why; no row
- * advanced), or the negative status fer_core_step returned (FER_ESTATE: the lane had no such
- * work), with that row's result set to it. Never allocates; sleeps only in the fault delay.
+ * one step with FER_EXEC_ONE_STEP in flags, FER_EXEC_JOINABLE after a step (never before the
+ * first, so every call makes progress) with FER_EXEC_JOIN in flags when n_rows < max_rows and
+ * fer_core_queued(core) > 0 (the queue length read without the core mutex: a hint, so the
+ * caller's dispatch may find nothing, or another worker's may take it first; a request queued
+ * just after the check joins at a later boundary), or an error: FER_EINVAL (bad arguments, a
+ * row with no NFE left, a lane twice), FER_EXEC_EORT (the Run failed; last_error says why; no
+ * row advanced), or the negative status fer_core_step returned (FER_ESTATE: the lane had no
+ * such work), with that row's result set to it. Never allocates; sleeps only in the fault delay.
  */
 int fer_exec_run(struct fer_exec *exec, struct fer_core *core, struct fer_exec_row *rows,
                  uint32_t n_rows, const uint32_t *stop_flag, const uint64_t *fault_delay_ns,

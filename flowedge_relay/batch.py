@@ -12,9 +12,11 @@ batch compositions, joins and leaves). With one row held it is bit-identical.
 Rows are compact: the requests a worker holds are rows 0..n-1 of every buffer, in join order
 until a leave moves the last row into the freed one (`leave`, one copy per leave, never per NFE).
 Every buffer is a contiguous numpy array [B, ...] in row order, so the batched call binds the
-first n rows as they are (an IOBinding per row count, made at its first use and reused), and a
-native loop can take the same buffers over later (issue 15). A joining request's inputs are
-copied into its row once, at join (`join`); nothing static is copied per NFE.
+first n rows as they are (an IOBinding per row count, made at its first use and reused). The same
+buffers are the native loop's (`attach`, native.NativeLoop over `row_buffers()`): there is one
+set of row buffers, which `join` fills and `leave` compacts (with the native row table) whichever
+loop steps them. A joining request's inputs are copied into its row once, at join (`join`);
+nothing static is copied per NFE.
 
 Per row the time grid, update multipliers and update kinds of its total NFE are laid out in
 [B, max_nfe] tables at join, so a step gathers each row's t with one np.take (and, for the
@@ -29,7 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
+from flowedge_relay import native as _native
 from flowedge_relay import policy as _policy
+from flowedge_relay.core import Step
 from flowedge_relay.model import _MID_HALF, ModelInfo, half_step, integrator_plan
 
 #: Tolerance of a row's actions against the batch-1 result (|a - b| <= ATOL + RTOL |b|): the
@@ -88,7 +92,9 @@ class BatchRows:
     """Up to `slots` requests in rows 0..n-1, advanced together by `run()`.
 
     Not thread-safe: one per worker thread. The worker loop (workers.WorkerPool._step_rows)
-    calls run() once per step, then tells the core about each row and lets rows leave.
+    either runs the attached native loop over the rows (`native`, which steps and tells the core
+    in C) or calls run() once per step and then tells the core about each row; then it lets rows
+    leave. A BatchRows is stepped by one of the two for its whole life.
     """
 
     def __init__(
@@ -132,7 +138,9 @@ class BatchRows:
         self.lane = np.full(b, -1, np.int64)  # the core lane each row runs on
         self.slot = np.full(b, -1, np.int64)  # the core slot (payload) each row came from
         self.n = 0
-        self._plans: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        #: per total NFE: times, multipliers, full-update mask (Python), kinds, dt, dt/2 (native)
+        self._plans: dict[int, tuple] = {}
+        self.native: _native.NativeLoop | None = None
         self._step_bindings: dict[int, tuple[ort.IOBinding, list]] = {}
         self._prefix_bindings: dict[tuple[int, int], tuple[ort.IOBinding, list]] = {}
         self._out = np.zeros((spec.horizon, spec.output_dim), np.float32)
@@ -140,14 +148,27 @@ class BatchRows:
 
     # ---- joining and leaving (step boundaries) ------------------------------------------------
 
-    def _plan(self, total: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _plan(self, total: int) -> tuple:
         plan = self._plans.get(total)
         if plan is None:
             times, kinds, dt = integrator_plan(self.spec.solver, self.spec.sign, total)
             half = kinds == _MID_HALF
             mult = np.where(half, half_step(dt), dt).astype(np.float32)
-            plan = self._plans[total] = (times, mult, ~half)
+            plan = self._plans[total] = (times, mult, ~half, kinds, dt, half_step(dt))
         return plan
+
+    def row_buffers(self) -> _native.RowBuffers:
+        """The rows as a native loop steps them: x, t, v, state, and the step graph's other
+        inputs (the request inputs and, two-phase, the prefix's context)."""
+        return _native.RowBuffers(self.x_in, self.t, self.v, self.state,
+                                  {**self.inputs, **self.context})
+
+    def attach(self, native: _native.NativeLoop) -> None:
+        """Step these rows natively from now on: `native` runs over row_buffers() (same arrays)
+        with max_rows = slots; no row may be held yet."""
+        if native.max_rows != self.slots or native.x is not self.x_in or self.n:
+            raise ValueError("attach a native loop made over row_buffers(), before any join")
+        self.native = native
 
     def join(self, lane: int, slot: int, noise_seed: int, total_nfe: int,
              inputs: np.ndarray | _policy.InputBuffers) -> int:
@@ -158,7 +179,7 @@ class BatchRows:
         if not 1 <= total_nfe <= self.max_nfe:
             raise ValueError(f"total_nfe {total_nfe} not in 1..{self.max_nfe}")
         r = self.n
-        times, mult, full = self._plan(total_nfe)
+        times, mult, full, kinds, dt, half_dt = self._plan(total_nfe)
         self._grid_t[r, :total_nfe] = times
         self._grid_mult[r, :total_nfe] = mult
         self._grid_full[r, :total_nfe] = full
@@ -175,6 +196,8 @@ class BatchRows:
         else:
             np.copyto(self.inputs["observation"][r], inputs, casting="same_kind")
         self.lane[r], self.slot[r] = lane, slot
+        if self.native is not None:
+            self.native.set_row(r, lane, total_nfe, dt, half_dt, times, kinds)
         self.n += 1
         return r
 
@@ -191,6 +214,8 @@ class BatchRows:
                         *self.inputs.values(), *self.context.values()):
                 arr[r] = arr[last]
             self._idx[r] = r * self.max_nfe + done
+            if self.native is not None:
+                self.native.move_row(r, last)
         self.lane[last] = self.slot[last] = -1
         self.n = last
 
@@ -268,7 +293,14 @@ class BatchRows:
             np.copyto(state, x, where=full)
         idx += 1
 
+    def result(self, r: int) -> Step:
+        """Row r's last core step result in the native loop (CONTINUE before its first)."""
+        return self.native.result(r)  # type: ignore[union-attr]
+
     def remaining(self, r: int) -> int:
+        if self.native is not None:
+            row = self.native.rows[r]
+            return int(row.total - row.next)
         return int(self.total[r] - (self._idx[r] - r * self.max_nfe))
 
     def actions(self, r: int) -> np.ndarray:

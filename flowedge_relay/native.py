@@ -31,11 +31,13 @@ from flowedge_relay import policy as _policy
 from flowedge_relay.core import Core, Step, ffi, lib
 from flowedge_relay.model import INPUT_OBS, INPUT_T, INPUT_X, OUTPUT_V, FlowIntegrator, ModelInfo
 
-__all__ = ["INPUT_OBS", "NativeError", "NativeLoop", "NativeUnavailable", "Report", "StepSpec",
-           "TensorSpec", "default_library", "step_spec"]
+__all__ = ["INPUT_OBS", "NativeError", "NativeLoop", "NativeUnavailable", "Report", "RowBuffers",
+           "StepSpec", "TensorSpec", "default_library", "step_spec"]
 #: why fer_exec_run returned
 ROWS_ENDED, STOPPED, YIELDED = lib.FER_EXEC_ROWS_ENDED, lib.FER_EXEC_STOPPED, lib.FER_EXEC_YIELDED
-ONE_STEP = lib.FER_EXEC_ONE_STEP
+JOINABLE = lib.FER_EXEC_JOINABLE
+#: fer_exec_run flags: return after every step / at a boundary where a free row could join
+ONE_STEP, JOIN = lib.FER_EXEC_ONE_STEP, lib.FER_EXEC_JOIN
 _ORT_TYPES = {
     np.dtype(np.float32): lib.FER_EXEC_FLOAT, np.dtype(np.uint8): lib.FER_EXEC_UINT8,
     np.dtype(np.int8): lib.FER_EXEC_INT8, np.dtype(np.int32): lib.FER_EXEC_INT32,
@@ -117,22 +119,31 @@ def _ptr(ctype: str, arr: np.ndarray):
 class Report:
     """Where one worker's native runs write what they measured (fer_exec_report).
 
-    `nfe_ring` is the worker's NFE-duration ring (int64, any length); `counters` holds
-    [nfe_count, last_progress_ns] as uint64, written by C while the run goes on (atomic stores),
-    read by the supervisor and the diagnostics. `probe` (bench only) is a workers.NfeProbe.
+    `nfe_ring` is the worker's step-duration ring (int64, any length; one entry per step, which
+    at one row is one per NFE); `counters` holds [nfe_count, last_progress_ns, step_count] as
+    uint64, written by C while the run goes on (atomic stores), read by the supervisor and the
+    diagnostics. `step_rows` (int32, the ring's length, optional) gets each step's row count.
+    `probe` (bench only) is a workers.NfeProbe.
     """
 
-    def __init__(self, nfe_ring: np.ndarray, counters: np.ndarray, probe=None) -> None:
+    def __init__(self, nfe_ring: np.ndarray, counters: np.ndarray, probe=None,
+                 step_rows: np.ndarray | None = None) -> None:
         if nfe_ring.dtype != np.int64 or not nfe_ring.flags.c_contiguous or nfe_ring.size < 1:
             raise ValueError("nfe_ring: expected a contiguous int64 array")
-        if counters.dtype != np.uint64 or counters.shape != (2,):
-            raise ValueError("counters: expected uint64[2]")
-        self._keep = (nfe_ring, counters, probe)
+        if counters.dtype != np.uint64 or counters.shape != (3,):
+            raise ValueError("counters: expected uint64[3]")
+        if step_rows is not None and (step_rows.dtype != np.int32 or step_rows.shape
+                                      != nfe_ring.shape or not step_rows.flags.c_contiguous):
+            raise ValueError("step_rows: expected a contiguous int32 array like nfe_ring")
+        self._keep = (nfe_ring, counters, probe, step_rows)
         r = self.c = ffi.new("struct fer_exec_report *")
         r.nfe_ring = _ptr("int64_t *", nfe_ring)
         r.ring_len = nfe_ring.size
         r.nfe_count = _ptr("uint64_t *", counters)
         r.last_progress_ns = _ptr("uint64_t *", counters[1:])
+        r.step_count = _ptr("uint64_t *", counters[2:])
+        if step_rows is not None:
+            r.step_rows = _ptr("int32_t *", step_rows)
         r.probe_fd = -1
         if probe is not None:
             r.probe = _ptr("int64_t *", probe.data)
@@ -141,10 +152,33 @@ class Report:
             r.probe_fd = probe.fd
 
 
-class NativeLoop:
-    """One worker's native step loop over up to `max_rows` rows (a C fer_exec and its buffers).
+@dataclass(frozen=True)
+class RowBuffers:
+    """The [max_rows, ...] row buffers a native loop steps, owned by its caller (batch.BatchRows:
+    one set of row buffers for both loops). Contiguous, row r of each at r x its row size."""
 
-    Not thread-safe: one per worker thread, like the sampler it mirrors. `close()` frees it.
+    x: np.ndarray  # float32 [max_rows, *x]: what the model sees
+    t: np.ndarray  # float32 [max_rows, *t]
+    v: np.ndarray  # float32 like x: the model's output
+    state: np.ndarray  # float32 [max_rows, x size]: the ODE state
+    statics: Mapping[str, np.ndarray]  # per step input besides x and t: [max_rows, *shape]
+
+    @classmethod
+    def zeros(cls, spec: StepSpec, max_rows: int) -> RowBuffers:
+        x = np.zeros((max_rows, *spec.x.shape), np.float32)
+        return cls(x, np.zeros((max_rows, *spec.t.shape), np.float32), np.zeros_like(x),
+                   np.zeros((max_rows, x[0].size), np.float32),
+                   {s.name: np.zeros((max_rows, *s.shape), s.dtype) for s in spec.statics})
+
+
+class NativeLoop:
+    """One worker's native step loop over up to `max_rows` rows (a C fer_exec over row buffers).
+
+    `buffers` are the caller's (batch.BatchRows passes its own, so the rows it joins, compacts and
+    reads are the rows C steps); without them the loop makes its own (`load` / `store` fill and
+    read them from a sampler). `rows` is the C row table (struct fer_exec_row[max_rows]): the
+    caller sets a row up before the run that steps it. Not thread-safe: one per worker thread.
+    `close()` frees it.
     """
 
     def __init__(
@@ -154,6 +188,7 @@ class NativeLoop:
         intra_op_threads: int = 1,
         max_rows: int = 1,
         library: str | None = None,
+        buffers: RowBuffers | None = None,
     ) -> None:
         self.spec, self.max_rows = spec, max_rows
         self.library = default_library() if library is None else library
@@ -161,11 +196,13 @@ class NativeLoop:
             raise NativeUnavailable("the onnxruntime package has no libonnxruntime.so")
         if spec.x.dtype != np.float32 or spec.t.dtype != np.float32:
             raise NativeUnavailable("x and t must be float32")
-        self.x = np.zeros((max_rows, *spec.x.shape), np.float32)
-        self.t = np.zeros((max_rows, *spec.t.shape), np.float32)
-        self.v = np.zeros_like(self.x)
-        self.state = np.zeros((max_rows, self.x[0].size), np.float32)
-        self.statics = {s.name: np.zeros((max_rows, *s.shape), s.dtype) for s in spec.statics}
+        b = RowBuffers.zeros(spec, max_rows) if buffers is None else buffers
+        for name, arr in (("x", b.x), ("t", b.t), ("v", b.v), ("state", b.state),
+                          *b.statics.items()):
+            if not arr.flags.c_contiguous or arr.shape[0] != max_rows:
+                raise ValueError(f"row buffer {name}: expected contiguous [{max_rows}, ...]")
+        self.x, self.t, self.v, self.state = b.x, b.t, b.v, b.state
+        self.statics = {s.name: b.statics[s.name] for s in spec.statics}
         cfg = ffi.new("struct fer_exec_config *")
         cfg.max_rows, cfg.intra_op_threads = max_rows, intra_op_threads
         cfg.n_static = len(spec.statics)
@@ -225,6 +262,22 @@ class NativeLoop:
             self._plans[id(times)] = hit
         return hit[1], hit[3]
 
+    def set_row(self, row: int, lane: int, total: int, dt: float, half_dt: float,
+                times: np.ndarray, kinds: np.ndarray, done: int = 0) -> None:
+        """Row `row` steps lane `lane`'s request from NFE `done` of its plan (times, kinds: the
+        model.integrator_plan arrays, kept alive by the caller); its buffers are set already."""
+        if times.dtype != np.float32 or kinds.dtype != np.int8 or not times.flags.c_contiguous:
+            raise ValueError("integrator plan: expected contiguous float32 times, int8 kinds")
+        r = self.rows[row]
+        r.lane, r.next, r.total, r.result = lane, done, total, int(Step.CONTINUE)
+        r.dt, r.half_dt = float(dt), float(half_dt)
+        r.times, r.kinds = self._plan_ptrs(times, kinds)
+
+    def move_row(self, dst: int, src: int) -> None:
+        """Row src's table entry into row dst (the caller moves the buffers' rows likewise)."""
+        ffi.memmove(ffi.addressof(self.rows, dst), ffi.addressof(self.rows, src),
+                    ffi.sizeof("struct fer_exec_row"))
+
     def load(self, row: int, lane: int, integ: FlowIntegrator,
              statics: Mapping[str, np.ndarray]) -> None:
         """Row `row` runs lane `lane`'s request: the integrator's state (after its start()) and
@@ -233,13 +286,8 @@ class NativeLoop:
         np.copyto(self.x[row].reshape(-1), integ._x_flat)
         for name, buf in self.statics.items():
             np.copyto(buf[row], statics[name].reshape(buf.shape[1:]), casting="same_kind")
-        times, kinds = integ._times, integ._kinds
-        if times.dtype != np.float32 or kinds.dtype != np.int8 or not times.flags.c_contiguous:
-            raise ValueError("integrator plan: expected contiguous float32 times, int8 kinds")
-        r = self.rows[row]
-        r.lane, r.next, r.total, r.result = lane, integ._next, integ._total, int(Step.CONTINUE)
-        r.dt, r.half_dt = float(integ._dt), float(integ._half_dt)
-        r.times, r.kinds = self._plan_ptrs(times, kinds)
+        self.set_row(row, lane, integ._total, integ._dt, integ._half_dt, integ._times,
+                     integ._kinds, integ._next)
 
     def store(self, row: int, integ: FlowIntegrator) -> None:
         """The row's state back into the integrator (its actions() then reads the result)."""
@@ -252,8 +300,9 @@ class NativeLoop:
 
     def run(self, core: Core, n_rows: int, stop_flag, report: Report, fault_delay_ns=ffi.NULL,
             flags: int = 0) -> int:
-        """Steps rows[0..n_rows) until one ends (ROWS_ENDED), *stop_flag (STOPPED) or, with
-        ONE_STEP, one step (YIELDED). The GIL is released for the whole call. `stop_flag` is a
+        """Steps rows[0..n_rows) until one ends (ROWS_ENDED), *stop_flag (STOPPED), with
+        ONE_STEP one step (YIELDED), with JOIN a boundary where a free row could take queued work
+        (JOINABLE). The GIL is released for the whole call. `stop_flag` is a
         cdata uint32_t * (e.g. a `ffi.new("uint32_t[]", n)` element address), `fault_delay_ns`
         a cdata uint64_t * read before every step's sleep (drills), or NULL."""
         if self._exec is None:

@@ -4,38 +4,33 @@ Why dedicated threads and not executor callbacks: a worker blocks in ONNX Runtim
 and must check cancellation and the deadline between NFEs; the core (not this module) decides
 those, so the loop here only asks after every NFE (`Core.step`) and stops when told.
 
-Worker i owns lane i, its own `InferenceSession`s (intra-op threads configurable, inter-op 1,
-on the configured execution providers, created inside the thread after affinity/priority are
-applied, so the session's pool threads inherit them) and is the only producer of the core's ring
-i + 1:
+Worker w owns the core's lanes [w*B, (w+1)*B) (B = `batch_slots`, docs/design.md §5.1; lane w
+at B = 1), its own `InferenceSession`s (intra-op threads configurable, inter-op 1, on the
+configured execution providers, created inside the thread after affinity/priority are applied,
+so the session's pool threads inherit them) and is the only producer of the core's ring w + 1.
+One loop serves every B (`_loop_rows`): the requests it holds are rows of a batch.BatchRows (one
+row at B = 1):
 
-    wait_for_work -> dispatch -> [prefix -> prefix_done] -> [nfe -> step]* -> (DONE) wait for
-    ring space -> finish
+    worker_wait (nothing held) -> step boundary: dispatch_worker into free slots, the joiners'
+    prefix passes (two-phase) -> steps over the rows -> rows that ended leave (DONE: wait for
+    ring space, finish) -> next boundary
 
-The NFEs of a request run in C when they can (`nfe_loop` auto, CPU provider only, the
-onnxruntime wheel's C library loadable): `_native_steps` hands the sampler's state to a
-native.NativeLoop, whose one call (GIL released) runs every NFE, its solver update and
-`Core.step` until the core says stop, or until the pool's stop flag / an injected crash raises the
-lane's C flag. Otherwise the Python loop below does the same one NFE at a time. Each worker says
-which loop it runs (`worker_info()["nfe_loop"]`, on the workers diagnostic), and why.
+The steps run in C when they can (`nfe_loop` auto, CPU provider only, the onnxruntime wheel's C
+library loadable): `_step_native` hands the rows to their native.NativeLoop (the same buffers),
+whose one call (GIL released) runs step after step, each one batched model call, every row's
+solver update and `Core.step`, until some row's work ends, the pool's stop flag / an injected
+crash raises the worker's C flag, or a free slot could take queued work. Otherwise
+`_step_python` runs one step the same way in Python (one batched ONNX Runtime call). Each worker
+says which loop it runs (`worker_info()["nfe_loop"]`, on the workers diagnostic), and why.
 
-A single .onnx model runs model.FlowSampler on the lane's observation (unchanged). A policy
-package runs a policy.PolicySampler whose inputs are the dispatched slot's payload: the request
-thread normalized the request's tensors straight into that slot (SlotInputs), so the worker binds
-those bytes as graph inputs and nothing is copied again. A two-phase package runs its prefix
-graph once at dispatch and reports it with `Core.prefix_done`, which may stop the work (stale,
-expired) before the first NFE.
+A single .onnx model's rows hold the dispatched observation. A policy package's rows are filled
+from the dispatched slot's payload: the request thread normalized the request's tensors straight
+into that slot (SlotInputs), and `BatchRows.join` copies them into the row once. A two-phase
+package runs its joiners' prefix graph at the boundary and reports each with `Core.prefix_done`,
+which may stop the work (stale, expired) before the first NFE.
 
-Outcomes of stopped work (REJECTED_STALE, EXPIRED) are emitted by the core inside `step`.
-
-Batch slots (`batch_slots` B > 1, docs/design.md §5.1): worker w owns the core's lanes
-[w*B, (w+1)*B) and holds up to B requests as rows of a batch.BatchRows. At every step boundary
-its free slots take queued work in EDF order (`Core.dispatch_worker`, non-blocking; a two-phase
-package runs the joiners' prefix passes as one batched call), then one step (`_step_rows`) runs
-one batched model call over the held rows, each row's solver update, and `Core.step` per row;
-rows leave independently (done, stale, expired). With nothing held it blocks in
-`Core.worker_wait` as the B = 1 loop does in `wait_for_work`. B = 1 runs the loop above,
-unchanged.
+Outcomes of stopped work (REJECTED_STALE, EXPIRED) are emitted by the core inside `step`; rows
+leave independently, never disturbing the others.
 
 Shutdown (`stop`): a flag, `Core.shutdown()` to wake waiters, join every thread. Work in flight
 stops at its next NFE boundary; after its thread has exited the pool calls `disable_lane` for
@@ -59,7 +54,7 @@ from flowedge_relay import native as _native
 from flowedge_relay import policy as _policy
 from flowedge_relay.batch import BatchRows, RowSpec
 from flowedge_relay.core import Core, Step, ffi
-from flowedge_relay.model import SOLVERS, FlowSampler, ModelInfo
+from flowedge_relay.model import SOLVERS, ModelInfo
 from flowedge_relay.realtime import apply_thread_settings
 
 NFE_HISTORY = 4096  # measured NFE durations kept per worker (a ring)
@@ -146,10 +141,10 @@ class SlotInputs:
     """A policy's input buffers laid over each core slot's payload, made once per slot.
 
     Why: the request thread writes a request's tensors into the staging slot's payload (one
-    copy, normalized) and the worker that dispatches the slot binds the same memory as graph
-    inputs. The views and their OrtValues are built the first time a slot is seen and then
-    reused, so a request allocates nothing here. `payload_view(slot)` is Core.payload_view (or
-    any uint8 buffer per slot, for tests).
+    copy, normalized) and the worker that dispatches the slot reads them from the same memory
+    (BatchRows.join copies them into the request's row once). The views and their OrtValues
+    are built the first time a slot is seen and then reused, so a request allocates nothing
+    here. `payload_view(slot)` is Core.payload_view (or any uint8 buffer per slot, for tests).
     """
 
     def __init__(
@@ -193,10 +188,11 @@ class PoolHealth:
 class _Worker:
     """One worker's state. Thread ownership (as csrc/fer_internal.h documents the core's):
 
-    - written only by the worker thread itself: ready, nfe_ns / nfe_count (the measured-NFE
-      ring), holding, last_progress_ns, error, applied, nfe_loop; nfe_count and
-      last_progress_ns live in `counters` (uint64), which the native loop's C code stores to
-      while it runs (atomic stores; a reader sees the old or the new value);
+    - written only by the worker thread itself: ready, nfe_ns / step_rows / steps (the
+      measured-step ring), nfe_count, holding, slots_in_use, last_progress_ns, error, applied,
+      nfe_loop; nfe_count, last_progress_ns and steps live in `counters` (uint64), which the
+      native loop's C code stores to while it runs (atomic stores; a reader sees the old or the
+      new value), as it writes nfe_ns and step_rows;
     - written only by the supervisor (the node's health timer, or stop() after the join):
       disabled, and thread (set once by start() before the thread runs);
     - written by tools and tests, read by the worker: crash_requested (a plain flag).
@@ -212,9 +208,11 @@ class _Worker:
     thread: threading.Thread | None = None
     ready: threading.Event = field(default_factory=threading.Event)
     nfe_ns: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int64))
-    # [nfe_count, last_progress_ns]: NFEs measured (nfe_ns[i % NFE_HISTORY] is the i-th) and the
-    # dispatch or last step of the work it holds
-    counters: np.ndarray = field(default_factory=lambda: np.zeros(2, np.uint64))
+    # [nfe_count, last_progress_ns, steps]: NFEs computed, the dispatch or last step of the work
+    # it holds, steps measured (nfe_ns[i % NFE_HISTORY] is the i-th step's duration, each of its
+    # step_rows[i % NFE_HISTORY] rows' NFE cost; at one row a step is one NFE)
+    counters: np.ndarray = field(default_factory=lambda: np.zeros(3, np.uint64))
+    step_rows: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int32))
     prefix_ns: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int64))
     prefix_count: int = 0  # prefix passes measured (two-phase packages)
     holding: bool = False  # has dispatched work that has not ended yet
@@ -235,6 +233,14 @@ class _Worker:
         self.counters[0] = value
 
     @property
+    def steps(self) -> int:
+        return int(self.counters[2])
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        self.counters[2] = value
+
+    @property
     def last_progress_ns(self) -> int:
         return int(self.counters[1])
 
@@ -242,11 +248,9 @@ class _Worker:
     def last_progress_ns(self, value: int) -> None:
         self.counters[1] = value
 
-    # batch slots (B > 1): `lane` is then the worker's index, its lanes Core.worker_lanes(lane)
+    # `lane` is the worker's index; its lanes are Core.worker_lanes(lane) (one per batch slot)
     slots_in_use: int = 0  # rows held now
-    steps: int = 0  # batched steps run
-    rows_stepped: int = 0  # sum over steps of the rows each computed (= NFEs)
-    step_rows: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int16))
+    report: _native.Report | None = None  # where the native loop writes the ring and counters
 
 
 def _percentiles(parts: list[np.ndarray]) -> tuple[float, float, int]:
@@ -412,9 +416,9 @@ class WorkerPool:
                              for w in self._workers])
 
     def _measured(self, w: _Worker) -> int:
-        """Entries written to w.nfe_ns: one per NFE at B = 1, one per batched step at B > 1
-        (each row of a step cost the step's duration)."""
-        return w.nfe_count if self.batch_slots == 1 else w.steps
+        """Entries written to w.nfe_ns: one per step (each row of a step cost its duration; at
+        B = 1 a step is one NFE)."""
+        return w.steps
 
     def inflight_ns(self, now: int) -> int:
         """Time the running NFEs have taken so far: the core counts an NFE's time only when it
@@ -433,15 +437,14 @@ class WorkerPool:
         """Batch slots (§5.1): slots in use per worker, mean rows per step over the recent steps,
         and the step cost (p50, p99 ns, samples) by row count over them. At B = 1 every step has
         one row."""
-        in_use = [w.slots_in_use if self.batch_slots > 1 else int(w.holding)
-                  for w in self._workers]
+        in_use = [w.slots_in_use for w in self._workers]
         cost, rows = [], []
         for w in self._workers:
             k = min(self._measured(w), NFE_HISTORY)
             cost.append(w.nfe_ns[:k])
-            rows.append(w.step_rows[:k] if self.batch_slots > 1 else np.ones(k, np.int16))
+            rows.append(w.step_rows[:k])
         cost_all = np.concatenate(cost) if cost else np.zeros(0, np.int64)
-        rows_all = np.concatenate(rows) if rows else np.zeros(0, np.int16)
+        rows_all = np.concatenate(rows) if rows else np.zeros(0, np.int32)
         by_rows = {}
         for r in np.unique(rows_all):
             p50, p99, n = _percentiles([cost_all[rows_all == r]])
@@ -491,22 +494,11 @@ class WorkerPool:
             w.applied = apply_thread_settings(
                 f"worker {w.lane}", w.cpus, self.rt_priority, warn=self.log.warning
             )
-            if self.batch_slots > 1:
-                w.nfe_loop, w.nfe_loop_note = "python", "batch_slots > 1: batched steps in Python"
-                rows = self._make_rows()
-                w.ready.set()
-                self._loop_rows(w, rows)
-                return
-            sampler = self._make_sampler()
             if w.probe is not None:
                 w.probe.open()
-                if isinstance(sampler, FlowSampler):
-                    sampler.session = _ProbedSession(sampler.session, w.probe)
-                else:  # the step graph's session is the one run per NFE
-                    sampler._step_sess = _ProbedSession(sampler._step_sess, w.probe)
-            nat = self._make_native(w)
+            rows = self._make_rows(w)
             w.ready.set()
-            self._loop(w, sampler, nat)
+            self._loop_rows(w, rows)
         except BaseException as exc:  # the supervisor sees the dead thread and disables the lane
             w.error = exc
             if not isinstance(exc, InjectedWorkerCrash):
@@ -516,88 +508,41 @@ class WorkerPool:
             if w.probe is not None:
                 self.log.info(f"NFE breakdown of worker {w.lane}: {w.probe.save()}")
 
-    def _make_sampler(self) -> FlowSampler | _policy.PolicySampler:
-        """This worker's sessions (on the configured providers) and sampler, warmed up."""
-        if self.policy is None:
-            m = self.model
-            data = m.model_bytes if isinstance(m, ModelInfo) else m.graphs["velocity"].data
-            session = _policy.make_session(
-                data, self.intra_op_threads, self.execution_providers, f"{m.path}:velocity"
-            )
-            info = m if isinstance(m, ModelInfo) else None
-            sampler = FlowSampler(session, info or _model_info(m), self.solver)
-            sampler.sample(np.zeros(m.obs_dim, np.float32), 0, 2)  # first runs are slow
-            return sampler
-        sessions = _policy.make_sessions(
-            self.policy, self.intra_op_threads, self.execution_providers
-        )
-        sampler = _policy.PolicySampler(self.policy, sessions)  # the manifest's solver
-        warm = {s.name: np.zeros(s.shape, s.wire_dtype) for s in self.policy.inputs}
-        sampler.sample(warm, 0, 2)  # on its own buffers; a request rebinds its slot's
-        return sampler
-
-    def _make_native(self, w: _Worker) -> tuple[_native.NativeLoop, _native.Report] | None:
-        """This worker's native NFE loop, or None (and the reason in w.nfe_loop_note)."""
+    def _make_native(self, w: _Worker, rows: BatchRows) -> None:
+        """Attach this worker's native loop to its rows, or say in w.nfe_loop_note why not."""
         w.nfe_loop = "python"
         if self.nfe_loop == "python":
             w.nfe_loop_note = "nfe_loop: python"
-            return None
+            return
         if self.execution_providers != _policy.DEFAULT_PROVIDERS:
             w.nfe_loop_note = (f"execution_providers {list(self.execution_providers)}: the "
                                "native loop runs CPUExecutionProvider only")  # fmt: skip
-            return None
+            return
         m = self.policy or self.model
         if self.policy is not None:
             data = self.policy.step_graph.data
         else:
             data = m.model_bytes if isinstance(m, ModelInfo) else m.graphs["velocity"].data
         try:
-            nat = _native.NativeLoop(data, _native.step_spec(m), self.intra_op_threads, 1,
-                                     self.ort_library)  # fmt: skip
+            nat = _native.NativeLoop(data, _native.step_spec(m), self.intra_op_threads,
+                                     rows.slots, self.ort_library, rows.row_buffers())
         except _native.NativeUnavailable as exc:
             w.nfe_loop_note = str(exc)
             self.log.warning(f"worker {w.lane}: {exc}; its NFE loop runs in Python")
-            return None
+            return
+        rows.attach(nat)
+        w.report = _native.Report(w.nfe_ns, w.counters, w.probe, w.step_rows)
         w.nfe_loop = "native"
-        return nat, _native.Report(w.nfe_ns, w.counters, w.probe)
 
-    def _native_steps(
-        self, w: _Worker, sampler: FlowSampler | _policy.PolicySampler,
-        native: tuple[_native.NativeLoop, _native.Report], observation: np.ndarray, slot: int,
-    ) -> Step | None:
-        """Every NFE of the dispatched request in one C call (the GIL released): the core's last
-        step result, or None when stop() was called (the lane is left holding, as in _loop)."""
-        nat, report = native
-        if self.policy is None:
-            statics = {_native.INPUT_OBS: observation}
-        else:
-            arrays = self.slot_inputs[slot].arrays  # type: ignore[index]
-            ctx = sampler.context_arrays  # type: ignore[union-attr]
-            statics = {name: arrays[name] if name in arrays else ctx[name]
-                       for name in nat.statics}  # fmt: skip
-        nat.load(0, w.lane, sampler, statics)
-        flag = self._flags + w.lane
-        while True:
-            if self._stop.is_set():
-                return None
-            if w.crash_requested:
-                raise InjectedWorkerCrash(f"worker {w.lane}: injected crash")
-            if nat.run(self.core, 1, flag, report, self._fault) == _native.ROWS_ENDED:
-                break
-            # STOPPED: the lane's flag is up (stop() or inject_worker_crash); checked above
-        result = nat.result(0)
-        if result == Step.DONE:
-            nat.store(0, sampler)
-        return result
-
-    def _make_rows(self) -> BatchRows:
-        """This worker's sessions and batch rows (B > 1), warmed up at every row count."""
+    def _make_rows(self, w: _Worker) -> BatchRows:
+        """This worker's sessions and batch rows (B of them), stepped natively where possible,
+        warmed up at every row count (first runs, and each binding, are slow)."""
         m = self.policy if self.policy is not None else self.model
         if self.policy is None:
             info = m if isinstance(m, ModelInfo) else _model_info(m)
-            data = info.model_bytes
             sessions = {"velocity": _policy.make_session(
-                data, self.intra_op_threads, self.execution_providers, f"{info.path}:velocity")}
+                info.model_bytes, self.intra_op_threads, self.execution_providers,
+                f"{info.path}:velocity")}  # fmt: skip
             spec = RowSpec.of(info, self.solver)
             warm = np.zeros(info.obs_dim, np.float32)
         else:
@@ -607,17 +552,22 @@ class WorkerPool:
             spec = RowSpec.of(self.policy, self.policy.solver)
             warm = _policy.InputBuffers(self.policy)
         rows = BatchRows(spec, sessions, self.batch_slots, self.core.config.max_nfe)
-        for k in range(1, self.batch_slots + 1):  # first runs (and each binding) are slow
-            for _ in range(k):
-                rows.join(-1, -1, 0, 1, warm)
+        self._make_native(w, rows)
+        lanes = self.core.worker_lanes(w.lane)  # nothing runs on them: only row set-up
+        for k in range(1, self.batch_slots + 1):
+            for i in range(k):
+                rows.join(lanes[i], -1, 0, 1, warm)
             rows.prefix(0, k)
-            rows.run()
+            if rows.native is None:  # the native loop ran its first runs when it was made
+                rows.run()
             while rows.n:
                 rows.leave(rows.n - 1)
+        if w.probe is not None and rows.native is None:  # the native loop probes in C
+            rows._step_sess = _ProbedSession(rows._step_sess, w.probe)
         return rows
 
     def _loop_rows(self, w: _Worker, rows: BatchRows) -> None:
-        """The batched loop (B > 1): fill free slots at each step boundary, then one step."""
+        """The worker loop: fill free slots at each step boundary, then step the held rows."""
         core, index, stop = self.core, w.lane, self._stop
         while not stop.is_set():
             if w.crash_requested:
@@ -630,7 +580,10 @@ class WorkerPool:
             if rows.n == 0:
                 w.holding = False
                 continue
-            self._step_rows(w, rows)
+            if rows.native is not None:
+                self._step_native(w, rows)
+            else:
+                self._step_python(w, rows)
             w.slots_in_use, w.holding = rows.n, rows.n > 0
         # stop: rows still held are left on their lanes; stop() disables them after the join
 
@@ -638,7 +591,8 @@ class WorkerPool:
         """A step boundary: free slots take queued work in EDF order at once; the joiners of a
         two-phase package run their prefix passes as one batched call (it pays: bare ONNX
         Runtime, policy_vision prefix, 4 rows in one call 17 us against 4 x 13 us one by one),
-        and the core decides per joiner whether its steps run."""
+        their context rows then being step inputs, and the core decides per joiner whether its
+        steps run."""
         core, package, slots = self.core, self.policy is not None, self.slot_inputs
         first = rows.n
         if rows.n < rows.slots and core.queued() > 0:
@@ -664,14 +618,27 @@ class WorkerPool:
                 rows.leave(r)  # stale or expired: the core emitted its outcome
         w.slots_in_use = rows.n
 
-    def _step_rows(self, w: _Worker, rows: BatchRows) -> None:
-        """One step over the held rows: one batched model call with each row's solver update,
-        then Core.step per row (the step's cost is each row's NFE cost: every slot advanced one
-        NFE in it), DONE rows finished and STOP rows dropped. The per-step body a native loop
-        (issue 15) replaces: its buffers are BatchRows' contiguous [B, ...] rows."""
-        core, n = self.core, rows.n
+    def _step_native(self, w: _Worker, rows: BatchRows) -> None:
+        """Steps in C (GIL released; each step one model call over the rows, each row's solver
+        update and Core.step) until a row's work ends, the lane's flag is up (stop() or an
+        injected crash: the loop finds out which), or a free slot could take queued work; the
+        C loop writes the NFE ring, the counters and last_progress_ns itself."""
+        rows.native.run(self.core, rows.n, self._flags + w.lane, w.report,  # type: ignore[union-attr]
+                        self._fault, _native.JOIN)
+        for r in range(rows.n - 1, -1, -1):  # descending: a leave moves a visited row
+            self._settle(rows, r, rows.result(r))
+
+    def _step_python(self, w: _Worker, rows: BatchRows) -> None:
+        """The fallback (nfe_loop python, other providers): one step, i.e. one batched model
+        call with each row's solver update, then Core.step per row (the step's cost is each
+        row's NFE cost: every slot advanced one NFE in it)."""
+        core, n, probe = self.core, rows.n, w.probe
         t0 = time.monotonic_ns()
+        if probe is not None:
+            probe.mark(0)
         rows.run()
+        if probe is not None:
+            probe.mark(3)
         if self.fault_nfe_delay_ns:
             time.sleep(self.fault_nfe_delay_ns * 1e-9)
         t1 = time.monotonic_ns()
@@ -679,17 +646,21 @@ class WorkerPool:
         k = w.steps % NFE_HISTORY
         w.nfe_ns[k], w.step_rows[k] = cost, n
         w.steps += 1
-        w.rows_stepped += n
         w.nfe_count += n
         for r in range(n - 1, -1, -1):  # descending: a leave moves a visited row
-            lane = int(rows.lane[r])
-            result = core.step(lane, t1, cost)
-            if result == Step.DONE:
-                self._finish_lane(lane, rows.actions(r))
-                rows.leave(r)
-            elif result != Step.CONTINUE:
-                rows.leave(r)  # STOP_STALE / STOP_EXPIRED: the core emitted the outcome
+            self._settle(rows, r, core.step(int(rows.lane[r]), t1, cost))
+        if probe is not None:
+            probe.end()
         w.last_progress_ns = t1
+
+    def _settle(self, rows: BatchRows, r: int, result: Step) -> None:
+        """After row r's step: DONE finishes it, STOP_STALE / STOP_EXPIRED (the core emitted
+        the outcome) drop it; either way the row leaves."""
+        if result == Step.DONE:
+            self._finish_lane(int(rows.lane[r]), rows.actions(r))
+            rows.leave(r)
+        elif result != Step.CONTINUE:
+            rows.leave(r)
 
     def _finish_lane(self, lane: int, actions: np.ndarray) -> None:
         """Wait a bounded time for ring space, then hand the actions to the core."""
@@ -698,72 +669,6 @@ class WorkerPool:
         while not core.output_space(lane) and time.monotonic_ns() < give_up:
             time.sleep(50e-6)
         core.finish(lane, time.monotonic_ns(), actions)  # full ring: counted drop
-
-    def _loop(
-        self, w: _Worker, sampler: FlowSampler | _policy.PolicySampler,
-        native: tuple[_native.NativeLoop, _native.Report] | None = None,
-    ) -> None:
-        core, lane, stop = self.core, w.lane, self._stop
-        clock, ring, mask, probe = time.monotonic_ns, w.nfe_ns, NFE_HISTORY, w.probe
-        package, slots = self.policy is not None, self.slot_inputs
-        two_phase = package and self.policy.two_phase
-        while not stop.is_set():
-            if w.crash_requested:
-                raise InjectedWorkerCrash(f"worker {lane}: injected crash")
-            if not core.wait_for_work(lane, self.wait_timeout_ns) or stop.is_set():
-                continue
-            now = clock()
-            work = core.dispatch(lane, now)
-            if work is None:
-                continue
-            w.last_progress_ns, w.holding = now, True
-            result = Step.CONTINUE
-            if not package:
-                sampler.start(work.observation, work.noise_seed, work.remaining_nfe)
-            else:
-                sampler.start(work.noise_seed, work.remaining_nfe, slots[work.slot])
-                if two_phase:
-                    result = self._prefix(w, sampler)
-            if native is not None and result == Step.CONTINUE:
-                result = self._native_steps(w, sampler, native, work.observation, work.slot)
-                if result is None:
-                    return  # lane left holding; stop() disables it after the join
-            while result == Step.CONTINUE:
-                if stop.is_set():
-                    return  # lane left holding; stop() disables it after the join
-                if w.crash_requested:
-                    raise InjectedWorkerCrash(f"worker {lane}: injected crash")
-                t0 = clock()
-                if probe is not None:
-                    probe.mark(0)
-                sampler.nfe()
-                if probe is not None:
-                    probe.mark(3)
-                if self.fault_nfe_delay_ns:
-                    time.sleep(self.fault_nfe_delay_ns * 1e-9)
-                t1 = clock()
-                ring[w.nfe_count % mask] = t1 - t0
-                w.nfe_count += 1
-                result = core.step(lane, t1, t1 - t0)
-                if probe is not None:
-                    probe.end()
-                w.last_progress_ns = t1
-            if result == Step.DONE:
-                self._finish(w, sampler)
-            w.holding = False  # STOP_STALE / STOP_EXPIRED: the core emitted the outcome
-
-    def _prefix(self, w: _Worker, sampler: _policy.PolicySampler) -> Step:
-        """The prefix pass, once per request; the core then decides whether its steps run."""
-        t0 = time.monotonic_ns()
-        sampler.prefix()
-        t1 = time.monotonic_ns()
-        w.prefix_ns[w.prefix_count % NFE_HISTORY] = t1 - t0
-        w.prefix_count += 1
-        w.last_progress_ns = t1
-        return self.core.prefix_done(w.lane, t1, t1 - t0)
-
-    def _finish(self, w: _Worker, sampler: FlowSampler | _policy.PolicySampler) -> None:
-        self._finish_lane(w.lane, sampler.actions())
 
 
 def _model_info(p: _policy.Policy) -> ModelInfo:

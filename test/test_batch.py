@@ -30,7 +30,7 @@ from flowedge_relay.model import (
     make_session,
 )
 from flowedge_relay.models import detour_task as task
-from flowedge_relay.workers import WorkerPool
+from flowedge_relay.workers import SlotInputs, WorkerPool
 
 MS = 1_000_000
 HANG_GUARD_S = 30.0
@@ -232,3 +232,159 @@ def test_a_stale_row_leaves_without_disturbing_the_others():
             assert _close(got[i].actions, ref.sample(OBS[i], i, 6))
         assert got[9].code == Code.INFERENCE  # the freed slot took the newer generation
         assert _close(got[9].actions, ref.sample(OBS[9], 9, 3))
+
+
+# ---- the native rows loop against the Python rows loop (the same pool, nfe_loop auto / python) --
+
+
+def _vision_arrays(n: int) -> list[dict[str, np.ndarray]]:
+    images = task.render_observation(OBS[:n])
+    return [{"image": images[s], "state": OBS[s, :2]} for s in range(n)]
+
+
+class _Served:
+    """One model served by a real core and pool: how to build its core, submit request i and
+    compute request i's batch-1 actions."""
+
+    def __init__(self, name: str, solver: str) -> None:
+        self.name, self.solver = name, solver
+        if name == "policy_vision":
+            self.model = P.load(P.vision_policy_path())
+            self.arrays = _vision_arrays(len(OBS))
+            self._ref = P.PolicySampler(self.model, P.make_sessions(self.model))
+        else:
+            path = default_model_path() if name == "policy_small" else bench_model_path()
+            self.model, _, self._ref = _single(path, solver)
+
+    def core(self, slots: int) -> Core:
+        m = self.model
+        if isinstance(m, P.Policy):
+            return Core(CoreConfig(workers=1, batch_slots=slots, obs_dim=0, two_phase=1,
+                                   action_len=m.action.horizon * m.action.output_dim,
+                                   payload_bytes=P.payload_layout(m).nbytes, queue_capacity=64))
+        return Core(CoreConfig(workers=1, batch_slots=slots, obs_dim=m.obs_dim,
+                               action_len=m.action_len, queue_capacity=64))
+
+    def pool(self, core: Core, loop: str, **kw) -> WorkerPool:
+        if isinstance(self.model, P.Policy):
+            slots = SlotInputs(self.model, core.payload_view)
+            return WorkerPool(core, self.model, slot_inputs=slots, nfe_loop=loop, **kw)
+        return WorkerPool(core, self.model, solver=self.solver, nfe_loop=loop, **kw)
+
+    def submit(self, core: Core, pool: WorkerPool | None, i: int, session: int, gen: int,
+               nfe: int) -> None:
+        obs_dim = self.model.obs_dim if not isinstance(self.model, P.Policy) else 0
+        r = req(b"s%d" % session, i, gen=gen, nfe=nfe, obs_dim=obs_dim)
+        if isinstance(self.model, P.Policy):
+            slots = pool.slot_inputs if pool is not None else SlotInputs(self.model,
+                                                                         core.payload_view)
+            P.fill_buffers(self.model, slots[core.staging_slot()], self.arrays[i % len(OBS)])
+            r = Request(**{**r.__dict__, "observation": np.zeros(0, np.float32)})
+        assert core.submit(r, time.monotonic_ns()) == Decision.ACCEPTED
+
+    def want(self, i: int, nfe: int) -> np.ndarray:
+        if isinstance(self.model, P.Policy):
+            return self._ref.sample(self.arrays[i % len(OBS)], i, nfe).copy()
+        return self._ref.sample(OBS[i % len(OBS)], i, nfe)
+
+
+SERVED = [("policy_small", "euler"), ("policy_small", "midpoint"), ("policy_bench", "euler"),
+          ("policy_bench", "midpoint"), ("policy_vision", "")]
+
+
+def _serve(served: _Served, loop: str, slots: int, seed: int) -> tuple[dict, dict, list]:
+    """A random composition through the real core and pool: 8 requests queued before the start,
+    then waves submitted at random instants (joins at step boundaries), a third of them a newer
+    generation of a running session (its row leaves as REJECTED_STALE). A 2 ms fault delay per
+    step keeps rows in flight while the waves arrive. Returns outcomes by sequence, the NFE total
+    of each sequence, and the worker info."""
+    rng = random.Random(seed)
+    nfe_of: dict[int, int] = {}
+    with served.core(slots) as core:
+        pool = served.pool(core, loop, fault_nfe_delay_ns=2 * MS)
+        i, gen = 0, {}
+
+        def submit(k: int) -> None:
+            nonlocal i
+            for _ in range(k):
+                session = rng.randrange(12)
+                gen[session] = gen.get(session, 0) + 1
+                nfe_of[i] = rng.randint(1, 12)
+                served.submit(core, pool, i, session, gen[session], nfe_of[i])
+                i += 1
+
+        submit(8)
+        pool.start()
+        try:
+            for _ in range(6):
+                time.sleep(rng.uniform(0.0, 0.012))
+                submit(rng.randint(1, 4))
+            got = _collect(core, i)
+            info = pool.worker_info()
+        finally:
+            pool.stop()
+        assert pool.nfe_count == core.stats().nfe_total
+    outs = {o.sequence: o for o in got}
+    assert sorted(outs) == list(range(i)) and len(got) == i  # each exactly once
+    return outs, nfe_of, info
+
+
+@pytest.mark.parametrize(("name", "solver"), SERVED, ids=[f"{n}-{s or 'manifest'}"
+                                                         for n, s in SERVED])
+def test_native_rows_loop_matches_the_python_rows_loop_over_random_joins_and_leaves(name, solver):
+    served = _Served(name, solver)
+    results = {}
+    for loop in ("auto", "python"):
+        outs, nfe_of, info = _serve(served, loop, 4, seed=11)
+        assert info[0]["nfe_loop"] == ("native" if loop == "auto" else "python")
+        assert any(o.code == Code.REJECTED_STALE for o in outs.values())
+        for seq, o in outs.items():
+            assert o.code in (Code.INFERENCE, Code.REJECTED_STALE), (seq, o.code)
+            if o.code == Code.INFERENCE:
+                assert _close(o.actions, served.want(seq, nfe_of[seq])), (loop, seq)
+        results[loop] = {s: o.actions for s, o in outs.items() if o.code == Code.INFERENCE}
+    both = results["auto"].keys() & results["python"].keys()
+    assert both
+    for s in both:  # the same request through both loops (row compositions may differ)
+        assert _close(results["auto"][s], results["python"][s]), s
+
+
+@pytest.mark.parametrize(("name", "solver"), SERVED, ids=[f"{n}-{s or 'manifest'}"
+                                                         for n, s in SERVED])
+def test_one_slot_through_the_rows_loop_is_bit_identical_to_batch_one(name, solver):
+    """B = 1 runs the same rows loop: native and Python, byte for byte the batch-1 sampler."""
+    served = _Served(name, solver)
+    for loop in ("auto", "python"):
+        outs, nfe_of, _ = _serve(served, loop, 1, seed=5)
+        for seq, o in outs.items():
+            if o.code == Code.INFERENCE:
+                want = served.want(seq, nfe_of[seq])
+                assert o.actions.tobytes() == want.tobytes(), (loop, seq)
+
+
+def test_a_queued_request_joins_at_the_next_boundary_while_a_row_keeps_running():
+    """The native loop leaves C at a step boundary when a slot is free and work is queued
+    (FER_EXEC_JOIN): a short request submitted while a long one runs joins it and finishes first,
+    the long one going on undisturbed (its result is batch-1's)."""
+    info, _, ref = _single(default_model_path(), "euler")
+    with Core(CoreConfig(workers=1, batch_slots=2, obs_dim=4, action_len=16)) as core:
+        assert core.submit(req(b"long", 0, gen=1, nfe=40), time.monotonic_ns()) == 0
+        pool = WorkerPool(core, info, workers=1, fault_nfe_delay_ns=5 * MS)
+        pool.start()
+        try:
+            assert pool.worker_info()[0]["nfe_loop"] == "native"
+            guard = time.monotonic() + HANG_GUARD_S
+            while core.lanes_snapshot()[0].nfe_done < 3:  # the long row is stepping in C
+                assert time.monotonic() < guard
+                time.sleep(0.002)
+            assert core.submit(req(b"short", 1, gen=1, nfe=3), time.monotonic_ns()) == 0
+            got = {o.sequence: o for o in _collect(core, 2)}
+            stats = pool.batch_stats()
+        finally:
+            pool.stop()
+        short, long_ = got[1], got[0]
+        assert short.code == long_.code == Code.INFERENCE
+        assert short.finish_ns < long_.finish_ns and short.nfe_done == 3
+        assert stats["step_ns_by_rows"][2][2] == 3  # three steps of two rows: it joined at once
+        assert short.actions.tobytes() == ref.sample(OBS[1], 1, 3).tobytes()
+        assert _close(long_.actions, ref.sample(OBS[0], 0, 40))

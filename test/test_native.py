@@ -18,6 +18,7 @@ from ros_helpers import running_relay, status_values, wait_for
 
 from flowedge_relay import native
 from flowedge_relay import policy as P
+from flowedge_relay.batch import BATCH_ATOL, BATCH_RTOL
 from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request, Step, ffi
 from flowedge_relay.model import (
     FlowSampler,
@@ -65,7 +66,7 @@ class Harness:
     def __init__(self, nat: native.NativeLoop) -> None:
         self.nat = nat
         self.ring = np.zeros(64, np.int64)
-        self.counters = np.zeros(2, np.uint64)
+        self.counters = np.zeros(3, np.uint64)
         self.report = native.Report(self.ring, self.counters)
         self.flag = ffi.new("uint32_t[]", 1)
         self.fault = ffi.new("uint64_t[]", 1)
@@ -217,6 +218,35 @@ def test_rows_end_one_by_one_with_their_own_result_through_the_core(small):
     h.nat.close()
 
 
+def test_join_flag_returns_at_a_boundary_only_with_a_free_row_and_queued_work(small):
+    """FER_EXEC_JOIN: with work queued and a free row the run returns JOINABLE after one step
+    (never before the first: every call makes progress); with every row taken it runs on."""
+    sampler = FlowSampler(make_session(small, 1), small)
+    h = Harness(native.NativeLoop(small.model_bytes, native.step_spec(small), max_rows=2))
+    with make_core(workers=2) as core:
+        work = dispatch(core, request(b"a", 6))
+        sampler.start(work.observation, work.noise_seed, 6)
+        h.nat.load(0, 0, sampler, {"observation": work.observation})
+        assert h.run(core, 1, flags=native.JOIN) == native.ROWS_ENDED  # none queued: to the end
+        assert h.nat.result(0) == Step.DONE
+        core.finish(0, time.monotonic_ns(), np.zeros(16, np.float32))
+        work = dispatch(core, request(b"b", 6))
+        sampler.start(work.observation, work.noise_seed, 6)
+        h.nat.load(0, 0, sampler, {"observation": work.observation})
+        assert core.submit(request(b"c", 4), time.monotonic_ns()) == Decision.ACCEPTED
+        assert h.run(core, 1, flags=native.JOIN) == native.JOINABLE
+        assert h.nat.rows[0].next == 1 and core.queued() == 1  # one step, then back
+        second = core.dispatch(1, time.monotonic_ns())
+        sampler.start(second.observation, second.noise_seed, 4)
+        h.nat.load(1, 1, sampler, {"observation": second.observation})
+        assert core.submit(request(b"d", 2), time.monotonic_ns()) == Decision.ACCEPTED
+        assert h.run(core, 2, flags=native.JOIN) == native.ROWS_ENDED  # full: on until one ends
+        assert h.nat.rows[0].next == 5 and h.nat.result(1) == Step.DONE
+        assert h.counters[2] == 6 + 1 + 4 and h.counters[0] == 6 + 1 + 2 * 4  # steps, NFEs
+        assert list(h.ring[:11] > 0) == [True] * 11 and h.ring[11] == 0  # one entry a step
+    h.nat.close()
+
+
 def test_expiry_mid_loop_single_row(small):
     sampler = FlowSampler(make_session(small, 1), small)
     h = Harness(native.NativeLoop(small.model_bytes, native.step_spec(small)))
@@ -267,15 +297,15 @@ def test_parameter_table_and_pool_agree_on_the_loops():
         "nfe_loop", "python")
 
 
-@pytest.mark.parametrize("loop", ["auto", "python"])
-def test_relay_over_dds_answers_every_valid_request_exactly_once(loop):
+@pytest.mark.parametrize(("loop", "slots"), [("auto", 1), ("python", 1), ("auto", 4)])
+def test_relay_over_dds_answers_every_valid_request_exactly_once(loop, slots):
     """The real node: the workers diagnostic says which loop runs; 60 requests (INFERENCE,
     EXPIRED on arrival, REJECTED_STALE) each get exactly one answer, the inferences
-    bit-identical to the Python sampler."""
+    bit-identical to the Python sampler (batch_slots 4: within the batch tolerance)."""
     info = load_model(default_model_path())
     ref = FlowSampler(make_session(info, 1), info)
     n = 60
-    with running_relay(nfe_loop=loop, workers=2) as h:
+    with running_relay(nfe_loop=loop, workers=2, batch_slots=slots) as h:
         def build(i: int):
             if i % 10 == 9:  # generation 1 after generation 2 of the same session: stale
                 return h.request(session_id="s0", sequence=i, generation=1, remaining_nfe=2)
@@ -303,4 +333,8 @@ def test_relay_over_dds_answers_every_valid_request_exactly_once(loop):
         if a.code == A.INFERENCE:
             obs = np.asarray(requests[a.sequence].observation, np.float32)
             expected = ref.sample(obs, a.sequence, 1 + a.sequence % 7)
-            assert np.asarray(a.actions, np.float32).tobytes() == expected.tobytes()
+            got = np.asarray(a.actions, np.float32)
+            if slots == 1:
+                assert got.tobytes() == expected.tobytes()
+            else:
+                np.testing.assert_allclose(got, expected, rtol=BATCH_RTOL, atol=BATCH_ATOL)

@@ -356,6 +356,6 @@ def test_batch_slots_answer_every_valid_request_exactly_once_over_dds():
     assert all(len(v) == 1 for v in by_seq.values())  # exactly once
     assert all(by_seq[i][0].code == A.INFERENCE for i in range(n))
     assert by_seq[100][0].code == A.REJECTED_STALE and by_seq[101][0].code == A.EXPIRED
-    assert workers["batch_slots"] == "4"
+    assert workers["batch_slots"] == "4" and workers["nfe_loop"] == "native"
     assert float(workers["mean_rows_per_step"]) > 1.0
     assert "step_ns_p99.rows_4" in workers or "step_ns_p99.rows_3" in workers

@@ -9,10 +9,15 @@ then kept saturated for `--seconds` (calibrate's `saturate`: 2 W B + 2 no-deadli
   step_ns_p99     p99 cost of one batched step over the recent steps (the relay's worker
                   figure: a step's duration, each row's NFE cost; at B = 1 one NFE)
 
-Requests are long (`--nfe`, default 64) so the figure is compute capacity: each request also
-costs the relay its intake, decision and publication (a few hundred us of Python and DDS on the
-2-core development host, shared with the bench client), which at 10 NFE of policy_small is as
-much as the compute itself and would cap any batching gain.
+Requests are long so the figure is compute capacity, not the per-request path: each request also
+costs the relay its intake, decision and publication and the bench client its send and receive
+(together about 1 ms of CPU per request on the 2-core development host). The NFE per request is
+per model (`NFE_PER_REQUEST`, `--nfe` sets one value for all; the JSON records what ran, and
+why): policy_bench 64 (its steps cost hundreds of us, a few hundred requests/s at most);
+policy_small 4096 (the most `max_nfe` allows), since with the native loop its B = 8 point
+measured the request rate rather than compute at 64 NFE (about 900 requests/s, 58k NFE/s) and
+still partly at 1024 (about 200 requests/s, 190-200k NFE/s); 4096: 223k, against 238k for the
+worker loop alone (same host, same hour).
   speedup_vs_b1   nfe_per_s / nfe_per_s at B = 1 for the same model
 
 Then the overload bench's trace (bench/overload.py, reused as is) at 2x capacity, calibrated EDF
@@ -40,6 +45,12 @@ from flowedge_relay.tooling.bench.progress import Progress
 MODELS = ("small", "bench")
 SLOTS = (1, 2, 4, 8, 16)
 TARGETS = {"small": 4.0, "bench": 2.0}  # issue 12: capacity at B = 8 vs B = 1 (printed only)
+#: NFE per saturating request by model (other models: DEFAULT_NFE); see the module docstring
+NFE_PER_REQUEST = {"small": 4096, "bench": 64}
+DEFAULT_NFE = 64
+NFE_WHY = ("long requests so capacity is NFE-bound, not request-bound (the per-request path, "
+           "about 1 ms of CPU per request with the client on this host, caps requests/s): "
+           "policy_small at B = 8 measured the request rate at 64 NFE and partly at 1024")
 # saturated seconds per point, overload seconds of trace
 SIZES = {"quick": (0.5, 0.4), "full": (5.0, 8.0)}
 
@@ -50,9 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slots", type=int, nargs="+", default=list(SLOTS),
                         help="batch_slots values to measure (1 is always added)")
     parser.add_argument("--workers", type=int, default=1, help="relay worker threads")
-    parser.add_argument("--nfe", type=int, default=64,
-                        help="NFE per saturating request (long requests: capacity in NFE/s, not "
-                             "the per-request path)")
+    parser.add_argument("--nfe", type=int, default=None,
+                        help="NFE per saturating request for every model (default: per model, "
+                             "NFE_PER_REQUEST: capacity in NFE/s, not the per-request path)")
     parser.add_argument("--seconds", type=float, help="saturated seconds per point")
     parser.add_argument("--overload-model", default="bench", help="model of the overload runs")
     parser.add_argument("--overload-slots", type=int, nargs="*", default=[1, 8],
@@ -85,6 +96,7 @@ def capacity_point(in_process: bool, model: str, slots: int, workers: int, nfe: 
         "model": path.rsplit("/", 1)[-1],
         "batch_slots": slots,
         "workers": workers,
+        "nfe_per_request": nfe,
         "nfe_per_s": nfe_done / elapsed if elapsed > 0 else 0.0,
         "step_ns_p99": float(step_p99),
         "requests": len(answers),
@@ -113,12 +125,14 @@ def run(args: argparse.Namespace) -> dict:
     slots = sorted({1, *args.slots})
     points = len(args.models) * len(slots)
     results: list[dict] = []
+    nfe_of = {m: args.nfe or NFE_PER_REQUEST.get(m, DEFAULT_NFE) for m in args.models}
     with Progress("batching", points, unit=" points") as bar:
         for model in args.models:
             base = None
             for b in slots:
                 bar.update(label=f"{model} batch_slots={b}")
-                p = capacity_point(args.in_process, model, b, args.workers, args.nfe, seconds)
+                p = capacity_point(args.in_process, model, b, args.workers, nfe_of[model],
+                                   seconds)
                 base = p["nfe_per_s"] if b == 1 else base
                 p["speedup_vs_b1"] = p["nfe_per_s"] / base if base else None
                 results.append(p)
@@ -135,7 +149,8 @@ def run(args: argparse.Namespace) -> dict:
         "size": "quick" if args.quick else "full",
         "host": host,
         "workers": args.workers,
-        "nfe_per_request": args.nfe,
+        "nfe_per_request": {model_path(m).rsplit("/", 1)[-1]: n for m, n in nfe_of.items()},
+        "nfe_per_request_why": "--nfe" if args.nfe else NFE_WHY,
         "seconds_per_point": seconds,
         "relay": "in-process" if args.in_process else "flowedge-relayd process",
         "results": results,
@@ -178,13 +193,17 @@ def _targets(report: dict) -> dict:
     return out
 
 
+def _nfe_text(report: dict) -> str:
+    return ", ".join(f"{m} {n}" for m, n in report["nfe_per_request"].items())
+
+
 def table(report: dict) -> str:
     from flowedge_relay.tooling.bench.tables import format_rows
 
     rows = _rows(report)
     lines = [
         f"batching: saturated capacity through the relay ({report['relay']}), "
-        f"{report['workers']} worker(s), {report['nfe_per_request']} NFE per request, "
+        f"{report['workers']} worker(s), NFE per request {_nfe_text(report)}, "
         f"{report['seconds_per_point']:g} s per point",
         format_rows(rows),
     ]
@@ -231,6 +250,6 @@ def plot(report: dict, path: str) -> str:
     return plots.save(
         fig, path,
         title=f"batching: capacity against batch_slots, {report['workers']} worker(s)",
-        note=f"{report['nfe_per_request']} NFE per request, {report['seconds_per_point']:g} s "
+        note=f"NFE per request {_nfe_text(report)}, {report['seconds_per_point']:g} s "
              f"saturated per point; relay: {report['relay']}",
     )  # fmt: skip

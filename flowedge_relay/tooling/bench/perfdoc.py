@@ -202,7 +202,8 @@ def _batching_rows(bt: dict | None) -> list[dict]:
             "measure": f"batch slots ({r['model']}): saturated capacity at B = 8 vs B = 1",
             "target": targets.get(r["model"].split(".")[0], "-"),
             "measured": f"{r['speedup_vs_b1']:.2f}x ({b1['nfe_per_s'] if b1 else 0:.0f} -> "
-                        f"{r['nfe_per_s']:.0f} NFE/s; step p99 {r['step_ns_p99'] / 1e3:.0f} us)",
+                        f"{r['nfe_per_s']:.0f} NFE/s; step p99 {r['step_ns_p99'] / 1e3:.0f} us; "
+                        f"{r.get('nfe_per_request', '?')} NFE per request)",
         })  # fmt: skip
     for b, by_load in sorted(bt.get("overload", {}).items(), key=lambda kv: int(kv[0])):
         for load, m in by_load.items():
