@@ -29,12 +29,17 @@ def test_batching_tiny(tmp_path):
     assert results[0]["speedup_vs_b1"] == 1.0 and results[1]["speedup_vs_b1"] > 0
     point = report["overload"]["2"]["2.0"]  # the overload bench's per-load keys
     assert set(overload.METRICS) <= set(point) and point["offered"] > 0
+    by_policy = report["overload_by_policy"]
+    assert set(by_policy) == {"edf_admission", "edf_adaptive"}
+    assert by_policy["edf_admission"]["2"]["2.0"] == point
+    assert set(overload.METRICS) <= set(by_policy["edf_adaptive"]["2"]["2.0"])
+    assert "edf_adaptive.B2.2.0x.on_time_ratio_admitted" in report["targets"]
     text = batching.table(report)
     assert "speedup_vs_b1" in text and "overload trace" in text
     png = Path(batching.plot(report, tmp_path / "batching.png"))
     assert png.read_bytes()[:8] == PNG
     rows = perfdoc._batching_rows(report)
-    assert any("batch_slots 2" in r["measure"] for r in rows)
+    assert any("batch_slots 2" in r["measure"] and "edf_adaptive" in r["measure"] for r in rows)
 
 
 def test_registered_and_in_bench_all():

@@ -21,9 +21,10 @@ worker loop alone (same host, same hour).
   speedup_vs_b1   nfe_per_s / nfe_per_s at B = 1 for the same model
 
 Then the overload bench's trace (bench/overload.py, reused as is) at 2x capacity, calibrated EDF
-admission, with B = 8 next to B = 1 (`--overload-slots`), each with its own inline calibration:
-capacity at B > 1 counts W x B lanes at the saturated cost per lane NFE. `overload.<B>.<load>`
-has the overload bench's per-load keys.
+admission and the adaptive cost model side by side, with B = 8 next to B = 1 (`--overload-slots`),
+each with its own inline calibration: capacity at B > 1 counts W x B lanes at the saturated cost
+per lane NFE. `overload.<B>.<load>` has the overload bench's per-load keys for edf_admission;
+`overload_by_policy.<policy>.<B>.<load>` the same for every policy run.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from flowedge_relay.tooling.bench.progress import Progress
 MODELS = ("small", "bench")
 SLOTS = (1, 2, 4, 8, 16)
 TARGETS = {"small": 4.0, "bench": 2.0}  # issue 12: capacity at B = 8 vs B = 1 (printed only)
+OVERLOAD_POLICIES = ("edf_admission", "edf_adaptive")  # the overload runs, side by side
 #: NFE per saturating request by model (other models: DEFAULT_NFE); see the module docstring
 NFE_PER_REQUEST = {"small": 4096, "bench": 64}
 DEFAULT_NFE = 64
@@ -69,6 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overload-slots", type=int, nargs="*", default=[1, 8],
                         help="batch_slots of the overload runs (none: skip them)")
     parser.add_argument("--overload-load", type=float, default=2.0)
+    parser.add_argument("--overload-policies", nargs="+", default=list(OVERLOAD_POLICIES),
+                        choices=OVERLOAD_POLICIES, help="EDF policies of the overload runs")
     parser.add_argument("--duration", type=float, help="overload seconds of trace")
     parser.add_argument("--in-process", action="store_true",
                         help="run the relay inside the bench process instead of its own process")
@@ -105,14 +109,15 @@ def capacity_point(in_process: bool, model: str, slots: int, workers: int, nfe: 
 
 
 def _overload_args(args: argparse.Namespace, slots: int) -> argparse.Namespace:
-    """The overload bench's own arguments (its defaults) for one point: one load, calibrated
-    EDF admission, this batch_slots."""
+    """The overload bench's own arguments (its defaults) for one point: one load, the EDF
+    policies (static calibrated admission and the adaptive cost model), this batch_slots."""
     parser = argparse.ArgumentParser()
     overload.add_arguments(parser)
     ns = parser.parse_args([])
     ns.quick, ns.model, ns.workers, ns.batch_slots = args.quick, args.overload_model, \
         args.workers, slots
-    ns.loads, ns.policies, ns.in_process = [args.overload_load], ["edf_admission"], args.in_process
+    ns.loads, ns.policies, ns.in_process = [args.overload_load], list(args.overload_policies), \
+        args.in_process
     ns.duration = args.duration
     ns.queue_capacity = max(ns.queue_capacity, 4 * args.workers * slots)
     return ns
@@ -137,14 +142,15 @@ def run(args: argparse.Namespace) -> dict:
                 p["speedup_vs_b1"] = p["nfe_per_s"] / base if base else None
                 results.append(p)
                 bar.advance()
-    over: dict[str, dict] = {}
+    by_policy: dict[str, dict[str, dict]] = {p: {} for p in args.overload_policies}
     load_key = f"{args.overload_load:.1f}"
     for b in args.overload_slots:
         rep = overload.run(_overload_args(args, b))
-        point = dict(rep["policies"]["edf_admission"][load_key])
-        point.update(capacity_rps=rep["capacity_rps"], nfe_ns=rep["nfe_ns"],
-                     admission_reserve_ns=rep["admission_reserve_ns"])
-        over[str(b)] = {load_key: point}
+        for policy in args.overload_policies:
+            point = dict(rep["policies"][policy][load_key])
+            point.update(capacity_rps=rep["capacity_rps"], nfe_ns=rep["nfe_ns"],
+                         admission_reserve_ns=rep["admission_reserve_ns"])
+            by_policy[policy][str(b)] = {load_key: point}
     report = {
         "size": "quick" if args.quick else "full",
         "host": host,
@@ -154,7 +160,10 @@ def run(args: argparse.Namespace) -> dict:
         "seconds_per_point": seconds,
         "relay": "in-process" if args.in_process else "flowedge-relayd process",
         "results": results,
-        "overload": over,
+        # `overload`: calibrated edf_admission (the issue's keys); every policy run is in
+        # `overload_by_policy.<policy>.<B>.<load>`
+        "overload": by_policy.get("edf_admission", {}),
+        "overload_by_policy": by_policy,
         "overload_model": args.overload_model,
     }
     report["targets"] = _targets(report)
@@ -181,16 +190,22 @@ def _targets(report: dict) -> dict:
             v = got[0]["speedup_vs_b1"]
             out[f"{model}.capacity_b8_vs_b1"] = {"target": f">= {bound:g}", "value": v,
                                                  "met": None if v is None else v >= bound}
-    for b, by_load in report["overload"].items():
-        for load, m in by_load.items():
-            for metric, (op, bound) in overload.TARGETS.items():
-                if metric not in ("on_time_ratio_admitted", "goodput_vs_capacity"):
-                    continue
-                v = m.get(metric)
-                met = None if v is None else (v >= bound if op == ">=" else v <= bound)
-                out[f"overload.B{b}.{load}x.{metric}"] = {"target": f"{op} {bound:g}",
-                                                          "value": v, "met": met}
+    for policy, by_b in _by_policy(report).items():
+        for b, by_load in by_b.items():
+            for load, m in by_load.items():
+                for metric, (op, bound) in overload.TARGETS.items():
+                    if metric not in ("on_time_ratio_admitted", "goodput_vs_capacity"):
+                        continue
+                    v = m.get(metric)
+                    met = None if v is None else (v >= bound if op == ">=" else v <= bound)
+                    out[f"{policy}.B{b}.{load}x.{metric}"] = {"target": f"{op} {bound:g}",
+                                                              "value": v, "met": met}
     return out
+
+
+def _by_policy(report: dict) -> dict[str, dict]:
+    """policy -> B -> load -> point (reports from before overload_by_policy: edf_admission)."""
+    return report.get("overload_by_policy") or {"edf_admission": report["overload"]}
 
 
 def _nfe_text(report: dict) -> str:
@@ -209,16 +224,18 @@ def table(report: dict) -> str:
     ]
     if report["overload"]:
         orow = []
-        for b, by_load in report["overload"].items():
-            for load, m in by_load.items():
-                orow.append({
-                    "B": b, "load": load, "capacity_rps": round(m["capacity_rps"], 1),
-                    "nfe_ns": m["nfe_ns"], "offered": m["offered"],
-                    "on_time_admitted": overload._fmt_pct(m["on_time_ratio_admitted"]),
-                    "vs_capacity": overload._fmt_pct(m["goodput_vs_capacity"]),
-                    "wasted_nfe": overload._fmt_pct(m["wasted_nfe_ratio"]),
-                })  # fmt: skip
-        lines += [f"overload trace ({report['overload_model']}, edf_admission):",
+        for policy, by_b in _by_policy(report).items():
+            for b, by_load in by_b.items():
+                for load, m in by_load.items():
+                    orow.append({
+                        "policy": policy, "B": b, "load": load,
+                        "capacity_rps": round(m["capacity_rps"], 1),
+                        "nfe_ns": m["nfe_ns"], "offered": m["offered"],
+                        "on_time_admitted": overload._fmt_pct(m["on_time_ratio_admitted"]),
+                        "vs_capacity": overload._fmt_pct(m["goodput_vs_capacity"]),
+                        "wasted_nfe": overload._fmt_pct(m["wasted_nfe_ratio"]),
+                    })  # fmt: skip
+        lines += [f"overload trace ({report['overload_model']}):",
                   format_rows(orow)]
     lines.append("targets (printed, not asserted):")
     for name, t in report["targets"].items():

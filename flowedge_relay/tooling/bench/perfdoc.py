@@ -205,16 +205,18 @@ def _batching_rows(bt: dict | None) -> list[dict]:
                         f"{r['nfe_per_s']:.0f} NFE/s; step p99 {r['step_ns_p99'] / 1e3:.0f} us; "
                         f"{r.get('nfe_per_request', '?')} NFE per request)",
         })  # fmt: skip
-    for b, by_load in sorted(bt.get("overload", {}).items(), key=lambda kv: int(kv[0])):
-        for load, m in by_load.items():
-            rows.append({
-                "measure": f"{float(load):g}x capacity, batch_slots {b} "
-                           f"({bt.get('overload_model', '?')}), edf_admission: on time among "
-                           "admitted / goodput vs capacity",
-                "target": ">= 99.99% / >= 90%" if b != "1" else "-",
-                "measured": f"{_pct(m['on_time_ratio_admitted'])} / "
-                            f"{_pct(m['goodput_vs_capacity'])}",
-            })  # fmt: skip
+    by_policy = bt.get("overload_by_policy") or {"edf_admission": bt.get("overload", {})}
+    for policy, by_b in by_policy.items():
+        for b, by_load in sorted(by_b.items(), key=lambda kv: int(kv[0])):
+            for load, m in by_load.items():
+                rows.append({
+                    "measure": f"{float(load):g}x capacity, batch_slots {b} "
+                               f"({bt.get('overload_model', '?')}), {policy}: on time among "
+                               "admitted / goodput vs capacity",
+                    "target": ">= 99.99% / >= 90%" if b != "1" else "-",
+                    "measured": f"{_pct(m['on_time_ratio_admitted'])} / "
+                                f"{_pct(m['goodput_vs_capacity'])}",
+                })  # fmt: skip
     return rows
 
 
