@@ -26,7 +26,9 @@ Saturation: NFE per second delivered through the relay (answers received by the 
   `nfe_loop_comparison` in the JSON holds both loops' ratio, worker speed and lane share side by
   side (the main figures are the relay as configured: the native loop by default).
 
-Targets (printed, not asserted): overhead p99 <= 2 ms, relay_throughput_ratio >= 0.95.
+Targets (printed, not asserted): overhead p99 <= 2 ms (the first target; the echo floor alone
+misses it on this host), overhead p99 <= 1.5x the echo floor's p99 in the same run (issue 15),
+relay_throughput_ratio >= 0.95.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
 
 TARGET_OVERHEAD_P99_NS = 2_000_000
+TARGET_OVERHEAD_VS_FLOOR = 1.5  # overhead p99 / transport floor p99, same run
 TARGET_THROUGHPUT_RATIO = 0.95
 SIZES = {"quick": (24, 0.4, 1), "full": (1000, 1.5, 10)}  # light requests, s per trial, pairs
 
@@ -274,6 +277,7 @@ def run(args: argparse.Namespace) -> dict:
         "transport_floor_p99_ns": f99,
         "relay_added_p50_ns": o50 - f50,
         "relay_added_p99_ns": o99 - f99,
+        "overhead_p99_vs_floor": o99 / f99 if f99 > 0 else None,
         "breakdown": parts,
         **tp,
         "nfe_loop": loop,
@@ -289,6 +293,11 @@ def run(args: argparse.Namespace) -> dict:
         "targets": {
             "overhead_p99_ns": {"target": f"<= {TARGET_OVERHEAD_P99_NS}", "value": o99,
                                 "met": o99 <= TARGET_OVERHEAD_P99_NS},
+            "overhead_p99_vs_floor": {
+                "target": f"<= {TARGET_OVERHEAD_VS_FLOOR}",
+                "value": o99 / f99 if f99 > 0 else None,
+                "met": f99 > 0 and o99 <= TARGET_OVERHEAD_VS_FLOOR * f99,
+            },
             "relay_throughput_ratio": {"target": f">= {TARGET_THROUGHPUT_RATIO}", "value": ratio,
                                        "met": ratio >= TARGET_THROUGHPUT_RATIO},
         },  # fmt: skip
@@ -302,6 +311,10 @@ def run(args: argparse.Namespace) -> dict:
                         *parts.items()]
     ]  # fmt: skip
     return report
+
+
+def _ratio(v: float | None) -> str:
+    return "   -  " if v is None else f"{v:6.2f}"
 
 
 def table(report: dict) -> str:
@@ -332,6 +345,8 @@ def table(report: dict) -> str:
         "targets (printed, not asserted):",
         f"  overhead_p99_ns        {report['overhead_p99_ns'] / 1e6:8.3f} ms (target <= 2 ms) "
         f"{verdict('overhead_p99_ns')}",
+        f"  overhead p99 / floor p99 {_ratio(t['overhead_p99_vs_floor']['value'])} "
+        f"(target <= {TARGET_OVERHEAD_VS_FLOOR}) {verdict('overhead_p99_vs_floor')}",
         f"  relay_throughput_ratio {report['relay_throughput_ratio']:8.3f}    (target >= 0.95) "
         f"{verdict('relay_throughput_ratio')}",
     ])  # fmt: skip

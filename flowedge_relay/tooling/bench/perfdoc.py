@@ -162,6 +162,10 @@ def headline(reports: dict[str, dict]) -> list[dict]:
             rows.append({"measure": "transport floor (rclpy echo round trip), p50 / p99",
                          "target": "-", "measured": f"{_ms(oh['transport_floor_p50_ns'])} / "
                                                     f"{_ms(oh['transport_floor_p99_ns'])}"})
+            f99 = oh["transport_floor_p99_ns"]
+            rows.append({"measure": "relay overhead p99 / transport floor p99 (same run)",
+                         "target": "<= 1.5",
+                         "measured": f"{oh['overhead_p99_ns'] / f99:.2f}" if f99 else "-"})
         rows.append({"measure": "relay_throughput_ratio (relay vs bare onnxruntime)",
                      "target": ">= 0.95", "measured": f"{oh['relay_throughput_ratio']:.3f}"})
         if "worker_speed_vs_bare" in oh:
