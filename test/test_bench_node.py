@@ -78,6 +78,16 @@ def test_calibrate_tiny(tmp_path):
     assert "prefix_ns" not in calibrate.table(report)
 
 
+def test_calibrate_with_batch_slots_recommends_a_full_step():
+    """`calibrate --batch-slots 2`: the relay runs with two slots, the saturated phase fills
+    them, nfe_ns covers that phase's per-NFE cost, and the printed command sets batch_slots."""
+    report = _roundtrip(calibrate.run(_args(calibrate, ["--quick", "--model", "bench",
+                                                        "--requests", "8", "--batch-slots", "2"])))
+    assert report["batch_slots"] == 2
+    assert report["recommended_nfe_ns"] >= report["loaded_compute_ns_per_nfe_p99"] > 0
+    assert "-p batch_slots:=2" in calibrate.table(report)
+
+
 def test_calibrate_two_phase_package_recommends_prefix_ns(tmp_path):
     """`calibrate --model vision`: the relay (its own process) times every prefix pass; the
     report recommends prefix_ns from their tail, next to nfe_ns, with the raw prefix cost."""

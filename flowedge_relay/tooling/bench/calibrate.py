@@ -82,6 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, help="requests through the relay")
     parser.add_argument("--nfe", type=int, help="NFE per request (use your typical count)")
     parser.add_argument("--workers", type=int, default=1, help="relay worker threads")
+    parser.add_argument("--batch-slots", type=int, default=1,
+                        help="relay batch_slots (docs/design.md §5.1): the saturated phase then "
+                             "fills every slot, so loaded_* figures and the recommended nfe_ns "
+                             "are per batched step of that many rows")
     parser.add_argument("--margin", type=float, default=1.0, help="multiplier on the p99/p99.9")
     parser.add_argument("--in-process", action="store_true",
                         help="run the relay inside the bench process (sharing its GIL) instead "
@@ -267,7 +271,8 @@ def run(args: argparse.Namespace) -> dict:
     nfe = args.nfe or nfe
     path = model_path(args.model)
     info = load_served(path)
-    params = dict(model_path=path, workers=args.workers, max_nfe=max(64, nfe))
+    params = dict(model_path=path, workers=args.workers, max_nfe=max(64, nfe),
+                  batch_slots=args.batch_slots)
     with Progress("calibrate", requests, unit=" req") as bar:
         bar.update(label="starting relay")
         with relay_for_bench(args.in_process, **params) as (relay, client):
@@ -279,6 +284,7 @@ def run(args: argparse.Namespace) -> dict:
         model=path.rstrip("/").rsplit("/", 1)[-1],
         model_digest=info.digest,
         workers=args.workers,
+        batch_slots=args.batch_slots,
         size="quick" if args.quick else "full",
         host=host,
         worker_nfe_p50_ns=nfe_p50,  # the pool's own per-NFE timing (sampler.nfe() only)
@@ -355,7 +361,11 @@ def table(report: dict) -> str:
             f"recommended prefix_ns            = {report['recommended_prefix_ns']:>10d}"
             "  (max p99 of the relay's prefix passes, idle and saturated, x margin)"
         )
-        command += f" --ros-args -p prefix_ns:={report['recommended_prefix_ns']}"
+    ros_args = [f"prefix_ns:={report['recommended_prefix_ns']}"] if report["two_phase"] else []
+    if report.get("batch_slots", 1) > 1:  # nfe_ns is then per batched step of that many rows
+        ros_args.append(f"batch_slots:={report['batch_slots']}")
+    if ros_args:
+        command += " --ros-args" + "".join(f" -p {a}" for a in ros_args)
     lines += [command, "caveat: " + report["caveat"]]
     if report["noisy_host"]:
         lines.append(
