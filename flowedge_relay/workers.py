@@ -533,6 +533,14 @@ class WorkerPool:
         rows.attach(nat)
         w.report = _native.Report(w.nfe_ns, w.counters, w.probe, w.step_rows)
         w.nfe_loop = "native"
+        if self.policy is not None and self.policy.two_phase:
+            try:
+                rows.attach_prefix(_native.PrefixPass(
+                    self.policy.graphs["prefix"].data, rows.prefix_in, rows.context,
+                    self.intra_op_threads, rows.slots, self.ort_library))  # fmt: skip
+            except _native.NativeUnavailable as exc:
+                w.nfe_loop_note = f"prefix pass in Python: {exc}"
+                self.log.warning(f"worker {w.lane}: {exc}; its prefix pass runs in Python")
 
     def _make_rows(self, w: _Worker) -> BatchRows:
         """This worker's sessions and batch rows (B of them), stepped natively where possible,
