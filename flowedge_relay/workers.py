@@ -405,10 +405,19 @@ class WorkerPool:
                 self.log.error(f"disable_lane({lane}) failed: {exc}")
                 return
 
-    def prefix_percentiles(self) -> tuple[float, float, int]:
-        """(p50_ns, p99_ns, samples) over the recent measured prefix passes of all workers."""
-        return _percentiles([w.prefix_ns[: min(w.prefix_count, NFE_HISTORY)]
-                             for w in self._workers])
+    def prefix_percentiles(self, last: int | None = None) -> tuple[float, float, int]:
+        """(p50_ns, p99_ns, samples) over the recent measured prefix passes of all workers (what
+        admission prices as prefix_ns); with `last`, over each worker's `last` newest only."""
+        rings = []
+        for w in self._workers:
+            count = w.prefix_count
+            k = min(count, NFE_HISTORY, NFE_HISTORY if last is None else last)
+            rings.append(w.prefix_ns[np.arange(count - k, count) % NFE_HISTORY])
+        return _percentiles(rings)
+
+    def prefix_count(self) -> int:
+        """Prefix passes measured so far, all workers together."""
+        return sum(w.prefix_count for w in self._workers)
 
     def nfe_percentiles(self) -> tuple[float, float, int]:
         """(p50_ns, p99_ns, samples) over the recent measured NFE durations of all workers."""
