@@ -26,8 +26,9 @@ says which loop it runs (`worker_info()["nfe_loop"]`, on the workers diagnostic)
 A single .onnx model's rows hold the dispatched observation. A policy package's rows are filled
 from the dispatched slot's payload: the request thread normalized the request's tensors straight
 into that slot (SlotInputs), and `BatchRows.join` copies them into the row once. A two-phase
-package runs its joiners' prefix graph at the boundary and reports each with `Core.prefix_done`,
-which may stop the work (stale, expired) before the first NFE.
+package runs its joiners' prefix graph at the boundary, as one call over their rows (native,
+`native.PrefixPass`, where the steps run natively; else Python ONNX Runtime), and reports each
+with `Core.prefix_done`, which may stop the work (stale, expired) before the first NFE.
 
 Outcomes of stopped work (REJECTED_STALE, EXPIRED) are emitted by the core inside `step`; rows
 leave independently, never disturbing the others.
