@@ -388,6 +388,16 @@ int fer_exec_create(const char *lib_path, const void *model, uint64_t model_len,
     return FER_OK;
 }
 
+/* What load_api and make_session made (each accepts NULL); the library stays loaded. */
+static void release_ort(struct fer_exec *e)
+{
+    if (e->api == NULL)
+        return;
+    e->api->release_memory_info(e->mem);
+    e->api->release_session(e->session);
+    e->api->release_env(e->env);
+}
+
 void fer_exec_destroy(struct fer_exec *e)
 {
     size_t i;
@@ -401,10 +411,8 @@ void fer_exec_destroy(struct fer_exec *e)
         if (e->out_vals != NULL)
             for (i = 0; i < e->max_rows; i++)
                 e->api->release_value(e->out_vals[i]);
-        e->api->release_memory_info(e->mem);
-        e->api->release_session(e->session);
-        e->api->release_env(e->env);
     }
+    release_ort(e);
     free(e->in_vals);
     free(e->out_vals);
     free(e);
@@ -418,6 +426,164 @@ const char *fer_exec_last_error(const struct fer_exec *e)
 const char *fer_exec_ort_version(const struct fer_exec *e)
 {
     return e != NULL && e->version != NULL ? e->version : "";
+}
+
+/* ---- the prefix pass ---------------------------------------------------------------------------
+ * A pass reuses the exec's ORT part: `ort` is an exec of which only api, env, session, mem,
+ * version and err are used (load_api, make_session, make_value, ort_fail, release_ort), so the
+ * library, the session options and the error reporting are the step loop's.
+ * Invariants after a successful create: n_values = n_inputs + n_outputs; vals[k * n_values + i]
+ * is tensor i (inputs first, then outputs) over rows [first, first + n) for the k-th (first, n)
+ * in the order first = 0..max_rows-1, n = 1..max_rows-first (pair_index); names as in the exec.
+ */
+struct fer_pass {
+    struct fer_exec ort;
+    uint32_t max_rows;
+    uint32_t n_inputs;
+    uint32_t n_outputs;
+    uint32_t n_values;
+    fer_ort_value **vals;
+    const char *in_names[FER_PASS_MAX_TENSORS];
+    const char *out_names[FER_PASS_MAX_TENSORS];
+    char names[2 * FER_PASS_MAX_TENSORS][FER_EXEC_NAME_MAX];
+};
+
+/* Rows (first, n) in max_rows: sum over f < first of (max_rows - f), plus n - 1. */
+static size_t pair_index(uint32_t max_rows, uint32_t first, uint32_t n)
+{
+    return (size_t)first * max_rows - (size_t)first * (first - 1u) / 2u + n - 1u;
+}
+
+static int pass_config_ok(const struct fer_pass_config *cfg)
+{
+    uint32_t i;
+
+    if (cfg->max_rows < 1 || cfg->max_rows > FER_PASS_MAX_ROWS || cfg->intra_op_threads < 1 ||
+        cfg->n_inputs < 1 || cfg->n_inputs > FER_PASS_MAX_TENSORS || cfg->n_outputs < 1 ||
+        cfg->n_outputs > FER_PASS_MAX_TENSORS)
+        return 0;
+    for (i = 0; i < cfg->n_inputs; i++)
+        if (tensor_elems(&cfg->inputs[i]) == 0)
+            return 0;
+    for (i = 0; i < cfg->n_outputs; i++)
+        if (tensor_elems(&cfg->outputs[i]) == 0)
+            return 0;
+    return 1;
+}
+
+/* tensor t's OrtValue over rows [first, first + n). */
+static int make_rows_value(struct fer_exec *e, const struct fer_exec_tensor *t, uint32_t first,
+                           uint32_t n, fer_ort_value **out)
+{
+    struct fer_exec_tensor at = *t;
+
+    at.data = (char *)t->data + (size_t)first * t->row_bytes;
+    return make_value(e, &at, n, out);
+}
+
+static int pass_make(struct fer_pass *p, const char *lib_path, const void *model, uint64_t len,
+                     const struct fer_pass_config *cfg)
+{
+    uint32_t i, first, n, m = cfg->max_rows;
+    size_t pairs = (size_t)m * (m + 1u) / 2u;
+    int rc;
+
+    if ((rc = load_api(&p->ort, lib_path)) != FER_OK)
+        return rc;
+    if ((rc = make_session(&p->ort, model, len, cfg->intra_op_threads)) != FER_OK)
+        return rc;
+    p->max_rows = m;
+    p->n_inputs = cfg->n_inputs;
+    p->n_outputs = cfg->n_outputs;
+    p->n_values = cfg->n_inputs + cfg->n_outputs;
+    for (i = 0; i < p->n_values; i++) {
+        const struct fer_exec_tensor *t =
+            i < p->n_inputs ? &cfg->inputs[i] : &cfg->outputs[i - p->n_inputs];
+        memcpy(p->names[i], t->name, FER_EXEC_NAME_MAX);
+        if (i < p->n_inputs)
+            p->in_names[i] = p->names[i];
+        else
+            p->out_names[i - p->n_inputs] = p->names[i];
+    }
+    p->vals = calloc(pairs * p->n_values, sizeof(*p->vals));
+    if (p->vals == NULL)
+        return FER_ENOMEM;
+    for (first = 0; first < m; first++)
+        for (n = 1; n <= m - first; n++) {
+            fer_ort_value **v = &p->vals[pair_index(m, first, n) * p->n_values];
+            for (i = 0; i < p->n_values; i++) {
+                const struct fer_exec_tensor *t =
+                    i < p->n_inputs ? &cfg->inputs[i] : &cfg->outputs[i - p->n_inputs];
+                if ((rc = make_rows_value(&p->ort, t, first, n, &v[i])) != FER_OK)
+                    return rc;
+            }
+        }
+    if ((rc = fer_pass_run(p, 0, 1)) != FER_OK)
+        return rc;
+    return m > 1 ? fer_pass_run(p, 0, m) : FER_OK;
+}
+
+int fer_pass_create(const char *lib_path, const void *model, uint64_t model_len,
+                    const struct fer_pass_config *cfg, struct fer_pass **out, char *err,
+                    uint64_t err_len)
+{
+    struct fer_pass *p;
+    int rc;
+
+    if (out != NULL)
+        *out = NULL;
+    if (err != NULL && err_len > 0)
+        err[0] = '\0';
+    FER_CHECK_ARGS(lib_path != NULL && model != NULL && model_len > 0 && cfg != NULL &&
+                   out != NULL && pass_config_ok(cfg));
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return FER_ENOMEM;
+    rc = pass_make(p, lib_path, model, model_len, cfg);
+    if (rc != FER_OK) {
+        if (err != NULL && err_len > 0)
+            snprintf(err, (size_t)err_len, "%s",
+                     rc == FER_ENOMEM ? "out of memory" : p->ort.err);
+        fer_pass_destroy(p);
+        return rc;
+    }
+    *out = p;
+    return FER_OK;
+}
+
+void fer_pass_destroy(struct fer_pass *p)
+{
+    size_t i, n;
+
+    if (p == NULL)
+        return;
+    if (p->ort.api != NULL && p->vals != NULL) {
+        n = (size_t)p->max_rows * (p->max_rows + 1u) / 2u * p->n_values;
+        for (i = 0; i < n; i++)
+            p->ort.api->release_value(p->vals[i]);  /* ReleaseValue accepts NULL */
+    }
+    release_ort(&p->ort);
+    free(p->vals);
+    free(p);
+}
+
+const char *fer_pass_last_error(const struct fer_pass *p)
+{
+    return p != NULL ? p->ort.err : "";
+}
+
+int fer_pass_run(struct fer_pass *p, uint32_t first, uint32_t n_rows)
+{
+    fer_ort_value **v;
+
+    FER_CHECK_ARGS(p != NULL && n_rows >= 1 && n_rows <= p->max_rows &&
+                   first <= p->max_rows - n_rows);
+    v = &p->vals[pair_index(p->max_rows, first, n_rows) * p->n_values];
+    FER_ORT_TRY(&p->ort, p->ort.api->run(p->ort.session, NULL, p->in_names,
+                                          (const fer_ort_value *const *)v, p->n_inputs,
+                                          p->out_names, p->n_outputs, &v[p->n_inputs]),
+                "Run");
+    return FER_OK;
 }
 
 /* ---- the loop ------------------------------------------------------------------------------- */

@@ -4,8 +4,9 @@
  *
  * What it is for: between two Python calls a worker can run every NFE of its work; CFFI releases
  * the GIL for the whole fer_exec_run call, so the request thread, the publisher and the timers
- * cannot delay a step, and a step cannot delay them. The prefix pass of a two-phase policy, the
- * noise draw, dispatch and finish stay in Python (once per request, not per NFE).
+ * cannot delay a step, and a step cannot delay them. The prefix pass of a two-phase policy runs
+ * natively too (fer_pass below: one ORT Run over the joining rows, GIL released); the noise draw,
+ * dispatch and finish stay in Python (once per request, not per NFE).
  *
  * ONNX Runtime is not linked: fer_exec_create dlopen()s the shared library it is given (the
  * onnxruntime wheel's libonnxruntime.so.*, RTLD_LOCAL) and takes the C API table from
@@ -192,3 +193,48 @@ const char *fer_exec_ort_version(const struct fer_exec *exec);
 int fer_exec_run(struct fer_exec *exec, struct fer_core *core, struct fer_exec_row *rows,
                  uint32_t n_rows, const uint32_t *stop_flag, const uint64_t *fault_delay_ns,
                  uint32_t flags, const struct fer_exec_report *report);
+
+/* ---- the prefix pass (two-phase packages) -----------------------------------------------------
+ * A graph run once per request, before its steps: a pass is made from a graph with named inputs
+ * (the package's request tensors, as row buffers) and named outputs (the context tensors, whose
+ * row buffers are the step loop's static inputs), and fer_pass_run runs it over rows
+ * [first, first + n) in one ORT Run, the outputs written straight into those rows.
+ * Same library loading, session options and results as fer_exec (the session is made by the same
+ * code, so bit-identical to the Python session); the OrtValues of every (first, n) with
+ * first + n <= max_rows are made at create (max_rows <= FER_PASS_MAX_ROWS: at most 2080 sets), so
+ * fer_pass_run allocates nothing on its side.
+ * Threads: like an exec, one pass belongs to one worker thread; never two calls on it at once.
+ */
+#define FER_PASS_MAX_ROWS 64
+#define FER_PASS_MAX_TENSORS 16     /* inputs, and outputs, each */
+
+/* Invariants (checked by fer_pass_create): 1 <= max_rows <= FER_PASS_MAX_ROWS;
+ * intra_op_threads >= 1; 1 <= n_inputs, n_outputs <= FER_PASS_MAX_TENSORS; every tensor as
+ * struct fer_exec_tensor says (max_rows rows in its buffer, which outlives the pass). */
+struct fer_pass_config {
+    uint32_t max_rows;
+    uint32_t intra_op_threads;
+    uint32_t n_inputs;
+    uint32_t n_outputs;
+    struct fer_exec_tensor inputs[FER_PASS_MAX_TENSORS];
+    struct fer_exec_tensor outputs[FER_PASS_MAX_TENSORS];
+};
+
+struct fer_pass;
+
+/* create: as fer_exec_create (same statuses, same err) for a pass; it runs the graph once over
+ *   rows [0, 1) and once over [0, max_rows) (proving names and shapes now, taking ORT's first-run
+ *   cost here), which writes those rows' outputs.
+ * destroy: releases what ORT made for the pass; accepts NULL.
+ * last_error: the message of the pass's last FER_EXEC_EORT ("" if none). */
+int fer_pass_create(const char *lib_path, const void *model, uint64_t model_len,
+                    const struct fer_pass_config *cfg, struct fer_pass **out, char *err,
+                    uint64_t err_len);
+void fer_pass_destroy(struct fer_pass *pass);
+const char *fer_pass_last_error(const struct fer_pass *pass);
+
+/* One ORT Run of the graph over rows [first, first + n_rows): reads those rows of the inputs,
+ * writes those rows of the outputs, no other row. FER_OK, FER_EINVAL (pass NULL, n_rows 0,
+ * first + n_rows > max_rows) or FER_EXEC_EORT (last_error says why). Allocates nothing itself
+ * (ONNX Runtime may, inside Run). */
+int fer_pass_run(struct fer_pass *pass, uint32_t first, uint32_t n_rows);

@@ -11,7 +11,8 @@ Used two ways:
   output directories (the sanitizer build keeps its .so apart from the normal one).
 
 The cdef is ``csrc/fer.h`` (the runtime contract) followed by ``csrc/fer_bench.h`` (benchmark and
-stress drivers) and ``csrc/fer_exec.h`` (the native NFE loop, issue #15), read verbatim: the
+stress drivers) and ``csrc/fer_exec.h`` (the native NFE loop, issue #15, and the native prefix
+pass), read verbatim: the
 headers are written to be cdef-parsable, so the Python declarations can never drift from the C
 ones.
 """

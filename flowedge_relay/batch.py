@@ -141,6 +141,7 @@ class BatchRows:
         #: per total NFE: times, multipliers, full-update mask (Python), kinds, dt, dt/2 (native)
         self._plans: dict[int, tuple] = {}
         self.native: _native.NativeLoop | None = None
+        self.native_prefix: _native.PrefixPass | None = None  # attach_prefix
         self._step_bindings: dict[int, tuple[ort.IOBinding, list]] = {}
         self._prefix_bindings: dict[tuple[int, int], tuple[ort.IOBinding, list]] = {}
         self._out = np.zeros((spec.horizon, spec.output_dim), np.float32)
@@ -169,6 +170,13 @@ class BatchRows:
         if native.max_rows != self.slots or native.x is not self.x_in or self.n:
             raise ValueError("attach a native loop made over row_buffers(), before any join")
         self.native = native
+
+    def attach_prefix(self, prefix: _native.PrefixPass) -> None:
+        """Run the prefix graph natively from now on: `prefix` is a native.PrefixPass over
+        `prefix_in` (inputs) and `context` (outputs), these very arrays, with max_rows = slots."""
+        if prefix.max_rows != self.slots or self._prefix_sess is None:
+            raise ValueError("attach a prefix pass over prefix_in and context, max_rows = slots")
+        self.native_prefix = prefix
 
     def join(self, lane: int, slot: int, noise_seed: int, total_nfe: int,
              inputs: np.ndarray | _policy.InputBuffers) -> int:
@@ -247,8 +255,12 @@ class BatchRows:
 
     def prefix(self, first: int, count: int) -> None:
         """The prefix graph over rows [first, first + count) (the requests that just joined),
-        in one call: its outputs land in those rows' context, bound for every later step."""
+        in one call: its outputs land in those rows' context, bound for every later step. Native
+        (one C call, GIL released) once a PrefixPass is attached, else Python ONNX Runtime."""
         if self._prefix_sess is None or count <= 0:
+            return
+        if self.native_prefix is not None:
+            self.native_prefix.run(first, count)
             return
         key = (first, count)
         made = self._prefix_bindings.get(key)

@@ -7,10 +7,12 @@ all of it, that runs the step graph through ONNX Runtime's C API, applies the so
 calls `fer_core_step` after every NFE, until the core says the work ends (done, stale, expired),
 the stop flag is raised, or (ONE_STEP) after each step.
 
-What stays in Python, once per request: dispatch, the noise draw and the time grid
-(model.FlowIntegrator, so both loops start from the same bytes), the prefix pass of a two-phase
-policy, and finish. `load` copies a request's row in (the integrator's state and plan, its static
-inputs: observation, declared step inputs, prefix context), `store` copies the state back, so the
+The prefix pass of a two-phase policy is native too (`PrefixPass`, csrc fer_pass: one ONNX
+Runtime call over the joining rows, GIL released, its context outputs written straight into the
+row buffers the step loop reads). What stays in Python, once per request: dispatch, the noise draw
+and the time grid (model.FlowIntegrator, so both loops start from the same bytes), and finish.
+`load` copies a request's row in (the integrator's state and plan, its static inputs:
+observation, declared step inputs, prefix context), `store` copies the state back, so the
 sampler's `actions()` is unchanged.
 
 ONNX Runtime's C library is the onnxruntime wheel's own `libonnxruntime.so.*` (`default_library`),
@@ -31,8 +33,8 @@ from flowedge_relay import policy as _policy
 from flowedge_relay.core import Core, Step, ffi, lib
 from flowedge_relay.model import INPUT_OBS, INPUT_T, INPUT_X, OUTPUT_V, FlowIntegrator, ModelInfo
 
-__all__ = ["INPUT_OBS", "NativeError", "NativeLoop", "NativeUnavailable", "Report", "RowBuffers",
-           "StepSpec", "TensorSpec", "default_library", "step_spec"]
+__all__ = ["INPUT_OBS", "NativeError", "NativeLoop", "NativeUnavailable", "PrefixPass", "Report",
+           "RowBuffers", "StepSpec", "TensorSpec", "default_library", "step_spec"]
 #: why fer_exec_run returned
 ROWS_ENDED, STOPPED, YIELDED = lib.FER_EXEC_ROWS_ENDED, lib.FER_EXEC_STOPPED, lib.FER_EXEC_YIELDED
 JOINABLE = lib.FER_EXEC_JOINABLE
@@ -314,3 +316,69 @@ class NativeLoop:
                    if rc == lib.FER_EXEC_EORT else ffi.string(lib.fer_strerror(rc)).decode())
             raise NativeError(f"{_ERRORS.get(rc, 'fer_exec_run')}: {why} (status {rc})")
         return rc
+
+
+class PrefixPass:
+    """A two-phase package's prefix graph over row buffers (a C fer_pass): `run(first, count)` is
+    one ONNX Runtime call over rows [first, first + count) with the GIL released, reading the
+    request tensors `inputs` and writing the context tensors `outputs` in place (the step loop's
+    static inputs). Same library and session options as the Python session: bit-identical
+    contexts. Not thread-safe: one per worker thread. `close()` frees it."""
+
+    def __init__(
+        self,
+        model_bytes: bytes,
+        inputs: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray],
+        intra_op_threads: int = 1,
+        max_rows: int = 1,
+        library: str | None = None,
+    ) -> None:
+        self.max_rows = max_rows
+        self.library = default_library() if library is None else library
+        if not self.library:
+            raise NativeUnavailable("the onnxruntime package has no libonnxruntime.so")
+        if not 1 <= max_rows <= lib.FER_PASS_MAX_ROWS:
+            raise NativeUnavailable(f"{max_rows} rows: the native prefix pass takes at most "
+                                    f"{lib.FER_PASS_MAX_ROWS}")  # fmt: skip
+        if not (1 <= len(inputs) <= lib.FER_PASS_MAX_TENSORS
+                and 1 <= len(outputs) <= lib.FER_PASS_MAX_TENSORS):
+            raise NativeUnavailable(f"prefix graph with {len(inputs)} inputs, {len(outputs)} "
+                                    f"outputs: 1..{lib.FER_PASS_MAX_TENSORS} each")  # fmt: skip
+        cfg = ffi.new("struct fer_pass_config *")
+        cfg.max_rows, cfg.intra_op_threads = max_rows, intra_op_threads
+        cfg.n_inputs, cfg.n_outputs = len(inputs), len(outputs)
+        for group, tensors in ((cfg.inputs, inputs), (cfg.outputs, outputs)):
+            for i, (name, buf) in enumerate(tensors.items()):
+                if not buf.flags.c_contiguous or buf.shape[0] != max_rows:
+                    raise ValueError(f"row buffer {name}: expected contiguous [{max_rows}, ...]")
+                NativeLoop._tensor(group[i], TensorSpec(name, buf.dtype, buf.shape[1:]), buf)
+        self._keep = (dict(inputs), dict(outputs))
+        self._model = ffi.from_buffer(model_bytes)
+        out = ffi.new("struct fer_pass **")
+        err = ffi.new("char[]", lib.FER_EXEC_ERROR_MAX)
+        rc = lib.fer_pass_create(self.library.encode(), self._model, len(model_bytes), cfg, out,
+                                 err, lib.FER_EXEC_ERROR_MAX)  # fmt: skip
+        if rc != 0:
+            why = ffi.string(err).decode(errors="replace") or ffi.string(
+                lib.fer_strerror(rc)).decode()
+            raise NativeUnavailable(f"native prefix pass: {why} (status {rc})")
+        self._pass = out[0]
+
+    def run(self, first: int, count: int) -> None:
+        """The prefix graph over rows [first, first + count): their outputs land in place."""
+        if self._pass is None:
+            raise NativeError("native prefix pass is closed")
+        rc = lib.fer_pass_run(self._pass, first, count)
+        if rc < 0:
+            why = (ffi.string(lib.fer_pass_last_error(self._pass)).decode(errors="replace")
+                   if rc == lib.FER_EXEC_EORT else ffi.string(lib.fer_strerror(rc)).decode())
+            raise NativeError(f"{_ERRORS.get(rc, 'fer_pass_run')}: {why} (status {rc})")
+
+    def close(self) -> None:
+        pass_, self._pass = getattr(self, "_pass", None), None
+        if pass_ is not None:
+            lib.fer_pass_destroy(pass_)
+
+    def __del__(self) -> None:
+        self.close()

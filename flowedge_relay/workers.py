@@ -26,8 +26,9 @@ says which loop it runs (`worker_info()["nfe_loop"]`, on the workers diagnostic)
 A single .onnx model's rows hold the dispatched observation. A policy package's rows are filled
 from the dispatched slot's payload: the request thread normalized the request's tensors straight
 into that slot (SlotInputs), and `BatchRows.join` copies them into the row once. A two-phase
-package runs its joiners' prefix graph at the boundary and reports each with `Core.prefix_done`,
-which may stop the work (stale, expired) before the first NFE.
+package runs its joiners' prefix graph at the boundary, as one call over their rows (native,
+`native.PrefixPass`, where the steps run natively; else Python ONNX Runtime), and reports each
+with `Core.prefix_done`, which may stop the work (stale, expired) before the first NFE.
 
 Outcomes of stopped work (REJECTED_STALE, EXPIRED) are emitted by the core inside `step`; rows
 leave independently, never disturbing the others.
@@ -405,10 +406,19 @@ class WorkerPool:
                 self.log.error(f"disable_lane({lane}) failed: {exc}")
                 return
 
-    def prefix_percentiles(self) -> tuple[float, float, int]:
-        """(p50_ns, p99_ns, samples) over the recent measured prefix passes of all workers."""
-        return _percentiles([w.prefix_ns[: min(w.prefix_count, NFE_HISTORY)]
-                             for w in self._workers])
+    def prefix_percentiles(self, last: int | None = None) -> tuple[float, float, int]:
+        """(p50_ns, p99_ns, samples) over the recent measured prefix passes of all workers (what
+        admission prices as prefix_ns); with `last`, over each worker's `last` newest only."""
+        rings = []
+        for w in self._workers:
+            count = w.prefix_count
+            k = min(count, NFE_HISTORY, NFE_HISTORY if last is None else last)
+            rings.append(w.prefix_ns[np.arange(count - k, count) % NFE_HISTORY])
+        return _percentiles(rings)
+
+    def prefix_count(self) -> int:
+        """Prefix passes measured so far, all workers together."""
+        return sum(w.prefix_count for w in self._workers)
 
     def nfe_percentiles(self) -> tuple[float, float, int]:
         """(p50_ns, p99_ns, samples) over the recent measured NFE durations of all workers."""
@@ -533,6 +543,14 @@ class WorkerPool:
         rows.attach(nat)
         w.report = _native.Report(w.nfe_ns, w.counters, w.probe, w.step_rows)
         w.nfe_loop = "native"
+        if self.policy is not None and self.policy.two_phase:
+            try:
+                rows.attach_prefix(_native.PrefixPass(
+                    self.policy.graphs["prefix"].data, rows.prefix_in, rows.context,
+                    self.intra_op_threads, rows.slots, self.ort_library))  # fmt: skip
+            except _native.NativeUnavailable as exc:
+                w.nfe_loop_note = f"prefix pass in Python: {exc}"
+                self.log.warning(f"worker {w.lane}: {exc}; its prefix pass runs in Python")
 
     def _make_rows(self, w: _Worker) -> BatchRows:
         """This worker's sessions and batch rows (B of them), stepped natively where possible,

@@ -47,6 +47,10 @@ def _check_report(report: dict) -> None:
         assert report[f"vision_{graph}_worker_ratio"] == g["ratio"]
         assert report["targets"][f"vision_{graph}_worker_ratio"]["met"] == g["met"]
     assert wvb["worker_timed"]["prefix_p50_ns"] > 0 and wvb["worker_timed"]["nfe_p50_ns"] > 0
+    # the loop's per-request fixed work, reported apart from the graphs
+    assert report["vision_per_request_overhead_ns"] == wvb["per_request_overhead_ns"]
+    assert len(wvb["per_request_overhead_pairs_ns"]) == wvb["pairs"]
+    assert wvb["nfe_loop"] in ("native", "python")
 
 
 def test_bench_model_module_quick(tmp_path):
@@ -59,6 +63,7 @@ def test_bench_model_module_quick(tmp_path):
     table = bench_model.table(report)
     assert "worker_throughput_ratio" in table
     assert "vision_prefix_worker_ratio" in table and "vision_step_worker_ratio" in table
+    assert "vision_per_request_overhead_ns" in table
     assert Path(bench_model.plot(report, str(tmp_path / "model.png"))).stat().st_size > 0
 
 

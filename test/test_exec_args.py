@@ -100,3 +100,52 @@ def test_run_and_the_accessors_refuse_null():
     with Core(CoreConfig()) as core:
         assert lib.fer_exec_run(ffi.NULL, core._live(), rows, 1, flag, ffi.NULL, 0,
                                 report) == lib.FER_EINVAL
+
+
+# ---- fer_pass (the native prefix pass) --------------------------------------------------------
+
+def _pass_config(bufs: dict[str, np.ndarray]):
+    cfg = ffi.new("struct fer_pass_config *")
+    cfg.max_rows, cfg.intra_op_threads, cfg.n_inputs, cfg.n_outputs = 2, 1, 1, 1
+    _tensor(cfg.inputs[0], b"observation", (4,), bufs["obs"])
+    _tensor(cfg.outputs[0], b"ctx", (8, 2), bufs["v"])
+    return cfg
+
+
+def _pass_create(cfg, path: bytes = b"/nonexistent/libonnxruntime.so"):
+    out = ffi.new("struct fer_pass **")
+    err = ffi.new("char[]", lib.FER_EXEC_ERROR_MAX)
+    rc = lib.fer_pass_create(path, ffi.new("char[]", b"model"), 5, cfg, out, err,
+                             lib.FER_EXEC_ERROR_MAX)  # fmt: skip
+    return rc, out[0], ffi.string(err).decode()
+
+
+def test_pass_create_refuses_a_bad_config_before_loading_anything():
+    bufs = _bufs()
+    rc, pass_, why = _pass_create(_pass_config(bufs))
+    assert rc == lib.FER_EXEC_ELIB and pass_ == ffi.NULL and "/nonexistent" in why
+    for field, value in (("max_rows", 0), ("max_rows", lib.FER_PASS_MAX_ROWS + 1),
+                         ("intra_op_threads", 0), ("n_inputs", 0), ("n_outputs", 0),
+                         ("n_inputs", lib.FER_PASS_MAX_TENSORS + 1),
+                         ("n_outputs", lib.FER_PASS_MAX_TENSORS + 1)):
+        cfg = _pass_config(bufs)
+        setattr(cfg, field, value)
+        assert _pass_create(cfg)[0] == lib.FER_EINVAL, field
+    cfg = _pass_config(bufs)
+    cfg.outputs[0].row_bytes = 4
+    assert _pass_create(cfg)[0] == lib.FER_EINVAL
+    cfg = _pass_config(bufs)
+    cfg.inputs[0].data = ffi.NULL
+    assert _pass_create(cfg)[0] == lib.FER_EINVAL
+    out = ffi.new("struct fer_pass **")
+    good = _pass_config(bufs)
+    assert lib.fer_pass_create(ffi.NULL, b"m", 1, good, out, ffi.NULL, 0) == lib.FER_EINVAL
+    assert lib.fer_pass_create(b"x", b"m", 0, good, out, ffi.NULL, 0) == lib.FER_EINVAL
+    assert lib.fer_pass_create(b"x", b"m", 1, ffi.NULL, out, ffi.NULL, 0) == lib.FER_EINVAL
+    assert lib.fer_pass_create(b"x", b"m", 1, good, ffi.NULL, ffi.NULL, 0) == lib.FER_EINVAL
+
+
+def test_pass_run_and_the_accessors_refuse_null():
+    lib.fer_pass_destroy(ffi.NULL)
+    assert ffi.string(lib.fer_pass_last_error(ffi.NULL)) == b""
+    assert lib.fer_pass_run(ffi.NULL, 0, 1) == lib.FER_EINVAL

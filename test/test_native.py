@@ -280,6 +280,59 @@ def test_a_wrong_library_path_is_a_clear_error_and_the_pool_falls_back(small):
         assert out.code == Code.INFERENCE and out.actions.tobytes() == ref.tobytes()
 
 
+def _vision_rows(vision, slots: int):
+    from flowedge_relay.batch import BatchRows, RowSpec
+    return BatchRows(RowSpec.of(vision, vision.solver), P.make_sessions(vision), slots, 16)
+
+
+@pytest.mark.parametrize("slots, joins", [(1, [(0, 1)]), (4, [(0, 4)]), (4, [(0, 1), (1, 3)]),
+                                          (4, [(0, 2), (2, 1), (3, 1)])])
+def test_native_prefix_pass_bit_identical_to_the_python_prefix(vision, slots, joins):
+    """fer_pass over the joining rows writes the same context bytes as the Python ORT prefix,
+    batched the same way (B = 1 and B = 4 joins, all at once or in groups), other rows kept."""
+    py, nat = _vision_rows(vision, slots), _vision_rows(vision, slots)
+    nat.attach_prefix(native.PrefixPass(vision.graphs["prefix"].data, nat.prefix_in,
+                                        nat.context, max_rows=slots))
+    rng = np.random.default_rng(5)
+    lanes = iter(range(slots))
+    for first, count in joins:
+        for _ in range(count):
+            arrays = {s.name: (rng.integers(0, 256, s.shape) if s.wire_dtype == np.uint8
+                               else rng.standard_normal(s.shape)).astype(s.wire_dtype)
+                      for s in vision.inputs}
+            buf = P.InputBuffers(vision)
+            P.fill_buffers(vision, buf, arrays)
+            lane = next(lanes)
+            py.join(lane, -1, lane, 4, buf)
+            nat.join(lane, -1, lane, 4, buf)
+        before = {k: v.copy() for k, v in nat.context.items()}
+        py.prefix(first, count)
+        nat.prefix(first, count)
+        for name, rows in py.context.items():
+            held = slice(0, first + count)  # creating the pass ran it over every row
+            assert rows[held].tobytes() == nat.context[name][held].tobytes(), (name, first)
+            assert rows[first:first + count].any(), name
+            others = np.r_[0:first, first + count:slots]
+            assert nat.context[name][others].tobytes() == before[name][others].tobytes()
+    nat.native_prefix.close()
+
+
+def test_native_prefix_pass_checks_its_arguments(vision):
+    rows = _vision_rows(vision, 2)
+    p = native.PrefixPass(vision.graphs["prefix"].data, rows.prefix_in, rows.context, max_rows=2)
+    for first, count in ((0, 0), (0, 3), (1, 2), (2, 1)):
+        with pytest.raises(native.NativeError, match="status"):
+            p.run(first, count)
+    p.close()
+    with pytest.raises(native.NativeError, match="closed"):
+        p.run(0, 1)
+    with pytest.raises(native.NativeUnavailable, match="Invalid input name"):
+        native.PrefixPass(vision.step_graph.data, rows.prefix_in, rows.context, max_rows=2)
+    with pytest.raises(native.NativeUnavailable, match="at most"):
+        native.PrefixPass(vision.graphs["prefix"].data, rows.prefix_in, rows.context,
+                          max_rows=65)
+
+
 def test_pool_runs_native_by_default_and_python_when_asked(small, vision):
     with make_core() as core, WorkerPool(core, small) as pool:
         assert pool.worker_info()[0]["nfe_loop"] == "native"
