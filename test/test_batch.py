@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from core_helpers import HANG_GUARD_S, MS, collect
 
 from flowedge_relay import policy as P
 from flowedge_relay.batch import BATCH_ATOL, BATCH_RTOL, BatchRows, RowSpec
@@ -32,9 +33,19 @@ from flowedge_relay.model import (
 from flowedge_relay.models import detour_task as task
 from flowedge_relay.workers import SlotInputs, WorkerPool
 
-MS = 1_000_000
-HANG_GUARD_S = 30.0
 OBS = task.sample_observations(np.random.default_rng(7), 64)
+
+
+def _settle(rows: BatchRows, stepno: int, leave_at: dict, finished: dict) -> None:
+    """After a step: rows with no NFE left leave with their actions kept in `finished`, rows
+    whose planned leave step (`leave_at`, by lane) is this one leave without."""
+    for r in range(rows.n - 1, -1, -1):
+        lane = int(rows.lane[r])
+        if rows.remaining(r) == 0:
+            finished[lane] = rows.actions(r).copy()
+            rows.leave(r)
+        elif leave_at.get(lane) == stepno:
+            rows.leave(r)
 
 
 def req(sid: bytes, seq: int = 0, gen: int = 0, nfe: int = 3, deadline: int = 0,
@@ -78,13 +89,7 @@ def _drive(rows: BatchRows, plan: list[tuple], inputs, finished: dict) -> None:
             rows.prefix(0, 0)
             rows.run()
         stepno += 1
-        for r in range(rows.n - 1, -1, -1):
-            lane = int(rows.lane[r])
-            if rows.remaining(r) == 0:
-                finished[lane] = rows.actions(r).copy()
-                rows.leave(r)
-            elif leave_at.get(lane) == stepno:
-                rows.leave(r)
+        _settle(rows, stepno, leave_at, finished)
 
 
 @pytest.mark.parametrize("path", [default_model_path(), bench_model_path()])
@@ -160,13 +165,7 @@ def test_two_phase_package_rows_match_the_policy_sampler():
         if rows.n:
             rows.run()
         stepno += 1
-        for r in range(rows.n - 1, -1, -1):
-            lane = int(rows.lane[r])
-            if rows.remaining(r) == 0:
-                finished[lane] = rows.actions(r).copy()
-                rows.leave(r)
-            elif leave_at.get(lane) == stepno:
-                rows.leave(r)
+        _settle(rows, stepno, leave_at, finished)
     assert len(finished) >= 8
     for s, arr in finished.items():
         nfe = next(p[1] for p in plan if p[0] == s)
@@ -174,16 +173,6 @@ def test_two_phase_package_rows_match_the_policy_sampler():
 
 
 # ---- the worker pool's batched loop with the real core ------------------------------------
-
-
-def _collect(core: Core, n: int) -> list:
-    got: list = []
-    guard = time.monotonic() + HANG_GUARD_S
-    while len(got) < n:
-        assert time.monotonic() < guard, f"only {len(got)} of {n} outcomes arrived"
-        core.wait_outputs(20 * MS)
-        got.extend(core.pop_outcomes())
-    return got
 
 
 def test_pool_with_batch_slots_answers_each_request_once_with_batch_one_results():
@@ -196,7 +185,7 @@ def test_pool_with_batch_slots_answers_each_request_once_with_batch_one_results(
         pool = WorkerPool(core, info, workers=2)
         pool.start()
         try:
-            got = _collect(core, n)
+            got = collect(core, n)
         finally:
             pool.stop()
         assert sorted(o.sequence for o in got) == list(range(n))  # each exactly once
@@ -223,7 +212,7 @@ def test_a_stale_row_leaves_without_disturbing_the_others():
                 time.sleep(0.002)
             now = time.monotonic_ns()
             assert core.submit(req(b"s2", 9, gen=2, nfe=3), now) == Decision.ACCEPTED
-            got = {o.sequence: o for o in _collect(core, 5)}
+            got = {o.sequence: o for o in collect(core, 5)}
         finally:
             pool.stop()
         assert got[2].code == Code.REJECTED_STALE and got[2].nfe_done < 6
@@ -319,7 +308,7 @@ def _serve(served: _Served, loop: str, slots: int, seed: int) -> tuple[dict, dic
             for _ in range(6):
                 time.sleep(rng.uniform(0.0, 0.012))
                 submit(rng.randint(1, 4))
-            got = _collect(core, i)
+            got = collect(core, i)
             info = pool.worker_info()
         finally:
             pool.stop()
@@ -378,7 +367,7 @@ def test_a_queued_request_joins_at_the_next_boundary_while_a_row_keeps_running()
                 assert time.monotonic() < guard
                 time.sleep(0.002)
             assert core.submit(req(b"short", 1, gen=1, nfe=3), time.monotonic_ns()) == 0
-            got = {o.sequence: o for o in _collect(core, 2)}
+            got = {o.sequence: o for o in collect(core, 2)}
             stats = pool.batch_stats()
         finally:
             pool.stop()

@@ -12,14 +12,12 @@ import time
 
 import numpy as np
 import pytest
+from core_helpers import HANG_GUARD_S, MS, collect
 
 from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request
 from flowedge_relay.model import FlowSampler, default_model_path, load_model, make_session
 from flowedge_relay.models import detour_task as task
 from flowedge_relay.workers import WorkerPool
-
-MS = 1_000_000
-HANG_GUARD_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -67,17 +65,6 @@ def request(
 
 def submit(core: Core, req: Request) -> None:
     assert core.submit(req, time.monotonic_ns()) == Decision.ACCEPTED
-
-
-def collect(core: Core, n: int) -> list:
-    """Pop outcomes until n have arrived."""
-    got: list = []
-    guard = time.monotonic() + HANG_GUARD_S
-    while len(got) < n:
-        assert time.monotonic() < guard, f"only {len(got)} of {n} outcomes arrived: {got}"
-        core.wait_outputs(20 * MS)
-        got.extend(core.pop_outcomes())
-    return got
 
 
 def wait_until(predicate, what: str):
