@@ -19,22 +19,6 @@
 #define FER_LANE_OK(c, lane) ((c) != NULL && (lane) < (c)->nlanes)
 #define FER_WORKER_OK(c, w) ((c) != NULL && (w) < (c)->cfg.workers)
 
-int fer_core_wait_for_work(struct fer_core *c, uint32_t lane, uint64_t timeout_ns)
-{
-    struct timespec ts;
-    int ready;
-
-    FER_CHECK_ARGS(FER_LANE_OK(c, lane));
-    ts = fer_deadline_after(timeout_ns);
-    pthread_mutex_lock(&c->mu);
-    while (c->qlen == 0 && !atomic_load_explicit(&c->shutdown, memory_order_relaxed))
-        if (pthread_cond_timedwait(&c->work_cv, &c->mu, &ts) == ETIMEDOUT)
-            break;
-    ready = c->qlen > 0 && !atomic_load_explicit(&c->shutdown, memory_order_relaxed);
-    pthread_mutex_unlock(&c->mu);
-    return ready;
-}
-
 /* Worker w's lowest-numbered free alive lane, or FER_NONE (mu held). O(B). */
 static uint32_t free_lane(const struct fer_core *c, uint32_t w)
 {
@@ -46,24 +30,41 @@ static uint32_t free_lane(const struct fer_core *c, uint32_t w)
     return FER_NONE;
 }
 
-int fer_core_worker_wait(struct fer_core *c, uint32_t w, uint64_t timeout_ns)
+/* Whether work is queued, the core runs, and (for a worker w != FER_NONE) one of w's lanes is
+ * free to take it (mu held). */
+static int work_ready(const struct fer_core *c, uint32_t w)
 {
-    struct timespec ts;
+    return c->qlen > 0 && !atomic_load_explicit(&c->shutdown, memory_order_relaxed) &&
+           (w == FER_NONE || free_lane(c, w) != FER_NONE);
+}
+
+/* Block until work_ready(c, w), shutdown or timeout; then work_ready. Only worker w frees its
+ * lanes, so without a free lane this waits out the timeout: a worker calls it when it holds
+ * nothing (or has a free slot), as the thread contract says. */
+static int wait_work(struct fer_core *c, uint32_t w, uint64_t timeout_ns)
+{
+    struct timespec ts = fer_deadline_after(timeout_ns);
     int ready;
 
-    FER_CHECK_ARGS(FER_WORKER_OK(c, w));
-    ts = fer_deadline_after(timeout_ns);
     pthread_mutex_lock(&c->mu);
-    /* Only this worker frees its lanes, so without a free lane this waits out the timeout: a
-     * worker calls it when it holds nothing (or has a free slot), as the thread contract says. */
-    while ((c->qlen == 0 || free_lane(c, w) == FER_NONE) &&
-           !atomic_load_explicit(&c->shutdown, memory_order_relaxed))
+    while (!work_ready(c, w) && !atomic_load_explicit(&c->shutdown, memory_order_relaxed))
         if (pthread_cond_timedwait(&c->work_cv, &c->mu, &ts) == ETIMEDOUT)
             break;
-    ready = c->qlen > 0 && free_lane(c, w) != FER_NONE &&
-            !atomic_load_explicit(&c->shutdown, memory_order_relaxed);
+    ready = work_ready(c, w);
     pthread_mutex_unlock(&c->mu);
     return ready;
+}
+
+int fer_core_wait_for_work(struct fer_core *c, uint32_t lane, uint64_t timeout_ns)
+{
+    FER_CHECK_ARGS(FER_LANE_OK(c, lane));
+    return wait_work(c, FER_NONE, timeout_ns);
+}
+
+int fer_core_worker_wait(struct fer_core *c, uint32_t w, uint64_t timeout_ns)
+{
+    FER_CHECK_ARGS(FER_WORKER_OK(c, w));
+    return wait_work(c, w, timeout_ns);
 }
 
 int fer_core_queued(struct fer_core *c)

@@ -92,23 +92,7 @@ def _feeds(info: ModelInfo) -> dict[str, np.ndarray]:
 
 def raw_nfe_cost(info: ModelInfo, threads: int, samples: int) -> dict[str, float]:
     """Per-call ns of `session.run` on batch 1 after a warm-up."""
-    sess = make_session(info, threads)
-    feeds, outs = _feeds(info), [OUTPUT_V]
-    for _ in range(max(20, samples // 20)):
-        sess.run(outs, feeds)
-    durations = np.empty(samples, np.int64)
-    clock = time.perf_counter_ns
-    for i in range(samples):
-        t0 = clock()
-        sess.run(outs, feeds)
-        durations[i] = clock() - t0
-    p50, p99 = np.percentile(durations, [50, 99])
-    return {
-        "p50_ns": float(p50),
-        "p99_ns": float(p99),
-        "max_ns": float(durations.max()),
-        "samples": samples,
-    }
+    return _run_ns(make_session(info, threads), [OUTPUT_V], _feeds(info), samples)
 
 
 def _bare_loop(info: ModelInfo, sess, nfe: int) -> tuple[float, float]:
