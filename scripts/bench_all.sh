@@ -4,7 +4,9 @@
 # then docs/performance.md, docs/img/bench-*.png and the README's Performance section from them
 # (python -m flowedge_relay.tooling.bench.perfdoc), so no figure in the docs is typed by hand.
 #
-#   scripts/bench_all.sh                    # all of them (about 15-18 minutes on 2 cores)
+#   scripts/bench_all.sh                    # all of them (about 15-18 minutes on 2 cores); the
+#                                           # run before is kept in out/bench.previous and its
+#                                           # headline figures shown next to this run's
 #   scripts/bench_all.sh overload overhead  # only these (the docs still list every JSON there)
 #   BENCH_OUT=/tmp/b BENCH_DOCS=0 scripts/bench_all.sh   # elsewhere, docs untouched
 #
@@ -18,6 +20,13 @@ if [ -z "${VIRTUAL_ENV:-}" ] || ! python -c "import flowedge_relay_msgs" 2>/dev/
     set -u
 fi
 OUT=${BENCH_OUT:-out/bench}
+# A figure counts when it reproduces: a full run first keeps the run before it in
+# $OUT.previous, and the docs show the headline figures of both side by side.
+PREV=${OUT%/}.previous
+if [ "$#" -eq 0 ] && compgen -G "$OUT/*.json" > /dev/null; then
+    rm -rf "$PREV"
+    mv "$OUT" "$PREV"
+fi
 mkdir -p "$OUT"
 
 # name and its full-size arguments; calibrate uses the bench model (~1 ms per NFE) like
@@ -65,7 +74,9 @@ for name in "${ORDER[@]}"; do
 done
 
 if [ "${BENCH_DOCS:-1}" != "0" ]; then
-    python -m flowedge_relay.tooling.bench.perfdoc "$OUT" --command "make bench"
+    prev=()
+    if [ -d "$PREV" ]; then prev=(--previous "$PREV"); fi
+    python -m flowedge_relay.tooling.bench.perfdoc "$OUT" --command "make bench" "${prev[@]}"
 fi
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "bench_all: failed: ${failed[*]}" >&2

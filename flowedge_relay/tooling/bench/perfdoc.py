@@ -6,6 +6,10 @@ reads `out/bench/<name>.json` (+ `.png`), copies the plots to `docs/img/bench-<n
 `docs/performance.md` (every table) and replaces the block between the two markers below in
 README.md with the headline figures, so no number there is typed by hand. `host_info()` is what
 every report records about the machine it ran on.
+
+A figure counts when it reproduces: with `--previous DIR` (bench_all.sh passes the run before
+this one, kept in `out/bench.previous`), the headline table shows both runs side by side, each
+with its machine line, so two consecutive `make bench` runs are reported together.
 """
 
 from __future__ import annotations
@@ -249,8 +253,18 @@ def _section(name: str, report: dict, img: str | None) -> list[str]:
     return lines
 
 
-def generate(out: Path, root: Path = ROOT, command: str = "make bench") -> Path:
+def side_by_side(rows: list[dict], previous: list[dict]) -> list[dict]:
+    """The headline rows with a `previous run` column next to `measured` (rows matched by
+    measure; "-" where the other run has no such row)."""
+    before = {r["measure"]: r["measured"] for r in previous}
+    return [{"measure": r["measure"], "target": r["target"], "measured": r["measured"],
+             "previous run": before.get(r["measure"], "-")} for r in rows]  # fmt: skip
+
+
+def generate(out: Path, root: Path = ROOT, command: str = "make bench",
+             previous: Path | None = None) -> Path:  # fmt: skip
     reports = _load(out)
+    earlier = _load(previous) if previous is not None and previous.is_dir() else {}
     docs, img_dir = root / "docs", root / "docs" / "img"
     img_dir.mkdir(parents=True, exist_ok=True)
     images = {}
@@ -273,12 +287,17 @@ def generate(out: Path, root: Path = ROOT, command: str = "make bench") -> Path:
         "",
     ]
 
+    rows = headline(reports)
+    runs = f"Measured by `{command}` on {machine}."
+    if earlier:
+        rows = side_by_side(rows, headline(earlier))
+        runs = (f"Two consecutive runs of `{command}`: **measured** on {machine}; **previous "
+                f"run** on {_host_line(earlier)}.")
     block = [
         BEGIN,
-        f"Measured by `{command}` on {machine}. Full tables and every plot: "
-        "[docs/performance.md](docs/performance.md).",
+        f"{runs} Full tables and every plot: [docs/performance.md](docs/performance.md).",
         "",
-        format_rows(headline(reports), markdown=True),
+        format_rows(rows, markdown=True),
         "",
     ]
     warning = noise_warning(reports)
@@ -289,6 +308,7 @@ def generate(out: Path, root: Path = ROOT, command: str = "make bench") -> Path:
         block += [f"![overload: goodput and wasted NFE against offered load]"
                   f"(docs/img/{images['overload']})", ""]  # fmt: skip
     block.append(END)
+    perf += ["## Headline", "", runs, "", format_rows(rows, markdown=True), ""]
     for name in names:
         perf += _section(name, reports[name], images.get(name))
     (docs / "performance.md").write_text("\n".join(perf))
@@ -308,8 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", nargs="?", default="out/bench", help="folder of <name>.json")
     parser.add_argument("--root", default=str(ROOT), help="repository root (README.md, docs/)")
     parser.add_argument("--command", default="make bench", help="command named in the docs")
+    parser.add_argument("--previous", help="folder of the run before (its headline figures go "
+                        "next to this run's)")
     args = parser.parse_args(argv)
-    path = generate(Path(args.out), Path(args.root), args.command)
+    path = generate(Path(args.out), Path(args.root), args.command,
+                    Path(args.previous) if args.previous else None)
     print(f"wrote {path} and the README Performance section")
     return 0
 
