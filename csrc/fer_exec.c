@@ -586,8 +586,6 @@ int fer_pass_run(struct fer_pass *p, uint32_t first, uint32_t n_rows)
     return FER_OK;
 }
 
-/* ---- the loop ------------------------------------------------------------------------------- */
-
 static uint64_t clock_ns(clockid_t id)
 {
     struct timespec ts;
@@ -595,6 +593,27 @@ static uint64_t clock_ns(clockid_t id)
     clock_gettime(id, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+int fer_pass_run_done(struct fer_pass *p, struct fer_core *core, const uint32_t *lanes,
+                      uint32_t first, uint32_t n_rows, int32_t *results, uint64_t *times)
+{
+    uint64_t start, end;
+    uint32_t r;
+    int rc;
+
+    FER_CHECK_ARGS(core != NULL && lanes != NULL && results != NULL && times != NULL);
+    start = clock_ns(CLOCK_MONOTONIC);
+    if ((rc = fer_pass_run(p, first, n_rows)) != FER_OK)
+        return rc;
+    end = clock_ns(CLOCK_MONOTONIC);
+    times[0] = end;
+    times[1] = end - start;
+    for (r = 0; r < n_rows; r++)
+        results[r] = (int32_t)fer_core_prefix_done(core, lanes[r], end, end - start);
+    return FER_OK;
+}
+
+/* ---- the loop ------------------------------------------------------------------------------- */
 
 /* Field 2 of /proc/thread-self/schedstat (ns runnable, not running); 0 without it. */
 static int64_t runqueue_ns(int fd)

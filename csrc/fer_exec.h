@@ -238,3 +238,15 @@ const char *fer_pass_last_error(const struct fer_pass *pass);
  * first + n_rows > max_rows) or FER_EXEC_EORT (last_error says why). Allocates nothing itself
  * (ONNX Runtime may, inside Run). */
 int fer_pass_run(struct fer_pass *pass, uint32_t first, uint32_t n_rows);
+
+/* The joiners' step boundary in one call (the worker makes it with the GIL released, so the
+ * pass's time is the pass's, not a wait for the GIL, and the joiners cost one release, not
+ * 1 + n_rows): start = now; fer_pass_run(pass, first, n_rows); end = now; then for each joiner
+ * r in [0, n_rows): results[r] = fer_core_prefix_done(core, lanes[r], end, end - start)
+ * (FER_STEP_CONTINUE, or STOP_* with the outcome emitted and the lane freed; a negative status
+ * if the lane had no such work, the later joiners still reported). times[0] = end,
+ * times[1] = end - start. FER_OK; FER_EINVAL (NULL arguments, rows as fer_pass_run) or
+ * FER_EXEC_EORT with nothing reported to the core (the caller decides what the joiners get).
+ * Allocates nothing. */
+int fer_pass_run_done(struct fer_pass *pass, struct fer_core *core, const uint32_t *lanes,
+                      uint32_t first, uint32_t n_rows, int32_t *results, uint64_t *times);

@@ -25,6 +25,7 @@ midpoint solver, its dt or dt/2 and update kind with one more each; Euler's dt i
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ import onnxruntime as ort
 
 from flowedge_relay import native as _native
 from flowedge_relay import policy as _policy
-from flowedge_relay.core import Step
+from flowedge_relay.core import Core, Step
 from flowedge_relay.model import _MID_HALF, ModelInfo, half_step, integrator_plan
 
 #: Tolerance of a row's actions against the batch-1 result (|a - b| <= ATOL + RTOL |b|): the
@@ -272,6 +273,19 @@ class BatchRows:
                 {name: rows[first:end] for name, rows in self.context.items()},
             )
         self._prefix_sess.run_with_iobinding(made[0])
+
+    def prefix_done(self, core: Core, first: int, count: int) -> tuple[int, int, list]:
+        """The joiners' boundary: the prefix pass over rows [first, first + count), then
+        `Core.prefix_done` for each of their lanes with the pass's time. Returns (end ns, pass
+        ns, the joiners' Step results in row order). Native: one C call (GIL released once, the
+        pass timed in C around the run); else the Python pass, timed around it."""
+        if self.native_prefix is not None:
+            return self.native_prefix.run_done(core, self.lane[first:first + count], first)
+        t0 = time.monotonic_ns()
+        self.prefix(first, count)
+        t1 = time.monotonic_ns()
+        return t1, t1 - t0, [core.prefix_done(int(lane), t1, t1 - t0)
+                             for lane in self.lane[first:first + count]]  # fmt: skip
 
     def _views(self, n: int) -> tuple:
         """The first n rows of every per-step buffer, sliced once per row count."""

@@ -137,6 +137,9 @@ def _check(rc: int) -> int:
     return rc
 
 
+check = _check  # for the other modules that call fer_* functions (native.py)
+
+
 # ---- data ----------------------------------------------------------------------------------------
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from flowedge_relay import policy as _policy
-from flowedge_relay.core import Core, Step, ffi, lib
+from flowedge_relay.core import Core, Step, check, ffi, lib
 from flowedge_relay.model import INPUT_OBS, INPUT_T, INPUT_X, OUTPUT_V, FlowIntegrator, ModelInfo
 
 __all__ = ["INPUT_OBS", "NativeError", "NativeLoop", "NativeUnavailable", "PrefixPass", "Report",
@@ -364,16 +364,44 @@ class PrefixPass:
                 lib.fer_strerror(rc)).decode()
             raise NativeUnavailable(f"native prefix pass: {why} (status {rc})")
         self._pass = out[0]
+        # run_done's arguments and results, made once (nothing allocated per boundary)
+        self._lanes = np.zeros(max_rows, np.uint32)
+        self._results = np.zeros(max_rows, np.int32)
+        self._times = np.zeros(2, np.uint64)
+        self._c_args = (ffi.from_buffer("uint32_t[]", self._lanes),
+                        ffi.from_buffer("int32_t[]", self._results),
+                        ffi.from_buffer("uint64_t[]", self._times))  # fmt: skip
+
+    def run_done(self, core: Core, lanes: np.ndarray, first: int) -> tuple[int, int, np.ndarray]:
+        """The joiners' boundary in one C call (GIL released once): the pass over rows
+        [first, first + len(lanes)), timed in C around the ONNX Runtime run, then
+        `Core.prefix_done(lane, end, end - start)` for each joiner's lane. Returns (end ns,
+        pass ns, the joiners' Step results: a view valid until the next call)."""
+        if self._pass is None:
+            raise NativeError("native prefix pass is closed")
+        count = len(lanes)
+        self._lanes[:count] = lanes
+        c_lanes, c_results, c_times = self._c_args
+        rc = lib.fer_pass_run_done(self._pass, core._live(), c_lanes, first, count, c_results,
+                                   c_times)  # fmt: skip
+        self._raise(rc, "fer_pass_run_done")
+        results = self._results[:count]
+        for r in results:  # a lane with no such work: the core's own error
+            if r < 0:
+                check(int(r))
+        return int(self._times[0]), int(self._times[1]), results
+
+    def _raise(self, rc: int, what: str) -> None:
+        if rc < 0:
+            why = (ffi.string(lib.fer_pass_last_error(self._pass)).decode(errors="replace")
+                   if rc == lib.FER_EXEC_EORT else ffi.string(lib.fer_strerror(rc)).decode())
+            raise NativeError(f"{_ERRORS.get(rc, what)}: {why} (status {rc})")
 
     def run(self, first: int, count: int) -> None:
         """The prefix graph over rows [first, first + count): their outputs land in place."""
         if self._pass is None:
             raise NativeError("native prefix pass is closed")
-        rc = lib.fer_pass_run(self._pass, first, count)
-        if rc < 0:
-            why = (ffi.string(lib.fer_pass_last_error(self._pass)).decode(errors="replace")
-                   if rc == lib.FER_EXEC_EORT else ffi.string(lib.fer_strerror(rc)).decode())
-            raise NativeError(f"{_ERRORS.get(rc, 'fer_pass_run')}: {why} (status {rc})")
+        self._raise(lib.fer_pass_run(self._pass, first, count), "fer_pass_run")
 
     def close(self) -> None:
         pass_, self._pass = getattr(self, "_pass", None), None

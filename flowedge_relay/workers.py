@@ -625,14 +625,12 @@ class WorkerPool:
         w.slots_in_use = rows.n
         if rows.n == first or not (package and self.policy.two_phase):
             return
-        t0 = time.monotonic_ns()
-        rows.prefix(first, rows.n - first)
-        t1 = time.monotonic_ns()
-        w.prefix_ns[w.prefix_count % NFE_HISTORY] = t1 - t0
+        t1, pass_ns, results = rows.prefix_done(core, first, rows.n - first)
+        w.prefix_ns[w.prefix_count % NFE_HISTORY] = pass_ns
         w.prefix_count += 1
         w.last_progress_ns = t1
         for r in range(rows.n - 1, first - 1, -1):  # descending: a leave moves a visited row
-            if core.prefix_done(int(rows.lane[r]), t1, t1 - t0) != Step.CONTINUE:
+            if results[r - first] != Step.CONTINUE:
                 rows.leave(r)  # stale or expired: the core emitted its outcome
         w.slots_in_use = rows.n
 

@@ -19,7 +19,7 @@ from ros_helpers import running_relay, status_values, wait_for
 from flowedge_relay import native
 from flowedge_relay import policy as P
 from flowedge_relay.batch import BATCH_ATOL, BATCH_RTOL
-from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request, Step, ffi
+from flowedge_relay.core import Code, Core, CoreConfig, CoreError, Decision, Request, Step, ffi
 from flowedge_relay.model import (
     FlowSampler,
     bench_model_path,
@@ -317,12 +317,57 @@ def test_native_prefix_pass_bit_identical_to_the_python_prefix(vision, slots, jo
     nat.native_prefix.close()
 
 
+def _vision_arrays(vision, rng) -> dict[str, np.ndarray]:
+    return {s.name: (rng.integers(0, 256, s.shape) if s.wire_dtype == np.uint8
+                     else rng.standard_normal(s.shape)).astype(s.wire_dtype)
+            for s in vision.inputs}  # fmt: skip
+
+
+def test_boundary_in_one_native_call_reports_like_the_python_boundary(vision):
+    """BatchRows.prefix_done: the native boundary (fer_pass_run_done: the pass timed in C, then
+    Core.prefix_done per joiner, one call) gives the Python boundary's results, contexts and
+    outcomes: a joiner whose deadline passed during the wait is EXPIRED there, before any NFE,
+    and its row-mate carries on."""
+    cfg = dict(workers=1, obs_dim=0, action_len=vision.action_len, two_phase=1, batch_slots=2)
+    rng = np.random.default_rng(11)
+    arrays = [_vision_arrays(vision, rng) for _ in range(2)]
+    seen = []
+    for use_native in (False, True):
+        rows = _vision_rows(vision, 2)
+        if use_native:
+            rows.attach_prefix(native.PrefixPass(vision.graphs["prefix"].data, rows.prefix_in,
+                                                 rows.context, max_rows=2))
+        with make_core(**cfg) as core:
+            now = time.monotonic_ns()
+            for i, deadline in enumerate((0, now + 20 * MS)):
+                req = request(b"b%d" % i, 4, seed=i, deadline_ns=deadline, obs_dim=0)
+                assert core.submit(req, now) == Decision.ACCEPTED
+            for i in range(2):
+                work = core.dispatch_worker(0, time.monotonic_ns())
+                buf = P.InputBuffers(vision)
+                P.fill_buffers(vision, buf, arrays[i])
+                rows.join(work.lane, -1, work.noise_seed, 4, buf)
+            time.sleep(0.03)  # b1's deadline passes before the boundary (EDF: b1 is row 0)
+            end, pass_ns, results = rows.prefix_done(core, 0, 2)
+            assert 0 < pass_ns < 10**9 and end <= time.monotonic_ns()
+            assert [Step(int(r)) for r in results] == [Step.STOP_EXPIRED, Step.CONTINUE]
+            (out,) = core.pop_outcomes()
+            assert out.code == Code.EXPIRED and out.nfe_done == 0 and out.session_id == b"b1"
+            seen.append({k: v[1].tobytes() for k, v in rows.context.items()})
+        if use_native:
+            rows.native_prefix.close()
+    assert seen[0] == seen[1]
+
+
 def test_native_prefix_pass_checks_its_arguments(vision):
     rows = _vision_rows(vision, 2)
     p = native.PrefixPass(vision.graphs["prefix"].data, rows.prefix_in, rows.context, max_rows=2)
     for first, count in ((0, 0), (0, 3), (1, 2), (2, 1)):
         with pytest.raises(native.NativeError, match="status"):
             p.run(first, count)
+    with make_core(obs_dim=0, action_len=vision.action_len, two_phase=1) as core:
+        with pytest.raises(CoreError):
+            p.run_done(core, np.array([0], np.uint32), 0)  # lane 0 holds no work
     p.close()
     with pytest.raises(native.NativeError, match="closed"):
         p.run(0, 1)
