@@ -263,6 +263,13 @@ def _submit_all_and_wait(core: Core, session_id: bytes, nfe: int,
     return end
 
 
+def _median_kept(values) -> float | None:
+    """Median of the values that are not NaN (pairs a stalled host spoiled); None if none."""
+    a = np.asarray(values, float)
+    a = a[~np.isnan(a)]
+    return float(np.median(a)) if a.size else None
+
+
 def vision_worker_vs_bare(policy: P.Policy, feeds: _VisionFeeds, requests: int, nfe: int,
                           pairs: int, bar: Progress) -> dict:  # fmt: skip
     """Worker path vs bare loop for each graph of a two-phase package, in back-to-back pairs
@@ -291,31 +298,38 @@ def vision_worker_vs_bare(policy: P.Policy, feeds: _VisionFeeds, requests: int, 
                 passes = pool.prefix_count()
                 short = _worker_wall_ns(core, requests, 1, k)
                 long = _worker_wall_ns(core, requests, nfe, k)
-                step = max(long - short, 1) / (requests * (nfe - 1))
+                # a long trial no slower than the short one means the host stalled the short
+                # one: no step figure from that pair (NaN, left out of the median, counted)
+                step = (long - short) / (requests * (nfe - 1)) if long > short else np.nan
                 prefix = max(pool.prefix_percentiles(last=pool.prefix_count() - passes)[0], 1.0)
                 rows["bare_prefix"].append(bare_p)
                 rows["bare_step"].append(bare_s)
                 rows["worker_step"].append(step)
                 rows["worker_prefix"].append(prefix)
-                rows["overhead"].append(short / requests - step - prefix)
+                rows["overhead"].append(short / requests - step - prefix
+                                        if long > short else np.nan)  # fmt: skip
                 bar.advance()
             nfe_p50, nfe_p99, _ = pool.nfe_percentiles()
             pre_p50, pre_p99, _ = pool.prefix_percentiles()
             prefix_loop = pool.worker_info()[0].get("nfe_loop", "")
     out: dict[str, object] = {"requests_per_trial": requests, "nfe_per_long_request": nfe,
                               "pairs": pairs, "nfe_loop": prefix_loop,
-                              "per_request_overhead_ns": float(np.median(rows["overhead"])),
-                              "per_request_overhead_pairs_ns": [round(float(o), 1) for o in
-                                                                rows["overhead"]]}  # fmt: skip
+                              "per_request_overhead_ns": _median_kept(rows["overhead"]),
+                              "per_request_overhead_pairs_ns": [
+                                  round(float(o), 1) for o in rows["overhead"]
+                                  if not np.isnan(o)]}  # fmt: skip
     for graph in ("prefix", "step"):
         bare, worker = np.asarray(rows[f"bare_{graph}"]), np.asarray(rows[f"worker_{graph}"])
         ratios = bare / worker
+        kept = ~np.isnan(ratios)
+        ratio = _median_kept(ratios)
         out[graph] = {
             "bare_ns": float(np.median(bare)),
-            "worker_ns": float(np.median(worker)),
-            "pair_ratios": [round(float(r), 4) for r in ratios],
-            "ratio": float(np.median(ratios)),
-            "met": bool(np.median(ratios) >= TARGET_RATIO),
+            "worker_ns": _median_kept(worker),
+            "pair_ratios": [round(float(r), 4) for r in ratios[kept]],
+            "pairs_discarded": int((~kept).sum()),  # stalled host: long trial <= short one
+            "ratio": ratio,
+            "met": ratio is not None and ratio >= TARGET_RATIO,
         }
     out["worker_timed"] = {"prefix_p50_ns": pre_p50, "prefix_p99_ns": pre_p99,
                            "nfe_p50_ns": nfe_p50, "nfe_p99_ns": nfe_p99}  # fmt: skip
@@ -423,21 +437,30 @@ def table(report: dict) -> str:
         f"{vw['requests_per_trial']} requests of 1 and of {vw['nfe_per_long_request']} NFE, "
         f"{vw['nfe_loop']} loop; prefix: worker-timed passes p50 vs bare per-call p50; step: "
         "per NFE from wall times vs the bare loop):",
-        *(f"  {g:<6} worker {vw[g]['worker_ns'] / 1e3:.1f} us, bare {vw[g]['bare_ns'] / 1e3:.1f}"
-          f" us per run" for g in ("prefix", "step")),
+        *(f"  {g:<6} worker {_us(vw[g]['worker_ns'])} us, bare {_us(vw[g]['bare_ns'])} us per "
+          f"run ({vw[g].get('pairs_discarded', 0)} pairs left out: long trial no slower than "
+          "short)" for g in ("prefix", "step")),
         f"  the worker's own timing over all pairs: prefix pass p50 "
         f"{vw['worker_timed']['prefix_p50_ns'] / 1e3:.1f} us, nfe() p50 "
         f"{vw['worker_timed']['nfe_p50_ns'] / 1e3:.1f} us",
-        f"  vision_per_request_overhead_ns {report['vision_per_request_overhead_ns'] / 1e3:.1f} "
+        f"  vision_per_request_overhead_ns {_us(report['vision_per_request_overhead_ns'])} "
         "us (the loop's fixed work per request: dispatch, noise draw, join, prefix_done, finish; "
         "a 1-NFE request's wall time less one step and one prefix pass; charged to no graph)",
         "target (printed, not asserted):",
         f"  worker_throughput_ratio {report['worker_throughput_ratio']:.3f} (median pair ratio; "
         f"target >= {TARGET_RATIO}) {met}",
-        *(f"  vision_{g}_worker_ratio {vw[g]['ratio']:.3f} (median pair ratio; target >= "
+        *(f"  vision_{g}_worker_ratio {_ratio(vw[g]['ratio'])} (median pair ratio; target >= "
           f"{TARGET_RATIO}) {'met' if vw[g]['met'] else 'MISSED'}" for g in ("prefix", "step")),
         *([VISION_MISSED] if not (vw["prefix"]["met"] and vw["step"]["met"]) else []),
     ])  # fmt: skip
+
+
+def _us(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e3:.1f}"
+
+
+def _ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.3f}"
 
 
 def plot(report: dict, path: str) -> str:
