@@ -5,17 +5,37 @@ path must spin on a thread that does nothing else: a SingleThreadedExecutor rece
 messages/s here while a shared MultiThreadedExecutor manages about 650 (see README). So the relay
 node is added to two executors, each filtering entities by callback group: the request executor
 runs only the request group, the main executor everything else.
+
+MainExecutor also hands each ready callback to its thread pool once (see _spin_once_impl): rclpy
+9's MultiThreadedExecutor hands a callback that waits in the pool's queue again and again
+without ever waiting (rclpy issue 1452), a loop that holds the GIL and starves every other thread
+of the process (the request thread, the workers, the publisher thread) whenever the pool falls
+behind, e.g. on a loaded host.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from concurrent.futures import Future as PoolFuture
+from concurrent.futures import wait as wait_for_pool
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.exceptions import InvalidHandle
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.executors import (
+    ConditionReachedException,
+    ExternalShutdownException,
+    MultiThreadedExecutor,
+    ShutdownException,
+    SingleThreadedExecutor,
+    TimeoutException,
+)
 from rclpy.node import Node
+from rclpy.task import Task
+
+#: the longest a spin waits for the pool to start a callback it already holds: bounds how late
+#: the spinning thread sees a stop request while every pool thread is busy
+POOL_WAIT_S = 0.1
 
 
 class _GroupFilter:
@@ -62,6 +82,42 @@ class MainExecutor(_GroupFilter, MultiThreadedExecutor):
     ) -> None:
         super().__init__(num_threads=num_threads, context=context)
         self._set_groups(excluded, exclude=True)
+        # callback task -> its work item in the pool, while that item has not finished
+        self._in_pool: dict[Task, PoolFuture] = {}
+
+    def _spin_once_impl(self, timeout_sec=None, wait_condition=lambda: False) -> None:
+        """rclpy's MultiThreadedExecutor._spin_once_impl, less a busy loop (rclpy issue 1452).
+
+        rclpy yields every callback task that is "not executing and not done" before it waits
+        for new work, and a task the pool has not started yet is exactly that: each spin then
+        returns at once with the same task and submits it again (Task.__call__ ignores the
+        duplicates). While the pool is behind, the spinning thread loops through the wait-set
+        code holding the GIL, adding ever more duplicate items to the pool's queue, and the
+        request thread, the workers and the publisher thread barely run (measured with
+        `make run RUN_ARGS="--model vision"` on 2 cores: ~5,000 spins/s, ~400 duplicates
+        queued, requests reaching the relay at ~20/s of the ~45/s sent, answers seconds late).
+        Here a task goes to the pool once; yielded again while that item is still queued or
+        running, the spin waits (GIL released) for the pool to get to it, up to POOL_WAIT_S
+        or timeout_sec. A coroutine task the pool ran but left pending is resubmitted as before.
+        """
+        try:
+            handler, _, _ = self.wait_for_ready_callbacks(timeout_sec, None, wait_condition)
+        except (ExternalShutdownException, ShutdownException, TimeoutException,
+                ConditionReachedException):
+            return
+        queued = self._in_pool.get(handler)
+        if queued is not None and not queued.done():
+            limit = POOL_WAIT_S if timeout_sec is None or timeout_sec < 0 else timeout_sec
+            wait_for_pool([queued], timeout=min(limit, POOL_WAIT_S))
+        else:
+            if queued is None:
+                self._futures.append(handler)
+            self._in_pool[handler] = self._executor.submit(handler)
+        for future in self._futures[:]:
+            if future.done():
+                self._futures.remove(future)
+                self._in_pool.pop(future, None)
+                future.result()  # raise any exceptions, as rclpy does
 
     def shutdown(self, timeout_sec: float | None = None, *, wait_for_threads: bool = True) -> bool:
         """Let callbacks already handed to the thread pool finish, then shut down; call it

@@ -9,12 +9,18 @@ thread pool; a callback handed to the pool just before Ctrl-C then fails on that
 prints "The following exception was never retrieved: cannot use Destroyable because destruction
 was requested" at exit (issue 14, item 7). The teardown test holds the pool's threads busy on
 purpose, so a handler is certainly still queued when shutdown starts.
+
+rclpy's MultiThreadedExecutor hands a callback still queued in its pool to the pool again on
+every spin, without waiting (rclpy issue 1452): a busy loop holding the GIL that starved the
+relay's other threads under load (`make run RUN_ARGS="--model vision"`). The queued-callback test
+holds every pool thread busy on purpose, so one callback certainly waits in the queue.
 """
 
 from __future__ import annotations
 
 import gc
 import threading
+import time
 
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
@@ -119,15 +125,74 @@ def test_main_executor_shutdown_lets_queued_callbacks_finish_cleanly(capfd):
     assert "never retrieved" not in capfd.readouterr().err
 
 
+def test_main_executor_hands_a_queued_callback_to_its_pool_once_and_waits_for_it():
+    release = threading.Event()
+    started = threading.Semaphore(0)
+    ran = threading.Event()
+
+    def blocking_callback() -> None:
+        started.release()
+        release.wait(30)
+
+    with ros_context() as ctx:
+        node = rclpy.create_node("executor_queued", context=ctx)
+        # one group each: only the pool's two threads, both held, keep the third from running
+        timers = [node.create_timer(0.01, blocking_callback,
+                                    callback_group=MutuallyExclusiveCallbackGroup())
+                  for _ in range(2)]
+        executor = MainExecutor([], num_threads=2, context=ctx)
+        executor.add_node(node)
+        submitted: list[object] = []
+        pool_submit = executor._executor.submit
+
+        def counting_submit(fn, *args, **kwargs):
+            submitted.append(fn)
+            return pool_submit(fn, *args, **kwargs)
+
+        executor._executor.submit = counting_submit
+
+        def spin_until(condition) -> bool:
+            return wait_for(lambda: (executor.spin_once(timeout_sec=0.05), condition())[1], 10)
+
+        try:
+            assert spin_until(lambda: len(submitted) >= 2)
+            assert started.acquire(timeout=10) and started.acquire(timeout=10)
+            timers.append(node.create_timer(0.01, ran.set,
+                                            callback_group=MutuallyExclusiveCallbackGroup()))
+            assert spin_until(lambda: len(submitted) >= 3)
+            # the third callback waits in the pool's queue: for one second of spinning, each
+            # spin waits for the pool (timeout 0.05 s) instead of handing it over again
+            spins, end = 0, time.monotonic() + 1.0
+            while time.monotonic() < end:
+                executor.spin_once(timeout_sec=0.05)
+                spins += 1
+            assert len(submitted) == 3, (
+                f"a queued callback was handed to the pool {len(submitted) - 2} times: the "
+                "rclpy busy loop that MainExecutor._spin_once_impl exists to avoid"
+            )
+            assert spins <= 40, f"{spins} spins in 1 s: the spinning thread did not wait"
+            assert not ran.is_set()
+            release.set()
+            assert spin_until(ran.is_set)
+        finally:
+            release.set()
+            executor.shutdown(timeout_sec=5.0)
+            for timer in timers:
+                timer.cancel()
+            node.destroy_node()
+
+
 def test_the_rclpy_internals_main_executor_shutdown_reads_are_still_there():
     """MainExecutor.shutdown reads four private fields of rclpy's MultiThreadedExecutor (there
-    is no public way to drain its pool first); this says so plainly when an upgrade moves them."""
+    is no public way to drain its pool first), and MainExecutor._spin_once_impl overrides a
+    private method; this says so plainly when an upgrade moves them."""
     from rclpy.executors import MultiThreadedExecutor
 
     with ros_context() as ctx:
         executor = MultiThreadedExecutor(num_threads=1, context=ctx)
         try:
-            missing = [name for name in ("_executor", "_tasks_lock", "_tasks", "_futures")
+            missing = [name for name in ("_executor", "_tasks_lock", "_tasks", "_futures",
+                                         "_spin_once_impl")
                        if not hasattr(executor, name)]
         finally:
             executor.shutdown(timeout_sec=1.0)
