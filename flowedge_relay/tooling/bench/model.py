@@ -9,9 +9,12 @@ equal-length bare and worker runs, so a noisy neighbour hurts both sides of a pa
 
 The bundled two-phase package (policy_vision) gets the same two views per graph: raw
 `session.run` cost of its prefix graph and of its step graph, and `vision_worker_vs_bare`, the
-worker path against a bare loop for EACH graph, like for like, in back-to-back pairs (bare: R
-prefix runs timed one by one, then R x N step runs; worker: R requests of 1 NFE, then R of N NFE,
-through a real WorkerPool and the C core, on the same inputs):
+worker path against a bare loop for EACH graph, like for like, in many short back-to-back pairs
+(bare: R requests' graph runs in the worker's order, per request one timed prefix run, then its N
+step runs; worker: R requests of 1 NFE, then R of N NFE, through a real WorkerPool and the C
+core, on the same inputs). Short pairs, because this host's speed changes from second to second
+(the same loop runs 1.5-3x slower for a few seconds, then recovers): a pair must be over before
+the host changes under it:
 
 * prefix: the worker's own timing of its prefix passes in the pair (the pool's prefix ring,
   `WorkerPool.prefix_percentiles` p50: exactly what admission prices as prefix_ns; under the
@@ -71,7 +74,7 @@ VISION_MISSED = (
 )
 VISION_SIZES = {  # (raw samples per graph, requests per trial, nfe per long request, pairs)
     "quick": (200, 20, 10, 2),
-    "full": (3000, 100, 20, 15),
+    "full": (3000, 20, 20, 60),
 }
 
 
@@ -211,19 +214,22 @@ def vision_graph_cost(policy: P.Policy, feeds: _VisionFeeds, threads: int,
 
 def _bare_two_phase(sessions: dict, feeds: _VisionFeeds, requests: int,
                     nfe: int) -> tuple[float, float]:  # fmt: skip
-    """(per-call p50 ns of the prefix runs, each timed, ns per step run of a timed loop) of
-    bare `session.run` on the two graphs."""
+    """(per-call p50 ns of the prefix runs, ns per step run) of bare `session.run` on the two
+    graphs, in the order a worker runs them: per request one prefix run (timed), then its `nfe`
+    step runs (timed together). Like for like: the prefix graph runs after the step graph, as in
+    the worker, not back to back with itself, hot (which, on this host, is up to 2x faster)."""
     clock = time.perf_counter_ns
     prefix = np.empty(requests, np.int64)
+    steps = 0
     for i in range(requests):
         t0 = clock()
         sessions["prefix"].run(feeds.prefix_outputs, feeds.prefix)
-        prefix[i] = clock() - t0
-    t1 = clock()
-    for _ in range(requests * nfe):
-        sessions["step"].run(feeds.step_outputs, feeds.step)
-    t2 = clock()
-    return float(np.median(prefix)), (t2 - t1) / (requests * nfe)
+        t1 = clock()
+        for _ in range(nfe):
+            sessions["step"].run(feeds.step_outputs, feeds.step)
+        steps += clock() - t1
+        prefix[i] = t1 - t0
+    return float(np.median(prefix)), steps / (requests * nfe)
 
 
 def _worker_wall_ns(core: Core, requests: int, nfe: int, trial: int) -> int:
