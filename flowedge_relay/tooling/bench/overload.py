@@ -32,11 +32,16 @@ than the request's deadline. Per policy and load:
   goodput_vs_capacity      on-time answers per second / capacity
   nfe_goodput_vs_capacity  on-time NFE per second / the lanes' NFE per second: admission prefers
                            what still fits, short jobs among them, so counted in requests
-                           goodput can pass 100% of capacity at overload; in NFE it cannot
+                           goodput can pass 100% of capacity at overload; in NFE only when the
+                           NFEs run faster than at the inline calibration (this development
+                           host's speed drifts by up to 1.5x over seconds)
   on_time_ratio_admitted   on-time answers / (accepted by the core - displaced - stale-cancelled)
   wasted_nfe_ratio         (NFE of work that ended EXPIRED or REJECTED_STALE + NFE of INFERENCE
                            answers received late) / all NFE computed
   outcomes                 answers per code, plus late_inference and lost (no answer)
+  late_published_in_time   late answers whose header.stamp (the relay's publish) was before the
+                           deadline: the time went between publisher and the client's callback
+  late_receive_lag_ns      publish -> client callback of each late answer
   latency_p50_ns / p99_ns  client publish -> client receive, INFERENCE answers
 """
 
@@ -160,6 +165,7 @@ def _measure(client, keys, deadlines, lag, before, after) -> dict:
     outcomes = {name: 0 for name in REPORT_CODES}
     outcomes.update(late_inference=0, lost=0)
     on_time, on_time_nfe, late_nfe, latency = 0, 0, 0, []
+    late_published_in_time, late_receive_lag = 0, []  # where each late answer lost its time
     for key, deadline in zip(keys, deadlines, strict=True):
         ans = client.answers.get(key)
         if ans is None:
@@ -174,6 +180,8 @@ def _measure(client, keys, deadlines, lag, before, after) -> dict:
             else:
                 outcomes["late_inference"] += 1
                 late_nfe += ans.nfe_done
+                late_published_in_time += ans.published_ns <= deadline
+                late_receive_lag.append(ans.received_ns - ans.published_ns)
     delta = lambda name: getattr(after, name) - getattr(before, name)  # noqa: E731
     admitted = delta("accepted")
     cancelled = delta("displaced") + outcomes["REJECTED_STALE"]
@@ -196,6 +204,11 @@ def _measure(client, keys, deadlines, lag, before, after) -> dict:
         "nfe_wasted_relay": nfe_wasted,
         "nfe_late_inference": late_nfe,
         "calibration_misses": delta("calibration_misses"),
+        # late answers the relay published before their deadline (the time was lost between
+        # the publisher and the client's callback: DDS, the client's executor, a host stall),
+        # and publish -> client callback of every late answer
+        "late_published_in_time": late_published_in_time,
+        "late_receive_lag_ns": late_receive_lag,
         "outcomes": outcomes,
         "latency_p50_ns": p50,
         "latency_p99_ns": p99,
