@@ -26,7 +26,8 @@ the host changes under it:
   work per request (dispatch, noise draw, join, prefix_done, finish), a 1-NFE request's wall time
   less one step and one prefix pass.
 
-Same target for both graphs, >= 0.95, printed and never asserted. While the worker runs, the
+Same target for both graphs, >= 0.95, printed and never asserted. The bare loop and the worker
+run pinned to the same CPU for the comparison (`_one_cpu`). While the worker runs, the
 bench's own thread sleeps (it polls for outcomes every POLL_S and takes the end time from the
 last outcome's finish_ns): a thread the worker wakes per outcome is placed on the worker's CPU
 and preempts the very passes being timed, which is how the prefix ratio read 0.4-0.6 before.
@@ -37,7 +38,10 @@ This is a measurement, not a test: numbers depend on the host, its load and ther
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -269,6 +273,20 @@ def _submit_all_and_wait(core: Core, session_id: bytes, nfe: int,
     return end
 
 
+@contextmanager
+def _one_cpu() -> Iterator[list[int]]:
+    """Pins the calling thread to one CPU for the block and yields [that CPU] for the worker:
+    the bare loop and the worker then run on the same core, so a pair compares code, not two
+    cores (on this host one vCPU can run the same loop 2x slower than the other for seconds)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    cpu = allowed[-1]
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield [cpu]
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
 def _median_kept(values) -> float | None:
     """Median of the values that are not NaN (pairs a stalled host spoiled); None if none."""
     a = np.asarray(values, float)
@@ -296,7 +314,8 @@ def vision_worker_vs_bare(policy: P.Policy, feeds: _VisionFeeds, requests: int, 
         slots = SlotInputs(policy, core.payload_view)
         for slot in range(core.slots):  # every slot holds the scene: submits copy nothing
             P.fill_buffers(policy, slots[slot], arrays)
-        with WorkerPool(core, policy, workers=1, slot_inputs=slots) as pool:
+        with _one_cpu() as cpu, WorkerPool(core, policy, workers=1, slot_inputs=slots,
+                                           cpu_affinity=cpu) as pool:  # fmt: skip
             _worker_wall_ns(core, 2, 2, trial=999)  # warm-up
             for k in range(pairs):
                 bar.update(label=f"vision worker vs bare, pair {k + 1}/{pairs}")
