@@ -107,7 +107,7 @@ def test_idle_relay_forgets_the_tail_after_the_window():
 
 
 def test_the_tail_is_a_quantile_not_the_maximum():
-    with make(cost_quantile_ppm=990_000) as c:  # p99
+    with make() as c:  # p99 by default
         lane = Lane(c)
         lane.nfe(FLOOR, 995)
         lane.nfe(2_000_000, 5)  # 0.5% outliers: not the p99
@@ -116,13 +116,6 @@ def test_the_tail_is_a_quantile_not_the_maximum():
         # the upper edge of the p99's bucket (buckets are 1/16 octave wide): conservative
         assert FLOOR <= k.observed_tail_ns <= FLOOR * 1.07
         lane.nfe(2_000_000, 15)  # now 2% of the window: the p99 is an outlier
-        assert c.cost_stats(lane.now).observed_tail_ns == 2_000_000
-    with make() as c:  # p99.9 by default: 0.5% outliers are the tail, 0.04% are not
-        lane = Lane(c)
-        lane.nfe(FLOOR, 4995)
-        lane.nfe(2_000_000, 2)
-        assert FLOOR <= c.cost_stats(lane.now).observed_tail_ns <= FLOOR * 1.07
-        lane.nfe(2_000_000, 23)
         assert c.cost_stats(lane.now).observed_tail_ns == 2_000_000
     with make(cost_quantile_ppm=1_000_000) as c:  # the maximum
         lane = Lane(c)
@@ -194,7 +187,7 @@ def test_defaults_and_extreme_durations_saturate():
     with make() as c:
         k = c.cost_stats(T)
         assert (k.window_ns, k.quantile_ppm, k.window_samples, k.in_use_ns) == \
-            (S, 999_000, 0, FLOOR)
+            (S, 990_000, 0, FLOOR)
         lane = Lane(c)
         lane.nfe(2**63, 1)  # longer than any bucket: the open-ended last one, capped at max
         k = c.cost_stats(lane.now)
