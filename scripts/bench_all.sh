@@ -4,7 +4,7 @@
 # then docs/performance.md, docs/img/bench-*.png and the README's Performance section from them
 # (python -m flowedge_relay.tooling.bench.perfdoc), so no figure in the docs is typed by hand.
 #
-#   scripts/bench_all.sh                    # all of them (about 15-18 minutes on 2 cores); the
+#   scripts/bench_all.sh                    # all of them (about 10-12 minutes on 2 cores); the
 #                                           # run before is kept in out/bench.previous and its
 #                                           # headline figures shown next to this run's
 #   scripts/bench_all.sh overload overhead  # only these (the docs still list every JSON there)
