@@ -49,6 +49,26 @@ _ORT_TYPES = {
 _ERRORS = {lib.FER_EXEC_ELIB: "ONNX Runtime library", lib.FER_EXEC_EORT: "ONNX Runtime"}
 
 
+def _create(create, out_type: str, library: str, model, cfg, what: str):
+    """fer_exec_create / fer_pass_create: the handle, or NativeUnavailable with ONNX Runtime's
+    (or the status's) reason."""
+    out = ffi.new(out_type)
+    err = ffi.new("char[]", lib.FER_EXEC_ERROR_MAX)
+    rc = create(library.encode(), model, len(model), cfg, out, err, lib.FER_EXEC_ERROR_MAX)
+    if rc != 0:
+        why = ffi.string(err).decode(errors="replace") or ffi.string(lib.fer_strerror(rc)).decode()
+        raise NativeUnavailable(f"{what}: {why} (status {rc})")
+    return out[0]
+
+
+def _run_failed(rc: int, last_error, handle, what: str) -> None:
+    """A negative status of a run on `handle` as NativeError: ONNX Runtime's message for
+    FER_EXEC_EORT (`last_error(handle)`), else the status's own."""
+    why = (ffi.string(last_error(handle)).decode(errors="replace") if rc == lib.FER_EXEC_EORT
+           else ffi.string(lib.fer_strerror(rc)).decode())
+    raise NativeError(f"{_ERRORS.get(rc, what)}: {why} (status {rc})")
+
+
 class NativeUnavailable(RuntimeError):
     """The native loop cannot run here (library missing, unsupported model); use the Python loop."""
 
@@ -218,15 +238,8 @@ class NativeLoop:
             self._tensor(cfg.statics[i], s, self.statics[s.name])
         cfg.state = _ptr("float *", self.state)
         self._model = ffi.from_buffer(model_bytes)
-        out = ffi.new("struct fer_exec **")
-        err = ffi.new("char[]", lib.FER_EXEC_ERROR_MAX)
-        rc = lib.fer_exec_create(self.library.encode(), self._model, len(model_bytes), cfg, out,
-                                 err, lib.FER_EXEC_ERROR_MAX)  # fmt: skip
-        if rc != 0:
-            why = ffi.string(err).decode(errors="replace") or ffi.string(
-                lib.fer_strerror(rc)).decode()
-            raise NativeUnavailable(f"native NFE loop: {why} (status {rc})")
-        self._exec = out[0]
+        self._exec = _create(lib.fer_exec_create, "struct fer_exec **", self.library,
+                             self._model, cfg, "native NFE loop")  # fmt: skip
         self.ort_version = ffi.string(lib.fer_exec_ort_version(self._exec)).decode()
         self.rows = ffi.new("struct fer_exec_row[]", max_rows)
         self._plans: dict[int, tuple[np.ndarray, object, np.ndarray, object]] = {}
@@ -312,9 +325,7 @@ class NativeLoop:
         rc = lib.fer_exec_run(self._exec, core._live(), self.rows, n_rows, stop_flag,
                               fault_delay_ns, flags, report.c)  # fmt: skip
         if rc < 0:
-            why = (ffi.string(lib.fer_exec_last_error(self._exec)).decode(errors="replace")
-                   if rc == lib.FER_EXEC_EORT else ffi.string(lib.fer_strerror(rc)).decode())
-            raise NativeError(f"{_ERRORS.get(rc, 'fer_exec_run')}: {why} (status {rc})")
+            _run_failed(rc, lib.fer_exec_last_error, self._exec, "fer_exec_run")
         return rc
 
 
@@ -355,15 +366,8 @@ class PrefixPass:
                 NativeLoop._tensor(group[i], TensorSpec(name, buf.dtype, buf.shape[1:]), buf)
         self._keep = (dict(inputs), dict(outputs))
         self._model = ffi.from_buffer(model_bytes)
-        out = ffi.new("struct fer_pass **")
-        err = ffi.new("char[]", lib.FER_EXEC_ERROR_MAX)
-        rc = lib.fer_pass_create(self.library.encode(), self._model, len(model_bytes), cfg, out,
-                                 err, lib.FER_EXEC_ERROR_MAX)  # fmt: skip
-        if rc != 0:
-            why = ffi.string(err).decode(errors="replace") or ffi.string(
-                lib.fer_strerror(rc)).decode()
-            raise NativeUnavailable(f"native prefix pass: {why} (status {rc})")
-        self._pass = out[0]
+        self._pass = _create(lib.fer_pass_create, "struct fer_pass **", self.library,
+                             self._model, cfg, "native prefix pass")  # fmt: skip
         # run_done's arguments and results, made once (nothing allocated per boundary)
         self._lanes = np.zeros(max_rows, np.uint32)
         self._results = np.zeros(max_rows, np.int32)
@@ -384,24 +388,21 @@ class PrefixPass:
         c_lanes, c_results, c_times = self._c_args
         rc = lib.fer_pass_run_done(self._pass, core._live(), c_lanes, first, count, c_results,
                                    c_times)  # fmt: skip
-        self._raise(rc, "fer_pass_run_done")
+        if rc < 0:
+            _run_failed(rc, lib.fer_pass_last_error, self._pass, "fer_pass_run_done")
         results = self._results[:count]
         for r in results:  # a lane with no such work: the core's own error
             if r < 0:
                 check(int(r))
         return int(self._times[0]), int(self._times[1]), results
 
-    def _raise(self, rc: int, what: str) -> None:
-        if rc < 0:
-            why = (ffi.string(lib.fer_pass_last_error(self._pass)).decode(errors="replace")
-                   if rc == lib.FER_EXEC_EORT else ffi.string(lib.fer_strerror(rc)).decode())
-            raise NativeError(f"{_ERRORS.get(rc, what)}: {why} (status {rc})")
-
     def run(self, first: int, count: int) -> None:
         """The prefix graph over rows [first, first + count): their outputs land in place."""
         if self._pass is None:
             raise NativeError("native prefix pass is closed")
-        self._raise(lib.fer_pass_run(self._pass, first, count), "fer_pass_run")
+        rc = lib.fer_pass_run(self._pass, first, count)
+        if rc < 0:
+            _run_failed(rc, lib.fer_pass_last_error, self._pass, "fer_pass_run")
 
     def close(self) -> None:
         pass_, self._pass = getattr(self, "_pass", None), None
