@@ -11,10 +11,10 @@ Used two ways:
   output directories (the sanitizer build keeps its .so apart from the normal one).
 
 The cdef is ``csrc/fer.h`` (the runtime contract) followed by ``csrc/fer_bench.h`` (benchmark and
-stress drivers) and ``csrc/fer_exec.h`` (the native NFE loop, issue #15, and the native prefix
-pass), read verbatim: the
-headers are written to be cdef-parsable, so the Python declarations can never drift from the C
-ones.
+stress drivers), ``csrc/fer_exec.h`` (the native NFE loop, issue #15, and the native prefix
+pass) and ``csrc/fer_noise.h`` (a request's initial noise, numpy's float32 standard_normal in C),
+read verbatim: the headers are written to be cdef-parsable, so the Python declarations can never
+drift from the C ones.
 """
 
 import os
@@ -31,10 +31,10 @@ CSRC = ROOT / "csrc"
 # One concern per file (csrc/fer_internal.h lists them).
 SOURCES = ["fer_core.c", "fer_session.c", "fer_queue.c", "fer_submit.c", "fer_admit.c",
            "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_cost.c", "fer_ring.c", "fer_bench.c",
-           "fer_exec.c"]
-# The runtime contract, the benchmark / stress drivers, then the native NFE loop (which dlopens
-# ONNX Runtime at run time: no link-time dependency): one cdef, one module.
-HEADERS = ["fer.h", "fer_bench.h", "fer_exec.h"]
+           "fer_exec.c", "fer_noise.c"]
+# The runtime contract, the benchmark / stress drivers, the native NFE loop (which dlopens ONNX
+# Runtime at run time: no link-time dependency), then the initial noise: one cdef, one module.
+HEADERS = ["fer.h", "fer_bench.h", "fer_exec.h", "fer_noise.h"]
 MODULE = "flowedge_relay._fer_core"
 
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
@@ -50,8 +50,9 @@ def _make_builder(absolute: bool) -> FFI:
     builder.cdef("\n".join((CSRC / h).read_text() for h in HEADERS))
     extra_compile = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wshadow", "-Wconversion",
                      "-Wno-unused-parameter", "-D_POSIX_C_SOURCE=200809L",
-                     # fer_exec.c's solver update must round like numpy's separate float32 ufuncs:
-                     # no contraction of a * b + c into an FMA
+                     # fer_exec.c's solver update must round like numpy's separate float32 ufuncs,
+                     # fer_noise.c's wedge test like numpy's C: no contraction of a * b + c into an
+                     # FMA
                      "-ffp-contract=off"]
     extra_link = []
     if _sanitize():
@@ -73,7 +74,7 @@ def _make_builder(absolute: bool) -> FFI:
         include_dirs=include,
         extra_compile_args=extra_compile,
         extra_link_args=extra_link,
-        libraries=["pthread", "dl"],
+        libraries=["pthread", "dl", "m"],  # libm: fer_noise.c's log1pf and exp
     )
     return builder
 
