@@ -670,3 +670,24 @@ class Ring:
 
     def dropped(self) -> int:
         return lib.fer_ring_dropped(self._ring)
+
+
+# ---- initial noise -------------------------------------------------------------------------------
+
+
+def noise_fill(seed: int, out: np.ndarray) -> np.ndarray:
+    """Fill ``out`` as ``np.random.default_rng(seed).standard_normal(dtype=np.float32, out=out)``
+    does, bit for bit, and return it.
+
+    Why: a request's initial noise is exactly that numpy draw (docs/policy-packages.md), and
+    numpy costs a Generator per request and the GIL; ``csrc/fer_noise.c`` draws the same floats
+    in C (GIL released). ``out``: a C-contiguous, writable float32 array of any shape (filled in C
+    order); ``seed``: 0 .. 2**64 - 1.
+    """
+    if not 0 <= seed < 2**64:
+        raise InvalidArgument(lib.FER_EINVAL, f"noise seed {seed} is outside [0, 2**64)")
+    if out.dtype != np.float32 or not out.flags.c_contiguous or not out.flags.writeable:
+        raise InvalidArgument(lib.FER_EINVAL, "out must be a C-contiguous, writable float32 array")
+    _check(lib.fer_noise_fill(seed, ffi.from_buffer("float[]", out, require_writable=True),
+                              out.size))
+    return out
