@@ -19,7 +19,7 @@ fi
 STAGE=$ROOT/build/sanitize/tree
 TESTS=(_core_build.py reference_model.py test_core.py test_admission.py test_core_properties.py
        test_edf_simulation.py test_ring.py test_bench_admission.py test_cost.py
-       test_exec_args.py test_batch_core.py)
+       test_exec_args.py test_batch_core.py test_noise.py)
 
 rm -rf "$STAGE"
 mkdir -p "$STAGE/test" "$STAGE/flowedge_relay"
