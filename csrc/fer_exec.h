@@ -5,8 +5,8 @@
  * What it is for: between two Python calls a worker can run every NFE of its work; CFFI releases
  * the GIL for the whole fer_exec_run call, so the request thread, the publisher and the timers
  * cannot delay a step, and a step cannot delay them. The prefix pass of a two-phase policy runs
- * natively too (fer_pass below: one ORT Run over the joining rows, GIL released); the noise draw,
- * dispatch and finish stay in Python (once per request, not per NFE).
+ * natively too (fer_pass below: one ORT Run over the joining rows, GIL released); the rest of a
+ * request's cycle (wait, dispatch, noise, finish) is fer_serve.h's, over an exec and a pass.
  *
  * ONNX Runtime is not linked: fer_exec_create dlopen()s the shared library it is given (the
  * onnxruntime wheel's libonnxruntime.so.*, RTLD_LOCAL) and takes the C API table from
