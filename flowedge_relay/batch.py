@@ -172,6 +172,33 @@ class BatchRows:
             raise ValueError("attach a native loop made over row_buffers(), before any join")
         self.native = native
 
+    def serve_rows(self, layout: _policy.PayloadLayout | None) -> _native.ServeRows:
+        """These rows as fer_serve fills and compacts them (native.Serve: the whole request
+        cycle in C, the same bytes as join / leave / actions here): the observation rows of a
+        single .onnx model (layout None), or where each of a package's request tensors lies in
+        a slot's payload (`layout`, SlotInputs'), and the actions' state indices and
+        de-normalization. After a Serve takes the rows, n, lane and slot here stay as they were
+        (0 rows): the serve holds the truth."""
+        s = self.spec
+        if layout is None:
+            observation, copies = self.inputs["observation"], ()
+        else:
+            observation, copies = None, []
+            for name, rows in (*self.inputs.items(), *self.prefix_in.items()):
+                if layout.sizes[name] != rows[0].nbytes:
+                    raise ValueError(f"payload tensor {name!r}: {layout.sizes[name]} bytes, "
+                                     f"a row holds {rows[0].nbytes}")  # fmt: skip
+                copies.append((rows, layout.offsets[name]))
+        h, d, od = s.horizon, s.dim, s.output_dim
+        index = (np.arange(h)[:, None] * d + np.arange(od)[None, :]).reshape(-1)
+        offset = scale = None
+        if s.action_norm is not None:
+            offset = np.broadcast_to(s.action_norm.offset, (h, od)).reshape(-1)
+            scale = np.broadcast_to(s.action_norm.scale, (h, od)).reshape(-1)
+        moves = (self.x_in, self.state, *self.inputs.values(), *self.context.values())
+        return _native.ServeRows(s.solver, 1 if s.sign > 0 else -1, observation, moves,
+                                 tuple(copies), index, offset, scale)  # fmt: skip
+
     def attach_prefix(self, prefix: _native.PrefixPass) -> None:
         """Run the prefix graph natively from now on: `prefix` is a native.PrefixPass over
         `prefix_in` (inputs) and `context` (outputs), these very arrays, with max_rows = slots."""

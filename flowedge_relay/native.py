@@ -9,11 +9,11 @@ the stop flag is raised, or (ONE_STEP) after each step.
 
 The prefix pass of a two-phase policy is native too (`PrefixPass`, csrc fer_pass: one ONNX
 Runtime call over the joining rows, GIL released, its context outputs written straight into the
-row buffers the step loop reads). What stays in Python, once per request: dispatch, the noise draw
-and the time grid (model.FlowIntegrator, so both loops start from the same bytes), and finish.
-`load` copies a request's row in (the integrator's state and plan, its static inputs:
-observation, declared step inputs, prefix context), `store` copies the state back, so the
-sampler's `actions()` is unchanged.
+row buffers the step loop reads). `Serve` (csrc/fer_serve.h) runs a worker's whole request cycle
+over the same rows: wait, join (the noise drawn in C, bit for bit numpy's default_rng; the time
+grid of model.integrator_plan; the inputs), prefix pass, steps, answer, leave; the worker returns
+to Python only to stop. `load` and `store` serve the samplers' own native use (bench, tests): a
+request's row in from a FlowIntegrator (state, plan, static inputs) and its state back out.
 
 ONNX Runtime's C library is the onnxruntime wheel's own `libonnxruntime.so.*` (`default_library`),
 dlopen()ed by the C side; without it `NativeLoop` raises `NativeUnavailable` and the worker keeps
@@ -34,10 +34,13 @@ from flowedge_relay.core import Core, Step, check, ffi, lib
 from flowedge_relay.model import INPUT_OBS, INPUT_T, INPUT_X, OUTPUT_V, FlowIntegrator, ModelInfo
 
 __all__ = ["INPUT_OBS", "NativeError", "NativeLoop", "NativeUnavailable", "PrefixPass", "Report",
-           "RowBuffers", "StepSpec", "TensorSpec", "default_library", "step_spec"]
+           "RowBuffers", "Serve", "StepSpec", "TensorSpec", "default_library", "step_spec"]
 #: why fer_exec_run returned
 ROWS_ENDED, STOPPED, YIELDED = lib.FER_EXEC_ROWS_ENDED, lib.FER_EXEC_STOPPED, lib.FER_EXEC_YIELDED
 JOINABLE = lib.FER_EXEC_JOINABLE
+#: why fer_serve_run returned besides STOPPED: an idle wait ended with nothing to do
+IDLE = lib.FER_SERVE_IDLE
+SOLVER_CODES = {"euler": lib.FER_SERVE_EULER, "midpoint": lib.FER_SERVE_MIDPOINT}
 #: fer_exec_run flags: return after every step / at a boundary where a free row could join
 ONE_STEP, JOIN = lib.FER_EXEC_ONE_STEP, lib.FER_EXEC_JOIN
 _ORT_TYPES = {
@@ -152,8 +155,8 @@ class Report:
                  step_rows: np.ndarray | None = None) -> None:
         if nfe_ring.dtype != np.int64 or not nfe_ring.flags.c_contiguous or nfe_ring.size < 1:
             raise ValueError("nfe_ring: expected a contiguous int64 array")
-        if counters.dtype != np.uint64 or counters.shape != (3,):
-            raise ValueError("counters: expected uint64[3]")
+        if counters.dtype != np.uint64 or counters.ndim != 1 or counters.size < 3:
+            raise ValueError("counters: expected uint64[>= 3]")
         if step_rows is not None and (step_rows.dtype != np.int32 or step_rows.shape
                                       != nfe_ring.shape or not step_rows.flags.c_contiguous):
             raise ValueError("step_rows: expected a contiguous int32 array like nfe_ring")
@@ -408,6 +411,108 @@ class PrefixPass:
         pass_, self._pass = getattr(self, "_pass", None), None
         if pass_ is not None:
             lib.fer_pass_destroy(pass_)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class ServeRows:
+    """What fer_serve must know of a worker's rows (batch.BatchRows.serve_rows builds it): the
+    buffers a leave compacts, where a joiner's inputs come from, how the state becomes actions."""
+
+    solver: str
+    sign: int  # +1: t from 0 to 1; -1: from 1 to 0
+    observation: np.ndarray | None  # float32 [max_rows, obs_dim]: dispatch writes straight here
+    moves: tuple[np.ndarray, ...]  # [max_rows, ...] buffers (x, state, static inputs)
+    copies: tuple[tuple[np.ndarray, int], ...]  # (row buffer, payload offset): payload -> row
+    action_index: np.ndarray  # uint32 [action_len]: the state value of each action float
+    action_offset: np.ndarray | None  # float32 [action_len]: de-normalization, or None
+    action_scale: np.ndarray | None
+
+
+class Serve:
+    """One worker's whole request cycle in C (csrc/fer_serve.h): wait, join (noise, time grid,
+    inputs), the two-phase prefix pass, the steps of `loop`, the answer and the leave, with the
+    GIL released for the whole `run`. It returns only to stop, after an idle wait, or on an
+    error, so a request never waits for the interpreter between its dispatch and its answer.
+
+    `counters` is the worker's uint64 array [nfe_count, last_progress_ns, steps, rows_held,
+    prefix_count] (the Report's first three), `prefix_ring` its int64 prefix-duration ring.
+    Not thread-safe: one per worker thread, with its loop and pass. `close()` frees it.
+    """
+
+    def __init__(self, loop: NativeLoop, prefix: PrefixPass | None, rows: ServeRows, *,
+                 worker: int, max_nfe: int, obs_dim: int, counters: np.ndarray,
+                 prefix_ring: np.ndarray, output_wait_ns: int, wait_timeout_ns: int) -> None:
+        if counters.dtype != np.uint64 or counters.shape != (5,):
+            raise ValueError("counters: expected uint64[5]")
+        if prefix_ring.dtype != np.int64 or not prefix_ring.flags.c_contiguous:
+            raise ValueError("prefix_ring: expected a contiguous int64 array")
+        n = loop.max_rows
+        bufs = (*rows.moves, *(b for b, _ in rows.copies),
+                *(() if rows.observation is None else (rows.observation,)))
+        for buf in bufs:
+            if not buf.flags.c_contiguous or buf.shape[0] != n:
+                raise ValueError(f"row buffer: expected contiguous [{n}, ...]")
+        if len(rows.moves) > lib.FER_SERVE_MAX_MOVES or len(rows.copies) > lib.FER_SERVE_MAX_COPIES:
+            raise NativeUnavailable(f"{len(rows.moves)} row buffers, {len(rows.copies)} payload "
+                                    "tensors: more than fer_serve takes")  # fmt: skip
+        index = np.ascontiguousarray(rows.action_index, np.uint32)
+        norm = [None if a is None else np.ascontiguousarray(a, np.float32)
+                for a in (rows.action_offset, rows.action_scale)]  # fmt: skip
+        c = self._cfg = ffi.new("struct fer_serve_config *")
+        c.worker, c.max_rows, c.max_nfe = worker, n, max_nfe
+        c.solver, c.sign = SOLVER_CODES[rows.solver], rows.sign
+        c.x_len, c.obs_dim = loop.state.shape[1], obs_dim
+        c.x, c.state = _ptr("float *", loop.x), _ptr("float *", loop.state)
+        if rows.observation is not None:
+            if rows.observation.dtype != np.float32 or rows.observation[0].size != obs_dim:
+                raise ValueError(f"observation rows: expected float32 [{n}, {obs_dim}]")
+            c.observation = _ptr("float *", rows.observation)
+        c.n_moves, c.n_copies, c.n_actions = len(rows.moves), len(rows.copies), index.size
+        for i, buf in enumerate(rows.moves):
+            c.moves[i].data, c.moves[i].row_bytes = _ptr("void *", buf), buf[0].nbytes
+        for i, (buf, offset) in enumerate(rows.copies):
+            c.copies[i].to.data, c.copies[i].to.row_bytes = _ptr("void *", buf), buf[0].nbytes
+            c.copies[i].payload_offset = offset
+        c.action_index = _ptr("uint32_t *", index)
+        if norm[0] is not None:
+            c.action_offset, c.action_scale = _ptr("float *", norm[0]), _ptr("float *", norm[1])
+        c.output_wait_ns, c.wait_timeout_ns = output_wait_ns, wait_timeout_ns
+        c.rows_held = _ptr("uint64_t *", counters[3:])
+        c.prefix_count = _ptr("uint64_t *", counters[4:])
+        c.prefix_ring, c.prefix_ring_len = _ptr("int64_t *", prefix_ring), prefix_ring.size
+        self._keep = (loop, prefix, rows, index, norm, counters, prefix_ring)
+        out = ffi.new("struct fer_serve **")
+        check(lib.fer_serve_create(c, loop._exec, ffi.NULL if prefix is None else prefix._pass,
+                                   loop.rows, out))  # fmt: skip
+        self._serve = out[0]
+
+    @property
+    def rows(self) -> int:
+        """Requests held now."""
+        return int(lib.fer_serve_rows(self._serve)) if self._serve is not None else 0
+
+    def run(self, core: Core, stop_flag, report: Report, fault_delay_ns=ffi.NULL) -> int:
+        """Serve until `*stop_flag` (STOPPED) or an idle wait of wait_timeout_ns (IDLE); errors
+        raise NativeError (ONNX Runtime's message) or the core's exception."""
+        if self._serve is None:
+            raise NativeError("serve is closed")
+        rc = lib.fer_serve_run(self._serve, core._live(), stop_flag, fault_delay_ns, report.c)
+        if rc == lib.FER_EXEC_EORT:  # the step graph's or the prefix graph's run failed
+            loop, prefix = self._keep[0], self._keep[1]
+            why = [ffi.string(lib.fer_exec_last_error(loop._exec))]
+            if prefix is not None:
+                why.append(ffi.string(lib.fer_pass_last_error(prefix._pass)))
+            text = "; ".join(w.decode(errors="replace") for w in why if w)
+            raise NativeError(f"ONNX Runtime: {text} (status {rc})")
+        return check(rc)
+
+    def close(self) -> None:
+        serve, self._serve = getattr(self, "_serve", None), None
+        if serve is not None:
+            lib.fer_serve_destroy(serve)
 
     def __del__(self) -> None:
         self.close()

@@ -234,6 +234,7 @@ class RelayNode(Node):
             max_request_bytes=p["max_request_bytes"],
         )
         self.pool = None
+        self._yield_after_accept = False
         if self.model is not None:
             self.pool = WorkerPool(
                 self.core,
@@ -252,6 +253,10 @@ class RelayNode(Node):
                 logger=self.get_logger(),
             )
             self.pool.start()
+            # A worker on the Python loop needs the GIL to take an accepted request (a native
+            # one serves it in C): only then does the request thread hand it over at once.
+            self._yield_after_accept = any(
+                info["nfe_loop"] == "python" for info in self.pool.worker_info())
         else:
             # No model, no workers: the lanes are gone, so calibrated admission cannot promise.
             for lane in range(self.core.lanes):
@@ -383,9 +388,9 @@ class RelayNode(Node):
                     f"the core refused a validated request ({exc!r}): validation misses a case"
                 )
             return
-        if decision == Decision.ACCEPTED:
-            # Hand the GIL to a worker waking for this request now, instead of after the rest of
-            # the executor's Python bookkeeping (~0.4 ms here): sleep(0) releases it.
+        if decision == Decision.ACCEPTED and self._yield_after_accept:
+            # Hand the GIL to a Python-loop worker waking for this request now, instead of after
+            # the rest of the executor's Python bookkeeping (~0.4 ms here): sleep(0) releases it.
             time.sleep(0)
 
     def _staging_inputs(self) -> policy_mod.InputBuffers:

@@ -15,20 +15,23 @@ row at B = 1):
     prefix passes (two-phase) -> steps over the rows -> rows that ended leave (DONE: wait for
     ring space, finish) -> next boundary
 
-The steps run in C when they can (`nfe_loop` auto, CPU provider only, the onnxruntime wheel's C
-library loadable): `_step_native` hands the rows to their native.NativeLoop (the same buffers),
-whose one call (GIL released) runs step after step, each one batched model call, every row's
-solver update and `Core.step`, until some row's work ends, the pool's stop flag / an injected
-crash raises the worker's C flag, or a free slot could take queued work. Otherwise
-`_step_python` runs one step the same way in Python (one batched ONNX Runtime call). Each worker
-says which loop it runs (`worker_info()["nfe_loop"]`, on the workers diagnostic), and why.
+Where it can (`nfe_loop` auto, CPU provider only, the onnxruntime wheel's C library loadable),
+the whole cycle runs in C: `_loop_serve` hands the rows to a native.Serve (csrc/fer_serve.h, over
+the same buffers and native.NativeLoop), whose one call (GIL released) waits for work, joins it
+into free rows (the noise drawn in C, bit for bit numpy's; the time grid; the inputs), runs the
+joiners' prefix pass, the steps (each one batched model call, every row's solver update and
+`Core.step`) and answers the rows that end, returning to Python only when the lane's flag is
+raised (stop, an injected crash), after an idle wait, or on an error. So a request never waits
+for the GIL between its dispatch and its answer. Otherwise `_loop_rows` does the same in Python,
+one batched ONNX Runtime call per step. Each worker says which loop it runs
+(`worker_info()["nfe_loop"]`, on the workers diagnostic), and why.
 
 A single .onnx model's rows hold the dispatched observation. A policy package's rows are filled
 from the dispatched slot's payload: the request thread normalized the request's tensors straight
-into that slot (SlotInputs), and `BatchRows.join` copies them into the row once. A two-phase
-package runs its joiners' prefix graph at the boundary, as one call over their rows (native,
-`native.PrefixPass`, where the steps run natively; else Python ONNX Runtime), and reports each
-with `Core.prefix_done`, which may stop the work (stale, expired) before the first NFE.
+into that slot (SlotInputs), and the join copies them into the row once. A two-phase package runs
+its joiners' prefix graph at the boundary, as one call over their rows (native.PrefixPass inside
+the serve; Python ONNX Runtime in the Python loop), and reports each with `Core.prefix_done`,
+which may stop the work (stale, expired) before the first NFE.
 
 Outcomes of stopped work (REJECTED_STALE, EXPIRED) are emitted by the core inside `step`; rows
 leave independently, never disturbing the others.
@@ -209,14 +212,13 @@ class _Worker:
     thread: threading.Thread | None = None
     ready: threading.Event = field(default_factory=threading.Event)
     nfe_ns: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int64))
-    # [nfe_count, last_progress_ns, steps]: NFEs computed, the dispatch or last step of the work
-    # it holds, steps measured (nfe_ns[i % NFE_HISTORY] is the i-th step's duration, each of its
-    # step_rows[i % NFE_HISTORY] rows' NFE cost; at one row a step is one NFE)
-    counters: np.ndarray = field(default_factory=lambda: np.zeros(3, np.uint64))
+    # [nfe_count, last_progress_ns, steps, slots_in_use, prefix_count]: NFEs computed, the
+    # dispatch or last step of the work it holds, steps measured (nfe_ns[i % NFE_HISTORY] is the
+    # i-th step's duration, each of its step_rows[i % NFE_HISTORY] rows' NFE cost; at one row a
+    # step is one NFE), rows held now, prefix passes measured (prefix_ns[i % NFE_HISTORY])
+    counters: np.ndarray = field(default_factory=lambda: np.zeros(5, np.uint64))
     step_rows: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int32))
     prefix_ns: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int64))
-    prefix_count: int = 0  # prefix passes measured (two-phase packages)
-    holding: bool = False  # has dispatched work that has not ended yet
     crash_requested: bool = False
     probe: NfeProbe | None = None  # bench only (BREAKDOWN_ENV)
     error: BaseException | None = None
@@ -249,9 +251,31 @@ class _Worker:
     def last_progress_ns(self, value: int) -> None:
         self.counters[1] = value
 
+    @property
+    def slots_in_use(self) -> int:
+        """Rows held now (requests dispatched to this worker that have not ended)."""
+        return int(self.counters[3])
+
+    @slots_in_use.setter
+    def slots_in_use(self, value: int) -> None:
+        self.counters[3] = value
+
+    @property
+    def holding(self) -> bool:
+        return self.slots_in_use > 0
+
+    @property
+    def prefix_count(self) -> int:
+        """Prefix passes measured (two-phase packages)."""
+        return int(self.counters[4])
+
+    @prefix_count.setter
+    def prefix_count(self, value: int) -> None:
+        self.counters[4] = value
+
     # `lane` is the worker's index; its lanes are Core.worker_lanes(lane) (one per batch slot)
-    slots_in_use: int = 0  # rows held now
     report: _native.Report | None = None  # where the native loop writes the ring and counters
+    serve: _native.Serve | None = None  # the request cycle in C (native loop), else None
 
 
 def _percentiles(parts: list[np.ndarray]) -> tuple[float, float, int]:
@@ -540,17 +564,22 @@ class WorkerPool:
             w.nfe_loop_note = str(exc)
             self.log.warning(f"worker {w.lane}: {exc}; its NFE loop runs in Python")
             return
-        rows.attach(nat)
-        w.report = _native.Report(w.nfe_ns, w.counters, w.probe, w.step_rows)
-        w.nfe_loop = "native"
+        prefix = None
         if self.policy is not None and self.policy.two_phase:
             try:
-                rows.attach_prefix(_native.PrefixPass(
+                prefix = _native.PrefixPass(
                     self.policy.graphs["prefix"].data, rows.prefix_in, rows.context,
-                    self.intra_op_threads, rows.slots, self.ort_library))  # fmt: skip
+                    self.intra_op_threads, rows.slots, self.ort_library)  # fmt: skip
             except _native.NativeUnavailable as exc:
-                w.nfe_loop_note = f"prefix pass in Python: {exc}"
-                self.log.warning(f"worker {w.lane}: {exc}; its prefix pass runs in Python")
+                w.nfe_loop_note = f"native prefix pass: {exc}"
+                self.log.warning(f"worker {w.lane}: {exc}; its NFE loop runs in Python")
+                nat.close()
+                return
+        rows.attach(nat)
+        if prefix is not None:
+            rows.attach_prefix(prefix)
+        w.report = _native.Report(w.nfe_ns, w.counters, w.probe, w.step_rows)
+        w.nfe_loop = "native"
 
     def _make_rows(self, w: _Worker) -> BatchRows:
         """This worker's sessions and batch rows (B of them), stepped natively where possible,
@@ -580,12 +609,32 @@ class WorkerPool:
                 rows.run()
             while rows.n:
                 rows.leave(rows.n - 1)
-        if w.probe is not None and rows.native is None:  # the native loop probes in C
+        if rows.native is not None:  # from now on C serves the rows: Python never steps them
+            layout = self.slot_inputs.layout if self.slot_inputs is not None else None
+            w.serve = _native.Serve(
+                rows.native, rows.native_prefix, rows.serve_rows(layout if self.policy else None),
+                worker=w.lane, max_nfe=self.core.config.max_nfe, obs_dim=self.core.obs_dim,
+                counters=w.counters, prefix_ring=w.prefix_ns, output_wait_ns=self.output_wait_ns,
+                wait_timeout_ns=self.wait_timeout_ns)  # fmt: skip
+        elif w.probe is not None:  # the native loop probes in C
             rows._step_sess = _ProbedSession(rows._step_sess, w.probe)
         return rows
 
+    def _loop_serve(self, w: _Worker) -> None:
+        """The native worker loop: fer_serve_run (GIL released) serves requests until the lane's
+        flag is up (stop() or an injected crash: the loop finds out which) or an idle wait ends,
+        so Python runs only between requests when there is nothing to do."""
+        serve, flag, stop = w.serve, self._flags + w.lane, self._stop
+        while not stop.is_set():
+            if w.crash_requested:
+                raise InjectedWorkerCrash(f"worker {w.lane}: injected crash")
+            serve.run(self.core, flag, w.report, self._fault)  # type: ignore[union-attr]
+        # stop: rows still held are left on their lanes; stop() disables them after the join
+
     def _loop_rows(self, w: _Worker, rows: BatchRows) -> None:
-        """The worker loop: fill free slots at each step boundary, then step the held rows."""
+        """The Python worker loop: fill free slots at each step boundary, step the held rows."""
+        if w.serve is not None:
+            return self._loop_serve(w)
         core, index, stop = self.core, w.lane, self._stop
         while not stop.is_set():
             if w.crash_requested:
@@ -596,13 +645,10 @@ class WorkerPool:
                 continue
             self._join_rows(w, rows)
             if rows.n == 0:
-                w.holding = False
+                w.slots_in_use = 0
                 continue
-            if rows.native is not None:
-                self._step_native(w, rows)
-            else:
-                self._step_python(w, rows)
-            w.slots_in_use, w.holding = rows.n, rows.n > 0
+            self._step_python(w, rows)
+            w.slots_in_use = rows.n
         # stop: rows still held are left on their lanes; stop() disables them after the join
 
     def _join_rows(self, w: _Worker, rows: BatchRows) -> None:
@@ -621,8 +667,7 @@ class WorkerPool:
                     break
                 rows.join(work.lane, work.slot, work.noise_seed, work.remaining_nfe,
                           slots[work.slot] if package else work.observation)
-                w.last_progress_ns, w.holding = now, True
-        w.slots_in_use = rows.n
+                w.last_progress_ns, w.slots_in_use = now, rows.n
         if rows.n == first or not (package and self.policy.two_phase):
             return
         t1, pass_ns, results = rows.prefix_done(core, first, rows.n - first)
@@ -633,16 +678,6 @@ class WorkerPool:
             if results[r - first] != Step.CONTINUE:
                 rows.leave(r)  # stale or expired: the core emitted its outcome
         w.slots_in_use = rows.n
-
-    def _step_native(self, w: _Worker, rows: BatchRows) -> None:
-        """Steps in C (GIL released; each step one model call over the rows, each row's solver
-        update and Core.step) until a row's work ends, the lane's flag is up (stop() or an
-        injected crash: the loop finds out which), or a free slot could take queued work; the
-        C loop writes the NFE ring, the counters and last_progress_ns itself."""
-        rows.native.run(self.core, rows.n, self._flags + w.lane, w.report,  # type: ignore[union-attr]
-                        self._fault, _native.JOIN)
-        for r in range(rows.n - 1, -1, -1):  # descending: a leave moves a visited row
-            self._settle(rows, r, rows.result(r))
 
     def _step_python(self, w: _Worker, rows: BatchRows) -> None:
         """The fallback (nfe_loop python, other providers): one step, i.e. one batched model

@@ -1,0 +1,149 @@
+"""The worker's request cycle in C (csrc/fer_serve.h, native.Serve) with the real core and models.
+
+Its results are checked bit for bit against the batch-1 samplers by test_batch.py and
+test_native.py (every pool with nfe_loop auto serves through it); here: the time grid against
+model.integrator_plan, that a request is served while this thread holds the GIL, the counters the
+supervisor reads, and stop / crash with rows held.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pytest
+from core_helpers import HANG_GUARD_S, MS, collect
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flowedge_relay import native
+from flowedge_relay import policy as P
+from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request, ffi, lib
+from flowedge_relay.model import SOLVERS, default_model_path, integrator_plan, load_model
+from flowedge_relay.workers import SlotInputs, WorkerPool
+
+
+@pytest.fixture(scope="module")
+def small():
+    return load_model(default_model_path())
+
+
+def make_core(slots: int = 2, **kw) -> Core:
+    return Core(CoreConfig(workers=1, batch_slots=slots, obs_dim=4, action_len=16, **kw))
+
+
+def request(seq: int, nfe: int, session: bytes | None = None, gen: int = 1) -> Request:
+    now = time.monotonic_ns()
+    return Request(session or b"s%d" % seq, seq, gen, 0, 0, now, 0, 0, nfe, seq,
+                   np.full(4, 0.1 * seq, np.float32))
+
+
+@settings(max_examples=200, deadline=None)
+@given(solver=st.sampled_from(SOLVERS), sign=st.sampled_from([1, -1]),
+       total=st.integers(1, 700))
+def test_plan_is_the_integrators_float32_for_float32(solver, sign, total):
+    times = np.zeros(total, np.float32)
+    kinds = np.zeros(total, np.int8)
+    dt, half = ffi.new("float *"), ffi.new("float *")
+    rc = lib.fer_plan_fill(native.SOLVER_CODES[solver], sign, total,
+                           ffi.cast("float *", times.ctypes.data),
+                           ffi.cast("int8_t *", kinds.ctypes.data), dt, half)
+    assert rc == 0
+    want_t, want_k, want_dt = integrator_plan(solver, np.float32(sign), total)
+    assert times.tobytes() == want_t.tobytes() and (kinds == want_k).all()
+    assert np.float32(dt[0]).tobytes() == want_dt.tobytes()
+    assert np.float32(half[0]).tobytes() == np.float32(want_dt / 2).tobytes()
+
+
+def test_plan_checks_its_arguments():
+    t, k = ffi.new("float[]", 4), ffi.new("int8_t[]", 4)
+    dt, half = ffi.new("float *"), ffi.new("float *")
+    assert lib.fer_plan_fill(0, 1, 0, t, k, dt, half) == lib.FER_EINVAL  # no NFE
+    assert lib.fer_plan_fill(2, 1, 4, t, k, dt, half) == lib.FER_EINVAL  # no such solver
+    assert lib.fer_plan_fill(0, 0, 4, t, k, dt, half) == lib.FER_EINVAL  # no direction
+    assert lib.fer_plan_fill(0, 1, 4, ffi.NULL, k, dt, half) == lib.FER_EINVAL
+
+
+def test_a_request_is_served_while_this_thread_holds_the_gil(small):
+    """Dispatch, join, steps and answer need no GIL: this thread spins in pure Python (which
+    never releases the GIL by itself within the switch interval, set far beyond the guard) until
+    the worker has computed and answered the request; a worker that needed the GIL would be
+    stuck until the guard fails the test."""
+    with make_core() as core, WorkerPool(core, small) as pool:
+        w = pool._workers[0]
+        assert w.serve is not None and pool.worker_info()[0]["nfe_loop"] == "native"
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(100.0)
+        try:
+            assert core.submit(request(1, 6), time.monotonic_ns()) == Decision.ACCEPTED
+            guard = time.monotonic() + HANG_GUARD_S / 3
+            while not (w.counters[0] == 6 and w.counters[3] == 0) and time.monotonic() < guard:
+                pass
+            served = bool(w.counters[0] == 6 and w.counters[3] == 0)
+        finally:
+            sys.setswitchinterval(interval)
+        assert served, f"NFEs {w.counters[0]}, rows held {w.counters[3]}"
+        (out,) = collect(core, 1)
+        assert out.code == Code.INFERENCE and out.nfe_done == 6
+
+
+def test_counters_show_the_rows_held_and_return_to_zero(small):
+    """slots_in_use (the diagnostic's) is the serve's row count, written by C as it changes."""
+    with make_core(slots=2, max_nfe=512) as core, \
+            WorkerPool(core, small, fault_nfe_delay_ns=2 * MS) as pool:
+        for seq in (1, 2):
+            assert core.submit(request(seq, 400), time.monotonic_ns()) == Decision.ACCEPTED
+        guard = time.monotonic() + HANG_GUARD_S
+        while pool.batch_stats()["slots_in_use"] != [2]:
+            assert time.monotonic() < guard, pool.batch_stats()
+            time.sleep(0.001)
+        assert pool.inflight_ns(time.monotonic_ns()) >= 0 and pool._workers[0].holding
+        core.submit(request(3, 1, session=b"s1", gen=2), time.monotonic_ns())  # cancels seq 1
+        core.submit(request(4, 1, session=b"s2", gen=2), time.monotonic_ns())  # cancels seq 2
+        got = {o.sequence: o.code for o in collect(core, 4)}
+        assert got == {1: Code.REJECTED_STALE, 2: Code.REJECTED_STALE, 3: Code.INFERENCE,
+                       4: Code.INFERENCE}
+        while pool.batch_stats()["slots_in_use"] != [0]:
+            assert time.monotonic() < guard, pool.batch_stats()
+            time.sleep(0.001)
+
+
+def test_stop_with_rows_held_answers_each_of_them_expired(small):
+    with make_core(slots=4) as core:
+        pool = WorkerPool(core, small, fault_nfe_delay_ns=5 * MS)
+        pool.start()
+        for seq in range(3):
+            assert core.submit(request(seq, 60), time.monotonic_ns()) == Decision.ACCEPTED
+        guard = time.monotonic() + HANG_GUARD_S
+        while pool.batch_stats()["slots_in_use"] != [3]:
+            assert time.monotonic() < guard, pool.batch_stats()
+            time.sleep(0.001)
+        pool.stop()
+        got = collect(core, 3)
+        assert sorted(o.sequence for o in got) == [0, 1, 2]
+        assert {o.code for o in got} == {Code.EXPIRED}
+
+
+def test_the_prefix_passes_are_counted_for_a_two_phase_package():
+    vision = P.load(P.vision_policy_path())
+    layout = P.payload_layout(vision)
+    cfg = CoreConfig(workers=1, batch_slots=2, obs_dim=0, two_phase=1,
+                     action_len=vision.action.horizon * vision.action.output_dim,
+                     payload_bytes=layout.nbytes)
+    with Core(cfg) as core:
+        slots = SlotInputs(vision, core.payload_view)
+        with WorkerPool(core, vision, slot_inputs=slots) as pool:
+            assert pool._workers[0].serve is not None
+            for seq in range(3):
+                P.fill_buffers(vision, slots[core.staging_slot()],
+                               {"image": np.zeros((2, 32, 32), np.uint8),
+                                "state": np.zeros(2, np.float32)})
+                r = request(seq, 4)
+                r = Request(**{**r.__dict__, "observation": np.zeros(0, np.float32)})
+                assert core.submit(r, time.monotonic_ns()) == Decision.ACCEPTED
+            got = collect(core, 3)
+            assert {o.code for o in got} == {Code.INFERENCE}
+            assert 1 <= pool.prefix_count() <= 3  # joiners share a pass
+            p50, _, n = pool.prefix_percentiles()
+            assert n == pool.prefix_count() and p50 > 0
