@@ -220,7 +220,14 @@ def test_overhead_tiny(tmp_path):
     floor50 = report["transport_floor_p50_ns"]
     assert report["relay_added_p50_ns"] == report["overhead_p50_ns"] - floor50
     assert 0 < report["lane_compute_share"] <= 1.05 and report["worker_speed_vs_bare"] > 0
-    assert "relay_throughput_ratio" in overhead.table(report)
+    worst = report["worst_1pct"]  # the slowest request (1% of 12), split into its parts
+    assert worst["requests"] == 1 and worst["overhead_median_ns"] == max(
+        report["samples"]["overhead_ns"])
+    parts = ("queue", "delivery", "ingress_and_publish")
+    assert sum(worst[f"{p}_median_ns"] for p in parts) == pytest.approx(
+        worst["overhead_median_ns"])
+    assert "relay_throughput_ratio" in overhead.table(report) and "slowest 1%" in overhead.table(
+        report)
     assert _is_png(Path(overhead.plot(report, tmp_path / "overhead.png")))
 
 
