@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from flowedge_relay.tooling.bench import batching, overload, perfdoc
 
 os.environ.setdefault("FLOWEDGE_BENCH_DOMAIN_ID", os.environ["ROS_DOMAIN_ID"])
@@ -27,6 +29,9 @@ def test_batching_tiny(tmp_path):
         assert r["nfe_per_s"] > 0 and r["step_ns_p99"] > 0 and r["requests"] > 0
         assert set(r) >= {"model", "batch_slots", "nfe_per_s", "step_ns_p99", "speedup_vs_b1"}
     assert results[0]["speedup_vs_b1"] == 1.0 and results[1]["speedup_vs_b1"] > 0
+    assert results[0]["step_ceiling_vs_b1"] == 1.0  # B x step p50 at B = 1 / step p50 at B
+    assert results[1]["step_ceiling_vs_b1"] == pytest.approx(
+        2 * results[0]["step_ns_p50"] / results[1]["step_ns_p50"])
     point = report["overload"]["2"]["2.0"]  # the overload bench's per-load keys
     assert set(overload.METRICS) <= set(point) and point["offered"] > 0
     by_policy = report["overload_by_policy"]
