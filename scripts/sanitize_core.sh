@@ -4,7 +4,9 @@
 # Builds csrc/ with FER_SANITIZE=1 (-fsanitize=address,undefined -fno-omit-frame-pointer,
 # -fno-sanitize-recover=undefined: any UB report fails) into a copy of the package under
 # build/sanitize/tree, so the normal in-place module is untouched, then runs the core's tests
-# there. The interpreter is not instrumented, so the ASan runtime is LD_PRELOADed (it must come
+# there, the bundled models included: the worker's request cycle (fer_serve, fer_exec, fer_pass)
+# runs the real ONNX Runtime library (not instrumented) from instrumented code, through
+# test_serve.py and test_batch.py's random joins and leaves. The interpreter is not instrumented, so the ASan runtime is LD_PRELOADed (it must come
 # first) and leak detection is off (CPython keeps its arenas until exit).
 #
 #   scripts/sanitize_core.sh                          # about a minute on 2 cores
@@ -19,12 +21,12 @@ fi
 STAGE=$ROOT/build/sanitize/tree
 TESTS=(_core_build.py reference_model.py test_core.py test_admission.py test_core_properties.py
        test_edf_simulation.py test_ring.py test_bench_admission.py test_cost.py
-       test_exec_args.py test_batch_core.py test_noise.py)
+       test_exec_args.py test_batch_core.py test_noise.py core_helpers.py test_serve.py test_batch.py)
 
 rm -rf "$STAGE"
 mkdir -p "$STAGE/test" "$STAGE/flowedge_relay"
 # Python sources of the package (no built module, no caches), the C sources, the core's tests.
-tar -C "$ROOT" --exclude='__pycache__' --exclude='*.so' --exclude='models' -cf - flowedge_relay csrc |
+tar -C "$ROOT" --exclude='__pycache__' --exclude='*.so' -cf - flowedge_relay csrc |
     tar -C "$STAGE" -xf -
 for t in "${TESTS[@]}"; do cp "test/$t" "$STAGE/test/"; done
 cat > "$STAGE/test/conftest.py" <<'PYEOF'
