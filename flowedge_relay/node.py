@@ -141,10 +141,14 @@ class RelayNode(Node):
     core: Core | None = None
     pool: WorkerPool | None = None
     _stopped = False
+    _core_closed = False
+    # the timers read the core; destroy_node closes it: one holds this while the other runs
+    _core_use = threading.Lock()
     _request_thread: threading.Thread | None = None
     _publisher_thread: threading.Thread | None = None
 
     def __init__(self, **kwargs) -> None:
+        self._core_use = threading.Lock()  # this node's own (the class one is a fallback)
         self._stop = threading.Event()  # stops the publisher thread (after the workers)
         self._intake_stop = threading.Event()  # stops the request thread (first)
         super().__init__(NODE_NAME, **kwargs)
@@ -564,14 +568,20 @@ class RelayNode(Node):
         return values
 
     def _publish_diagnostics(self) -> None:
-        stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(self._diagnostics.build(self.snapshot("diagnostics"), stamp))
+        with self._core_use:
+            if self._core_closed:  # a timer that fired while the node was being destroyed
+                return
+            stamp = self.get_clock().now().to_msg()
+            self._diag_pub.publish(self._diagnostics.build(self.snapshot("diagnostics"), stamp))
 
     def _publish_stats(self) -> None:
-        stamp = self.get_clock().now().to_msg()
-        snap = self.snapshot("stats")
-        self._diagnostics.observe(snap)  # a cost drift between two diagnostics is still seen
-        self._stats_pub.publish(stats_message(snap, stamp))
+        with self._core_use:
+            if self._core_closed:
+                return
+            stamp = self.get_clock().now().to_msg()
+            snap = self.snapshot("stats")
+            self._diagnostics.observe(snap)  # a cost drift between diagnostics is still seen
+            self._stats_pub.publish(stats_message(snap, stamp))
 
     # -- live parameters -----------------------------------------------------------------------
 
@@ -665,8 +675,10 @@ class RelayNode(Node):
 
     def destroy_node(self) -> None:
         self.stop()
-        if self.core is not None:
-            self.core.close()  # idempotent
+        with self._core_use:  # after a timer callback that is reading the core, before the next
+            self._core_closed = True
+            if self.core is not None:
+                self.core.close()  # idempotent
         super().destroy_node()
 
 

@@ -238,6 +238,22 @@ def test_no_relay_thread_outlives_the_node():
     assert left == []
 
 
+def test_a_timer_that_fires_during_destroy_node_finds_the_core_closed_and_returns():
+    """The stats and diagnostics timers read the core on the main executor's threads while
+    destroy_node closes it: whichever comes second sees the other's effect, never a closed
+    core mid-read (it was an 'InvalidState: core is closed' in a timer thread at teardown)."""
+    from flowedge_relay.node import RelayNode
+    from flowedge_relay.tooling.harness import ros_context
+
+    with ros_context() as ctx:
+        node = RelayNode(context=ctx)
+        node._publish_stats()  # the core is open: it reads and publishes
+        node.destroy_node()
+        node._publish_stats()  # what a timer firing after the close does: nothing
+        node._publish_diagnostics()
+        assert node.core is not None and node._core_closed
+
+
 def test_adr_flags_win_and_show_in_parameters():
     import rclpy
     from rclpy.context import Context
