@@ -188,6 +188,19 @@ class PoolHealth:
     stalled: list[int]  # lanes holding work with no step for longer than stall_ns
 
 
+class _Counter:
+    """A _Worker attribute that is element `index` of its uint64 `counters`, read as an int."""
+
+    def __init__(self, index: int, doc: str) -> None:
+        self.index, self.__doc__ = index, doc
+
+    def __get__(self, w, owner=None):
+        return self if w is None else int(w.counters[self.index])
+
+    def __set__(self, w, value: int) -> None:
+        w.counters[self.index] = value
+
+
 @dataclass
 class _Worker:
     """One worker's state. Thread ownership (as csrc/fer_internal.h documents the core's):
@@ -227,51 +240,16 @@ class _Worker:
     nfe_loop: str = ""  # "native" or "python" once the thread has its sessions
     nfe_loop_note: str = ""  # why python, when native was not possible
 
-    @property
-    def nfe_count(self) -> int:
-        return int(self.counters[0])
-
-    @nfe_count.setter
-    def nfe_count(self, value: int) -> None:
-        self.counters[0] = value
-
-    @property
-    def steps(self) -> int:
-        return int(self.counters[2])
-
-    @steps.setter
-    def steps(self, value: int) -> None:
-        self.counters[2] = value
-
-    @property
-    def last_progress_ns(self) -> int:
-        return int(self.counters[1])
-
-    @last_progress_ns.setter
-    def last_progress_ns(self, value: int) -> None:
-        self.counters[1] = value
-
-    @property
-    def slots_in_use(self) -> int:
-        """Rows held now (requests dispatched to this worker that have not ended)."""
-        return int(self.counters[3])
-
-    @slots_in_use.setter
-    def slots_in_use(self, value: int) -> None:
-        self.counters[3] = value
+    # each an int view of one of `counters` (the native loop's C code stores to them too)
+    nfe_count = _Counter(0, "NFEs computed")
+    last_progress_ns = _Counter(1, "the dispatch or last step of the work it holds")
+    steps = _Counter(2, "steps measured")
+    slots_in_use = _Counter(3, "rows held now (dispatched requests that have not ended)")
+    prefix_count = _Counter(4, "prefix passes measured (two-phase packages)")
 
     @property
     def holding(self) -> bool:
         return self.slots_in_use > 0
-
-    @property
-    def prefix_count(self) -> int:
-        """Prefix passes measured (two-phase packages)."""
-        return int(self.counters[4])
-
-    @prefix_count.setter
-    def prefix_count(self, value: int) -> None:
-        self.counters[4] = value
 
     # `lane` is the worker's index; its lanes are Core.worker_lanes(lane) (one per batch slot)
     report: _native.Report | None = None  # where the native loop writes the ring and counters
