@@ -7,7 +7,9 @@ then kept saturated for `--seconds` (calibrate's `saturate`: 2 W B + 2 no-deadli
 
   nfe_per_s       NFE the relay computed per second while saturated (its nfe_total counter)
   step_ns_p99     p99 cost of one batched step over the recent steps (the relay's worker
-                  figure: a step's duration, each row's NFE cost; at B = 1 one NFE)
+                  figure: a step's duration, each row's NFE cost; at B = 1 one NFE), read
+                  when the sending stops, while every slot is still busy (read after the drain,
+                  the ring held the drain's ever fewer rows)
 
 Requests are long so the figure is compute capacity, not the per-request path: each request also
 costs the relay its intake, decision and publication and the bench client its send and receive
@@ -98,9 +100,11 @@ def capacity_point(in_process: bool, model: str, slots: int, workers: int, nfe: 
         saturate(client, lanes, nfe, min(seconds, 0.3), "bench-batching-warm")
         wait_idle(relay)
         before, t0 = relay.core.stats(), time.monotonic_ns()
-        answers = saturate(client, lanes, nfe, seconds, "bench-batching")
+        steps: list[tuple[float, float, int]] = []  # the step ring while every slot is busy
+        answers = saturate(client, lanes, nfe, seconds, "bench-batching",
+                           at_end=lambda: steps.append(relay.pool.nfe_percentiles()))
         after, t1 = relay.core.stats(), time.monotonic_ns()
-        step_p50, step_p99, _ = relay.pool.nfe_percentiles()
+        step_p50, step_p99, _ = steps[0]
     elapsed = (t1 - t0) * 1e-9
     nfe_done = after.nfe_total - before.nfe_total
     return {

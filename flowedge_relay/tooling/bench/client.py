@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -203,14 +203,20 @@ def private_context() -> Iterator[Context]:
         ctx.try_shutdown()
 
 
-def saturate(client, workers: int, nfe: int, seconds: float, session: str) -> list[Answer]:
+def saturate(client, workers: int, nfe: int, seconds: float, session: str,
+             at_end: Callable[[], None] | None = None) -> list[Answer]:
     """Keep 2W+2 no-deadline requests of nfe NFE outstanding for `seconds`; the answers, in
-    order. The lanes never idle, so this is the relay under sustained load."""
+    order. The lanes never idle, so this is the relay under sustained load. `at_end` is called
+    once when the sending stops, before the outstanding requests drain (the last moment the
+    lanes are all still busy: read figures of the saturated relay there)."""
     outstanding: list[tuple[str, int]] = []
     answers: list[Answer] = []
     window = 2 * workers + 2
     end = time.monotonic() + seconds
     while time.monotonic() < end or outstanding:
+        if at_end is not None and time.monotonic() >= end:
+            at_end()
+            at_end = None
         while len(outstanding) < window and time.monotonic() < end:
             req = client.request(session, client.next_sequence(), nfe)
             client.send(req)
