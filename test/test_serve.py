@@ -147,3 +147,54 @@ def test_the_prefix_passes_are_counted_for_a_two_phase_package():
             assert 1 <= pool.prefix_count() <= 3  # joiners share a pass
             p50, _, n = pool.prefix_percentiles()
             assert n == pool.prefix_count() and p50 > 0
+
+
+def test_create_and_run_check_their_arguments(small):
+    """fer_serve_create refuses a config that breaks its invariants (nothing made), and
+    fer_serve_run a core it does not fit (batch_slots, action_len), before touching anything."""
+    loop = native.NativeLoop(small.model_bytes, native.step_spec(small), max_rows=2)
+    counters, ring = np.zeros(5, np.uint64), np.zeros(8, np.int64)
+    index = np.arange(16, dtype=np.uint32)
+
+    def config(**change):
+        c = ffi.new("struct fer_serve_config *")
+        c.worker, c.max_rows, c.max_nfe, c.solver, c.sign = 0, 2, 64, 0, 1
+        c.x_len, c.obs_dim, c.n_actions = 16, 4, 16
+        c.x, c.state = ffi.cast("float *", loop.x.ctypes.data), \
+            ffi.cast("float *", loop.state.ctypes.data)
+        c.action_index = ffi.cast("uint32_t *", index.ctypes.data)
+        c.rows_held = ffi.cast("uint64_t *", counters.ctypes.data)
+        c.prefix_count = ffi.cast("uint64_t *", counters[4:].ctypes.data)
+        c.prefix_ring, c.prefix_ring_len = ffi.cast("int64_t *", ring.ctypes.data), ring.size
+        for name, value in change.items():
+            setattr(c, name, value)
+        return c
+
+    def create(cfg, rows=loop.rows):
+        out = ffi.new("struct fer_serve **")
+        rc = lib.fer_serve_create(cfg, loop._exec, ffi.NULL, rows, out)
+        return rc, out[0]
+
+    rc, serve = create(config())
+    assert rc == lib.FER_OK and serve != ffi.NULL
+    for bad in ({"solver": 2}, {"sign": 0}, {"max_rows": 0}, {"max_nfe": 0},
+                {"action_offset": ffi.cast("float *", ring.ctypes.data)},  # no scale with it
+                {"prefix_ring_len": 0}, {"n_moves": lib.FER_SERVE_MAX_MOVES + 1}):
+        rc, none = create(config(**bad))
+        assert rc == lib.FER_EINVAL and none == ffi.NULL, bad
+    index[3] = 16  # an action index past the state row
+    assert create(config())[0] == lib.FER_EINVAL
+    index[3] = 3
+    assert create(config(), rows=ffi.NULL)[0] == lib.FER_EINVAL
+    flag = ffi.new("uint32_t *", 0)
+    report = native.Report(np.zeros(8, np.int64), counters)
+    with make_core(slots=1) as one_slot, make_core(slots=2) as two_slots:
+        assert lib.fer_serve_run(serve, one_slot._live(), flag, ffi.NULL, report.c) \
+            == lib.FER_EINVAL  # a serve of 2 rows on a core of 1 batch slot
+        flag[0] = 1
+        assert lib.fer_serve_run(serve, two_slots._live(), flag, ffi.NULL, report.c) \
+            == lib.FER_EXEC_STOPPED  # fits: the raised flag is seen before anything else
+    assert lib.fer_serve_rows(serve) == 0
+    lib.fer_serve_destroy(serve)
+    lib.fer_serve_destroy(ffi.NULL)
+    loop.close()
