@@ -43,7 +43,7 @@ from flowedge_relay.model import ModelError, ModelInfo, default_model_path
 from flowedge_relay.realtime import apply_thread_settings
 from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, ros_time, stamp_ns
 from flowedge_relay.validation import ModelContract, Reason, Validator
-from flowedge_relay.workers import SlotInputs, WorkerPool
+from flowedge_relay.workers import SlotInputs, WorkerPool, p50_p99
 
 NODE_NAME = "flowedge_relay"
 ACTIONS_TOPIC = "flowedge/actions"
@@ -510,11 +510,7 @@ class RelayNode(Node):
         meter = self._util_windows.setdefault(window, _BusyWindow())
         utilisation = meter.update(now, busy, stats.lanes_alive)
         n = min(self._latency_count, LATENCY_WINDOW)
-        lat50, lat99 = (
-            (float(np.percentile(self._latency_ms[:n], 50)),
-             float(np.percentile(self._latency_ms[:n], 99)))
-            if n else (0.0, 0.0)
-        )
+        lat50, lat99 = p50_p99(self._latency_ms[:n])
         two_phase = self.policy is not None and self.policy.two_phase
         pre50, pre99, pre_n = (
             self.pool.prefix_percentiles() if self.pool and two_phase else (0.0, 0.0, 0)

@@ -13,11 +13,13 @@ import time
 import numpy as np
 import pytest
 from core_helpers import HANG_GUARD_S, MS, collect
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request
 from flowedge_relay.model import FlowSampler, default_model_path, load_model, make_session
 from flowedge_relay.models import detour_task as task
-from flowedge_relay.workers import WorkerPool
+from flowedge_relay.workers import WorkerPool, p50_p99
 
 
 @pytest.fixture(scope="module")
@@ -277,3 +279,13 @@ def test_nfe_breakdown_probe_is_off_by_default_and_splits_every_nfe_when_asked(
     # the NFE is exactly Python before the run + the run + the solver update
     run = rows[:, 2, 0] - rows[:, 1, 0]
     assert (d["py_before"] + run + d["solver"] == d["nfe"]).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.integers(0, 2**40), min_size=0, max_size=300),
+       floats=st.booleans())
+def test_p50_p99_is_numpys_percentile(values, floats):
+    """The stats timer's one-partition percentiles give np.percentile's own floats."""
+    arr = np.asarray(values, np.float64 if floats else np.int64)
+    want = tuple(float(v) for v in np.percentile(arr, [50, 99])) if arr.size else (0.0, 0.0)
+    assert p50_p99(arr) == want
