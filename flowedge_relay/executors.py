@@ -11,12 +11,15 @@ MainExecutor also hands each ready callback to its thread pool once (see _spin_o
 without ever waiting (rclpy issue 1452), a loop that holds the GIL and starves every other thread
 of the process (the request thread, the workers, the publisher thread) whenever the pool falls
 behind, e.g. on a loaded host.
+
+`take_waiting` is what a subscription callback calls to take the messages already waiting behind
+its own without an executor trip each (the relay's request callback, the bench client's answers).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future as PoolFuture
 from concurrent.futures import wait as wait_for_pool
 
@@ -141,6 +144,26 @@ class MainExecutor(_GroupFilter, MultiThreadedExecutor):
                 if not isinstance(exc, InvalidHandle) and self.context.ok():
                     raise exc
         return done
+
+
+def take_waiting(sub, on_message: Callable[[object], None], limit: int,
+                 stop: threading.Event | None = None) -> None:
+    """Hand up to `limit` messages already waiting on `sub` to `on_message`, without an executor
+    trip each: under load a callback that drains its subscription saves the executor's wait-set
+    rebuild per message. Stops at an empty queue, a subscription destroyed under it (teardown)
+    or `stop`. Call it only from the callback of `sub` (the one thread that takes from it)."""
+    handle, msg_type = sub.handle, sub.msg_type
+    for _ in range(limit):
+        if stop is not None and stop.is_set():
+            return
+        try:
+            with handle:
+                taken = handle.take_message(msg_type, sub.raw)
+        except InvalidHandle:  # destroyed during teardown
+            return
+        if taken is None:
+            return
+        on_message(taken[0])
 
 
 def spin_until(executor, stop: threading.Event, period_s: float = 0.1) -> None:

@@ -23,7 +23,6 @@ from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.event_handler import SubscriptionEventCallbacks, UnsupportedEventTypeError
-from rclpy.exceptions import InvalidHandle
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -38,7 +37,7 @@ from flowedge_relay.diagnostics import (
     model_description,
     stats_message,
 )
-from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until
+from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until, take_waiting
 from flowedge_relay.model import ModelError, ModelInfo, default_model_path
 from flowedge_relay.realtime import apply_thread_settings
 from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, ros_time, stamp_ns
@@ -142,13 +141,12 @@ class RelayNode(Node):
     pool: WorkerPool | None = None
     _stopped = False
     _core_closed = False
-    # the timers read the core; destroy_node closes it: one holds this while the other runs
-    _core_use = threading.Lock()
     _request_thread: threading.Thread | None = None
     _publisher_thread: threading.Thread | None = None
 
     def __init__(self, **kwargs) -> None:
-        self._core_use = threading.Lock()  # this node's own (the class one is a fallback)
+        # the timers read the core; destroy_node closes it: one holds this while the other runs
+        self._core_use = threading.Lock()
         self._stop = threading.Event()  # stops the publisher thread (after the workers)
         self._intake_stop = threading.Event()  # stops the request thread (first)
         super().__init__(NODE_NAME, **kwargs)
@@ -349,18 +347,7 @@ class RelayNode(Node):
     def _drain(self, sub) -> None:
         """Hand requests already waiting on `sub` to _on_request without an executor trip each
         (REQUEST_DRAIN_MAX at most). Only the request thread takes from request subscriptions."""
-        handle, msg_type, on_request = sub.handle, sub.msg_type, self._on_request
-        for _ in range(REQUEST_DRAIN_MAX):
-            if self._intake_stop.is_set():
-                return
-            try:
-                with handle:
-                    taken = handle.take_message(msg_type, sub.raw)
-            except InvalidHandle:  # destroyed during teardown
-                return
-            if taken is None:
-                return
-            on_request(taken[0])
+        take_waiting(sub, self._on_request, REQUEST_DRAIN_MAX, self._intake_stop)
 
     def _on_message_lost(self, info) -> None:
         self._middleware_lost += info.total_count_change

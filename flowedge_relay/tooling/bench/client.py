@@ -38,11 +38,11 @@ import numpy as np
 import rclpy
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
 from rclpy.context import Context
-from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.core import Code
+from flowedge_relay.executors import take_waiting
 from flowedge_relay.model import ModelInfo, default_model_path
 from flowedge_relay.policy import Policy
 from flowedge_relay.timebase import ros_time, stamp_ns
@@ -109,16 +109,7 @@ class BenchClient:
         B = 8 the client receives ~1,800 answers/s on the relay's two cores, and one rclpy
         executor trip per answer let them queue for up to 100 ms before their receive time."""
         self._record(msg)
-        handle = self.sub.handle
-        for _ in range(ANSWER_DRAIN_MAX):
-            try:
-                with handle:
-                    taken = handle.take_message(ActionMessage, self.sub.raw)
-            except InvalidHandle:  # destroyed during teardown
-                return
-            if taken is None:
-                return
-            self._record(taken[0])
+        take_waiting(self.sub, self._record, ANSWER_DRAIN_MAX)
 
     def _record(self, msg: ActionMessage) -> None:
         now = time.time_ns()
