@@ -609,9 +609,9 @@ class WorkerPool:
             while rows.n:
                 rows.leave(rows.n - 1)
         if rows.native is not None:  # from now on C serves the rows: Python never steps them
-            layout = self.slot_inputs.layout if self.slot_inputs is not None else None
+            layout = self.slot_inputs.layout if self.policy is not None else None  # type: ignore[union-attr]
             w.serve = _native.Serve(
-                rows.native, rows.native_prefix, rows.serve_rows(layout if self.policy else None),
+                rows.native, rows.native_prefix, rows.serve_rows(layout),
                 worker=w.lane, max_nfe=self.core.config.max_nfe, obs_dim=self.core.obs_dim,
                 counters=w.counters, prefix_ring=w.prefix_ns, output_wait_ns=self.output_wait_ns,
                 wait_timeout_ns=self.wait_timeout_ns)  # fmt: skip
