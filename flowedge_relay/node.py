@@ -4,7 +4,7 @@ A request travels top to bottom through this file:
 
     flowedge/requests --(request executor thread)--> _on_request: validate -> Core.submit
         -> EDF queue -> worker threads (workers.py): dispatch, one NFE at a time
-        -> outcome rings -> publisher thread: _publish_outcomes -> flowedge/actions
+        -> outcome rings -> publisher thread (publisher.py, in C) -> flowedge/actions
 
 Threads: the request executor spins only the request callback group (nothing else may delay
 admission); the main executor runs timers and parameter services; W workers run the model; one
@@ -17,7 +17,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
 from rcl_interfaces.msg import SetParametersResult
@@ -30,7 +29,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay import parameters
 from flowedge_relay import policy as policy_mod
-from flowedge_relay.core import AgeGate, Code, Core, CoreConfig, CostModel, Decision, Request
+from flowedge_relay.core import AgeGate, Core, CoreConfig, CostModel, Decision, Request
 from flowedge_relay.diagnostics import (
     DiagnosticsBuilder,
     Snapshot,
@@ -39,8 +38,9 @@ from flowedge_relay.diagnostics import (
 )
 from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until, take_waiting
 from flowedge_relay.model import ModelError, ModelInfo, default_model_path
+from flowedge_relay.publisher import ActionPublisher
 from flowedge_relay.realtime import apply_thread_settings
-from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, ros_time, stamp_ns
+from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, stamp_ns
 from flowedge_relay.validation import ModelContract, Reason, Validator
 from flowedge_relay.workers import SlotInputs, WorkerPool, p50_p99
 
@@ -48,7 +48,6 @@ NODE_NAME = "flowedge_relay"
 ACTIONS_TOPIC = "flowedge/actions"
 STATS_TOPIC = "flowedge/stats"
 DIAGNOSTICS_TOPIC = "/diagnostics"
-LATENCY_WINDOW = 4096  # INFERENCE latencies kept for p50/p99 (a fixed ring, never grows)
 MS = 1_000_000
 DISCARD_LOG_PERIOD_NS = 5_000_000_000  # at most one "discarding invalid request" line per 5 s
 # Requests taken straight from a subscription per executor wake-up. One trip through rclpy's
@@ -143,11 +142,11 @@ class RelayNode(Node):
     _core_closed = False
     _request_thread: threading.Thread | None = None
     _publisher_thread: threading.Thread | None = None
+    _output: ActionPublisher | None = None
 
     def __init__(self, **kwargs) -> None:
         # the timers read the core; destroy_node closes it: one holds this while the other runs
         self._core_use = threading.Lock()
-        self._stop = threading.Event()  # stops the publisher thread (after the workers)
         self._intake_stop = threading.Event()  # stops the request thread (first)
         super().__init__(NODE_NAME, **kwargs)
         p = parameters.declare_all(self)
@@ -157,13 +156,10 @@ class RelayNode(Node):
             if problem:
                 raise ValueError(problem)
         self._p = p
-        #: DRILLS AND TESTS ONLY: while set, the publisher thread stops draining the outcome rings,
-        #: as if the action consumer stopped (docs/design.md §8: full rings drop and count).
-        self.fault_pause_output = threading.Event()
         # Thread ownership of the node's shared fields (the C side's are in fer_internal.h).
         # Written only by the request thread (its callbacks, including MESSAGE_LOST): _received,
         # _deadlines_seen, _middleware_lost, the throttles and validator.discarded. Written only
-        # by the publisher thread: _latency_ms and _latency_count. Any other thread (timers,
+        # by the publisher thread: the latency window (publisher.py). Any other thread (timers,
         # tools through counters()) only reads them: each is a Python int or one float slot
         # replaced whole under the GIL, so a reader sees a value that was current, never a torn
         # one, and a count read a moment late is still a count (diagnostics are 1 Hz reports).
@@ -173,8 +169,6 @@ class RelayNode(Node):
         self._lost_reported = True  # False where the RMW cannot report MESSAGE_LOST
         self._discard_log = _Throttle(DISCARD_LOG_PERIOD_NS)
         self._refused_log = _Throttle(DISCARD_LOG_PERIOD_NS)
-        self._latency_ms = np.zeros(LATENCY_WINDOW)
-        self._latency_count = 0
 
         # Model: a failure is an ERROR diagnostic, not a crash loop; requests are then discarded
         # as model_unavailable and the node stays up to say why. `policy` describes what is
@@ -293,8 +287,13 @@ class RelayNode(Node):
         self.add_on_set_parameters_callback(self._validate_parameters)
         self.add_post_set_parameters_callback(self._apply_parameters)
 
+        self._output = ActionPublisher(self, self.core, self._actions_pub, self.model,
+                                       native=p["publisher_loop"] != "python")  # fmt: skip
+        #: DRILLS AND TESTS ONLY: while set, the publisher thread stops draining the outcome rings,
+        #: as if the action consumer stopped (docs/design.md §8: full rings drop and count).
+        self.fault_pause_output = self._output.pause
         self._publisher_thread = threading.Thread(
-            target=self._publish_outcomes, name="flowedge-publisher", daemon=True
+            target=self._output.run, name="flowedge-publisher", daemon=True
         )
         self._publisher_thread.start()
         self._request_thread: threading.Thread | None = None
@@ -430,54 +429,6 @@ class RelayNode(Node):
         self._request_thread = threading.Thread(target=run, name="flowedge-requests", daemon=True)
         self._request_thread.start()
 
-    # -- output path (publisher thread) --------------------------------------------------------
-
-    def _publish_outcomes(self) -> None:
-        """Drain every outcome ring into flowedge/actions until shutdown (then drain once more)."""
-        while True:
-            stopping = self._stop.is_set()
-            if self.fault_pause_output.is_set() and not stopping:
-                time.sleep(0.01)
-                continue
-            self.core.wait_outputs(20 * MS)
-            while outcomes := self.core.pop_outcomes(256):
-                for outcome in outcomes:
-                    self._publish_one(outcome)
-            if stopping:
-                return
-
-    def _publish_one(self, o) -> None:
-        model = self.model
-        msg = ActionMessage()
-        msg.header.stamp = self.get_clock().now().to_msg()
-        msg.code = int(o.code)
-        msg.session_id = o.session_id.decode("utf-8", "surrogatepass")
-        msg.sequence = o.sequence
-        msg.generation = o.generation
-        msg.retry_count = o.retry_count
-        msg.retry_reason = o.retry_reason
-        if model is not None:
-            msg.model_digest = model.digest
-            msg.observation_dim = model.obs_dim
-            msg.action_dim = model.action_dim
-            msg.action_horizon = model.action_horizon
-        msg.deadline = ros_time(o.deadline_ros_ns)
-        msg.remaining_nfe = o.remaining_nfe
-        msg.nfe_done = o.nfe_done
-        msg.queue_ns = o.queue_ns
-        msg.compute_ns = o.compute_ns
-        if o.code == Code.INFERENCE and o.actions is not None:
-            msg.actions = o.actions.tolist()
-            self._latency_ms[self._latency_count % LATENCY_WINDOW] = (
-                max(o.finish_ns - o.arrival_ns, 0) / MS
-            )
-            self._latency_count += 1
-        try:
-            self._actions_pub.publish(msg)
-        except Exception as exc:  # context shut down under us: nothing left to publish to
-            if not self._stop.is_set():
-                self.get_logger().error(f"publishing an outcome failed: {exc}")
-
     # -- health, diagnostics and stats (main executor) -----------------------------------------
 
     def _poll_health(self) -> None:
@@ -496,8 +447,7 @@ class RelayNode(Node):
         busy = stats.busy_ns + (self.pool.inflight_ns(now) if self.pool else 0)
         meter = self._util_windows.setdefault(window, _BusyWindow())
         utilisation = meter.update(now, busy, stats.lanes_alive)
-        n = min(self._latency_count, LATENCY_WINDOW)
-        lat50, lat99 = p50_p99(self._latency_ms[:n])
+        lat50, lat99 = p50_p99(self._output.latencies_ms())
         two_phase = self.policy is not None and self.policy.two_phase
         pre50, pre99, pre_n = (
             self.pool.prefix_percentiles() if self.pool and two_phase else (0.0, 0.0, 0)
@@ -541,13 +491,19 @@ class RelayNode(Node):
         )
 
     def _loop_values(self) -> dict[str, object]:
-        """Which NFE loop the workers run (native / python) and, for a python one, why."""
+        """Which NFE loop the workers run and which loop publishes (native / python), and why
+        a python one does."""
         infos = self.pool.worker_info() if self.pool else []
         loops = sorted({str(i["nfe_loop"]) for i in infos if i["nfe_loop"]})
         notes = sorted({str(i["nfe_loop_note"]) for i in infos if i["nfe_loop_note"]})
         values: dict[str, object] = {"nfe_loop": ",".join(loops) or "none"}
         if notes:
             values["nfe_loop_note"] = "; ".join(notes)
+        values["publisher_loop"] = self._output.loop
+        if self._output.note:
+            values["publisher_loop_note"] = self._output.note
+        if self._output.failed:
+            values["publish_failures"] = self._output.failed
         return values
 
     def _publish_diagnostics(self) -> None:
@@ -650,7 +606,8 @@ class RelayNode(Node):
             if self.pool is not None:
                 self.pool.stop()
         finally:
-            self._stop.set()
+            if self._output is not None:
+                self._output.stop()
             if self.core is not None:
                 self.core.shutdown()
             if self._publisher_thread is not None:

@@ -196,6 +196,13 @@ SPECS: tuple[Spec, ...] = (
         0,
         10_000,
     ),
+    Spec(
+        "publisher_loop",
+        "auto",
+        "auto: the publisher thread serializes and publishes answers in C, without the GIL, "
+        "unless use_sim_time is on or rcl cannot be found; python: always the rclpy loop (the "
+        "workers diagnostic says which runs)",
+    ),
     # Real-time settings (opt-in; degrade with a warning where not permitted)
     Spec(
         "executor_cpu_affinity",
@@ -240,8 +247,8 @@ def check_value(name: str, value: object) -> str | None:
         return f"age_gate must be one of {', '.join(AGE_GATES)}, got {value!r}"
     if name == "cost_model" and value not in COST_MODELS:
         return f"cost_model must be one of {', '.join(COST_MODELS)}, got {value!r}"
-    if name == "nfe_loop" and value not in NFE_LOOPS:
-        return f"nfe_loop must be one of {', '.join(NFE_LOOPS)}, got {value!r}"
+    if name in ("nfe_loop", "publisher_loop") and value not in NFE_LOOPS:
+        return f"{name} must be one of {', '.join(NFE_LOOPS)}, got {value!r}"
     if name == "solver" and value not in SOLVERS:
         return f"solver must be one of {', '.join(SOLVERS)}, got {value!r}"
     if name == "request_qos_history" and value not in QOS_HISTORIES:

@@ -1,0 +1,244 @@
+/*
+ * fer_publish.c - the publisher thread's loop in C: outcome rings -> ActionMessage CDR -> rcl
+ * (fer_publish.h says why). Allocates only in create.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fer_internal.h"
+#include "fer_publish.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "fer_publish.c writes little-endian CDR with memcpy: a big-endian host needs byte swaps"
+#endif
+
+#define NS_PER_S 1000000000ull
+/* timebase.ROS_TIME_MAX_NS: the latest stamp a builtin_interfaces/Time (int32 sec) can hold */
+#define ROS_TIME_MAX_NS ((uint64_t)INT32_MAX * NS_PER_S + NS_PER_S - 1)
+#define ENCAPSULATION 4 /* 00 01 00 00: CDR_LE; alignment counts from after it */
+
+/* rcutils_uint8_array_t (rcl_serialized_message_t), as rcutils/types/uint8_array.h declares it;
+ * rmw reads buffer and buffer_length only, the allocator is never called for a publish. */
+struct rcl_serialized {
+    uint8_t *buffer;
+    size_t buffer_length;
+    size_t buffer_capacity;
+    void *allocator[5]; /* rcutils_allocator_t: four function pointers and a state pointer */
+};
+
+/* ---- CDR writer ------------------------------------------------------------------------------ */
+
+/* A bounded writer: n may run past cap (the write is then skipped), so one pass both sizes and
+ * fills. */
+struct cdr {
+    uint8_t *b;
+    uint64_t n, cap;
+};
+
+static void put(struct cdr *w, const void *p, uint64_t len, uint64_t align)
+{
+    while ((w->n - ENCAPSULATION) % align) {
+        if (w->n < w->cap)
+            w->b[w->n] = 0;
+        w->n++;
+    }
+    if (w->n + len <= w->cap && len)
+        memcpy(w->b + w->n, p, len);
+    w->n += len;
+}
+
+static void put_u8(struct cdr *w, uint8_t v) { put(w, &v, 1, 1); }
+static void put_u32(struct cdr *w, uint32_t v) { put(w, &v, 4, 4); }
+static void put_u64(struct cdr *w, uint64_t v) { put(w, &v, 8, 8); }
+
+/* CDR string: uint32 length including the NUL, the bytes, the NUL. */
+static void put_string(struct cdr *w, const char *s, uint32_t len)
+{
+    put_u32(w, len + 1);
+    put(w, s, len, 1);
+    put_u8(w, 0);
+}
+
+/* builtin_interfaces/Time from ns, saturated as timebase.ros_time. */
+static void put_time(struct cdr *w, int64_t ns)
+{
+    uint64_t t = ns <= 0 ? 0 : (uint64_t)ns;
+
+    if (t > ROS_TIME_MAX_NS)
+        t = ROS_TIME_MAX_NS;
+    put_u32(w, (uint32_t)(t / NS_PER_S)); /* int32 sec: t / 1e9 <= INT32_MAX */
+    put_u32(w, (uint32_t)(t % NS_PER_S));
+}
+
+/* ActionMessage, field by field in msg/ActionMessage.msg order. */
+static void write_action(struct cdr *w, const struct fer_publisher *p,
+                         const struct fer_outcome *o, const float *actions, int64_t stamp_ns)
+{
+    static const uint8_t encapsulation[ENCAPSULATION] = {0, 1, 0, 0};
+    uint32_t n_actions = o->has_actions ? p->action_len : 0;
+
+    w->n = 0;
+    if (w->cap >= ENCAPSULATION)
+        memcpy(w->b, encapsulation, ENCAPSULATION);
+    w->n = ENCAPSULATION;
+    put_time(w, stamp_ns);                               /* header.stamp */
+    put_string(w, "", 0);                                /* header.frame_id */
+    put_u8(w, (uint8_t)o->code);
+    put_string(w, o->session_id, o->session_id_len);
+    put_u64(w, o->sequence);
+    put_u64(w, o->generation);
+    put_u32(w, o->retry_count);
+    put_string(w, p->digest, p->digest_len);             /* model_digest */
+    put_u32(w, p->observation_dim);
+    put_u32(w, p->action_dim);
+    put_u32(w, p->action_horizon);
+    put_time(w, (int64_t)(o->deadline_ros_ns > INT64_MAX ? INT64_MAX : o->deadline_ros_ns));
+    put_u32(w, o->remaining_nfe);
+    put_u32(w, n_actions);                               /* float32[] actions */
+    put(w, actions, (uint64_t)n_actions * sizeof(float), 4);
+    put_u32(w, o->nfe_done);
+    put_u64(w, o->queue_ns);
+    put_u64(w, o->compute_ns);
+    put_u8(w, (uint8_t)o->retry_reason);
+}
+
+uint64_t fer_action_cdr(const struct fer_publisher *p, const struct fer_outcome *o,
+                        const float *actions, int64_t stamp_ns, uint8_t *buf, uint64_t cap)
+{
+    struct cdr w = {buf, 0, cap};
+
+    if (p == NULL || o == NULL || buf == NULL || o->session_id_len > FER_SESSION_ID_MAX ||
+        (o->has_actions && actions == NULL))
+        return 0;
+    write_action(&w, p, o, actions, stamp_ns);
+    return w.n <= cap ? w.n : 0;
+}
+
+uint64_t fer_action_cdr_max(const struct fer_publisher *p)
+{
+    return p ? p->cdr_cap : 0;
+}
+
+/* ---- create / destroy -------------------------------------------------------------------------- */
+
+int fer_publisher_create(struct fer_core *core, const char *digest, uint32_t digest_len,
+                         uint32_t observation_dim, uint32_t action_dim, uint32_t action_horizon,
+                         struct fer_publisher **out)
+{
+    struct fer_publisher *p;
+    struct fer_outcome o;
+    struct cdr w;
+
+    if (out == NULL)
+        return FER_EINVAL;
+    *out = NULL;
+    if (core == NULL || digest_len > FER_DIGEST_MAX || (digest == NULL && digest_len > 0))
+        return FER_EINVAL;
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return FER_ENOMEM;
+    p->core = core;
+    p->action_len = core->cfg.action_len; /* fixed at create */
+    p->observation_dim = observation_dim;
+    p->action_dim = action_dim;
+    p->action_horizon = action_horizon;
+    p->digest_len = digest_len;
+    if (digest_len)
+        memcpy(p->digest, digest, digest_len);
+    /* The largest message: a full session id and every action float (a sizing pass). */
+    memset(&o, 0, sizeof(o));
+    o.session_id_len = FER_SESSION_ID_MAX;
+    o.has_actions = 1;
+    w = (struct cdr){NULL, 0, 0};
+    write_action(&w, p, &o, NULL, 0); /* cap 0: sizes only, reads and writes nothing */
+    p->cdr_cap = w.n;
+    p->outcomes = calloc(FER_PUBLISH_BATCH, sizeof(*p->outcomes));
+    p->actions = calloc((size_t)FER_PUBLISH_BATCH * p->action_len, sizeof(float));
+    p->buf = calloc(1, p->cdr_cap);
+    if (p->outcomes == NULL || p->actions == NULL || p->buf == NULL) {
+        fer_publisher_destroy(p);
+        return FER_ENOMEM;
+    }
+    *out = p;
+    return FER_OK;
+}
+
+void fer_publisher_destroy(struct fer_publisher *p)
+{
+    if (p == NULL)
+        return;
+    free(p->outcomes);
+    free(p->actions);
+    free(p->buf);
+    free(p);
+}
+
+/* ---- the loop ---------------------------------------------------------------------------------- */
+
+static int64_t realtime_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * (int64_t)NS_PER_S + ts.tv_nsec;
+}
+
+/* Publish one popped outcome; an INFERENCE answer adds its latency to the window. */
+static void publish_one(struct fer_publisher *p, const struct fer_outcome *o, const float *act,
+                        fer_rcl_publish_fn publish, const void *rcl_publisher,
+                        fer_rcl_reset_error_fn reset_error)
+{
+    struct rcl_serialized msg;
+    int32_t rc;
+
+    memset(&msg, 0, sizeof(msg));
+    msg.buffer = p->buf;
+    msg.buffer_length = fer_action_cdr(p, o, act, realtime_ns(), p->buf, p->cdr_cap);
+    msg.buffer_capacity = p->cdr_cap;
+    rc = publish(rcl_publisher, &msg, NULL);
+    if (rc != 0) {
+        /* relaxed: counters for readers that only report them */
+        __atomic_store_n(&p->last_error, rc, __ATOMIC_RELAXED);
+        __atomic_store_n(&p->failed, p->failed + 1, __ATOMIC_RELAXED);
+        if (reset_error)
+            reset_error();
+    } else {
+        __atomic_store_n(&p->published, p->published + 1, __ATOMIC_RELAXED);
+    }
+    if (o->code == FER_INFERENCE && o->has_actions) {
+        uint64_t k = p->latency_count;
+        uint64_t d = fer_sat_sub(o->finish_ns, o->arrival_ns);
+
+        p->latency_ms[k % FER_LATENCY_WINDOW] = (double)d / 1e6;
+        /* release: a reader that sees the new count sees the sample it covers */
+        __atomic_store_n(&p->latency_count, k + 1, __ATOMIC_RELEASE);
+    }
+}
+
+int fer_publish_run(struct fer_publisher *p, fer_rcl_publish_fn publish,
+                    const void *rcl_publisher, fer_rcl_reset_error_fn reset_error,
+                    uint64_t wait_ns)
+{
+    if (p == NULL || publish == NULL || rcl_publisher == NULL)
+        return FER_EINVAL;
+    for (;;) {
+        /* relaxed: flags set by other threads; a pass late to see one is harmless */
+        int stopping = __atomic_load_n(&p->stop, __ATOMIC_RELAXED) != 0;
+        int n, i;
+
+        if (__atomic_load_n(&p->pause, __ATOMIC_RELAXED) && !stopping) {
+            struct timespec ms10 = {0, 10000000};
+            nanosleep(&ms10, NULL);
+            continue;
+        }
+        fer_core_wait_outputs(p->core, wait_ns);
+        while ((n = fer_core_pop_outcomes(p->core, p->outcomes, p->actions,
+                                          FER_PUBLISH_BATCH)) > 0)
+            for (i = 0; i < n; i++)
+                publish_one(p, &p->outcomes[i], &p->actions[(size_t)i * p->action_len],
+                            publish, rcl_publisher, reset_error);
+        if (stopping)
+            return FER_OK;
+    }
+}

@@ -1,0 +1,207 @@
+"""The relay's publisher thread: every outcome ring -> flowedge/actions, in C where it can be.
+
+The C loop (csrc/fer_publish.h) waits on the core's doorbell, pops the outcomes, writes each
+ActionMessage's CDR bytes and hands them to `rcl_publish_serialized_message`, all without the
+GIL: an answer no longer waits for the interpreter (the request thread, the stats timer) between
+its worker's finish and DDS. The functions come from the librcl / librcutils rclpy itself loaded.
+
+The Python loop (build an ActionMessage, publish it through rclpy) is kept for what the C loop
+cannot do: a node on simulated time (header.stamp is the node's clock; the C loop stamps
+CLOCK_REALTIME, which is the ROS clock only with use_sim_time off) and a process where rcl's
+symbols cannot be found. Both send the same message (test/test_publish.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from flowedge_relay_msgs.msg import ActionMessage
+
+from flowedge_relay.core import Code, check, ffi, lib
+from flowedge_relay.timebase import ros_time
+
+LATENCY_WINDOW = lib.FER_LATENCY_WINDOW  # INFERENCE latencies kept for p50/p99 (a fixed ring)
+WAIT_NS = 20_000_000  # the loop's doorbell wait: how soon it sees a pause or stop
+
+
+class RclUnavailable(RuntimeError):
+    """rcl's publish function cannot be found in this process: use the Python loop."""
+
+
+def _loaded_library(name: str) -> str:
+    """The path of shared library `name` (e.g. librcl.so) as this process mapped it."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        path = line.split(maxsplit=5)[-1]
+        if path.endswith("/" + name):
+            return path
+    raise RclUnavailable(f"{name} is not loaded in this process")
+
+
+def rcl_functions() -> tuple[object, object]:
+    """(rcl_publish_serialized_message, rcutils_reset_error) as the C loop's function pointers,
+    from the libraries rclpy loaded (no second copy of rcl: the publisher handle is theirs)."""
+    try:
+        rcl = ctypes.CDLL(_loaded_library("librcl.so"))
+        rcutils = ctypes.CDLL(_loaded_library("librcutils.so"))
+        publish = ctypes.cast(rcl.rcl_publish_serialized_message, ctypes.c_void_p).value
+        reset = ctypes.cast(rcutils.rcutils_reset_error, ctypes.c_void_p).value
+    except (OSError, AttributeError) as exc:
+        raise RclUnavailable(str(exc)) from exc
+    return ffi.cast("fer_rcl_publish_fn", publish), ffi.cast("fer_rcl_reset_error_fn", reset)
+
+
+class OutputPause:
+    """DRILLS AND TESTS ONLY: while set, the publisher thread leaves the outcome rings alone, as
+    if the action consumer stopped (docs/design.md §8: full rings drop and count). The
+    threading.Event interface the drills use, also read by the C loop."""
+
+    def __init__(self, native) -> None:
+        self._event = threading.Event()
+        self._native = native
+
+    def set(self) -> None:
+        self._event.set()
+        if self._native is not None:
+            self._native.pause = 1
+
+    def clear(self) -> None:
+        self._event.clear()
+        if self._native is not None:
+            self._native.pause = 0
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+class ActionPublisher:
+    """The outcome rings' one consumer: `run` is the publisher thread's body until `stop`.
+
+    `model` gives the message's digest and dims (None: no model, rejections only). `native`
+    False, a simulated clock or no rcl symbols select the Python loop; `loop` says which runs
+    and `note` why not the C one.
+    """
+
+    def __init__(self, node, core, publisher, model, native: bool = True) -> None:
+        self._node, self._core, self._pub, self._model = node, core, publisher, model
+        self._stopping = threading.Event()
+        self._native = None
+        self.note = ""
+        if not native:
+            self.note = "publisher_loop: python requested"
+        elif node.get_parameter("use_sim_time").value:
+            self.note = "use_sim_time: header.stamp must be the node's clock"
+        else:
+            try:
+                self._fns = rcl_functions()
+                self._native = self._create(core, model)
+            except RclUnavailable as exc:
+                self.note = f"rcl not found: {exc}"
+        self.loop = "native" if self._native is not None else "python"
+        self.pause = OutputPause(self._native)
+        if self._native is not None:
+            window = ffi.buffer(self._native.latency_ms)
+            self._latency_ms = np.frombuffer(window, np.float64)
+        else:
+            self._latency_ms = np.zeros(LATENCY_WINDOW)
+            self._latency_count = 0
+
+    @staticmethod
+    def _create(core, model):
+        digest = model.digest.encode() if model is not None else b""
+        dims = (model.obs_dim, model.action_dim, model.action_horizon) if model else (0, 0, 0)
+        out = ffi.new("struct fer_publisher **")
+        check(lib.fer_publisher_create(core._live(), digest, len(digest), *dims, out))
+        return ffi.gc(out[0], lib.fer_publisher_destroy)
+
+    # -- what other threads read -----------------------------------------------------------------
+
+    def latencies_ms(self) -> np.ndarray:
+        """The latency window's samples (finish - arrival of INFERENCE answers, ms): a view that
+        the publisher thread may refresh while the caller reads it (each sample is one aligned
+        8-byte store, so a reader sees old or new values, never torn ones)."""
+        count = self._native.latency_count if self._native is not None else self._latency_count
+        return self._latency_ms[: min(count, LATENCY_WINDOW)]
+
+    @property
+    def failed(self) -> int:
+        """Publishes rcl refused (the C loop counts them; the Python loop logs them)."""
+        return int(self._native.failed) if self._native is not None else 0
+
+    # -- the publisher thread ----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Drain once more and return (call before the core's shutdown wakes the thread)."""
+        self._stopping.set()
+        if self._native is not None:
+            self._native.stop = 1
+
+    def run(self) -> None:
+        """The publisher thread's body: until stop(), then one more drain."""
+        if self._native is not None:
+            # the handle stays valid (not destroyed) while it is in use
+            with self._pub.handle:
+                publish, reset = self._fns
+                check(lib.fer_publish_run(self._native, publish, ffi.cast(
+                    "void *", self._pub.handle.pointer), reset, WAIT_NS))
+            if self._native.failed and not self._stopping.is_set():
+                self._node.get_logger().error(
+                    f"{self._native.failed} outcomes could not be published "
+                    f"(rcl status {self._native.last_error})")
+            return
+        self._run_python()
+
+    def _run_python(self) -> None:
+        while True:
+            stopping = self._stopping.is_set()
+            if self.pause.is_set() and not stopping:
+                time.sleep(0.01)
+                continue
+            self._core.wait_outputs(WAIT_NS)
+            while outcomes := self._core.pop_outcomes(256):
+                for outcome in outcomes:
+                    self._publish_one(outcome)
+            if stopping:
+                return
+
+    def _publish_one(self, o) -> None:
+        msg = action_message(o, self._node.get_clock().now().nanoseconds, self._model)
+        if o.code == Code.INFERENCE and o.actions is not None:
+            self._latency_ms[self._latency_count % LATENCY_WINDOW] = (
+                max(o.finish_ns - o.arrival_ns, 0) / 1e6
+            )
+            self._latency_count += 1
+        try:
+            self._pub.publish(msg)
+        except Exception as exc:  # context shut down under us: nothing left to publish to
+            if not self._stopping.is_set():
+                self._node.get_logger().error(f"publishing an outcome failed: {exc}")
+
+
+def action_message(o, stamp_ns: int, model) -> ActionMessage:
+    """The ActionMessage of outcome `o` (a core.Outcome) stamped stamp_ns (ROS time), with the
+    digest and dims of `model` (None: left zero). fer_action_cdr writes the same message."""
+    msg = ActionMessage()
+    msg.header.stamp = ros_time(stamp_ns)
+    msg.code = int(o.code)
+    msg.session_id = o.session_id.decode("utf-8", "surrogatepass")
+    msg.sequence = o.sequence
+    msg.generation = o.generation
+    msg.retry_count = o.retry_count
+    msg.retry_reason = o.retry_reason
+    if model is not None:
+        msg.model_digest = model.digest
+        msg.observation_dim = model.obs_dim
+        msg.action_dim = model.action_dim
+        msg.action_horizon = model.action_horizon
+    msg.deadline = ros_time(o.deadline_ros_ns)
+    msg.remaining_nfe = o.remaining_nfe
+    msg.nfe_done = o.nfe_done
+    msg.queue_ns = o.queue_ns
+    msg.compute_ns = o.compute_ns
+    if o.code == Code.INFERENCE and o.actions is not None:
+        msg.actions = o.actions.tolist()
+    return msg
