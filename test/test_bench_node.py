@@ -229,6 +229,22 @@ def test_overhead_tiny(tmp_path):
     assert "relay_throughput_ratio" in overhead.table(report) and "slowest 1%" in overhead.table(
         report)
     assert _is_png(Path(overhead.plot(report, tmp_path / "overhead.png")))
+    assert report["publisher_loop_comparison"] == {}  # only with --compare-loops
+
+
+def test_overhead_compare_loops_puts_both_publisher_loops_side_by_side():
+    report = _roundtrip(overhead.run(_args(overhead, ["--quick", "--requests", "6", "--seconds",
+                                                      "0.2", "--trials", "1",
+                                                      "--compare-loops"])))  # fmt: skip
+    assert set(report["nfe_loop_comparison"]) == {"auto", "python"}
+    pubs = report["publisher_loop_comparison"]
+    assert set(pubs) == {"auto", "python"}
+    for c in pubs.values():
+        assert 0 < c["overhead_p50_ns"] <= c["overhead_p99_ns"]
+        assert c["overhead_p99_vs_floor"] == c["overhead_p99_ns"] / c["transport_floor_p99_ns"]
+    # the main light load is the configured relay's (publisher_loop auto)
+    assert pubs["auto"]["overhead_p99_ns"] == report["overhead_p99_ns"]
+    assert "publisher_loop python" in overhead.table(report)
 
 
 def test_registered_with_json_and_plot_options():

@@ -24,7 +24,10 @@ Saturation: NFE per second delivered through the relay (answers received by the 
 `--compare-loops`: afterwards a second relay with `nfe_loop: python` (the worker's NFE loop in
   Python, as before issue #15) runs the same saturation trials against fresh bare trials, and
   `nfe_loop_comparison` in the JSON holds both loops' ratio, worker speed and lane share side by
-  side (the main figures are the relay as configured: the native loop by default).
+  side (the main figures are the relay as configured: the native loop by default). Then a third
+  relay with `publisher_loop: python` (answers built and published through rclpy, as before the
+  C publisher loop) repeats the light load against its own echo floor:
+  `publisher_loop_comparison` holds both loops' overhead p50 / p99, floor p99 and ratio.
 
 Targets (printed, not asserted): overhead p99 <= 2 ms (the first target; the echo floor alone
 misses it on this host), overhead p99 <= 1.5x the echo floor's p99 in the same run (issue 15),
@@ -215,8 +218,9 @@ def run(args: argparse.Namespace) -> dict:
     path = model_path(args.model)
     params = dict(model_path=path, workers=args.workers, max_nfe=max(64, args.nfe, args.sat_nfe))
     params.update(parse_relay_params(args.relay_param))
-    total = n_light + 2 * trials * seconds * (2 if args.compare_loops else 1)
+    total = (n_light + 2 * trials * seconds) * (2 if args.compare_loops else 1)
     comparison: dict[str, dict] = {}
+    pub_comparison: dict[str, dict] = {}
     with Progress("overhead", total) as bar:
         bar.update(label="starting relay")
         with relay_under_test(args.in_process, **params) as (info, client), \
@@ -240,6 +244,19 @@ def run(args: argparse.Namespace) -> dict:
                 comparison[other] = throughput_trials(
                     client2, samplers, args.workers, args.sat_nfe, seconds, trials, bar,
                     f"relay (nfe_loop {other})")
+            # the publisher thread's loops side by side at light load: C (the relay above,
+            # unless told otherwise) and rclpy's, each against the echo floor of its own moment
+            pub = str(params.get("publisher_loop", "auto"))
+            pub_other = "python" if pub != "python" else "auto"
+            bar.update(label=f"starting relay with publisher_loop {pub_other}")
+            with relay_under_test(args.in_process, **{**params, "publisher_loop": pub_other}) \
+                    as (info3, client3), echo_process(info3) as echo3:  # fmt: skip
+                warm_up(client3)
+                warm_up(echo3)
+                bar.update(label=f"light load, publisher_loop {pub_other}")
+                light_other = light_load(client3, echo3, n_light, args.nfe, args.gap_ms / 1e3,
+                                         bar)  # fmt: skip
+            pub_comparison = {pub: light_figures(light), pub_other: light_figures(light_other)}
     overhead = light["e2e"] - light["compute"]
     rest = overhead - light["queue"] - light["delivery"]
     o50, o99, o999 = percentiles(overhead, (50, 99, 99.9))
@@ -288,6 +305,7 @@ def run(args: argparse.Namespace) -> dict:
                                         "bare_nfe_per_s", "relay_throughput_pair_ratios")}
             for k, v in comparison.items()
         } if args.compare_loops else {},
+        "publisher_loop_comparison": pub_comparison,
         "throughput_trials": trials,
         "seconds_per_trial": seconds,
         "sat_nfe": args.sat_nfe,
@@ -315,6 +333,14 @@ def run(args: argparse.Namespace) -> dict:
                         *parts.items()]
     ]  # fmt: skip
     return report
+
+
+def light_figures(light: dict) -> dict[str, float | None]:
+    """Overhead and echo floor percentiles of one light-load run, and their p99 ratio."""
+    o50, o99 = percentiles(light["e2e"] - light["compute"], (50, 99))
+    f50, f99 = percentiles(light["floor"], (50, 99))
+    return {"overhead_p50_ns": o50, "overhead_p99_ns": o99, "transport_floor_p50_ns": f50,
+            "transport_floor_p99_ns": f99, "overhead_p99_vs_floor": o99 / f99 if f99 else None}
 
 
 def _ratio(v: float | None) -> str:
@@ -361,6 +387,10 @@ def table(report: dict) -> str:
           f"{c['lane_compute_share']:.3f} ({c['relay_nfe_per_s']:.0f} vs bare "
           f"{c['bare_nfe_per_s']:.0f} NFE/s)"
           for loop, c in report.get("nfe_loop_comparison", {}).items()],
+        *[f"  publisher_loop {loop:6}: overhead p50 {c['overhead_p50_ns'] / 1e3:.0f} us, p99 "
+          f"{c['overhead_p99_ns'] / 1e3:.0f} us vs echo floor p99 "
+          f"{c['transport_floor_p99_ns'] / 1e3:.0f} us: {_ratio(c['overhead_p99_vs_floor'])}"
+          for loop, c in report.get("publisher_loop_comparison", {}).items()],
         "targets (printed, not asserted):",
         f"  overhead_p99_ns        {report['overhead_p99_ns'] / 1e6:8.3f} ms (target <= 2 ms) "
         f"{verdict('overhead_p99_ns')}",
