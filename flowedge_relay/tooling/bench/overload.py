@@ -57,6 +57,7 @@ from flowedge_relay.core import CODE_NAMES
 from flowedge_relay.tooling.bench import calibrate, noise
 from flowedge_relay.tooling.bench.client import (
     INFERENCE,
+    collector_paused,
     model_path,
     percentiles,
     relay_for_bench,
@@ -142,20 +143,22 @@ def replay(relay, client, arrivals, *, drain_timeout_s: float, on_tick=None) -> 
     before = relay.core.stats()
     n = len(arrivals)
     keys, deadlines, lag = [], [], np.zeros(n, np.int64)
-    start = time.monotonic_ns() + 20_000_000
-    for i, a in enumerate(arrivals):
-        req = client.request(a.session, client.next_sequence(), a.nfe, noise_seed=a.noise_seed)
-        target = start + a.offset_ns
-        delay = target - time.monotonic_ns()
-        if delay > 0:
-            time.sleep(delay * 1e-9)
-        lag[i] = time.monotonic_ns() - target
-        sent = client.send(req, slack_ns=a.slack_ns)
-        keys.append((req.session_id, req.sequence))
-        deadlines.append(sent + a.slack_ns)
-        if on_tick is not None and i % 16 == 0:
-            on_tick((time.monotonic_ns() - start) * 1e-9)
-    client.wait_keys(keys, drain_timeout_s)
+    with collector_paused():
+        start = time.monotonic_ns() + 20_000_000
+        for i, a in enumerate(arrivals):
+            req = client.request(a.session, client.next_sequence(), a.nfe,
+                                 noise_seed=a.noise_seed)  # fmt: skip
+            target = start + a.offset_ns
+            delay = target - time.monotonic_ns()
+            if delay > 0:
+                time.sleep(delay * 1e-9)
+            lag[i] = time.monotonic_ns() - target
+            sent = client.send(req, slack_ns=a.slack_ns)
+            keys.append((req.session_id, req.sequence))
+            deadlines.append(sent + a.slack_ns)
+            if on_tick is not None and i % 16 == 0:
+                on_tick((time.monotonic_ns() - start) * 1e-9)
+        client.wait_keys(keys, drain_timeout_s)
     wait_idle(relay, timeout=drain_timeout_s)
     after = relay.core.stats()
     return _measure(client, keys, deadlines, lag, before, after)
