@@ -47,6 +47,27 @@ def test_batching_tiny(tmp_path):
     assert any("batch_slots 2" in r["measure"] and "edf_adaptive" in r["measure"] for r in rows)
 
 
+def test_batching_relays_side_by_side_in_rounds():
+    """As deployed (one flowedge-relayd per B, under /b1 and /b2 at once): each point's figures
+    are medians over its segments, its speedup the median of the per-round ratios."""
+    parser = argparse.ArgumentParser()
+    batching.add_arguments(parser)
+    args = parser.parse_args(["--quick", "--models", "small", "--slots", "2", "--seconds", "1.2",
+                              "--rounds", "2", "--overload-slots"])
+    report = json.loads(json.dumps(batching.run(args), allow_nan=False))
+    one, two = report["results"]
+    assert (one["batch_slots"], two["batch_slots"]) == (1, 2)
+    for r in (one, two):
+        assert r["rounds"] == 2 and len(r["nfe_per_s_by_round"]) == 2 and r["requests"] > 0
+        assert r["nfe_per_s"] == pytest.approx(sum(r["nfe_per_s_by_round"]) / 2)
+        assert 0 < r["step_ns_p50"] <= r["step_ns_p99"]
+    ratios = [b / a for a, b in zip(one["nfe_per_s_by_round"], two["nfe_per_s_by_round"],
+                                    strict=True)]
+    assert one["speedup_vs_b1"] == 1.0
+    assert two["speedup_vs_b1"] == pytest.approx(sum(ratios) / 2)
+    assert report["overload"] == {}
+
+
 def test_registered_and_in_bench_all():
     from flowedge_relay.tooling.bench.__main__ import build_parser
 

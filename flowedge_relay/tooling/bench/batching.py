@@ -39,12 +39,16 @@ per lane NFE. `overload.<B>.<load>` has the overload bench's per-load keys for e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+
+import numpy as np
 
 from flowedge_relay.tooling.bench import overload
 from flowedge_relay.tooling.bench.client import (
     model_path,
     relay_for_bench,
+    remote_relay,
     saturate,
     wait_idle,
     warm_up,
@@ -62,6 +66,9 @@ DEFAULT_NFE = 64
 NFE_WHY = ("long requests so capacity is NFE-bound, not request-bound (the per-request path, "
            "about 1 ms of CPU per request with the client on this host, caps requests/s): "
            "policy_small at B = 8 measured the request rate at 64 NFE and partly at 1024")
+RAMP_NS = 100_000_000  # a segment's first 100 ms (the slots filling) are not measured
+STATS_GRACE_NS = 50_000_000  # flowedge/stats snapshots up to 50 ms after the sending stops:
+                             # the queued requests keep every slot busy past that
 # saturated seconds per point, overload seconds of trace
 SIZES = {"quick": (0.5, 0.4), "full": (5.0, 8.0)}
 
@@ -76,6 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="NFE per saturating request for every model (default: per model, "
                              "NFE_PER_REQUEST: capacity in NFE/s, not the per-request path)")
     parser.add_argument("--seconds", type=float, help="saturated seconds per point")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds the saturated seconds are cut into, every B in each "
+                             "(relays side by side; not with --in-process)")
     parser.add_argument("--overload-model", default="bench", help="model of the overload runs")
     parser.add_argument("--overload-slots", type=int, nargs="*", default=[1, 8],
                         help="batch_slots of the overload runs (none: skip them)")
@@ -120,6 +130,61 @@ def capacity_point(in_process: bool, model: str, slots: int, workers: int, nfe: 
     }
 
 
+def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, seconds: float,
+                    rounds: int, bar: Progress | None = None) -> list[dict]:
+    """Every `slots` point of one model side by side: one relay process per B, all started
+    first (under /b1, /b2, ...), then `rounds` rounds of seconds / rounds of saturation each,
+    B by B (the order reversed every other round). A point's figures are medians over its
+    segments, and speedup_vs_b1 / step_ceiling_vs_b1 are medians of the ratios within a round:
+    the host's speed drifts by 1.5-3x over seconds, and one point measured after another saw
+    another host (the step ceiling of B = 2 once came out 1.2)."""
+    path = model_path(model)
+    seg = seconds / rounds
+    with contextlib.ExitStack() as stack:
+        relays = {}
+        for b in slots:
+            if bar:
+                bar.update(label=f"{model}: starting the relay with batch_slots={b}")
+            relay, client = stack.enter_context(remote_relay(
+                namespace=f"/b{b}", model_path=path, workers=workers, batch_slots=b,
+                queue_capacity=max(64, 4 * workers * b), max_nfe=max(64, nfe)))
+            warm_up(client)
+            saturate(client, workers * b, nfe, min(seg, 0.3), "bench-batching-warm")
+            relays[b] = (relay, client)
+        segs: dict[int, list[tuple[float, float, float, int]]] = {b: [] for b in slots}
+        for r in range(rounds):
+            for b in slots if r % 2 == 0 else slots[::-1]:
+                relay, client = relays[b]
+                wait_idle(relay)
+                ends: list[int] = []
+                start = time.time_ns() + RAMP_NS
+                answers = saturate(client, workers * b, nfe, seg, "bench-batching",
+                                   at_end=lambda e=ends: e.append(time.time_ns()))  # fmt: skip
+                work = relay.work_between(start, ends[0] + STATS_GRACE_NS)
+                if work is None:
+                    raise RuntimeError(f"batch_slots={b}: no stats from the relay in a segment")
+                segs[b].append((*work, len(answers)))
+                if bar:
+                    bar.advance(1 / rounds, label=f"{model} batch_slots={b} round {r + 1}")
+    med = lambda v: float(np.median(v))  # noqa: E731
+    base = segs[1]
+    return [{
+        "model": path.rsplit("/", 1)[-1],
+        "batch_slots": b,
+        "workers": workers,
+        "nfe_per_request": nfe,
+        "nfe_per_s": med([x[0] for x in segs[b]]),
+        "step_ns_p50": med([x[1] for x in segs[b]]),
+        "step_ns_p99": med([x[2] for x in segs[b]]),
+        "requests": int(sum(x[3] for x in segs[b])),
+        "seconds": seconds,
+        "rounds": rounds,
+        "speedup_vs_b1": med([x[0] / y[0] for x, y in zip(segs[b], base, strict=True)]),
+        "step_ceiling_vs_b1": med([b * y[1] / x[1] for x, y in zip(segs[b], base, strict=True)]),
+        "nfe_per_s_by_round": [x[0] for x in segs[b]],
+    } for b in slots]
+
+
 def _overload_args(args: argparse.Namespace, slots: int) -> argparse.Namespace:
     """The overload bench's own arguments (its defaults) for one point: one load, the EDF
     policies (static calibrated admission and the adaptive cost model), this batch_slots."""
@@ -145,6 +210,10 @@ def run(args: argparse.Namespace) -> dict:
     nfe_of = {m: args.nfe or NFE_PER_REQUEST.get(m, DEFAULT_NFE) for m in args.models}
     with Progress("batching", points, unit=" points") as bar:
         for model in args.models:
+            if not args.in_process:
+                results += capacity_rounds(model, slots, args.workers, nfe_of[model], seconds,
+                                           args.rounds, bar)  # fmt: skip
+                continue
             base, step1 = None, 0.0
             for b in slots:
                 bar.update(label=f"{model} batch_slots={b}")

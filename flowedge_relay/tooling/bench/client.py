@@ -383,14 +383,17 @@ def _ros_value(v: object) -> str:
 
 @contextmanager
 def relay_process(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
+                  namespace: str = "",
                   **params) -> Iterator[tuple[ModelInfo | Policy, BenchClient]]:  # fmt: skip
     """`flowedge-relayd` in its own process (as deployed) with these parameters, and a
-    BenchClient in this one."""
+    BenchClient in this one; under `namespace` (e.g. /b8) both, so relays can run side by side."""
     info = load_served(params.get("model_path", default_model_path()))
     ros_args = [a for k, v in params.items() for a in ("-p", f"{k}:={_ros_value(v)}")]
+    if namespace:
+        ros_args += ["-r", f"__ns:={namespace}"]
     proc = NodeProcess("flowedge_relay.cli", ros_args, env=env,
                        switch_interval_s=switch_interval_s)  # fmt: skip
-    with client_of(proc, info) as client:
+    with client_of(proc, info, namespace=namespace) as client:
         yield info, client
 
 
@@ -433,6 +436,11 @@ class RemoteRelay:
         self._latest = None
         # (stamp ns, nfe_ns_in_use, nfe_ns_observed_tail) of every stats message, ~10 Hz
         self.cost_history: collections.deque = collections.deque(maxlen=200_000)
+        # (stamp ns, nfe_total, nfe_ns_p50, nfe_ns_p99) of every stats message
+        self.work_history: collections.deque = collections.deque(maxlen=200_000)
+        # the relay's own status names start with its full name (several may share the topic)
+        ns = node.get_namespace().strip("/")
+        self._status_name = f"{ns}/{relay_name}" if ns else relay_name
         node.create_subscription(RelayStats, "flowedge/stats", self._on_stats, 10)
         # the `workers` status of /diagnostics (1 Hz): the relay's prefix-pass percentiles
         self._workers_status: tuple[int, dict[str, str]] | None = None
@@ -446,12 +454,13 @@ class RemoteRelay:
         stamp = stamp_ns(msg.stamp)
         with self._cv:
             self.cost_history.append((stamp, msg.nfe_ns_in_use, msg.nfe_ns_observed_tail))
+            self.work_history.append((stamp, msg.nfe_total, msg.nfe_ns_p50, msg.nfe_ns_p99))
             self._latest = msg
             self._cv.notify_all()
 
     def _on_diagnostics(self, msg) -> None:
         for status in msg.status:
-            if status.name.endswith(": workers"):
+            if status.name == f"{self._status_name}: workers":
                 values = {kv.key: kv.value for kv in status.values}
                 with self._cv:
                     self._workers_status = (stamp_ns(msg.header.stamp), values)
@@ -517,6 +526,18 @@ class RemoteRelay:
                 "observed_tail_median": float(np.median(tail)),
                 "observed_tail_max": float(tail.max())}  # fmt: skip
 
+    def work_between(self, start_ns: int, end_ns: int) -> tuple[float, float, float] | None:
+        """(NFE per second, step p50 ns, step p99 ns) from the relay's own stats between two
+        wall times: the nfe_total counter over the snapshots' own stamps (so neither the 10 Hz
+        period nor this process's delays enter the rate), the step figures of the last one.
+        None with fewer than two snapshots in the window."""
+        with self._cv:
+            rows = [r for r in self.work_history if start_ns <= r[0] <= end_ns]
+        if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
+            return None
+        rate = (rows[-1][1] - rows[0][1]) / ((rows[-1][0] - rows[0][0]) * 1e-9)
+        return rate, float(rows[-1][2]), float(rows[-1][3])
+
     def nfe_percentiles(self) -> tuple[float, float, int]:
         """(p50, p99, 0) of the relay's recent worker NFEs, as its stats report them."""
         s = self.stats()
@@ -525,9 +546,12 @@ class RemoteRelay:
 
 @contextmanager
 def remote_relay(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
+                 namespace: str = "",
                  **params) -> Iterator[tuple[RemoteRelay, BenchClient]]:  # fmt: skip
-    """`flowedge-relayd` in its own process, a RemoteRelay view of it and a BenchClient."""
-    with relay_process(env=env, switch_interval_s=switch_interval_s, **params) as (info, client):
+    """`flowedge-relayd` in its own process, a RemoteRelay view of it and a BenchClient (both
+    under `namespace`, if given)."""
+    with relay_process(env=env, switch_interval_s=switch_interval_s, namespace=namespace,
+                       **params) as (info, client):  # fmt: skip
         yield RemoteRelay(client.node, info, int(params.get("workers", 1)),
                           batch_slots=int(params.get("batch_slots", 1))), client
 
