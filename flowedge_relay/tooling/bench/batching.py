@@ -1,9 +1,14 @@
 """`bench batching`: what batch slots (docs/design.md §5.1) buy, measured through the relay.
 
-For each bundled model (small, bench) and each `batch_slots` B (1, 2, 4, 8, 16) a fresh relay
-runs as its own `flowedge-relayd` process (`--in-process`: in the bench process), is warmed up,
-then kept saturated for `--seconds` (calibrate's `saturate`: 2 W B + 2 no-deadline requests of
-`--nfe` NFE outstanding, so every slot is always taken). Per point:
+For each bundled model (small, bench) one relay per `batch_slots` B (1, 2, 4, 8, 16) runs as its
+own `flowedge-relayd` process, all of them at once under /b1, /b2, ... and warmed up; then
+`--rounds` rounds give each B in turn `--seconds` / rounds of saturation (calibrate's `saturate`:
+2 W B + 2 no-deadline requests of `--nfe` NFE outstanding, so every slot is always taken), the
+order reversed every other round. Rates come from the relay's nfe_total counter over its own
+flowedge/stats stamps, step figures from its last snapshot; a point is the median over its
+segments and its ratios to B = 1 the medians of the ratios within a round, so each B is compared
+with B = 1 at the same moment of a host whose speed drifts over seconds. (`--in-process`: one
+relay at a time in the bench process, each point measured once, as before.) Per point:
 
   nfe_per_s       NFE the relay computed per second while saturated (its nfe_total counter)
   step_ns_p99     p99 cost of one batched step over the recent steps (the relay's worker
