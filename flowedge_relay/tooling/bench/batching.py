@@ -7,8 +7,10 @@ own `flowedge-relayd` process, all of them at once under /b1, /b2, ... and warme
 order reversed every other round. Rates come from the relay's nfe_total counter over its own
 flowedge/stats stamps, step figures from its last snapshot; a point is the median over its
 segments and its ratios to B = 1 the medians of the ratios within a round, so each B is compared
-with B = 1 at the same moment of a host whose speed drifts over seconds. (`--in-process`: one
-relay at a time in the bench process, each point measured once, as before.) Per point:
+with B = 1 at the same moment of a host whose speed drifts over seconds, and every relay's
+workers run on the same CPU (`worker_cpu_affinity`, the last allowed one), so on the same vCPU.
+(`--in-process`: one relay at a time in the bench process, each point measured once, as before.)
+Per point:
 
   nfe_per_s       NFE the relay computed per second while saturated (its nfe_total counter)
   step_ns_p99     p99 cost of one batched step over the recent steps (the relay's worker
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import time
 
 import numpy as np
@@ -145,6 +148,10 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
     another host (the step ceiling of B = 2 once came out 1.2)."""
     path = model_path(model)
     seg = seconds / rounds
+    # every relay's workers on the same CPU: one vCPU of this host can run the same loop 1.5x
+    # slower than the other for seconds, and B = 1 on the slow one would flatter every ratio
+    # (it did: B = 1's one-row step read 15.5 us in one run, 10.3 in the others)
+    cpu = max(os.sched_getaffinity(0))
     with contextlib.ExitStack() as stack:
         relays = {}
         for b in slots:
@@ -152,7 +159,8 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
                 bar.update(label=f"{model}: starting the relay with batch_slots={b}")
             relay, client = stack.enter_context(remote_relay(
                 namespace=f"/b{b}", model_path=path, workers=workers, batch_slots=b,
-                queue_capacity=max(64, 4 * workers * b), max_nfe=max(64, nfe)))
+                queue_capacity=max(64, 4 * workers * b), max_nfe=max(64, nfe),
+                worker_cpu_affinity=[cpu]))
             warm_up(client)
             saturate(client, workers * b, nfe, min(seg, 0.3), "bench-batching-warm")
             relays[b] = (relay, client)
