@@ -222,3 +222,12 @@ def test_relay_answers_the_same_on_either_loop():
         s: _timeless(a) for s, a in python.items()}
     assert len(native[1].actions) == ACT and native[1].model_digest == MODEL.digest
     assert native_lat.size == python_lat.size == 1 and native_lat[0] > 0
+
+
+def test_simulated_time_keeps_the_rclpy_loop():
+    """On simulated time the stamp must be the node's clock, which the C loop cannot read: the
+    relay publishes through rclpy and says why."""
+    with running_relay(use_sim_time=True) as h:  # no /clock: its timers never fire
+        values = h.relay._loop_values()  # what the workers status would carry
+    assert values["publisher_loop"] == "python"
+    assert "use_sim_time" in values["publisher_loop_note"]
