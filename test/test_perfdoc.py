@@ -46,6 +46,34 @@ def test_two_runs_side_by_side(tmp_path):
     ratio_row = next(line for line in readme.splitlines() if "relay_throughput_ratio" in line)
     assert ratio_row.index("0.990") < ratio_row.index("0.970")
     assert "0.970" in (root / "docs" / "performance.md").read_text()
+    # which targets reproduced: 1.40 and 1.50 <= 1.5 both times; 2.8 and 3.0 ms > 2 ms both times
+    assert ratio_row.rstrip(" |").endswith("both runs")
+    p99_row = next(line for line in readme.splitlines() if "overhead at light load" in line)
+    assert p99_row.rstrip(" |").endswith("neither")
+
+
+def test_target_met_says_which_run_held():
+    prev = perfdoc.headline({"overhead": _overhead(3_100_000, 2_000_000, 0.90, "a")})
+    this = perfdoc.headline({"overhead": _overhead(1_900_000, 2_000_000, 0.99, "b")})
+    met = {r["measure"]: r["target met"] for r in perfdoc.side_by_side(this, prev)}
+    assert met["relay overhead p99 / transport floor p99 (same run)"] == "this run only"
+    assert met["relay_throughput_ratio (relay vs bare onnxruntime)"] == "this run only"
+    assert met["transport floor (rclpy echo round trip), p50 / p99"] == "-"
+    met = {r["measure"]: r["target met"] for r in perfdoc.side_by_side(prev, this)}
+    assert met["relay overhead at light load, p50 / p99"] == "previous run only"
+
+
+def test_overload_targets_are_issue_15s():
+    m = {"on_time_ratio_admitted": 0.99995, "goodput_vs_capacity": 0.95,
+         "nfe_goodput_vs_capacity": 0.86, "wasted_nfe_ratio": 0.001}
+    t = perfdoc._overload_target
+    assert t("edf_admission", "2.0", False, m) == (">= 99.99% / >= 90% / >= 85% / <= 0.5%", True)
+    assert t("edf_admission", "3.0", False, m) == ("-", None)  # static: 2x without noise only
+    assert t("edf_admission", "2.0", True, m) == ("-", None)
+    assert t("edf_adaptive", "3.0", True, m) == (">= 99.99%", True)
+    assert t("edf_adaptive", "2.0", True, {**m, "wasted_nfe_ratio": 0.006})[1] is False
+    assert t("edf_adaptive", "3.0", False, {**m, "on_time_ratio_admitted": 0.9998})[1] is False
+    assert t("queue_timeout", "2.0", False, m) == ("-", None)
 
 
 def test_one_run_without_previous(tmp_path):
