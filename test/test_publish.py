@@ -19,7 +19,7 @@ from ros_helpers import ros_context, running_relay, spinning, status_values, wai
 
 from flowedge_relay.core import Code, Core, CoreConfig, Outcome, ffi, lib
 from flowedge_relay.model import default_model_path, load_model
-from flowedge_relay.publisher import action_message, rcl_functions
+from flowedge_relay.publisher import ActionPublisher, action_message, rcl_functions
 from flowedge_relay.timebase import ROS_TIME_MAX_NS
 
 MODEL = load_model(default_model_path())  # policy_small: the messages' digest and dims
@@ -33,11 +33,7 @@ def _core(**kw) -> Core:
 
 
 def _publisher(core: Core, model=MODEL):
-    digest = model.digest.encode() if model else b""
-    dims = (model.obs_dim, model.action_dim, model.action_horizon) if model else (0, 0, 0)
-    out = ffi.new("struct fer_publisher **")
-    assert lib.fer_publisher_create(core._live(), digest, len(digest), *dims, out) == 0
-    return ffi.gc(out[0], lib.fer_publisher_destroy)
+    return ActionPublisher._create(core, model)
 
 
 def _c_bytes(pub, o: Outcome, stamp_ns: int) -> bytes:

@@ -434,10 +434,9 @@ class RemoteRelay:
         self.core = self.pool = self
         self._cv = threading.Condition()
         self._latest = None
-        # (stamp ns, nfe_ns_in_use, nfe_ns_observed_tail) of every stats message, ~10 Hz
-        self.cost_history: collections.deque = collections.deque(maxlen=200_000)
-        # (stamp ns, nfe_total, nfe_ns_p50, nfe_ns_p99) of every stats message
-        self.work_history: collections.deque = collections.deque(maxlen=200_000)
+        # (stamp ns, nfe_ns_in_use, nfe_ns_observed_tail, nfe_total, nfe_ns_p50, nfe_ns_p99) of
+        # every stats message, ~10 Hz
+        self.history: collections.deque = collections.deque(maxlen=200_000)
         # the relay's own status names start with its full name (several may share the topic)
         ns = node.get_namespace().strip("/")
         self._status_name = f"{ns}/{relay_name}" if ns else relay_name
@@ -453,8 +452,8 @@ class RemoteRelay:
     def _on_stats(self, msg) -> None:
         stamp = stamp_ns(msg.stamp)
         with self._cv:
-            self.cost_history.append((stamp, msg.nfe_ns_in_use, msg.nfe_ns_observed_tail))
-            self.work_history.append((stamp, msg.nfe_total, msg.nfe_ns_p50, msg.nfe_ns_p99))
+            self.history.append((stamp, msg.nfe_ns_in_use, msg.nfe_ns_observed_tail,
+                                 msg.nfe_total, msg.nfe_ns_p50, msg.nfe_ns_p99))
             self._latest = msg
             self._cv.notify_all()
 
@@ -516,7 +515,7 @@ class RemoteRelay:
     def cost_during(self, start_ns: int, end_ns: int) -> dict | None:
         """nfe_ns_in_use and the observed tail the relay reported between two wall times."""
         with self._cv:
-            rows = [r for r in self.cost_history if start_ns <= r[0] <= end_ns]
+            rows = [r for r in self.history if start_ns <= r[0] <= end_ns]
         if not rows:
             return None
         in_use = np.asarray([r[1] for r in rows], np.float64)
@@ -532,11 +531,11 @@ class RemoteRelay:
         period nor this process's delays enter the rate), the step figures of the last one.
         None with fewer than two snapshots in the window."""
         with self._cv:
-            rows = [r for r in self.work_history if start_ns <= r[0] <= end_ns]
+            rows = [r for r in self.history if start_ns <= r[0] <= end_ns]
         if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
             return None
-        rate = (rows[-1][1] - rows[0][1]) / ((rows[-1][0] - rows[0][0]) * 1e-9)
-        return rate, float(rows[-1][2]), float(rows[-1][3])
+        rate = (rows[-1][3] - rows[0][3]) / ((rows[-1][0] - rows[0][0]) * 1e-9)
+        return rate, float(rows[-1][4]), float(rows[-1][5])
 
     def nfe_percentiles(self) -> tuple[float, float, int]:
         """(p50, p99, 0) of the relay's recent worker NFEs, as its stats report them."""

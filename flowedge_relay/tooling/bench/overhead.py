@@ -229,6 +229,7 @@ def run(args: argparse.Namespace) -> dict:
             warm_up(echo)
             bar.update(label=f"light load: {n_light} x {args.nfe} NFE, each + one echo")
             light = light_load(client, echo, n_light, args.nfe, args.gap_ms / 1e3, bar)
+            main = light_figures(light)
             samplers = [FlowSampler(make_session(info, 1), info) for _ in range(args.workers)]
             bare_throughput(samplers, 0.1)  # warm-up
             tp = throughput_trials(client, samplers, args.workers, args.sat_nfe, seconds, trials,
@@ -256,11 +257,12 @@ def run(args: argparse.Namespace) -> dict:
                 bar.update(label=f"light load, publisher_loop {pub_other}")
                 light_other = light_load(client3, echo3, n_light, args.nfe, args.gap_ms / 1e3,
                                          bar)  # fmt: skip
-            pub_comparison = {pub: light_figures(light), pub_other: light_figures(light_other)}
+            pub_comparison = {pub: main, pub_other: light_figures(light_other)}
     overhead = light["e2e"] - light["compute"]
     rest = overhead - light["queue"] - light["delivery"]
-    o50, o99, o999 = percentiles(overhead, (50, 99, 99.9))
-    f50, f99 = percentiles(light["floor"], (50, 99))
+    o50, o99, o999 = main["overhead_p50_ns"], main["overhead_p99_ns"], percentiles(overhead,
+                                                                                (99.9,))[0]
+    f50, f99 = main["transport_floor_p50_ns"], main["transport_floor_p99_ns"]
     ratio = tp["relay_throughput_ratio"]
     parts = {}
     for name, values in (("e2e", light["e2e"]), ("compute", light["compute"]),
@@ -270,7 +272,7 @@ def run(args: argparse.Namespace) -> dict:
         p50, p99 = percentiles(values, (50, 99))
         parts[name] = {"p50_ns": p50, "p99_ns": p99, "max_ns": float(np.max(values))}
     where = "in the bench process" if args.in_process else "as its own flowedge-relayd process"
-    vs_floor = o99 / f99 if f99 > 0 else None  # issue 15: overhead p99 vs the echo floor
+    vs_floor = main["overhead_p99_vs_floor"]  # issue 15: overhead p99 vs the echo floor
     report = {
         "method": (
             f"relay {where}, {args.workers} worker(s), admission off; light load: "
