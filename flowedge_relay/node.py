@@ -426,8 +426,12 @@ class RelayNode(Node):
             )
             spin_until(executor, self._intake_stop)
 
-        self._request_thread = threading.Thread(target=run, name="flowedge-requests", daemon=True)
-        self._request_thread.start()
+        thread = threading.Thread(target=run, name="flowedge-requests", daemon=True)
+        thread.start()
+        # published only once started: stop() on another thread (a relay torn down as it comes
+        # up) joins it, and joining a thread not yet started raises, which skipped the rest of
+        # stop() and closed the core under running workers
+        self._request_thread = thread
 
     # -- health, diagnostics and stats (main executor) -----------------------------------------
 
@@ -600,18 +604,22 @@ class RelayNode(Node):
             return
         self._stopped = True
         self._intake_stop.set()
-        if self._request_thread is not None:
-            self._request_thread.join(timeout=1.0)
+        # nested: whatever fails, every later stage still runs (a later stop() is a no-op, and
+        # destroy_node then closes the core: nothing may still be running on it)
         try:
-            if self.pool is not None:
-                self.pool.stop()
+            if self._request_thread is not None:
+                self._request_thread.join(timeout=1.0)
         finally:
-            if self._output is not None:
-                self._output.stop()
-            if self.core is not None:
-                self.core.shutdown()
-            if self._publisher_thread is not None:
-                self._publisher_thread.join(timeout=5.0)
+            try:
+                if self.pool is not None:
+                    self.pool.stop()
+            finally:
+                if self._output is not None:
+                    self._output.stop()
+                if self.core is not None:
+                    self.core.shutdown()
+                if self._publisher_thread is not None:
+                    self._publisher_thread.join(timeout=5.0)
 
     def destroy_node(self) -> None:
         self.stop()

@@ -375,3 +375,35 @@ def test_batch_slots_answer_every_valid_request_exactly_once_over_dds():
     assert workers["batch_slots"] == "4" and workers["nfe_loop"] == "native"
     assert float(workers["mean_rows_per_step"]) > 1.0
     assert "step_ns_p99.rows_4" in workers or "step_ns_p99.rows_3" in workers
+
+
+def test_a_relay_stopped_as_its_request_thread_starts_stops_whole(monkeypatch):
+    """Torn down as it comes up: stop() runs on another thread at the moment spin_relay's thread
+    starts the request executor (created, not yet started). stop() must still stop the workers
+    and the publisher: it once joined the unstarted thread, which raised and skipped the rest,
+    and the core was then closed under running workers. The request thread, started after
+    stop(), exits at once."""
+    import flowedge_relay.node as node_mod
+    from flowedge_relay.node import RelayNode
+    from flowedge_relay.tooling.harness import ros_context
+
+    class StopFirst(threading.Thread):
+        """The request thread, with stop() run by 'another thread' just before it starts."""
+
+        def start(self) -> None:
+            if self.name == "flowedge-requests":
+                node.stop()
+            super().start()
+
+    before = {t.ident for t in threading.enumerate()}
+    with ros_context() as ctx:
+        node = RelayNode(context=ctx)
+        monkeypatch.setattr(node_mod.threading, "Thread", StopFirst)
+        node.start_request_executor()
+        monkeypatch.undo()
+        assert not any(v for k, v in node.threads_alive().items() if k != "request")
+        node._request_thread.join(timeout=5.0)
+        assert not node._request_thread.is_alive()
+        node.destroy_node()
+    time.sleep(0.2)
+    assert [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()] == []
