@@ -85,6 +85,10 @@ def test_calibrate_with_batch_slots_recommends_a_full_step():
                                                         "--requests", "8", "--batch-slots", "2"])))
     assert report["batch_slots"] == 2
     assert report["recommended_nfe_ns"] >= report["loaded_compute_ns_per_nfe_p99"] > 0
+    # the overload phase ran (open loop, every request answered) and bounds nfe_ns too
+    assert report["overloaded_requests"] > 0 and report["overloaded_rate_rps"] > 0
+    assert report["recommended_nfe_ns"] >= report["overloaded_step_ns_p99"] > 0
+    assert report["recommended_nfe_ns"] >= report["loaded_step_ns_p99"] > 0
     assert "-p batch_slots:=2" in calibrate.table(report)
 
 

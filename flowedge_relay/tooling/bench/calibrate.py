@@ -24,11 +24,20 @@ compute lose the relay's median prefix pass of that phase before they are divide
 
 then keeps the lanes saturated for a few seconds (2W+2 requests outstanding) and records the
 relay's compute ns per NFE under that load (loaded: the GIL and both cores are shared with the
-request and publisher threads, so an NFE costs more than on an idle relay).
+request and publisher threads, so an NFE costs more than on an idle relay), and the p99 of the
+relay's own per-step time (one NFE at B = 1, one batched step at B > 1): a request's mean per NFE
+smooths the step tail away, and admission needs every step to fit. Last, as long again, it offers
+OVERLOAD_X (3) times that saturated capacity open loop (deadline send + 100 ms; admission off, so
+the queue's capacity and dispatch expiry shed the excess) and reads the per-step p99 again: under
+overload the request and publisher paths carry every arrival, accepted or not, on the same two
+cores as the workers. Measured at B = 8 on policy_bench: the step p99 was 2.2-2.6 ms saturated and
+5.5 ms at 3x, and a static nfe_ns of the saturated figure kept 94.5% of admitted requests on time
+at 2x (the 3x figure: 100%).
 
 Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-record):
   recommended_nfe_ns               = ceil(margin x max(p99 of e2e ns per NFE,
-                                                       p99 of loaded compute ns per NFE)), in us
+                                                       p99 of loaded compute ns per NFE,
+                                                       p99 of the step saturated and at 3x)), in us
   recommended_admission_reserve_ns = ceil(margin x p99 of the fixed part), whole microseconds
   recommended_prefix_ns            = ceil(margin x max(p99 of the relay's prefix passes,
                                                        the same p99 under saturation)), in us
@@ -50,9 +59,11 @@ from flowedge_relay.model import FlowSampler, ModelInfo, make_session
 from flowedge_relay.policy import Policy, PolicySampler, fill_buffers, make_sessions
 from flowedge_relay.tooling.bench.client import (
     INFERENCE,
+    collector_paused,
     percentiles,
     relay_for_bench,
     saturate,
+    wait_idle,
     warm_up,
 )
 from flowedge_relay.tooling.bench.perfdoc import host_info
@@ -71,6 +82,7 @@ CAVEAT = (
     "(observation sizes, NFE counts, concurrency), the host's thermal state and power mode, the "
     "deployed CPU affinity / real-time priority, and a safety margin on top. Re-run it there."
 )
+OVERLOAD_X = 3.0  # the overload phase's arrival rate, in multiples of the saturated capacity
 NOISY_TAIL_RATIO = 3.0  # raw NFE p99 / p50 above this: the host stalls; say so
 # requests, nfe, raw NFEs, blocks, seconds saturated
 SIZES = {"quick": (16, 4, 100, 2, 0.3), "full": (800, 10, 4000, 8, 4.0)}
@@ -169,7 +181,8 @@ def relay_samples(
 
 
 def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
-            bar: Progress | None = None, loaded_s: float = 0.0) -> dict:  # fmt: skip
+            bar: Progress | None = None, loaded_s: float = 0.0,
+            overload_x: float = OVERLOAD_X) -> dict:  # fmt: skip
     """Relay requests and raw NFEs (and raw prefix passes) in alternating blocks, then
     (loaded_s > 0) the lanes kept saturated for loaded_s seconds; returns the sample arrays and,
     for a two-phase model, the relay's prefix-pass percentiles at the end of each phase."""
@@ -198,12 +211,52 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
         if bar is not None:
             bar.update(label=f"saturated {loaded_s:g} s")
         lanes = getattr(relay.core, "lanes", relay.core.workers)  # W x B with batch slots
-        answers = saturate(client, lanes, nfe, loaded_s, "bench-calibrate-load")
+        steps: list[tuple[float, float, int]] = []
+        # read at the last moment every lane is still busy: the relay's own per-step timing,
+        # whose tail a request's mean per NFE (over its nfe steps) smooths away
+        answers = saturate(client, lanes, nfe, loaded_s, "bench-calibrate-load",
+                           at_end=lambda: steps.append(relay.pool.nfe_percentiles()))
+        samples["loaded_step_ns_p99"] = steps[0][1] if steps else 0.0
+        if overload_x > 0:
+            per_nfe = (sum(a.compute_ns for a in answers)
+                       / max(1, sum(a.nfe_done for a in answers)))  # fmt: skip
+            rate = overload_x * lanes * 1e9 / (nfe * max(per_nfe, 1.0))
+            if bar is not None:
+                bar.update(label=f"{overload_x:g}x capacity for {loaded_s:g} s")
+            samples["overloaded_step_ns_p99"], samples["overloaded_requests"] = overloaded_steps(
+                relay, client, rate, loaded_s, nfe)
+            samples["overloaded_rate_rps"] = rate
         samples["loaded_compute_ns"] = np.asarray([a.compute_ns for a in answers], np.int64)
         samples["loaded_nfe_done"] = np.asarray([a.nfe_done for a in answers], np.int64)
         if raw.two_phase:
             samples["loaded_relay_prefix"] = relay.pool.prefix_percentiles()
     return samples
+
+
+def overloaded_steps(relay, client, rate_rps: float, seconds: float, nfe: int,
+                     slack_ns: int = 100_000_000) -> tuple[float, int]:  # fmt: skip
+    """Offer rate_rps requests of nfe NFE (deadline: send time + slack_ns) for `seconds`, open
+    loop. Admission is off, so the queue's capacity and dispatch expiry shed what the lanes
+    cannot take: every lane computes while the request and publisher paths carry an overload's
+    arrivals, as they will when admission matters. Returns the p99 of the relay's own per-step
+    time, read when the sending stops, and the requests sent; waits for every answer."""
+    keys: list[tuple[str, int]] = []
+    gap_ns = 1e9 / rate_rps
+    with collector_paused():
+        start = time.monotonic_ns()
+        n = int(seconds * 1e9 / gap_ns)
+        for i in range(n):
+            delay = start + int(i * gap_ns) - time.monotonic_ns()
+            if delay > 0:
+                time.sleep(delay * 1e-9)
+            req = client.request(f"bench-calibrate-overload-{i % 4}", client.next_sequence(),
+                                 nfe, noise_seed=i)  # fmt: skip
+            client.send(req, slack_ns=slack_ns)
+            keys.append((req.session_id, req.sequence))
+        _, step_p99, _ = relay.pool.nfe_percentiles()
+        client.wait_keys(keys, slack_ns * 1e-9 + 10.0)
+    wait_idle(relay)
+    return step_p99, len(keys)
 
 
 def _per_nfe(total_ns: np.ndarray, nfe_done: np.ndarray, prefix_ns: float) -> np.ndarray:
@@ -237,7 +290,11 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
         report[f"{name}_p99_9"] = p999
         report[f"{name}_max"] = float(np.max(values)) if len(values) else 0.0
         report[f"{name}_mean"] = float(np.mean(values)) if len(values) else 0.0
-    bound = max(report["e2e_ns_per_nfe_p99"], report.get("loaded_compute_ns_per_nfe_p99", 0.0))
+    for key in ("loaded_step_ns_p99", "overloaded_step_ns_p99", "overloaded_rate_rps"):
+        report[key] = float(samples.get(key, 0.0))
+    report["overloaded_requests"] = int(samples.get("overloaded_requests", 0))
+    bound = max(report["e2e_ns_per_nfe_p99"], report.get("loaded_compute_ns_per_nfe_p99", 0.0),
+                report["loaded_step_ns_p99"], report["overloaded_step_ns_p99"])
     report["recommended_nfe_ns"] = _us_ceil(margin * bound)
     report["recommended_admission_reserve_ns"] = _us_ceil(margin * report["fixed_overhead_ns_p99"])
     report["recommended_prefix_ns"] = 0
@@ -350,7 +407,12 @@ def table(report: dict) -> str:
         f"calibrate: {report['method']}",
         format_rows(report["rows"]),
         f"recommended nfe_ns               = {report['recommended_nfe_ns']:>10d}"
-        f"  (max p99 of e2e and saturated compute ns per NFE x margin {report['margin']:g})",
+        f"  (max p99 of e2e and saturated compute ns per NFE, and of the relay's step saturated "
+        f"and at {OVERLOAD_X:g}x, x margin {report['margin']:g})",
+        f"  relay step p99: saturated {report.get('loaded_step_ns_p99', 0.0) / 1e3:.0f} us, at "
+        f"{OVERLOAD_X:g}x capacity ({report.get('overloaded_rate_rps', 0.0):.0f} requests/s, "
+        f"{report.get('overloaded_requests', 0)} sent) "
+        f"{report.get('overloaded_step_ns_p99', 0.0) / 1e3:.0f} us",
         f"recommended admission_reserve_ns = {report['recommended_admission_reserve_ns']:>10d}"
         "  (p99 fixed part x margin)",
     ]
