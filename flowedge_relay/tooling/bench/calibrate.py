@@ -354,6 +354,10 @@ def run(args: argparse.Namespace) -> dict:
             f"{report['raw_nfe_samples']} raw sampler nfe() calls on a separate session"
             + (f" and {report['raw_prefix_samples']} raw prefix() passes; per-NFE figures "
                "without the relay's median prefix pass" if report["two_phase"] else "")
+            + (f"; then {loaded_s:g} s with every lane saturated and {loaded_s:g} s with "
+               f"{OVERLOAD_X:g}x that capacity offered open loop "
+               f"({report['overloaded_requests']} requests), the relay's step p99 read at the "
+               "end of each" if loaded_s > 0 else "")
         ),
         caveat=CAVEAT,
         rows=_rows(report),

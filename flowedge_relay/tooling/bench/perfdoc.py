@@ -196,6 +196,15 @@ def headline(reports: dict[str, dict]) -> list[dict]:
                         f"{cal['raw_ns_per_nfe_p99'] / 1e3:.0f} us -> recommended nfe_ns "
                         f"{cal['recommended_nfe_ns']}",
         })  # fmt: skip
+        if "overloaded_step_ns_p99" in cal:  # the bound: the relay's step tail under overload
+            rows.append({
+                "measure": f"calibrate ({cal['model']}): relay step p99, saturated / at 3x "
+                           "capacity offered",
+                "target": "-",
+                "measured": f"{cal['loaded_step_ns_p99'] / 1e3:.0f} us / "
+                            f"{cal['overloaded_step_ns_p99'] / 1e3:.0f} us "
+                            f"({cal['overloaded_rate_rps']:.0f} requests/s)",
+            })  # fmt: skip
     return rows
 
 
