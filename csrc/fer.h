@@ -86,7 +86,7 @@
  * 1 <= queue_capacity <= FER_MAX_QUEUE, 1 <= max_sessions <= FER_MAX_SESSIONS, max_nfe >= 1,
  * 1 <= ring_capacity <= FER_MAX_RING (rounded up to a power of two), age_gate <= 2,
  * cost_model <= 1, cost_quantile_ppm <= 1000000 (cost_window_ns 0 = 1 s, cost_quantile_ppm 0 =
- * 990000; fer_core_get_config reports the effective values), two_phase <= 1,
+ * 900000; fer_core_get_config reports the effective values), two_phase <= 1,
  * payload_bytes <= FER_MAX_PAYLOAD, batch_slots <= FER_MAX_BATCH (0 = 1).
  *
  * Batch slots (docs/design.md §5.1): with batch_slots = B each worker advances up to B requests
@@ -368,7 +368,7 @@ int fer_core_set_policy(struct fer_core *core, uint32_t reject_if_retry_count_gt
 int fer_core_stats(struct fer_core *core, struct fer_stats *out);
 /* Cost model (docs/design.md §5.2, csrc/fer_cost.c). Every NFE passed to fer_core_step is measured
  * in both modes. set_cost_model: cost_model FER_COST_*, window_ns (0 = 1 s) and quantile_ppm
- * (1..1000000, 0 = 990000); changing the window forgets the samples. FER_OK or FER_EINVAL.
+ * (1..1000000, 0 = 900000); changing the window forgets the samples. FER_OK or FER_EINVAL.
  * cost_stats: the model's state at now (samples older than the window no longer count). */
 int fer_core_set_cost_model(struct fer_core *core, uint32_t cost_model, uint64_t window_ns,
                             uint32_t quantile_ppm);

@@ -26,7 +26,7 @@
 #define FER_COST_OCTAVES 26    /* up to 2^36 ns (~69 s); longer samples share the last bucket */
 #define FER_COST_BUCKETS (1u + FER_COST_OCTAVES * FER_COST_PER_OCTAVE)
 #define FER_COST_DEFAULT_WINDOW_NS 1000000000ull
-#define FER_COST_DEFAULT_QUANTILE_PPM 990000u
+#define FER_COST_DEFAULT_QUANTILE_PPM 900000u
 
 /* Invariants: agg[b] = sum over sub-windows s of sub[s][b]; total = sum of agg; epoch = the
  * sub-window index (now / sub_ns) of the newest sample, stored in sub[epoch % SUBWINDOWS];

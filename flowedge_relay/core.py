@@ -161,7 +161,7 @@ class CoreConfig:
     session_idle_ns: int = 10_000_000_000
     cost_model: CostModel = CostModel.STATIC
     cost_window_ns: int = 0  # 0 = 1 s
-    cost_quantile_ppm: int = 0  # 0 = 990000 (p99)
+    cost_quantile_ppm: int = 0  # 0 = 900000 (p90)
     two_phase: int = 0  # 1: every request pays prefix_ns once before its first NFE (§5, §10)
     payload_bytes: int = 0  # bytes of per-request payload in each slot; 0 = none
     prefix_ns: int = 0  # calibrated ns of one prefix pass; used only when two_phase

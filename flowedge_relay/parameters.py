@@ -137,7 +137,7 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "cost_quantile",
-        0.99,
+        0.9,
         "which quantile of the NFEs measured in the window is the tail (1.0 = the maximum)",
         0.5,
         1.0,

@@ -70,13 +70,13 @@ def test_estimate_reacts_within_a_second_of_virtual_time():
         lane.nfe(FLOOR, 2000)  # 0.2 s at the calibrated cost
         assert c.cost_stats(lane.now).in_use_ns == FLOOR
         start = lane.now
-        # The host gets loaded: NFEs cost 4x. With p99 the estimate follows once 1% of the
-        # window is slow: a handful of NFEs, far less than a second.
+        # The host gets loaded: NFEs cost 4x. With p90 the estimate follows once 10% of the
+        # window is slow: 223 NFEs after 2,000 fast ones, 89 ms, far less than a second.
         while c.cost_stats(lane.now).in_use_ns < 400_000:
             lane.nfe(400_000)
             assert lane.now - start < S, "no reaction within 1 s of virtual time"
         k = c.cost_stats(lane.now)
-        assert lane.now - start <= 30 * 400_000
+        assert lane.now - start <= 230 * 400_000
         assert 400_000 <= k.observed_tail_ns <= 400_000 * 1.07  # bucket width, capped at max
         assert k.in_use_ns == k.observed_tail_ns
 
@@ -107,14 +107,21 @@ def test_idle_relay_forgets_the_tail_after_the_window():
 
 
 def test_the_tail_is_a_quantile_not_the_maximum():
-    with make() as c:  # p99 by default
+    with make() as c:  # p90 by default
+        lane = Lane(c)
+        lane.nfe(FLOOR, 950)
+        lane.nfe(2_000_000, 50)  # 5% outliers (a neighbour's preemptions): not the p90
+        k = c.cost_stats(lane.now)
+        assert k.quantile_ppm == 900_000 and k.window_max_ns == 2_000_000
+        # the upper edge of the p90's bucket (buckets are 1/16 octave wide): conservative
+        assert FLOOR <= k.observed_tail_ns <= FLOOR * 1.07
+        lane.nfe(2_000_000, 100)  # now 13.6% of the window: a sustained slowdown, the p90
+        assert c.cost_stats(lane.now).observed_tail_ns == 2_000_000
+    with make(cost_quantile_ppm=990_000) as c:  # p99
         lane = Lane(c)
         lane.nfe(FLOOR, 995)
         lane.nfe(2_000_000, 5)  # 0.5% outliers: not the p99
-        k = c.cost_stats(lane.now)
-        assert k.window_max_ns == 2_000_000
-        # the upper edge of the p99's bucket (buckets are 1/16 octave wide): conservative
-        assert FLOOR <= k.observed_tail_ns <= FLOOR * 1.07
+        assert FLOOR <= c.cost_stats(lane.now).observed_tail_ns <= FLOOR * 1.07
         lane.nfe(2_000_000, 15)  # now 2% of the window: the p99 is an outlier
         assert c.cost_stats(lane.now).observed_tail_ns == 2_000_000
     with make(cost_quantile_ppm=1_000_000) as c:  # the maximum
@@ -187,7 +194,7 @@ def test_defaults_and_extreme_durations_saturate():
     with make() as c:
         k = c.cost_stats(T)
         assert (k.window_ns, k.quantile_ppm, k.window_samples, k.in_use_ns) == \
-            (S, 990_000, 0, FLOOR)
+            (S, 900_000, 0, FLOOR)
         lane = Lane(c)
         lane.nfe(2**63, 1)  # longer than any bucket: the open-ended last one, capped at max
         k = c.cost_stats(lane.now)
