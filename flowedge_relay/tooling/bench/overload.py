@@ -42,6 +42,9 @@ than the request's deadline. Per policy and load:
   late_published_in_time   late answers whose header.stamp (the relay's publish) was before the
                            deadline: the time went between publisher and the client's callback
   late_receive_lag_ns      publish -> client callback of each late answer
+  expired_details          each EXPIRED answer (up to 50): sent_at_ms into the trace, slack_ms,
+                           nfe and nfe_done, queue_ms and compute_ms (the relay's), and
+                           published_after_deadline_ms: where an admitted request lost its time
   latency_p50_ns / p99_ns  client publish -> client receive, INFERENCE answers
 """
 
@@ -77,6 +80,7 @@ METRICS = (
     "on_time_goodput", "goodput_vs_capacity", "on_time_ratio_admitted", "wasted_nfe_ratio",
     "outcomes", "latency_p50_ns", "latency_p99_ns",
 )  # fmt: skip
+MAX_EXPIRED_DETAILS = 50  # EXPIRED answers described one by one in the JSON, per point
 TARGETS = {  # at 2x load, calibrated EDF admission, both cost models (printed, never asserted)
     "on_time_ratio_admitted": (">=", 0.9999),
     "goodput_vs_capacity": (">=", 0.90),
@@ -169,12 +173,22 @@ def _measure(client, keys, deadlines, lag, before, after) -> dict:
     outcomes.update(late_inference=0, lost=0)
     on_time, on_time_nfe, late_nfe, latency = 0, 0, 0, []
     late_published_in_time, late_receive_lag = 0, []  # where each late answer lost its time
+    expired = []  # what each EXPIRED request had been through (the relay's calibration misses)
+    first_sent = client.sent[keys[0]] if keys else 0
     for key, deadline in zip(keys, deadlines, strict=True):
         ans = client.answers.get(key)
         if ans is None:
             outcomes["lost"] += 1
             continue
         outcomes[REPORT_CODES[ans.code]] += 1
+        if REPORT_CODES[ans.code] == "EXPIRED" and len(expired) < MAX_EXPIRED_DETAILS:
+            sent = client.sent[key]
+            expired.append({
+                "sent_at_ms": (sent - first_sent) / 1e6, "slack_ms": (deadline - sent) / 1e6,
+                "nfe": ans.nfe_done + ans.remaining_nfe, "nfe_done": ans.nfe_done,
+                "queue_ms": ans.queue_ns / 1e6, "compute_ms": ans.compute_ns / 1e6,
+                "published_after_deadline_ms": (ans.published_ns - deadline) / 1e6,
+            })  # fmt: skip
         if ans.code == INFERENCE:
             latency.append(ans.received_ns - client.sent[key])
             if ans.received_ns <= deadline:
@@ -212,6 +226,7 @@ def _measure(client, keys, deadlines, lag, before, after) -> dict:
         # and publish -> client callback of every late answer
         "late_published_in_time": late_published_in_time,
         "late_receive_lag_ns": late_receive_lag,
+        "expired_details": expired,
         "outcomes": outcomes,
         "latency_p50_ns": p50,
         "latency_p99_ns": p99,
