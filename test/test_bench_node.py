@@ -12,7 +12,9 @@ import math
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -135,6 +137,13 @@ def test_overload_tiny(tmp_path):
             assert m["on_time_nfe"] >= m["on_time"]  # every on-time answer did >= 1 NFE
             assert m["nfe_goodput_vs_capacity"] >= 0
             assert m["latency_p50_ns"] <= m["latency_p99_ns"]
+            # capacity from the NFE cost under load where the relay's stats cover the point
+            assert m["capacity_basis"] in ("NFE cost under load (this point)",
+                                           "inline calibration")  # fmt: skip
+            if m["capacity_basis"].startswith("NFE cost"):
+                assert m["nfe_goodput_vs_capacity"] == pytest.approx(
+                    m["on_time_nfe"] / 0.3 / m["capacity_nfe_per_s_under_load"])
+            assert m["capacity_rps_calibrated"] == report["capacity_rps"]
     # The same trace for every policy at a load.
     offered = {p: report["policies"][p]["2.0"]["offered"] for p in report["policies"]}
     assert len(set(offered.values())) == 1
@@ -145,6 +154,29 @@ def test_overload_tiny(tmp_path):
         assert m["cost_model"]["nfe_ns_in_use_max"] >= report["nfe_ns"]
     assert "edf_admission" in overload.table(report)
     assert _is_png(Path(overload.plot(report, tmp_path / "overload.png")))
+
+
+def test_goodput_is_counted_against_the_capacity_under_load():
+    """Capacity from the relay's own stats: NFEs done over busy lane time (each message's
+    utilisation covers the interval since the one before); goodput against it, and against the
+    calibrated capacity next to it; the calibrated one alone when the stats do not cover it."""
+    from flowedge_relay.tooling.bench.client import RemoteRelay
+
+    s = 1_000_000_000
+    # (stamp, in_use, tail, nfe_total, p50, p99, utilisation): 200 NFE over 2 s, half busy
+    rows = [(0, 0, 0, 100, 0, 0, 0.9), (s, 0, 0, 200, 0, 0, 0.5), (2 * s, 0, 0, 300, 0, 0, 0.5)]
+    view = SimpleNamespace(history=rows, _cv=threading.Condition())
+    assert RemoteRelay.capacity_between(view, 0, 2 * s) == pytest.approx(200.0)  # NFE per s
+    assert RemoteRelay.capacity_between(view, s, s) is None  # one message: no interval
+    m = {"on_time": 10, "on_time_nfe": 100}
+    g = overload._goodput(m, 1.0, 40.0, 10.0, 200.0)
+    assert g["nfe_goodput_vs_capacity"] == pytest.approx(0.5)  # 100 of 200 NFE/s
+    assert g["goodput_vs_capacity"] == pytest.approx(0.5)  # 10 of 20 requests/s
+    assert g["goodput_vs_calibrated_capacity"] == pytest.approx(0.25)  # 10 of 40
+    assert g["nfe_goodput_vs_calibrated_capacity"] == pytest.approx(0.25)
+    g = overload._goodput(m, 1.0, 40.0, 10.0, None)
+    assert g["capacity_basis"] == "inline calibration"
+    assert g["goodput_vs_capacity"] == g["goodput_vs_calibrated_capacity"]
 
 
 def test_overload_on_the_two_phase_package():

@@ -434,8 +434,8 @@ class RemoteRelay:
         self.core = self.pool = self
         self._cv = threading.Condition()
         self._latest = None
-        # (stamp ns, nfe_ns_in_use, nfe_ns_observed_tail, nfe_total, nfe_ns_p50, nfe_ns_p99) of
-        # every stats message, ~10 Hz
+        # (stamp ns, nfe_ns_in_use, nfe_ns_observed_tail, nfe_total, nfe_ns_p50, nfe_ns_p99,
+        # lane_utilisation since the previous message) of every stats message, ~10 Hz
         self.history: collections.deque = collections.deque(maxlen=200_000)
         # the relay's own status names start with its full name (several may share the topic)
         ns = node.get_namespace().strip("/")
@@ -453,7 +453,8 @@ class RemoteRelay:
         stamp = stamp_ns(msg.stamp)
         with self._cv:
             self.history.append((stamp, msg.nfe_ns_in_use, msg.nfe_ns_observed_tail,
-                                 msg.nfe_total, msg.nfe_ns_p50, msg.nfe_ns_p99))
+                                 msg.nfe_total, msg.nfe_ns_p50, msg.nfe_ns_p99,
+                                 msg.lane_utilisation))
             self._latest = msg
             self._cv.notify_all()
 
@@ -536,6 +537,19 @@ class RemoteRelay:
             return None
         rate = (rows[-1][3] - rows[0][3]) / ((rows[-1][0] - rows[0][0]) * 1e-9)
         return rate, float(rows[-1][4]), float(rows[-1][5])
+
+    def capacity_between(self, start_ns: int, end_ns: int) -> float | None:
+        """NFE per second the lanes would compute if never idle, at the cost they measured between
+        two wall times: the NFEs done over the lane time they took (each stats message's
+        lane_utilisation covers the interval since the one before, so busy lane time is the sum
+        of utilisation x interval, in units of all lanes). None with too little in the window."""
+        with self._cv:
+            rows = [r for r in self.history if start_ns <= r[0] <= end_ns]
+        if len(rows) < 2:
+            return None
+        busy_s = sum(b[6] * (b[0] - a[0]) * 1e-9 for a, b in itertools.pairwise(rows))
+        nfe = rows[-1][3] - rows[0][3]
+        return nfe / busy_s if busy_s > 0 and nfe > 0 else None
 
     def nfe_percentiles(self) -> tuple[float, float, int]:
         """(p50, p99, 0) of the relay's recent worker NFEs, as its stats report them."""
