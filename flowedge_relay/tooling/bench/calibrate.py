@@ -184,8 +184,10 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
             bar: Progress | None = None, loaded_s: float = 0.0,
             overload_x: float = OVERLOAD_X) -> dict:  # fmt: skip
     """Relay requests and raw NFEs (and raw prefix passes) in alternating blocks, then
-    (loaded_s > 0) the lanes kept saturated for loaded_s seconds; returns the sample arrays and,
-    for a two-phase model, the relay's prefix-pass percentiles at the end of each phase."""
+    (loaded_s > 0) the lanes kept saturated for loaded_s seconds and (overload_x > 0) overload_x
+    times that capacity offered open loop for as long, the relay's step p99 read at the end of
+    each; returns the sample arrays and, for a two-phase model, the relay's prefix-pass
+    percentiles at the end of each phase."""
     raw = RawSampler(relay.model)
     raw.nfe_ns(20)  # warm-up
     relay_acc: dict[str, list] = {}
