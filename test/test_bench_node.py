@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -165,7 +164,8 @@ def test_goodput_is_counted_against_the_capacity_under_load():
     s = 1_000_000_000
     # (stamp, in_use, tail, nfe_total, p50, p99, utilisation): 200 NFE over 2 s, half busy
     rows = [(0, 0, 0, 100, 0, 0, 0.9), (s, 0, 0, 200, 0, 0, 0.5), (2 * s, 0, 0, 300, 0, 0, 0.5)]
-    view = SimpleNamespace(history=rows, _cv=threading.Condition())
+    view = object.__new__(RemoteRelay)  # its stats history only, no ROS node behind it
+    view.history, view._cv = rows, threading.Condition()
     assert RemoteRelay.capacity_between(view, 0, 2 * s) == pytest.approx(200.0)  # NFE per s
     assert RemoteRelay.capacity_between(view, s, s) is None  # one message: no interval
     m = {"on_time": 10, "on_time_nfe": 100}

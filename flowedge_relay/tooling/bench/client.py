@@ -513,10 +513,14 @@ class RemoteRelay:
             raise TimeoutError("the relay did not answer set_parameters")
         return list(future.result().results)
 
+    def _window(self, start_ns: int, end_ns: int) -> list[tuple]:
+        """The history rows stamped between two wall times."""
+        with self._cv:
+            return [r for r in self.history if start_ns <= r[0] <= end_ns]
+
     def cost_during(self, start_ns: int, end_ns: int) -> dict | None:
         """nfe_ns_in_use and the observed tail the relay reported between two wall times."""
-        with self._cv:
-            rows = [r for r in self.history if start_ns <= r[0] <= end_ns]
+        rows = self._window(start_ns, end_ns)
         if not rows:
             return None
         in_use = np.asarray([r[1] for r in rows], np.float64)
@@ -531,8 +535,7 @@ class RemoteRelay:
         wall times: the nfe_total counter over the snapshots' own stamps (so neither the 10 Hz
         period nor this process's delays enter the rate), the step figures of the last one.
         None with fewer than two snapshots in the window."""
-        with self._cv:
-            rows = [r for r in self.history if start_ns <= r[0] <= end_ns]
+        rows = self._window(start_ns, end_ns)
         if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
             return None
         rate = (rows[-1][3] - rows[0][3]) / ((rows[-1][0] - rows[0][0]) * 1e-9)
@@ -543,8 +546,7 @@ class RemoteRelay:
         two wall times: the NFEs done over the lane time they took (each stats message's
         lane_utilisation covers the interval since the one before, so busy lane time is the sum
         of utilisation x interval, in units of all lanes). None with too little in the window."""
-        with self._cv:
-            rows = [r for r in self.history if start_ns <= r[0] <= end_ns]
+        rows = self._window(start_ns, end_ns)
         if len(rows) < 2:
             return None
         busy_s = sum(b[6] * (b[0] - a[0]) * 1e-9 for a, b in itertools.pairwise(rows))

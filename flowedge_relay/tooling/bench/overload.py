@@ -379,17 +379,17 @@ def _goodput(m: dict, duration: float, calibrated_rps: float, mean_nfe: float,
     calibration's capacity (the load axis) is kept next to it: the host's speed drifts between
     calibration and trace (sequential NFE cost 438-594 us over four runs, NFE p50 in the traces
     420-521 us), and goodput against it moved with the calibration, not the relay."""
-    out = {
-        "capacity_rps_calibrated": calibrated_rps,
-        "goodput_vs_calibrated_capacity": m["on_time"] / duration / calibrated_rps,
-        "nfe_goodput_vs_calibrated_capacity":
-            m["on_time_nfe"] / duration / (calibrated_rps * mean_nfe),
-    }
+    def against(nfe_per_s: float) -> tuple[float, float]:  # (per request, in NFE)
+        return (m["on_time"] / duration / (nfe_per_s / mean_nfe),
+                m["on_time_nfe"] / duration / nfe_per_s)
+
+    out = {"capacity_rps_calibrated": calibrated_rps}
+    out["goodput_vs_calibrated_capacity"], out["nfe_goodput_vs_calibrated_capacity"] = against(
+        calibrated_rps * mean_nfe)
     if nfe_per_s_under_load:
         out.update(capacity_basis="NFE cost under load (this point)",
-                   capacity_nfe_per_s_under_load=nfe_per_s_under_load,
-                   goodput_vs_capacity=m["on_time"] / duration / (nfe_per_s_under_load / mean_nfe),
-                   nfe_goodput_vs_capacity=m["on_time_nfe"] / duration / nfe_per_s_under_load)
+                   capacity_nfe_per_s_under_load=nfe_per_s_under_load)
+        out["goodput_vs_capacity"], out["nfe_goodput_vs_capacity"] = against(nfe_per_s_under_load)
     else:
         out.update(capacity_basis="inline calibration",
                    goodput_vs_capacity=out["goodput_vs_calibrated_capacity"],
