@@ -35,6 +35,12 @@ worker loop alone (same host, same hour).
                   cost plus ~2 us per row of 256-wide matrix products, so this ceiling is ~3-3.5
                   at B = 8 on this host: the native loop made the one-row step cheap (its fixed
                   cost is what batching saves), so B = 8 can no longer be 4x of it.
+  alone_nfe_per_s, alone_speedup_vs_b1
+                  the same for the relay's worker code alone (WorkerAlone: a C core and a
+                  WorkerPool in the bench process, fed through Core.submit, no relay process,
+                  no DDS), one segment right after each relay segment, on the same CPU: what
+                  batch slots buy the worker itself, so the relay's speedup can be read against
+                  it (the relay adds work per request, not per step). Relays side by side only.
 
 Then the overload bench's trace (bench/overload.py, reused as is) at 2x capacity, calibrated EDF
 admission and the adaptive cost model side by side, with B = 8 next to B = 1 (`--overload-slots`),
@@ -52,6 +58,8 @@ import time
 
 import numpy as np
 
+from flowedge_relay.core import Core, CoreConfig
+from flowedge_relay.model import load_model
 from flowedge_relay.tooling.bench import overload
 from flowedge_relay.tooling.bench.client import (
     model_path,
@@ -61,8 +69,10 @@ from flowedge_relay.tooling.bench.client import (
     wait_idle,
     warm_up,
 )
+from flowedge_relay.tooling.bench.model import submit_all_and_wait
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
+from flowedge_relay.workers import WorkerPool
 
 MODELS = ("small", "bench")
 SLOTS = (1, 2, 4, 8, 16)
@@ -77,6 +87,8 @@ NFE_WHY = ("long requests so capacity is NFE-bound, not request-bound (the per-r
 RAMP_NS = 100_000_000  # a segment's first 100 ms (the slots filling) are not measured
 STATS_GRACE_NS = 50_000_000  # flowedge/stats snapshots up to 50 ms after the sending stops:
                              # the queued requests keep every slot busy past that
+ALONE_QUEUE = 256  # the worker-alone core's queue and rings: every wave submitted at once
+ALONE_SHARE = 0.5  # a worker-alone segment lasts about this share of a relay segment
 # saturated seconds per point, overload seconds of trace
 SIZES = {"quick": (0.5, 0.4), "full": (5.0, 8.0)}
 
@@ -138,6 +150,43 @@ def capacity_point(in_process: bool, model: str, slots: int, workers: int, nfe: 
     }
 
 
+class WorkerAlone:
+    """The relay's worker code alone at one batch_slots: a C core and a WorkerPool in the bench
+    process (the native loop where it runs, as in the relay), fed through Core.submit, with no
+    relay process around it: no DDS, request thread, publisher or stats timer. Its speedup is
+    what batch slots buy the worker itself, so the relay's own speedup can be read against it
+    (the relay adds work per request, not per step; with long requests the two should agree).
+
+    A segment submits `waves` x W x B requests of `nfe` NFE at once (no deadline) and times
+    them from the first submit to the last finish: every slot stays taken until the last wave
+    ends together. `size(seconds)` picks waves so that a segment lasts about `seconds`."""
+
+    def __init__(self, stack: contextlib.ExitStack, path: str, slots: int, workers: int,
+                 nfe: int, cpu: int) -> None:
+        info = load_model(path)
+        self.lanes, self.nfe, self.waves, self._trial = workers * slots, nfe, 1, 0
+        self._obs = np.zeros(info.obs_dim, np.float32)
+        self.core = stack.enter_context(Core(CoreConfig(
+            workers=workers, batch_slots=slots, obs_dim=info.obs_dim,
+            action_len=info.action_len, queue_capacity=ALONE_QUEUE, max_nfe=max(64, nfe),
+            ring_capacity=ALONE_QUEUE)))  # fmt: skip
+        stack.enter_context(WorkerPool(self.core, info, workers=workers, cpu_affinity=[cpu]))
+
+    def size(self, seconds: float) -> None:
+        """Time one wave (also the warm-up), then choose the waves of a `seconds` segment."""
+        wave_s = self.lanes * self.nfe / self.segment()
+        self.waves = int(np.clip(round(seconds / wave_s), 1, ALONE_QUEUE // self.lanes))
+
+    def segment(self) -> float:
+        """NFE per second of one segment."""
+        self._trial += 1
+        n = self.waves * self.lanes
+        t0 = time.monotonic_ns()
+        end = submit_all_and_wait(self.core, b"alone-%d" % self._trial, self.nfe,
+                                  [self._obs] * n)
+        return n * self.nfe / ((end - t0) * 1e-9)
+
+
 def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, seconds: float,
                     rounds: int, bar: Progress | None = None) -> list[dict]:
     """Every `slots` point of one model side by side: one relay process per B, all started
@@ -145,7 +194,9 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
     B by B (the order reversed every other round). A point's figures are medians over its
     segments, and speedup_vs_b1 / step_ceiling_vs_b1 are medians of the ratios within a round:
     the host's speed drifts by 1.5-3x over seconds, and one point measured after another saw
-    another host (the step ceiling of B = 2 once came out 1.2)."""
+    another host (the step ceiling of B = 2 once came out 1.2). Right after each relay segment
+    the same B's WorkerAlone runs one segment on the same CPU (alone_*: its medians and
+    per-round ratios the same way)."""
     path = model_path(model)
     seg = seconds / rounds
     # every relay's workers on the same CPU: one vCPU of this host can run the same loop 1.5x
@@ -153,7 +204,7 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
     # (it did: B = 1's one-row step read 15.5 us in one run, 10.3 in the others)
     cpu = max(os.sched_getaffinity(0))
     with contextlib.ExitStack() as stack:
-        relays = {}
+        relays, alone = {}, {}
         for b in slots:
             if bar:
                 bar.update(label=f"{model}: starting the relay with batch_slots={b}")
@@ -164,7 +215,10 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
             warm_up(client)
             saturate(client, workers * b, nfe, min(seg, 0.3), "bench-batching-warm")
             relays[b] = (relay, client)
+            alone[b] = WorkerAlone(stack, path, b, workers, nfe, cpu)
+            alone[b].size(seg * ALONE_SHARE)
         segs: dict[int, list[tuple[float, float, float, int]]] = {b: [] for b in slots}
+        alone_rates: dict[int, list[float]] = {b: [] for b in slots}
         for r in range(rounds):
             for b in slots if r % 2 == 0 else slots[::-1]:
                 relay, client = relays[b]
@@ -177,10 +231,11 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
                 if work is None:
                     raise RuntimeError(f"batch_slots={b}: no stats from the relay in a segment")
                 segs[b].append((*work, len(answers)))
+                alone_rates[b].append(alone[b].segment())  # the same worker code, no relay
                 if bar:
                     bar.advance(1 / rounds, label=f"{model} batch_slots={b} round {r + 1}")
     med = lambda v: float(np.median(v))  # noqa: E731
-    base = segs[1]
+    base, alone_base = segs[1], alone_rates[1]
     return [{
         "model": path.rsplit("/", 1)[-1],
         "batch_slots": b,
@@ -195,6 +250,10 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
         "speedup_vs_b1": med([x[0] / y[0] for x, y in zip(segs[b], base, strict=True)]),
         "step_ceiling_vs_b1": med([b * y[1] / x[1] for x, y in zip(segs[b], base, strict=True)]),
         "nfe_per_s_by_round": [x[0] for x in segs[b]],
+        "alone_nfe_per_s": med(alone_rates[b]),
+        "alone_speedup_vs_b1": med([x / y for x, y in zip(alone_rates[b], alone_base,
+                                                          strict=True)]),
+        "alone_nfe_per_s_by_round": alone_rates[b],
     } for b in slots]
 
 
@@ -279,6 +338,8 @@ def _rows(report: dict) -> list[dict]:
         "step_p99_us": round(r["step_ns_p99"] / 1e3, 1),
         "step_ceiling": "-" if r.get("step_ceiling_vs_b1") is None
         else f"{r['step_ceiling_vs_b1']:.2f}x",
+        "alone_speedup": "-" if r.get("alone_speedup_vs_b1") is None
+        else f"{r['alone_speedup_vs_b1']:.2f}x",
         "requests": r["requests"],
     } for r in report["results"]]  # fmt: skip
 
@@ -291,7 +352,8 @@ def _targets(report: dict) -> dict:
         if got:
             v = got[0]["speedup_vs_b1"]
             out[f"{model}.capacity_b8_vs_b1"] = {"target": f">= {bound:g}", "value": v,
-                                                 "met": None if v is None else v >= bound}
+                                                 "met": None if v is None else v >= bound,
+                                                 "alone": got[0].get("alone_speedup_vs_b1")}
     for policy, by_b in _by_policy(report).items():
         for b, by_load in by_b.items():
             for load, m in by_load.items():
@@ -345,7 +407,8 @@ def table(report: dict) -> str:
         v = t["value"]
         value = "-" if v is None else (f"{v:.2f}x" if "capacity" in name and "b8" in name
                                        else f"{v:.4%}")
-        lines.append(f"  {name:<48} {value:>10} (target {t['target']}) {verdict}")
+        alone = "" if t.get("alone") is None else f"; worker code alone {t['alone']:.2f}x"
+        lines.append(f"  {name:<48} {value:>10} (target {t['target']}) {verdict}{alone}")
     return "\n".join(lines)
 
 

@@ -118,7 +118,7 @@ def _worker_loop(core: Core, pool: WorkerPool, requests: int, nfe: int, trial: i
     """(NFE/s, worker CPU ns per NFE) through the pool: submit all, wait for every outcome."""
     obs = task.sample_observations(np.random.default_rng(trial), requests)
     c0, t0 = pool.thread_cpu_ns()[0], time.monotonic_ns()
-    end = _submit_all_and_wait(core, b"bench-%d" % trial, nfe, [obs[i] for i in range(requests)])
+    end = submit_all_and_wait(core, b"bench-%d" % trial, nfe, [obs[i] for i in range(requests)])
     wall, cpu = end - t0, pool.thread_cpu_ns()[0] - c0
     return requests * nfe / (wall * 1e-9), cpu / (requests * nfe)
 
@@ -240,7 +240,7 @@ def _worker_wall_ns(core: Core, requests: int, nfe: int, trial: int) -> int:
     """Wall ns from the first submit to the last outcome of `requests` requests of `nfe` NFE
     whose inputs are already in every slot's payload."""
     t0 = time.monotonic_ns()
-    return _submit_all_and_wait(core, b"vision-%d-%d" % (trial, nfe), nfe,
+    return submit_all_and_wait(core, b"vision-%d-%d" % (trial, nfe), nfe,
                                 [np.zeros(0, np.float32)] * requests) - t0  # fmt: skip
 
 
@@ -250,7 +250,7 @@ def _worker_wall_ns(core: Core, requests: int, nfe: int, trial: int) -> int:
 POLL_S = 0.005
 
 
-def _submit_all_and_wait(core: Core, session_id: bytes, nfe: int,
+def submit_all_and_wait(core: Core, session_id: bytes, nfe: int,
                          observations: list[np.ndarray]) -> int:  # fmt: skip
     """Submit one request of `nfe` NFE per observation (no deadline), then wait until every one
     has been answered with actions; returns the last one's finish time (CLOCK_MONOTONIC ns)."""
