@@ -99,3 +99,16 @@ def test_b8_target_names_the_worker_code_alone():
     (row,) = perfdoc._batching_rows(report)
     assert row["met"] is False and "3.80x" in row["measured"]
     assert "worker code alone 3.90x" in row["measured"]
+
+
+def test_row_cost_note_says_what_the_b8_target_asks_of_a_step():
+    """4x at B = 8 needs the 8-row step within two one-row steps: each of the 7 added rows
+    within a seventh of the one-row step. The note sets that beside what an added row cost at
+    B = 8 and at the largest B (arithmetic over the step medians of a report)."""
+    results = [{"model": "policy_small.onnx", "batch_slots": b, "step_ns_p50": p}
+               for b, p in ((1, 21_000.0), (8, 56_000.0), (16, 96_000.0))]
+    report = {"results": results, "overload": {}}
+    assert batching.added_row_ns(report, "policy_small.onnx") == {8: 5_000.0, 16: 5_000.0}
+    note = batching.row_cost_notes(report)["policy_small.onnx"]
+    assert "needs each added row <= 3.0 us" in note  # 21 us / 7
+    assert "5.0 us at B = 8, 5.0 us at B = 16" in note
