@@ -108,7 +108,18 @@ def test_row_cost_note_says_what_the_b8_target_asks_of_a_step():
     results = [{"model": "policy_small.onnx", "batch_slots": b, "step_ns_p50": p}
                for b, p in ((1, 21_000.0), (8, 56_000.0), (16, 96_000.0))]
     report = {"results": results, "overload": {}}
-    assert batching.added_row_ns(report, "policy_small.onnx") == {8: 5_000.0, 16: 5_000.0}
+    assert batching.added_row_ns(report, "policy_small.onnx") == {
+        1: [21_000.0], 8: [5_000.0], 16: [5_000.0]}
     note = batching.row_cost_notes(report)["policy_small.onnx"]
     assert "needs each added row <= 3.0 us" in note  # 21 us / 7
     assert "5.0 us at B = 8, 5.0 us at B = 16" in note
+    # with rounds, each round's figures come from that round's points, then the median
+    for r, by_round in zip(results, ([20_000.0, 30_000.0, 28_000.0],
+                                     [48_000.0, 100_000.0, 63_000.0],
+                                     [80_000.0, 150_000.0, 118_000.0]), strict=True):
+        r["step_ns_p50_by_round"] = by_round
+    added = batching.added_row_ns(report, "policy_small.onnx")
+    assert added[8] == [4_000.0, 10_000.0, 5_000.0] and added[16] == [4_000.0, 8_000.0, 6_000.0]
+    note = batching.row_cost_notes(report)["policy_small.onnx"]
+    assert "needs each added row <= 4.0 us" in note  # median of 20, 30, 28 us / 7
+    assert "5.0 us at B = 8, 6.0 us at B = 16" in note
