@@ -90,7 +90,19 @@ def test_calibrate_with_batch_slots_recommends_a_full_step():
     assert report["overloaded_requests"] > 0 and report["overloaded_rate_rps"] > 0
     assert report["recommended_nfe_ns"] >= report["overloaded_step_ns_p99"] > 0
     assert report["recommended_nfe_ns"] >= report["loaded_step_ns_p99"] > 0
+    # long enough to fill the relay's step ring, within its cap (quick: 0.3 s saturated)
+    assert 0.3 <= report["overloaded_s"] <= calibrate.RING_FILL_CAP * 0.3
     assert "-p batch_slots:=2" in calibrate.table(report)
+
+
+def test_overload_phase_lasts_long_enough_to_fill_the_step_ring():
+    """The overload phase's step p99 comes from the relay's ring of its last NFE_HISTORY steps:
+    the phase lasts RING_FILL rings of steps at the saturated cost, never less than the
+    saturated phase, never more than RING_FILL_CAP times it (arithmetic only)."""
+    ring_s = calibrate.RING_FILL * calibrate.NFE_HISTORY * 1e-9
+    assert calibrate.overload_seconds(3.0, 100_000) == 3.0  # fast steps: the ring fills anyway
+    assert calibrate.overload_seconds(3.0, 1_300_000) == pytest.approx(ring_s * 1_300_000)
+    assert calibrate.overload_seconds(3.0, 50_000_000) == calibrate.RING_FILL_CAP * 3.0
 
 
 def test_calibrate_two_phase_package_recommends_prefix_ns(tmp_path):

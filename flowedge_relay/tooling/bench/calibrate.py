@@ -26,7 +26,9 @@ then keeps the lanes saturated for a few seconds (2W+2 requests outstanding) and
 relay's compute ns per NFE under that load (loaded: the GIL and both cores are shared with the
 request and publisher threads, so an NFE costs more than on an idle relay), and the p99 of the
 relay's own per-step time (one NFE at B = 1, one batched step at B > 1): a request's mean per NFE
-smooths the step tail away, and admission needs every step to fit. Last, as long again, it offers
+smooths the step tail away, and admission needs every step to fit. Last, as long again or long
+enough for 1.5 x the relay's ring of 4096 steps at the saturated step cost (the p99 is read from
+that ring; at most 4x as long; `overload_seconds`), it offers
 OVERLOAD_X (3) times that saturated capacity open loop (deadline send + 100 ms; admission off, so
 the queue's capacity and dispatch expiry shed the excess) and reads the per-step p99 again: under
 overload the request and publisher paths carry every arrival, accepted or not, on the same two
@@ -75,6 +77,7 @@ from flowedge_relay.tooling.harness import (
     scene_inputs,
     served_model,
 )
+from flowedge_relay.workers import NFE_HISTORY
 
 QS = (50, 99, 99.9)
 CAVEAT = (
@@ -83,6 +86,11 @@ CAVEAT = (
     "deployed CPU affinity / real-time priority, and a safety margin on top. Re-run it there."
 )
 OVERLOAD_X = 3.0  # the overload phase's arrival rate, in multiples of the saturated capacity
+#: the overload phase lasts long enough for RING_FILL x NFE_HISTORY steps at the saturated step
+#: cost (its p99 is read from the relay's ring of its last NFE_HISTORY steps), at most
+#: RING_FILL_CAP x loaded_s: at B = 8 a policy_bench step is ~1.3 ms, so 3 s of overload filled
+#: only about half the ring and the saturated phase's steps thinned the tail it reports
+RING_FILL, RING_FILL_CAP = 1.5, 4.0
 NOISY_TAIL_RATIO = 3.0  # raw NFE p99 / p50 above this: the host stalls; say so
 # requests, nfe, raw NFEs, blocks, seconds saturated
 SIZES = {"quick": (16, 4, 100, 2, 0.3), "full": (800, 10, 4000, 8, 4.0)}
@@ -185,8 +193,8 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
             overload_x: float = OVERLOAD_X) -> dict:  # fmt: skip
     """Relay requests and raw NFEs (and raw prefix passes) in alternating blocks, then
     (loaded_s > 0) the lanes kept saturated for loaded_s seconds and (overload_x > 0) overload_x
-    times that capacity offered open loop for as long, the relay's step p99 read at the end of
-    each; returns the sample arrays and, for a two-phase model, the relay's prefix-pass
+    times that capacity offered open loop for overload_seconds(), the relay's step p99 read at
+    the end of each; returns the sample arrays and, for a two-phase model, the relay's prefix-pass
     percentiles at the end of each phase."""
     raw = RawSampler(relay.model)
     raw.nfe_ns(20)  # warm-up
@@ -223,16 +231,26 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
             per_nfe = (sum(a.compute_ns for a in answers)
                        / max(1, sum(a.nfe_done for a in answers)))  # fmt: skip
             rate = overload_x * lanes * 1e9 / (nfe * max(per_nfe, 1.0))
+            over_s = overload_seconds(loaded_s, per_nfe)
             if bar is not None:
-                bar.update(label=f"{overload_x:g}x capacity for {loaded_s:g} s")
+                bar.update(label=f"{overload_x:g}x capacity for {over_s:.1f} s")
             samples["overloaded_step_ns_p99"], samples["overloaded_requests"] = overloaded_steps(
-                relay, client, rate, loaded_s, nfe)
+                relay, client, rate, over_s, nfe)
             samples["overloaded_rate_rps"] = rate
+            samples["overloaded_s"] = over_s
         samples["loaded_compute_ns"] = np.asarray([a.compute_ns for a in answers], np.int64)
         samples["loaded_nfe_done"] = np.asarray([a.nfe_done for a in answers], np.int64)
         if raw.two_phase:
             samples["loaded_relay_prefix"] = relay.pool.prefix_percentiles()
     return samples
+
+
+def overload_seconds(loaded_s: float, step_ns: float) -> float:
+    """How long the overload phase offers its load: loaded_s, or long enough for RING_FILL x
+    NFE_HISTORY steps of step_ns (each row's NFE cost at saturation is one step), so that the
+    step p99 read at its end is over this phase's steps only; at most RING_FILL_CAP x loaded_s."""
+    fill_s = RING_FILL * NFE_HISTORY * step_ns * 1e-9
+    return max(loaded_s, min(fill_s, RING_FILL_CAP * loaded_s))
 
 
 def overloaded_steps(relay, client, rate_rps: float, seconds: float, nfe: int,
@@ -292,7 +310,8 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
         report[f"{name}_p99_9"] = p999
         report[f"{name}_max"] = float(np.max(values)) if len(values) else 0.0
         report[f"{name}_mean"] = float(np.mean(values)) if len(values) else 0.0
-    for key in ("loaded_step_ns_p99", "overloaded_step_ns_p99", "overloaded_rate_rps"):
+    for key in ("loaded_step_ns_p99", "overloaded_step_ns_p99", "overloaded_rate_rps",
+                "overloaded_s"):
         report[key] = float(samples.get(key, 0.0))
     report["overloaded_requests"] = int(samples.get("overloaded_requests", 0))
     bound = max(report["e2e_ns_per_nfe_p99"], report.get("loaded_compute_ns_per_nfe_p99", 0.0),
@@ -356,7 +375,8 @@ def run(args: argparse.Namespace) -> dict:
             f"{report['raw_nfe_samples']} raw sampler nfe() calls on a separate session"
             + (f" and {report['raw_prefix_samples']} raw prefix() passes; per-NFE figures "
                "without the relay's median prefix pass" if report["two_phase"] else "")
-            + (f"; then {loaded_s:g} s with every lane saturated and {loaded_s:g} s with "
+            + (f"; then {loaded_s:g} s with every lane saturated and "
+               f"{report.get('overloaded_s', loaded_s):.1f} s with "
                f"{OVERLOAD_X:g}x that capacity offered open loop "
                f"({report['overloaded_requests']} requests), the relay's step p99 read at the "
                "end of each" if loaded_s > 0 else "")
