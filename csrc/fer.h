@@ -212,9 +212,13 @@ struct fer_stats {
 };
 
 /* The cost model (docs/design.md §5.2) at one instant: what NFEs measured lately cost, and what
- * admission assumes. observed_tail_ns is the cost_quantile_ppm quantile of the NFE durations
- * measured in the last cost_window_ns (0 when none was), window_max_ns their maximum; in_use_ns is
- * what admission and dispatch use per NFE: nfe_ns in static mode, max(nfe_ns, observed_tail_ns) in
+ * admission assumes. quantile_tail_ns is the cost_quantile_ppm quantile of the NFE durations
+ * measured in the last cost_window_ns, window_max_ns their maximum; block_mean_ns the largest mean
+ * busy span per step over 16 consecutive worker steps that ended in the window (a step's span: the
+ * wall time since its worker's previous step ended, or since the worker had work again after
+ * idling, or since its last prefix pass; never less than the step's measured time); and
+ * observed_tail_ns the larger of the two (all 0 when nothing was measured). in_use_ns is what
+ * admission and dispatch use per NFE: nfe_ns in static mode, max(nfe_ns, observed_tail_ns) in
  * adaptive mode (the configured value is the floor); 0 while nfe_ns is 0 (admission off).
  * The prefix_* fields are the same for prefix passes (a second estimator, same window and
  * quantile, fed by fer_core_prefix_done): prefix_in_use_ns = prefix_ns in static mode,
@@ -224,7 +228,9 @@ struct fer_cost_stats {
     uint32_t quantile_ppm;
     uint64_t window_ns;
     uint64_t configured_ns;              /* nfe_ns */
-    uint64_t observed_tail_ns;
+    uint64_t observed_tail_ns;           /* max(quantile_tail_ns, block_mean_ns): what adapts */
+    uint64_t quantile_tail_ns;           /* the quantile_ppm quantile of the window's NFEs */
+    uint64_t block_mean_ns;              /* the largest mean busy span of 16 steps in the window */
     uint64_t window_max_ns;
     uint64_t window_samples;             /* NFE measured in the window */
     uint64_t in_use_ns;
@@ -330,7 +336,9 @@ void *fer_core_payload(struct fer_core *core, uint32_t slot);
  *   FER_ESTATE if the lane has no work whose prefix is pending (two_phase = 0, idle, or already
  *   reported).
  * step: after each NFE. Returns FER_STEP_*; on STOP_* the outcome is emitted and the lane freed.
- *   FER_ESTATE while the work's prefix is pending.
+ *   FER_ESTATE while the work's prefix is pending. The rows of one batched step report the same
+ *   now (the step's end): the first report of a new now is the worker's step, whose busy span
+ *   feeds the cost model's block mean (struct fer_cost_stats).
  * output_space: 1 if the lane's worker ring (w + 1) has a free record, else 0.
  * finish: after STEP_DONE. Emits INFERENCE with action_len floats (EXPIRED if now > deadline,
  *   REJECTED_STALE if cancelled after its last step) into ring w+1, frees the lane, returns

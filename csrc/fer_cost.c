@@ -62,10 +62,15 @@ static void forget_all(struct fer_cost *k)
     memset(k->agg, 0, sizeof(k->agg));
     memset(k->sub_count, 0, sizeof(k->sub_count));
     memset(k->sub_max, 0, sizeof(k->sub_max));
+    memset(k->sub_block, 0, sizeof(k->sub_block));
+    k->block_sum = 0;
+    k->block_n = 0;
     k->epoch = 0;
     k->valid_until_ns = 0;
     k->total = 0;
     k->top = 0;
+    k->qtail = 0;
+    k->block_mean = 0;
     k->tail = 0;
     k->window_max = 0;
     k->adm_tail = 0;
@@ -74,14 +79,19 @@ static void forget_all(struct fer_cost *k)
 /* Tail, maximum, admission value and validity from the histogram (after any change). */
 static void recompute(struct fer_cost *k)
 {
-    uint64_t allowed, cum = 0, wmax = 0;
+    uint64_t allowed, cum = 0, wmax = 0, bmax = 0;
     uint32_t b, s;
 
-    for (s = 0; s < FER_COST_SUBWINDOWS; s++)
+    for (s = 0; s < FER_COST_SUBWINDOWS; s++) {
         if (k->sub_max[s] > wmax)
             wmax = k->sub_max[s];
+        if (k->sub_block[s] > bmax)
+            bmax = k->sub_block[s];
+    }
     k->window_max = wmax;
+    k->block_mean = bmax;
     if (k->total == 0) {
+        k->qtail = 0;
         k->tail = 0;
         k->adm_tail = 0;
         k->valid_until_ns = 0;
@@ -95,7 +105,8 @@ static void recompute(struct fer_cost *k)
         if (cum > allowed || b == 0)
             break;
     }
-    k->tail = bucket_upper(b) < wmax ? bucket_upper(b) : wmax;
+    k->qtail = bucket_upper(b) < wmax ? bucket_upper(b) : wmax;
+    k->tail = k->qtail > bmax ? k->qtail : bmax;
     k->adm_tail = k->model == FER_COST_ADAPTIVE ? k->tail : 0;
     k->valid_until_ns = fer_sat_mul(fer_sat_add(k->epoch, FER_COST_SUBWINDOWS), k->sub_ns);
 }
@@ -115,6 +126,7 @@ static void clear_sub(struct fer_cost *k, uint32_t s)
             k->top--;
     }
     k->sub_max[s] = 0;
+    k->sub_block[s] = 0;
 }
 
 /* Rotate to the sub-window holding now; 1 if anything aged out or moved. A `now` older than
@@ -128,6 +140,11 @@ static int advance(struct fer_cost *k, uint64_t now)
     n = e - k->epoch < FER_COST_SUBWINDOWS ? e - k->epoch : FER_COST_SUBWINDOWS;
     for (i = 1; i <= n; i++)
         clear_sub(k, (uint32_t)((k->epoch + i) % FER_COST_SUBWINDOWS));
+    if (n == FER_COST_SUBWINDOWS) {
+        /* A whole window without a sample: the block being filled is as old as the rest. */
+        k->block_sum = 0;
+        k->block_n = 0;
+    }
     k->epoch = e;
     return 1;
 }
@@ -149,7 +166,7 @@ void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg)
     recompute(k);
 }
 
-void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns)
+void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t span_ns)
 {
     uint32_t s, b;
 
@@ -166,6 +183,17 @@ void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns)
     }
     if (nfe_ns > k->sub_max[s])
         k->sub_max[s] = nfe_ns;
+    if (span_ns != 0) {
+        /* block_sum: at most FER_COST_BLOCK spans; saturating, so a saturated span stays one. */
+        k->block_sum = fer_sat_add(k->block_sum, span_ns);
+        if (++k->block_n == FER_COST_BLOCK) {
+            uint64_t mean = k->block_sum / FER_COST_BLOCK;
+            if (mean > k->sub_block[s])
+                k->sub_block[s] = mean;
+            k->block_sum = 0;
+            k->block_n = 0;
+        }
+    }
     k->samples = fer_sat_add(k->samples, 1);
     recompute(k);
 }
@@ -203,6 +231,8 @@ int fer_core_cost_stats(struct fer_core *c, uint64_t now, struct fer_cost_stats 
     out->window_ns = k->window_ns;
     out->configured_ns = c->cfg.nfe_ns;
     out->observed_tail_ns = k->tail;
+    out->quantile_tail_ns = k->qtail;
+    out->block_mean_ns = k->block_mean;
     out->window_max_ns = k->window_max;
     out->window_samples = k->total;
     out->in_use_ns = c->cfg.nfe_ns ? fer_nfe_in_use(c, now) : 0;

@@ -10,6 +10,16 @@
  * its bucket but never above the exact window maximum. A sample older than the window no longer
  * counts; with no sample in the window there is no estimate.
  *
+ * Why a second statistic, the block mean: a per-NFE quantile cannot see what costs a queued
+ * request its deadline under a bursty neighbour. A 50 ms burst that slows a tenth of the NFEs,
+ * or the time a worker spends between steps (publishing, dispatching, waiting for the GIL or a
+ * core), moves no p90, yet the work queued behind it runs later than admission planned. So the
+ * NFE estimator also takes, once per worker step, the step's busy span: the wall time since
+ * that worker's previous step ended (or since it had work again, when it was idle), and keeps
+ * the largest mean span over FER_COST_BLOCK consecutive steps in the window. The tail is the
+ * larger of the two: a slowdown that lasts as long as a short queue counts at once, a single
+ * preemption counts a sixteenth.
+ *
  * Every function here is called with core->mu held. Nothing allocates (the struct is embedded in
  * struct fer_core); record costs O(buckets) at most, the admission read O(1).
  */
@@ -27,12 +37,16 @@
 #define FER_COST_BUCKETS (1u + FER_COST_OCTAVES * FER_COST_PER_OCTAVE)
 #define FER_COST_DEFAULT_WINDOW_NS 1000000000ull
 #define FER_COST_DEFAULT_QUANTILE_PPM 900000u
+#define FER_COST_BLOCK 16      /* steps per block mean (about one short queue's worth of work) */
 
 /* Invariants: agg[b] = sum over sub-windows s of sub[s][b]; total = sum of agg; epoch = the
  * sub-window index (now / sub_ns) of the newest sample, stored in sub[epoch % SUBWINDOWS];
- * tail / window_max describe the window that ends with sub-window `epoch`, and hold until
- * valid_until_ns = (epoch + SUBWINDOWS) * sub_ns, when every sample in it has aged out.
- * adm_tail = tail when the model is adaptive, 0 when static: the admission read is
+ * sub_block[s] = the largest block mean completed in sub-window s (0 if none), and block_sum /
+ * block_n (< FER_COST_BLOCK) the spans of the block being filled, forgotten when a whole window
+ * passes without a sample. qtail (the quantile), block_mean (max of sub_block), tail =
+ * max(qtail, block_mean) and window_max describe the window that ends with sub-window `epoch`,
+ * and hold until valid_until_ns = (epoch + SUBWINDOWS) * sub_ns, when every sample in it has
+ * aged out. adm_tail = tail when the model is adaptive, 0 when static: the admission read is
  * max(configured nfe_ns, adm_tail) while now < valid_until_ns. */
 struct fer_cost {
     uint32_t model;            /* FER_COST_STATIC / FER_COST_ADAPTIVE */
@@ -42,6 +56,8 @@ struct fer_cost {
     uint64_t epoch;
     uint64_t valid_until_ns;
     uint64_t total;
+    uint64_t qtail;
+    uint64_t block_mean;
     uint64_t tail;
     uint64_t window_max;
     uint64_t adm_tail;
@@ -49,6 +65,9 @@ struct fer_cost {
     uint32_t top;              /* highest non-empty bucket of agg (0 when empty) */
     uint32_t sub_count[FER_COST_SUBWINDOWS];
     uint64_t sub_max[FER_COST_SUBWINDOWS];
+    uint64_t sub_block[FER_COST_SUBWINDOWS];
+    uint64_t block_sum;
+    uint32_t block_n;
     uint32_t sub[FER_COST_SUBWINDOWS][FER_COST_BUCKETS];
     uint32_t agg[FER_COST_BUCKETS];
 };
@@ -58,8 +77,10 @@ int fer_cost_config_valid(const struct fer_config *cfg);
 /* Set the model, window (0 = default) and quantile (0 = default); forgets every sample when
  * the window changes. Writes the effective values back into cfg. */
 void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg);
-/* One measured NFE (or prefix pass) of nfe_ns nanoseconds that ended at now. */
-void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns);
+/* One measured NFE (or prefix pass) of nfe_ns nanoseconds that ended at now; span_ns, when not
+ * 0, is the busy span of the worker step this NFE ended (one per step, on its first row; the
+ * caller passes 0 for the step's other rows and for prefix passes). */
+void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t span_ns);
 
 /* The admission path's read (docs/design.md §5.2): the ns per unit (NFE or prefix pass) admission
  * assumes at `now`, given the configured value. */

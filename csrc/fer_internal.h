@@ -216,6 +216,10 @@ struct fer_core {
     uint64_t session_hash_mask;
 
     struct fer_lane *lanes;     /* nlanes = workers x batch_slots */
+    /* per worker: the instant up to which its busy time has been charged to a step (§5.2 block
+     * mean): its last step's end, moved on to its last prefix pass's end and, when it takes work
+     * with every lane idle, to that work's arrival if later; 0 before its first */
+    uint64_t *charged_ns;
     uint32_t nlanes;
     uint32_t lanes_alive;
 

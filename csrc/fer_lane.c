@@ -92,7 +92,14 @@ static void run_on_lane(struct fer_core *c, uint32_t lane, uint32_t id, uint64_t
                         struct fer_work *out)
 {
     struct fer_slot *s = &c->slots[id];
+    uint32_t w = lane / c->cfg.batch_slots, b = c->cfg.batch_slots, l;
 
+    /* §5.2 block mean: a worker taking work with every lane idle was busy only from when the
+     * work was there (its arrival), or from its own last step if the work waited for that. */
+    for (l = w * b; l < (w + 1) * b && c->lanes[l].slot == FER_NONE; l++)
+        ;
+    if (l == (w + 1) * b && s->arrival_ns > c->charged_ns[w])
+        c->charged_ns[w] = s->arrival_ns;
     s->state = FER_SLOT_RUNNING;
     s->lane = lane;
     s->dispatch_ns = now;
@@ -214,10 +221,26 @@ int fer_core_prefix_done(struct fer_core *c, uint32_t lane, uint64_t now,
     s = &c->slots[id];
     s->prefix_pending = 0;
     c->st.busy_ns = fer_sat_add(c->st.busy_ns, prefix_ns_measured);
-    fer_cost_record(&c->prefix_cost, now, prefix_ns_measured); /* cost-model hook */
+    fer_cost_record(&c->prefix_cost, now, prefix_ns_measured, 0); /* cost-model hook */
+    /* The pass is priced by prefix_ns: the worker's next step is charged from its end. */
+    c->charged_ns[lane / c->cfg.batch_slots] = now;
     rc = after_unit(c, id, lane, now, 0, &rang);
     fer_unlock_and_ring(c, rang);
     return rc;
+}
+
+/* §5.2 block mean: the busy span of the worker step lane's NFE ended at now, or 0 if another
+ * row of the same step (same now) already reported it. Never less than the measured time (the
+ * first step, and a clock read that lags another thread's). */
+static uint64_t step_span(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t measured)
+{
+    uint64_t *charged = &c->charged_ns[lane / c->cfg.batch_slots], span;
+
+    if (*charged == now)
+        return 0;
+    span = *charged != 0 && now > *charged ? now - *charged : 0;
+    *charged = now;
+    return span > measured ? span : (measured ? measured : 1);
 }
 
 int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_ns_measured)
@@ -240,7 +263,7 @@ int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_
     s->nfe_done++;
     c->st.nfe_total++;
     c->st.busy_ns = fer_sat_add(c->st.busy_ns, nfe_ns_measured);
-    fer_cost_record(&c->cost, now, nfe_ns_measured); /* cost-model hook: measured tail */
+    fer_cost_record(&c->cost, now, nfe_ns_measured, step_span(c, lane, now, nfe_ns_measured));
     rc = after_unit(c, id, lane, now, s->remaining_nfe == 0, &rang);
     fer_unlock_and_ring(c, rang);
     return rc;

@@ -246,7 +246,8 @@ class Stats:
 @dataclass(frozen=True)
 class CostStats:
     """The cost model at one instant (fer.h struct fer_cost_stats): the measured NFE tail over
-    the window next to the configured nfe_ns and the value admission uses."""
+    the window (the larger of the NFE quantile and the busiest 16-step block's mean span per
+    step) next to the configured nfe_ns and the value admission uses."""
 
     cost_model: CostModel
     quantile_ppm: int
@@ -262,6 +263,9 @@ class CostStats:
     prefix_observed_tail_ns: int = 0
     prefix_in_use_ns: int = 0
     prefix_samples_total: int = 0
+    # the two statistics observed_tail_ns is the larger of
+    quantile_tail_ns: int = 0
+    block_mean_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -558,6 +562,7 @@ class Core:
             samples_total=k.samples_total, prefix_configured_ns=k.prefix_configured_ns,
             prefix_observed_tail_ns=k.prefix_observed_tail_ns,
             prefix_in_use_ns=k.prefix_in_use_ns, prefix_samples_total=k.prefix_samples_total,
+            quantile_tail_ns=k.quantile_tail_ns, block_mean_ns=k.block_mean_ns,
         )  # fmt: skip
 
     def stats(self) -> Stats:

@@ -99,6 +99,8 @@ def _cost_values(k) -> dict[str, object]:
         "cost_model": "adaptive" if k.cost_model else "static",
         "nfe_ns_observed_tail": k.observed_tail_ns,
         "nfe_ns_in_use": k.in_use_ns,
+        "nfe_ns_quantile_tail": k.quantile_tail_ns,
+        "nfe_ns_block_mean": k.block_mean_ns,
         "nfe_ns_window_max": k.window_max_ns,
         "cost_window_ms": k.window_ns / 1e6,
         "cost_quantile": k.quantile_ppm / 1e6,
@@ -144,7 +146,9 @@ def _drift(s: Snapshot) -> str | None:
     k = s.cost
     if k is not None:
         if k.window_samples and k.observed_tail_ns > k.in_use_ns:
-            return (f"cost drift: measured NFE p{k.quantile_ppm / 1e4:g} over the last "
+            what = (f"NFE p{k.quantile_ppm / 1e4:g}" if k.quantile_tail_ns >= k.block_mean_ns
+                    else "busy time per step (the busiest 16 steps)")
+            return (f"cost drift: measured {what} over the last "
                     f"{k.window_ns / 1e9:g} s is {k.observed_tail_ns} ns, above the "
                     f"{k.in_use_ns} ns admission assumes (configured nfe_ns {s.nfe_ns})")
         # a two-phase model's prefix pass has its own estimate (0 while none is in the window)

@@ -89,9 +89,12 @@ class RefCost:
     window is SUBWINDOWS sub-windows of window / SUBWINDOWS ns rotating on `now`; a sample ages
     out when the sub-window SUBWINDOWS after its own begins; the value admission reads is
     computed when a sample arrives (or stats are read) and holds until every sample in it has
-    aged out, after which the configured nfe_ns applies again."""
+    aged out, after which the configured nfe_ns applies again. The block mean: every BLOCK step
+    spans (passed with a step's first row) make one mean, kept as the largest in the sub-window
+    where the block completed; the tail is the larger of the window maximum and that."""
 
     SUBWINDOWS = 4
+    BLOCK = 16
 
     def __init__(self) -> None:
         self.window_ns = 0
@@ -108,11 +111,14 @@ class RefCost:
             self.epoch = 0
             self.sub_max = [0] * self.SUBWINDOWS
             self.sub_count = [0] * self.SUBWINDOWS
+            self.sub_block = [0] * self.SUBWINDOWS
+            self.block: list[int] = []
         self._recompute()
 
     def _recompute(self) -> None:
         total = sum(self.sub_count)
-        self.tail = max(self.sub_max) if total else 0
+        self.block_mean = max(self.sub_block)
+        self.tail = max(max(self.sub_max), self.block_mean) if total else 0
         self.adm_tail = self.tail if self.model == 1 else 0
         self.valid_until = sat((self.epoch + self.SUBWINDOWS) * self.sub_ns) if total else 0
 
@@ -122,16 +128,23 @@ class RefCost:
             return False
         for i in range(1, min(e - self.epoch, self.SUBWINDOWS) + 1):
             k = (self.epoch + i) % self.SUBWINDOWS
-            self.sub_max[k] = self.sub_count[k] = 0
+            self.sub_max[k] = self.sub_count[k] = self.sub_block[k] = 0
+        if e - self.epoch >= self.SUBWINDOWS:
+            self.block = []  # a whole window without a sample
         self.epoch = e
         return True
 
-    def record(self, now: int, measured: int) -> None:
+    def record(self, now: int, measured: int, span: int = 0) -> None:
         self.samples += 1
         self._advance(now)
         k = self.epoch % self.SUBWINDOWS
         self.sub_count[k] += 1
         self.sub_max[k] = max(self.sub_max[k], measured)
+        if span:
+            self.block.append(span)
+            if len(self.block) == self.BLOCK:
+                self.sub_block[k] = max(self.sub_block[k], sat(sum(self.block)) // self.BLOCK)
+                self.block = []
         self._recompute()
 
     def nfe_ns(self, configured: int, now: int) -> int:
@@ -139,11 +152,12 @@ class RefCost:
             else configured
 
     def stats(self, configured: int, now: int) -> tuple:
-        """(observed tail, window samples, in use) as fer_core_cost_stats reports them."""
+        """(observed tail, block mean, window samples, in use) as fer_core_cost_stats reports
+        them."""
         if self._advance(now):
             self._recompute()
         in_use = self.nfe_ns(configured, now) if configured else 0
-        return self.tail, sum(self.sub_count), in_use
+        return self.tail, self.block_mean, sum(self.sub_count), in_use
 
 
 @dataclass
@@ -188,6 +202,8 @@ class RefCore:
         self.cost.configure(cfg.cost_model, cfg.cost_window_ns, cfg.cost_quantile_ppm)
         self.prefix_cost = RefCost()  # §5.2 for prefix passes: same model, window, quantile
         self.prefix_cost.configure(cfg.cost_model, cfg.cost_window_ns, cfg.cost_quantile_ppm)
+        # §5.2 block mean: per worker, the instant its busy time is charged up to (0 = never)
+        self.charged = [0] * cfg.workers
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -398,6 +414,9 @@ class RefCore:
                 self._emit_item(it, REJECTED_DEADLINE, now, lane, ran=False)
                 continue
             it.dispatch_ns = now
+            w, b = lane // self.cfg.batch_slots, self.cfg.batch_slots
+            if all(x is None for x in self.lanes[w * b:(w + 1) * b]):
+                self.charged[w] = max(self.charged[w], it.arrival_ns)  # busy from its arrival
             self.lanes[lane] = it
             return it
         return None
@@ -417,6 +436,7 @@ class RefCore:
         it.prefix_pending = False
         self.st.busy_ns = sat(self.st.busy_ns + measured)
         self.prefix_cost.record(now, measured)
+        self.charged[lane // self.cfg.batch_slots] = now  # the next step is charged from here
         if it.cancelled:
             self._free_lane(lane, REJECTED_STALE, now)
             return STOP_STALE
@@ -424,6 +444,15 @@ class RefCore:
             self._free_lane(lane, EXPIRED, now)
             return STOP_EXPIRED
         return CONTINUE
+
+    def _step_span(self, lane: int, now: int, measured: int) -> int:
+        """The worker's busy span for the step ending at now; 0 for a later row of that step."""
+        w = lane // self.cfg.batch_slots
+        if self.charged[w] == now:
+            return 0
+        span = now - self.charged[w] if 0 < self.charged[w] < now else 0
+        self.charged[w] = now
+        return max(span, measured, 1)
 
     def step(self, lane: int, now: int, measured: int):
         it = self.lanes[lane]
@@ -433,7 +462,7 @@ class RefCore:
         it.nfe_done += 1
         self.st.nfe_total += 1
         self.st.busy_ns = sat(self.st.busy_ns + measured)
-        self.cost.record(now, measured)
+        self.cost.record(now, measured, self._step_span(lane, now, measured))
         if it.cancelled:
             self._free_lane(lane, REJECTED_STALE, now)
             return STOP_STALE
@@ -508,7 +537,7 @@ class RefCore:
 
     def prefix_cost_stats(self, now: int) -> tuple:
         """(prefix tail, prefix in use, prefix samples) as fer_core_cost_stats reports them."""
-        tail, _, _ = self.prefix_cost.stats(self.cfg.prefix_ns, now)
+        tail, _, _, _ = self.prefix_cost.stats(self.cfg.prefix_ns, now)
         in_use = self.prefix_in_use(now) if self.cfg.nfe_ns else 0
         return tail, in_use, self.prefix_cost.samples
 
