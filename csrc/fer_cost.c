@@ -74,6 +74,7 @@ static void forget_all(struct fer_cost *k)
     k->tail = 0;
     k->window_max = 0;
     k->adm_tail = 0;
+    k->adm_qtail = 0;
 }
 
 /* Tail, maximum, admission value and validity from the histogram (after any change). */
@@ -94,6 +95,7 @@ static void recompute(struct fer_cost *k)
         k->qtail = 0;
         k->tail = 0;
         k->adm_tail = 0;
+        k->adm_qtail = 0;
         k->valid_until_ns = 0;
         return;
     }
@@ -108,6 +110,7 @@ static void recompute(struct fer_cost *k)
     k->qtail = bucket_upper(b) < wmax ? bucket_upper(b) : wmax;
     k->tail = k->qtail > bmax ? k->qtail : bmax;
     k->adm_tail = k->model == FER_COST_ADAPTIVE ? k->tail : 0;
+    k->adm_qtail = k->model == FER_COST_ADAPTIVE ? k->qtail : 0;
     k->valid_until_ns = fer_sat_mul(fer_sat_add(k->epoch, FER_COST_SUBWINDOWS), k->sub_ns);
 }
 

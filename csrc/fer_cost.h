@@ -46,8 +46,9 @@
  * passes without a sample. qtail (the quantile), block_mean (max of sub_block), tail =
  * max(qtail, block_mean) and window_max describe the window that ends with sub-window `epoch`,
  * and hold until valid_until_ns = (epoch + SUBWINDOWS) * sub_ns, when every sample in it has
- * aged out. adm_tail = tail when the model is adaptive, 0 when static: the admission read is
- * max(configured nfe_ns, adm_tail) while now < valid_until_ns. */
+ * aged out. adm_tail = tail and adm_qtail = qtail when the model is adaptive, both 0 when
+ * static: the admission read is max(configured nfe_ns, adm_tail) and the dispatch read
+ * max(configured nfe_ns, adm_qtail), while now < valid_until_ns. */
 struct fer_cost {
     uint32_t model;            /* FER_COST_STATIC / FER_COST_ADAPTIVE */
     uint32_t quantile_ppm;     /* 1..1000000 */
@@ -61,6 +62,7 @@ struct fer_cost {
     uint64_t tail;
     uint64_t window_max;
     uint64_t adm_tail;
+    uint64_t adm_qtail;
     uint64_t samples;          /* every sample ever recorded */
     uint32_t top;              /* highest non-empty bucket of agg (0 when empty) */
     uint32_t sub_count[FER_COST_SUBWINDOWS];
@@ -87,6 +89,16 @@ void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t
 static inline uint64_t fer_cost_in_use(const struct fer_cost *k, uint64_t configured, uint64_t now)
 {
     return now < k->valid_until_ns && k->adm_tail > configured ? k->adm_tail : configured;
+}
+
+/* The dispatch path's read: the ns per unit the expiry check at dispatch assumes for one request
+ * about to start, max(configured, quantile) in adaptive mode. Not the block mean: that prices a
+ * queue's worth of work behind a burst, and charged to a request that starts after the burst it
+ * expired work the admission plan still had room for (docs/design.md §5.2). */
+static inline uint64_t fer_cost_at_dispatch(const struct fer_cost *k, uint64_t configured,
+                                            uint64_t now)
+{
+    return now < k->valid_until_ns && k->adm_qtail > configured ? k->adm_qtail : configured;
 }
 
 #endif /* FER_COST_H */

@@ -256,6 +256,13 @@ static inline uint64_t fer_nfe_in_use(const struct fer_core *c, uint64_t now)
     return fer_cost_in_use(&c->cost, c->cfg.nfe_ns, now);
 }
 
+/* ns per NFE the expiry check at dispatch assumes at now: static nfe_ns, adaptive
+ * max(nfe_ns, quantile tail) (fer_cost_at_dispatch says why not the block mean). */
+static inline uint64_t fer_nfe_at_dispatch(const struct fer_core *c, uint64_t now)
+{
+    return fer_cost_at_dispatch(&c->cost, c->cfg.nfe_ns, now);
+}
+
 /* ns per prefix pass admission and dispatch assume at now: 0 for single-graph models. */
 static inline uint64_t fer_prefix_in_use(const struct fer_core *c, uint64_t now)
 {

@@ -80,9 +80,10 @@ static int dispatch_expired(const struct fer_core *c, const struct fer_slot *s, 
         return 0;
     if (c->cfg.nfe_ns == 0)
         return now >= s->deadline_ns;
-    /* cost-model hook (§5.2): the same cost admission assumes (pending prefix + NFEs). */
+    /* cost-model hook (§5.2): pending prefix + NFEs at the cost for one request about to start
+     * (the admission cost without the block mean; the prefix estimator has no block mean). */
     return !fer_meets(fer_work_finish(now, s->prefix_pending, fer_prefix_in_use(c, now),
-                                      s->remaining_nfe, fer_nfe_in_use(c, now)),
+                                      s->remaining_nfe, fer_nfe_at_dispatch(c, now)),
                       s->deadline_ns);
 }
 

@@ -118,8 +118,10 @@ class RefCost:
     def _recompute(self) -> None:
         total = sum(self.sub_count)
         self.block_mean = max(self.sub_block)
-        self.tail = max(max(self.sub_max), self.block_mean) if total else 0
+        self.qtail = max(self.sub_max) if total else 0
+        self.tail = max(self.qtail, self.block_mean) if total else 0
         self.adm_tail = self.tail if self.model == 1 else 0
+        self.adm_qtail = self.qtail if self.model == 1 else 0
         self.valid_until = sat((self.epoch + self.SUBWINDOWS) * self.sub_ns) if total else 0
 
     def _advance(self, now: int) -> bool:
@@ -149,6 +151,12 @@ class RefCost:
 
     def nfe_ns(self, configured: int, now: int) -> int:
         return self.adm_tail if now < self.valid_until and self.adm_tail > configured \
+            else configured
+
+    def at_dispatch(self, configured: int, now: int) -> int:
+        """What the expiry check at dispatch assumes: the quantile (here the maximum), not the
+        block mean."""
+        return self.adm_qtail if now < self.valid_until and self.adm_qtail > configured \
             else configured
 
     def stats(self, configured: int, now: int) -> tuple:
@@ -401,7 +409,7 @@ class RefCore:
             return ESTATE
         # §5.2: what admission assumes; nfe_ns 0 = admission off, and then only a passed
         # deadline expires queued work, however high the measured tail (the core's rule too)
-        nfe = self.cost.nfe_ns(self.cfg.nfe_ns, now) if self.cfg.nfe_ns else 0
+        nfe = self.cost.at_dispatch(self.cfg.nfe_ns, now) if self.cfg.nfe_ns else 0
         prefix = self.prefix_in_use(now)
         while self.queue:
             it = self.queue.pop(0)

@@ -266,6 +266,29 @@ def test_dispatch_expires_what_cannot_finish_at_the_cost_in_use(model):
             assert [o.code for o in c.pop_outcomes()] == [Code.EXPIRED]
 
 
+def test_dispatch_judges_one_request_by_the_quantile_not_the_block_mean():
+    # Admitted at the floor with 3 ms to spare; then the worker on lane 0 spends 300 us between
+    # its 100 us NFEs for 32 steps (a neighbour's burst): the block mean is 400 us and admission
+    # prices new work at that, but the request about to start is judged at the NFE quantile.
+    with make(workers=2) as c:
+        lane = Lane(c)
+        lane.nfe(FLOOR, 100)
+        deadline = lane.now + 32 * 400_000 + 3_000_000
+        assert c.submit(req(2, 10, deadline=deadline, now=lane.now), lane.now) == \
+            Decision.ACCEPTED
+        for _ in range(32):
+            lane.now += 300_000
+            lane.nfe(FLOOR)
+        k = c.cost_stats(lane.now)
+        assert (k.quantile_tail_ns, k.block_mean_ns, k.in_use_ns) == (FLOOR, 400_000, 400_000)
+        # a new request like it no longer fits (10 x 400 us > 3 ms) ...
+        assert c.submit(req(3, 10, deadline=deadline, now=lane.now), lane.now) == \
+            Decision.REJECTED_DEADLINE
+        # ... but the admitted one still can finish at the NFE cost (10 x 100 us): it runs
+        work = c.dispatch(1, lane.now)
+        assert work is not None and work.sequence == 2
+
+
 def test_switching_the_model_live_and_validation():
     with make(CostModel.STATIC, workers=2) as c:
         lane = Lane(c)

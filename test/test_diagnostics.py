@@ -84,10 +84,11 @@ def test_dead_or_stalled_worker_and_missing_model_are_errors():
 
 
 def cost(model=CostModel.STATIC, tail=900_000, in_use=1_000_000, samples=100,
-         **prefix: int) -> CostStats:
-    """Core cost figures; prefix_* fields (two-phase models) default to 0."""
-    extra = {f.name: prefix.get(f.name, 0) for f in dataclasses.fields(CostStats)
-             if f.name.startswith("prefix_")}
+         **more: int) -> CostStats:
+    """Core cost figures; prefix_* fields (two-phase models) and the two statistics behind the
+    tail (quantile_tail_ns, block_mean_ns) default to 0."""
+    extra = {f.name: more.get(f.name, 0) for f in dataclasses.fields(CostStats)
+             if f.name.startswith("prefix_") or f.name in ("quantile_tail_ns", "block_mean_ns")}
     return CostStats(cost_model=model, quantile_ppm=990_000, window_ns=S,
                      configured_ns=1_000_000, observed_tail_ns=tail, window_max_ns=tail,
                      window_samples=samples, in_use_ns=in_use, samples_total=samples, **extra)
@@ -96,6 +97,17 @@ def cost(model=CostModel.STATIC, tail=900_000, in_use=1_000_000, samples=100,
 def workers_status(s: Snapshot):
     status = DiagnosticsBuilder("r").build(s, _stamp()).status[2]
     return status, {kv.key: kv.value for kv in status.values}
+
+
+def test_cost_drift_alarm_names_the_statistic_above_what_admission_assumes():
+    by_quantile = cost(tail=2_500_000, quantile_tail_ns=2_500_000, block_mean_ns=800_000)
+    warn, values = workers_status(snap(cost=by_quantile))
+    assert warn.level == DiagnosticStatus.WARN and "measured NFE p99" in warn.message
+    by_block = cost(tail=2_500_000, quantile_tail_ns=700_000, block_mean_ns=2_500_000)
+    warn, values = workers_status(snap(cost=by_block))
+    assert warn.level == DiagnosticStatus.WARN
+    assert "busy time per step (the busiest 16 steps)" in warn.message and "2500000" in warn.message
+    assert (values["nfe_ns_quantile_tail"], values["nfe_ns_block_mean"]) == ("700000", "2500000")
 
 
 def test_cost_drift_alarm_in_static_mode_says_observed_vs_configured():
