@@ -138,7 +138,8 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "cost_quantile",
         0.9,
-        "which quantile of the NFEs measured in the window is the tail (1.0 = the maximum)",
+        "which quantile of the NFEs measured in the window is the tail (1.0 = the maximum); "
+        "the busiest 16 worker steps' mean busy span per step can raise it",
         0.5,
         1.0,
         read_only=False,
