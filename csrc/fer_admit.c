@@ -137,19 +137,6 @@ static uint32_t queue_jobs(struct fer_core *c, const struct fer_request *r, uint
     return nj;
 }
 
-/* Whether worker w holds work on any of its lanes (it is then inside a step, or about to be). */
-static int worker_stepping(const struct fer_core *c, uint32_t w)
-{
-    uint32_t b = c->cfg.batch_slots, l;
-
-    if (b == 1)
-        return 0; /* its only lane is the idle one being asked about */
-    for (l = w * b; l < (w + 1) * b; l++)
-        if (c->lanes[l].slot != FER_NONE)
-            return 1;
-    return 0;
-}
-
 /* What the predicate is asked about: nlanes start times in c->lane_start, njobs jobs in c->jobs,
  * x at index xpos. */
 struct admission_state {
@@ -180,7 +167,7 @@ static void build_admission_state(struct fer_core *c, const struct fer_request *
             /* §5.1: a free batch slot of a worker that is stepping other rows joins at that
              * worker's next step boundary, at most one step (nfe) away; a worker holding
              * nothing waits for work and takes it now. With B = 1 every idle lane is now. */
-            c->lane_start[st->nlanes++] = worker_stepping(c, i / c->cfg.batch_slots)
+            c->lane_start[st->nlanes++] = fer_worker_stepping(c, i / c->cfg.batch_slots)
                                               ? fer_sat_add(now, nfe) : now;
             continue;
         }

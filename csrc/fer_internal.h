@@ -277,6 +277,20 @@ static inline uint64_t fer_work_finish(uint64_t start, uint32_t prefix_pending, 
     return fer_sat_finish(prefix_pending ? fer_sat_add(start, prefix) : start, n, nfe);
 }
 
+/* Whether worker w holds work on any of its lanes (it is then inside a step, or about to be);
+ * asked about one of w's idle lanes, so with B = 1 the answer is no (mu held). */
+static inline int fer_worker_stepping(const struct fer_core *c, uint32_t w)
+{
+    uint32_t b = c->cfg.batch_slots, l;
+
+    if (b == 1)
+        return 0; /* its only lane is the idle one being asked about */
+    for (l = w * b; l < (w + 1) * b; l++)
+        if (c->lanes[l].slot != FER_NONE)
+            return 1;
+    return 0;
+}
+
 /* ---- calls shared between the core's files (all with core->mu held unless noted) ---------- */
 
 /* fer_session.c */

@@ -93,13 +93,11 @@ static void run_on_lane(struct fer_core *c, uint32_t lane, uint32_t id, uint64_t
                         struct fer_work *out)
 {
     struct fer_slot *s = &c->slots[id];
-    uint32_t w = lane / c->cfg.batch_slots, b = c->cfg.batch_slots, l;
+    uint32_t w = lane / c->cfg.batch_slots;
 
     /* §5.2 block mean: a worker taking work with every lane idle was busy only from when the
      * work was there (its arrival), or from its own last step if the work waited for that. */
-    for (l = w * b; l < (w + 1) * b && c->lanes[l].slot == FER_NONE; l++)
-        ;
-    if (l == (w + 1) * b && s->arrival_ns > c->charged_ns[w])
+    if (!fer_worker_stepping(c, w) && s->arrival_ns > c->charged_ns[w])
         c->charged_ns[w] = s->arrival_ns;
     s->state = FER_SLOT_RUNNING;
     s->lane = lane;
