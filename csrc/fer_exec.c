@@ -666,6 +666,22 @@ static void advance(float *restrict state, float *restrict x, const float *restr
     }
 }
 
+int fer_exec_time_runs(struct fer_exec *e, uint32_t n_rows, uint32_t runs, uint64_t *ns)
+{
+    uint32_t i;
+    int rc;
+
+    FER_CHECK_ARGS(e != NULL && ns != NULL && n_rows >= 1 && n_rows <= e->max_rows);
+    for (i = 0; i < runs; i++) {
+        uint64_t start = clock_ns(CLOCK_MONOTONIC);
+
+        if ((rc = run_rows(e, n_rows)) != FER_OK)
+            return rc;
+        ns[i] = clock_ns(CLOCK_MONOTONIC) - start;
+    }
+    return FER_OK;
+}
+
 static int rows_ok(const struct fer_exec *e, const struct fer_core *core,
                    const struct fer_exec_row *rows, uint32_t n)
 {

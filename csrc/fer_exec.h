@@ -194,6 +194,16 @@ int fer_exec_run(struct fer_exec *exec, struct fer_core *core, struct fer_exec_r
                  uint32_t n_rows, const uint32_t *stop_flag, const uint64_t *fault_delay_ns,
                  uint32_t flags, const struct fer_exec_report *report);
 
+/* BENCH ONLY (flowedge_relay_bench batching: what ONNX Runtime's own batched call allows, the
+ * ceiling of any step-level batching around it): `runs` back-to-back ORT Runs over the first
+ * n_rows rows of the exec's buffers as they are (x, t and the statics untouched between runs;
+ * no solver update, no core), each one timed with CLOCK_MONOTONIC into ns[i]. Same session, same
+ * OrtValues as fer_exec_run, so a run here is exactly the call a step makes. FER_OK, FER_EINVAL
+ * (exec or ns NULL, n_rows not in 1..max_rows) or FER_EXEC_EORT (a Run failed; last_error says
+ * why; ns[i..runs) unset). Allocates nothing itself; never call it while a fer_exec_run on the
+ * same exec is in progress. */
+int fer_exec_time_runs(struct fer_exec *exec, uint32_t n_rows, uint32_t runs, uint64_t *ns);
+
 /* ---- the prefix pass (two-phase packages) -----------------------------------------------------
  * A graph run once per request, before its steps: a pass is made from a graph with named inputs
  * (the package's request tensors, as row buffers) and named outputs (the context tensors, whose

@@ -332,6 +332,18 @@ class NativeLoop:
         return rc
 
 
+    def time_runs(self, n_rows: int, runs: int) -> np.ndarray:
+        """BENCH ONLY: `runs` back-to-back ONNX Runtime calls over the first n_rows rows as the
+        buffers hold them (no solver update, no core), each one's wall ns: the model's own cost
+        of a step of n_rows rows, with the GIL released (fer_exec_time_runs)."""
+        if self._exec is None:
+            raise NativeError("native loop is closed")
+        ns = np.zeros(runs, np.uint64)
+        rc = lib.fer_exec_time_runs(self._exec, n_rows, runs, _ptr("uint64_t *", ns))
+        if rc < 0:
+            _run_failed(rc, lib.fer_exec_last_error, self._exec, "fer_exec_time_runs")
+        return ns
+
 class PrefixPass:
     """A two-phase package's prefix graph over row buffers (a C fer_pass): `run(first, count)` is
     one ONNX Runtime call over rows [first, first + count) with the GIL released, reading the

@@ -72,8 +72,18 @@ def test_batching_relays_side_by_side_in_rounds():
                                    two["alone_nfe_per_s_by_round"], strict=True)]
     assert one["alone_speedup_vs_b1"] == 1.0
     assert two["alone_speedup_vs_b1"] == pytest.approx(sum(alone) / 2)
+    # the model call alone, one segment after each worker-alone one, ratios the same way; then
+    # its cost at every row count 1..16
+    for r in (one, two):
+        assert len(r["model_call_ns_by_round"]) == 2 and min(r["model_call_ns_by_round"]) > 0
+    model = [2 * a / b for a, b in zip(one["model_call_ns_by_round"],
+                                       two["model_call_ns_by_round"], strict=True)]
+    assert one["model_speedup_vs_b1"] == 1.0
+    assert two["model_speedup_vs_b1"] == pytest.approx(sum(model) / 2)
+    by_rows = report["model_call_ns_by_rows"]["policy_small.onnx"]
+    assert list(by_rows) == [str(n) for n in range(1, 17)] and min(by_rows.values()) > 0
     assert report["targets"] == {} and report["overload"] == {}
-    assert "alone_speedup" in batching.table(report)
+    assert "alone_speedup" in batching.table(report) and "model_alone" in batching.table(report)
 
 
 def test_registered_and_in_bench_all():
@@ -87,18 +97,25 @@ def test_registered_and_in_bench_all():
 
 
 def test_b8_target_names_the_worker_code_alone():
-    """The B = 8 capacity target line and the docs row carry the worker-alone speedup beside
-    the relay's (pure functions over a report's results: no measurement)."""
+    """The B = 8 capacity target line and the docs row carry the worker-alone and model-alone
+    speedups beside the relay's (pure functions over a report's results: no measurement)."""
     results = [{"model": "policy_small.onnx", "batch_slots": b, "nfe_per_s": n,
-                "speedup_vs_b1": s, "alone_speedup_vs_b1": a, "step_ns_p99": 50_000.0,
-                "nfe_per_request": 4096}
-               for b, n, s, a in ((1, 100.0, 1.0, 1.0), (8, 380.0, 3.8, 3.9))]
+                "speedup_vs_b1": s, "alone_speedup_vs_b1": a, "model_speedup_vs_b1": m,
+                "step_ns_p99": 50_000.0, "nfe_per_request": 4096}
+               for b, n, s, a, m in ((1, 100.0, 1.0, 1.0, 1.0), (8, 380.0, 3.8, 3.9, 4.1))]
     report = {"results": results, "overload": {}}
     target = batching._targets(report)["small.capacity_b8_vs_b1"]
-    assert target == {"target": ">= 4", "value": 3.8, "met": False, "alone": 3.9}
+    assert target == {"target": ">= 4", "value": 3.8, "met": False, "alone": 3.9, "model": 4.1}
+    for r in results:
+        r["requests"] = 10
+    text = batching.table({**report, "targets": batching._targets(report), "relay": "process",
+                           "workers": 1, "nfe_per_request": {"policy_small.onnx": 4096},
+                           "seconds_per_point": 5.0})  # fmt: skip
+    assert "worker code alone 3.90x; model call alone 4.10x" in text
     (row,) = perfdoc._batching_rows(report)
     assert row["met"] is False and "3.80x" in row["measured"]
     assert "worker code alone 3.90x" in row["measured"]
+    assert "model call alone 4.10x" in row["measured"]
 
 
 def test_row_cost_note_says_what_the_b8_target_asks_of_a_step():

@@ -263,6 +263,34 @@ def test_expiry_mid_loop_single_row(small):
     h.nat.close()
 
 
+def test_time_runs_is_the_step_call_alone_over_exactly_its_rows(small):
+    """The bench's model-call timer (fer_exec_time_runs) makes the Run a step makes and nothing
+    else: the velocities of its rows are the Python session's for the same inputs, bit for bit,
+    the rows beyond n and the solver state are untouched, no core is needed, one duration per
+    run; row counts outside 1..max_rows are refused."""
+    rng = np.random.default_rng(3)
+    spec = native.step_spec(small)
+    bufs = native.RowBuffers.zeros(spec, 4)
+    bufs.x[...] = rng.standard_normal(bufs.x.shape, np.float32)
+    bufs.t[...] = rng.random(bufs.t.shape, np.float32)
+    bufs.statics["observation"][...] = OBS[:4]
+    nat = native.NativeLoop(small.model_bytes, spec, max_rows=4, buffers=bufs)
+    bufs.v[...] = 0  # create ran every row count once (ORT's first runs)
+    try:
+        ns = nat.time_runs(3, 5)
+        assert ns.shape == (5,) and ns.dtype == np.uint64 and (ns > 0).all()
+        (want,) = make_session(small, 1).run(None, {
+            "x": bufs.x[:3], "t": bufs.t[:3], "observation": bufs.statics["observation"][:3]})
+        assert bufs.v[:3].tobytes() == want.tobytes()
+        assert not bufs.v[3].any() and not bufs.state.any()
+        for bad in (0, 5):
+            with pytest.raises(native.NativeError, match="invalid"):
+                nat.time_runs(bad, 1)
+    finally:
+        nat.close()
+    with pytest.raises(native.NativeError, match="closed"):
+        nat.time_runs(1, 1)
+
 def test_a_wrong_library_path_is_a_clear_error_and_the_pool_falls_back(small):
     with pytest.raises(native.NativeUnavailable, match="cannot load ONNX Runtime from /nonexist"):
         native.NativeLoop(small.model_bytes, native.step_spec(small), library="/nonexistent.so")

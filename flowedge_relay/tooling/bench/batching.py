@@ -31,16 +31,25 @@ worker loop alone (same host, same hour).
   step_ns_p50     median cost of one batched step (B rows) while saturated
   step_ceiling_vs_b1  B x step_ns_p50 at B = 1 / step_ns_p50 at B: the speedup the model's own
                   batched call allows (each row's NFE in a B-row step against B one-row steps),
-                  whatever the relay does around it. policy_small's steps are a few us of fixed
-                  cost plus ~2 us per row of 256-wide matrix products, so this ceiling is ~3-3.5
-                  at B = 8 on this host: the native loop made the one-row step cheap (its fixed
-                  cost is what batching saves), so B = 8 can no longer be 4x of it.
+                  whatever the relay does around it. On this host (AVX2) ONNX Runtime's GEMM
+                  takes policy_small's rows six at a time: 7 rows cost about as much as 12, so
+                  an 8-row call costs two row blocks and B x the one-row call / the B-row call
+                  is about 4 at B = 8 (model_call_ns_by_rows shows the steps); the native loop
+                  made the one-row step nearly the bare call, so the relay's B = 8 speedup sits
+                  at that ceiling, not above it.
   alone_nfe_per_s, alone_speedup_vs_b1
                   the same for the relay's worker code alone (WorkerAlone: a C core and a
                   WorkerPool in the bench process, fed through Core.submit, no relay process,
                   no DDS), one segment right after each relay segment, on the same CPU: what
                   batch slots buy the worker itself, so the relay's speedup can be read against
                   it (the relay adds work per request, not per step). Relays side by side only.
+  model_call_ns, model_speedup_vs_b1
+                  the model's own call alone (ModelAlone: the worker's ONNX Runtime Run over B
+                  rows back to back, nothing around it), one short segment right after each
+                  worker-alone segment on the same CPU: its median ns and B x (one-row call) /
+                  (B-row call), the ceiling of any batching around this call on this host.
+                  Relays side by side only; `model_call_ns_by_rows` (top level, per model) is
+                  the same call at every row count 1..16 after the rounds.
 
 Under the targets the table prints, per model, what its B = 8 target asks of a step
 (`row_cost_notes`): k x at B = 8 needs each of the 7 added rows within (8/k - 1) one-row steps,
@@ -62,6 +71,7 @@ import time
 
 import numpy as np
 
+from flowedge_relay import native
 from flowedge_relay.core import Core, CoreConfig
 from flowedge_relay.model import load_model
 from flowedge_relay.tooling.bench import overload
@@ -93,6 +103,8 @@ STATS_GRACE_NS = 50_000_000  # flowedge/stats snapshots up to 50 ms after the se
                              # the queued requests keep every slot busy past that
 ALONE_QUEUE = 256  # the worker-alone core's queue and rings: every wave submitted at once
 ALONE_SHARE = 0.5  # a worker-alone segment lasts about this share of a relay segment
+MODEL_SHARE = 0.25  # a model-call segment lasts about this share of a relay segment
+MODEL_ROWS = 16  # the model call's cost by rows is measured at every row count 1..16
 # saturated seconds per point, overload seconds of trace
 SIZES = {"quick": (0.5, 0.4), "full": (5.0, 8.0)}
 
@@ -191,8 +203,56 @@ class WorkerAlone:
         return n * self.nfe / ((end - t0) * 1e-9)
 
 
+class ModelAlone:
+    """The model's own batched call with nothing around it: a fer_exec made as the worker makes
+    its own (same session options, same OrtValues), its ONNX Runtime Run timed back to back over
+    n rows (native.NativeLoop.time_runs: no solver update, no core, the GIL released), on the
+    relays' CPU. B x (one-row call) / (B-row call) is then the most any step-level batching
+    around this call can buy, whatever the relay does: the relay's speedup is read against it."""
+
+    def __init__(self, stack: contextlib.ExitStack, path: str, max_rows: int, cpu: int) -> None:
+        info = load_model(path)
+        spec = native.step_spec(info)
+        bufs = native.RowBuffers.zeros(spec, max_rows)
+        rng = np.random.default_rng(12)  # inputs as a request's: x noise, t in [0, 1), obs
+        bufs.x[...] = rng.standard_normal(bufs.x.shape, np.float32)
+        bufs.t[...] = rng.random(bufs.t.shape, np.float32)
+        for arr in bufs.statics.values():
+            if arr.dtype == np.float32:
+                arr[...] = rng.standard_normal(arr.shape, np.float32)
+        self.loop = native.NativeLoop(info.model_bytes, spec, 1, max_rows, buffers=bufs)
+        stack.callback(self.loop.close)
+        self.cpu, self.max_rows = cpu, max_rows
+        self._per_call: dict[int, float] = {}  # rows -> last median ns, to size a segment
+
+    def call_ns(self, rows: int, seconds: float) -> float:
+        """Median ns of one call over `rows` rows, from about `seconds` of back-to-back calls
+        made on the relays' CPU (the calling thread is pinned there for the segment)."""
+        runs = int(np.clip(seconds * 1e9 / self._per_call.get(rows, 50_000.0), 50, 200_000))
+        allowed = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {self.cpu})
+        try:
+            ns = self.loop.time_runs(rows, runs)
+        finally:
+            os.sched_setaffinity(0, allowed)
+        self._per_call[rows] = float(np.median(ns))
+        return self._per_call[rows]
+
+    def by_rows(self, rounds: int, seconds: float) -> dict[str, float]:
+        """Every row count 1..max_rows, `rounds` rounds of `seconds` each (the order reversed
+        every other round): row count -> median over the rounds of the per-call medians. The
+        step shape of ONNX Runtime's batched call (its GEMM kernel takes rows a block at a
+        time, so cost rises in steps, not per row) is visible here."""
+        rows = list(range(1, self.max_rows + 1))
+        got: dict[int, list[float]] = {n: [] for n in rows}
+        for r in range(rounds):
+            for n in rows if r % 2 == 0 else rows[::-1]:
+                got[n].append(self.call_ns(n, seconds))
+        return {str(n): float(np.median(v)) for n, v in got.items()}
+
+
 def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, seconds: float,
-                    rounds: int, bar: Progress | None = None) -> list[dict]:
+                    rounds: int, bar: Progress | None = None) -> tuple[list[dict], dict]:
     """Every `slots` point of one model side by side: one relay process per B, all started
     first (under /b1, /b2, ...), then `rounds` rounds of seconds / rounds of saturation each,
     B by B (the order reversed every other round). A point's figures are medians over its
@@ -200,7 +260,9 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
     the host's speed drifts by 1.5-3x over seconds, and one point measured after another saw
     another host (the step ceiling of B = 2 once came out 1.2). Right after each relay segment
     the same B's WorkerAlone runs one segment on the same CPU (alone_*: its medians and
-    per-round ratios the same way)."""
+    per-round ratios the same way), then the model's own call over B rows (ModelAlone: model_*,
+    the same way). Returns the points and the model call's cost by row count (ModelAlone.by_rows,
+    after the rounds)."""
     path = model_path(model)
     seg = seconds / rounds
     # every relay's workers on the same CPU: one vCPU of this host can run the same loop 1.5x
@@ -221,8 +283,10 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
             relays[b] = (relay, client)
             alone[b] = WorkerAlone(stack, path, b, workers, nfe, cpu)
             alone[b].size(seg * ALONE_SHARE)
+        model_alone = ModelAlone(stack, path, max(MODEL_ROWS, *slots), cpu)
         segs: dict[int, list[tuple[float, float, float, int]]] = {b: [] for b in slots}
         alone_rates: dict[int, list[float]] = {b: [] for b in slots}
+        model_ns: dict[int, list[float]] = {b: [] for b in slots}
         for r in range(rounds):
             for b in slots if r % 2 == 0 else slots[::-1]:
                 relay, client = relays[b]
@@ -236,10 +300,14 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
                     raise RuntimeError(f"batch_slots={b}: no stats from the relay in a segment")
                 segs[b].append((*work, len(answers)))
                 alone_rates[b].append(alone[b].segment())  # the same worker code, no relay
+                model_ns[b].append(model_alone.call_ns(b, seg * MODEL_SHARE))  # the call alone
                 if bar:
                     bar.advance(1 / rounds, label=f"{model} batch_slots={b} round {r + 1}")
+        if bar:
+            bar.update(label=f"{model}: the model call alone at 1..{model_alone.max_rows} rows")
+        by_rows = model_alone.by_rows(rounds, seg * MODEL_SHARE / 4)
     med = lambda v: float(np.median(v))  # noqa: E731
-    base, alone_base = segs[1], alone_rates[1]
+    base, alone_base, model_base = segs[1], alone_rates[1], model_ns[1]
     return [{
         "model": path.rsplit("/", 1)[-1],
         "batch_slots": b,
@@ -259,7 +327,11 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
         "alone_speedup_vs_b1": med([x / y for x, y in zip(alone_rates[b], alone_base,
                                                           strict=True)]),
         "alone_nfe_per_s_by_round": alone_rates[b],
-    } for b in slots]
+        "model_call_ns": med(model_ns[b]),
+        "model_speedup_vs_b1": med([b * y / x for x, y in zip(model_ns[b], model_base,
+                                                              strict=True)]),
+        "model_call_ns_by_round": model_ns[b],
+    } for b in slots], by_rows
 
 
 def _overload_args(args: argparse.Namespace, slots: int) -> argparse.Namespace:
@@ -284,12 +356,15 @@ def run(args: argparse.Namespace) -> dict:
     slots = sorted({1, *args.slots})
     points = len(args.models) * len(slots)
     results: list[dict] = []
+    model_calls: dict[str, dict[str, float]] = {}
     nfe_of = {m: args.nfe or NFE_PER_REQUEST.get(m, DEFAULT_NFE) for m in args.models}
     with Progress("batching", points, unit=" points") as bar:
         for model in args.models:
             if not args.in_process:
-                results += capacity_rounds(model, slots, args.workers, nfe_of[model], seconds,
-                                           args.rounds, bar)  # fmt: skip
+                points, by_rows = capacity_rounds(model, slots, args.workers, nfe_of[model],
+                                                  seconds, args.rounds, bar)  # fmt: skip
+                results += points
+                model_calls[model_path(model).rsplit("/", 1)[-1]] = by_rows
                 continue
             base, step1 = None, 0.0
             for b in slots:
@@ -323,6 +398,8 @@ def run(args: argparse.Namespace) -> dict:
         "seconds_per_point": seconds,
         "relay": "in-process" if args.in_process else "flowedge-relayd process",
         "results": results,
+        # ModelAlone.by_rows: the model's own call by row count, ns (relays side by side only)
+        "model_call_ns_by_rows": model_calls,
         # `overload`: calibrated edf_admission (the issue's keys); every policy run is in
         # `overload_by_policy.<policy>.<B>.<load>`
         "overload": by_policy.get("edf_admission", {}),
@@ -345,6 +422,8 @@ def _rows(report: dict) -> list[dict]:
         else f"{r['step_ceiling_vs_b1']:.2f}x",
         "alone_speedup": "-" if r.get("alone_speedup_vs_b1") is None
         else f"{r['alone_speedup_vs_b1']:.2f}x",
+        "model_alone": "-" if r.get("model_speedup_vs_b1") is None
+        else f"{r['model_speedup_vs_b1']:.2f}x",
         "requests": r["requests"],
     } for r in report["results"]]  # fmt: skip
 
@@ -358,7 +437,8 @@ def _targets(report: dict) -> dict:
             v = got[0]["speedup_vs_b1"]
             out[f"{model}.capacity_b8_vs_b1"] = {"target": f">= {bound:g}", "value": v,
                                                  "met": None if v is None else v >= bound,
-                                                 "alone": got[0].get("alone_speedup_vs_b1")}
+                                                 "alone": got[0].get("alone_speedup_vs_b1"),
+                                                 "model": got[0].get("model_speedup_vs_b1")}
     for policy, by_b in _by_policy(report).items():
         for b, by_load in by_b.items():
             for load, m in by_load.items():
@@ -413,6 +493,7 @@ def table(report: dict) -> str:
         value = "-" if v is None else (f"{v:.2f}x" if "capacity" in name and "b8" in name
                                        else f"{v:.4%}")
         alone = "" if t.get("alone") is None else f"; worker code alone {t['alone']:.2f}x"
+        alone += "" if t.get("model") is None else f"; model call alone {t['model']:.2f}x"
         lines.append(f"  {name:<48} {value:>10} (target {t['target']}) {verdict}{alone}")
     lines += [f"  {m}: {note}" for m, note in row_cost_notes(report).items()]
     return "\n".join(lines)
@@ -464,8 +545,9 @@ def row_cost_notes(report: dict) -> dict[str, str]:
 def plot(report: dict, path: str) -> str:
     from flowedge_relay.tooling.bench import plots
 
-    fig, axes = plots.subplots(ncols=2, width=4.6, height=3.8)
-    ax_cap, ax_step = axes
+    by_rows = report.get("model_call_ns_by_rows") or {}
+    fig, axes = plots.subplots(ncols=3 if by_rows else 2, width=4.6, height=3.8)
+    ax_cap, ax_step = axes[0], axes[1]
     models = sorted({r["model"] for r in report["results"]})
     for model in models:
         pts = [r for r in report["results"] if r["model"] == model]
@@ -474,10 +556,20 @@ def plot(report: dict, path: str) -> str:
         ax_step.plot(xs, [r["step_ns_p99"] / 1e3 for r in pts], marker="o", label=model)
     ax_cap.set_ylabel("saturated capacity, NFE/s")
     ax_step.set_ylabel("p99 batched step, us")
-    for ax in axes:
+    for ax in axes[:2]:
         ax.set_xlabel("batch_slots (B)")
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=7)
+    if by_rows:
+        ax_rows = axes[2]
+        for model, ns in by_rows.items():
+            xs = sorted(int(k) for k in ns)
+            one = ns["1"]
+            ax_rows.plot(xs, [ns[str(x)] / one for x in xs], marker="o", label=model)
+        ax_rows.plot(xs, [x / 4 for x in xs], linestyle=":", color="grey", label="rows / 4")
+        ax_rows.set_xlabel("rows in one call")
+        ax_rows.set_ylabel("model call alone, x the one-row call")
+        ax_rows.legend(fontsize=7)
     return plots.save(
         fig, path,
         title=f"batching: capacity against batch_slots, {report['workers']} worker(s)",

@@ -249,7 +249,9 @@ def _batching_rows(bt: dict | None) -> list[dict]:
                         f"{r['nfe_per_s']:.0f} NFE/s; step p99 {r['step_ns_p99'] / 1e3:.0f} us; "
                         f"{r.get('nfe_per_request', '?')} NFE per request"
                         + (f"; the worker code alone {r['alone_speedup_vs_b1']:.2f}x"
-                           if r.get("alone_speedup_vs_b1") is not None else "") + ")",
+                           if r.get("alone_speedup_vs_b1") is not None else "")
+                        + (f"; the model call alone {r['model_speedup_vs_b1']:.2f}x"
+                           if r.get("model_speedup_vs_b1") is not None else "") + ")",
             "met": (r["speedup_vs_b1"] or 0) >= want if want else None,
         })  # fmt: skip
     by_policy = bt.get("overload_by_policy") or {"edf_admission": bt.get("overload", {})}
