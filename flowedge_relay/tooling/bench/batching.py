@@ -562,11 +562,16 @@ def plot(report: dict, path: str) -> str:
         ax.legend(fontsize=7)
     if by_rows:
         ax_rows = axes[2]
-        for model, ns in by_rows.items():
+        for model in models:  # the same order, so the same colours, as the other panels
+            ns = by_rows.get(model)
+            if not ns:
+                continue
             xs = sorted(int(k) for k in ns)
-            one = ns["1"]
-            ax_rows.plot(xs, [ns[str(x)] / one for x in xs], marker="o", label=model)
-        ax_rows.plot(xs, [x / 4 for x in xs], linestyle=":", color="grey", label="rows / 4")
+            ax_rows.plot(xs, [ns[str(x)] / ns["1"] for x in xs], marker="o", label=model)
+            ax_rows.set_xticks(xs[::2] if len(xs) > 8 else xs)
+        xs = range(1, MODEL_ROWS + 1)
+        ax_rows.plot(xs, [x / 4 for x in xs], linestyle=":", color="grey",
+                     label="rows / 4 (4x the one-row rate)")
         ax_rows.set_xlabel("rows in one call")
         ax_rows.set_ylabel("model call alone, x the one-row call")
         ax_rows.legend(fontsize=7)
