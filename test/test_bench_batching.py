@@ -82,6 +82,8 @@ def test_batching_relays_side_by_side_in_rounds():
     assert two["model_speedup_vs_b1"] == pytest.approx(sum(model) / 2)
     by_rows = report["model_call_ns_by_rows"]["policy_small.onnx"]
     assert list(by_rows) == [str(n) for n in range(1, 17)] and min(by_rows.values()) > 0
+    vs_one = report["model_call_vs_one_row_by_rows"]["policy_small.onnx"]
+    assert list(vs_one) == list(by_rows) and min(vs_one.values()) > 0
     assert report["targets"] == {} and report["overload"] == {}
     assert "alone_speedup" in batching.table(report) and "model_alone" in batching.table(report)
 

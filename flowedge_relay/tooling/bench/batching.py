@@ -49,7 +49,8 @@ worker loop alone (same host, same hour).
                   worker-alone segment on the same CPU: its median ns and B x (one-row call) /
                   (B-row call), the ceiling of any batching around this call on this host.
                   Relays side by side only; `model_call_ns_by_rows` (top level, per model) is
-                  the same call at every row count 1..16 after the rounds.
+                  the same call at every row count 1..16 after the rounds, and
+                  `model_call_vs_one_row_by_rows` each one against a one-row call just before.
 
 Under the targets the table prints, per model, what its B = 8 target asks of a step
 (`row_cost_notes`): k x at B = 8 needs each of the 7 added rows within (8/k - 1) one-row steps,
@@ -238,18 +239,23 @@ class ModelAlone:
         self._per_call[rows] = float(np.median(ns))
         return self._per_call[rows]
 
-    def by_rows(self, rounds: int, seconds: float) -> dict[str, float]:
-        """Every row count 1..max_rows, `rounds` rounds of `seconds` each (the order reversed
-        every other round): row count -> median over the rounds of the per-call medians. The
-        step shape of ONNX Runtime's batched call (its GEMM kernel takes rows a block at a
-        time, so cost rises in steps, not per row) is visible here."""
+    def by_rows(self, rounds: int, seconds: float) -> dict[str, dict[str, float]]:
+        """Every row count n in 1..max_rows, `rounds` rounds (the order reversed every other
+        round), each n timed for `seconds` right after a one-row segment of the same length, so
+        the pair sees one host speed: {"ns": n -> median over the rounds of the n-row call's
+        median ns, "vs_one_row": n -> median over the rounds of (n-row call / the one-row call
+        of its pair)}. The step shape of ONNX Runtime's batched call (its GEMM kernel takes rows
+        a block at a time, so cost rises in steps, not per row) shows in both."""
         rows = list(range(1, self.max_rows + 1))
         got: dict[int, list[float]] = {n: [] for n in rows}
+        ratio: dict[int, list[float]] = {n: [] for n in rows}
         for r in range(rounds):
             for n in rows if r % 2 == 0 else rows[::-1]:
+                one = self.call_ns(1, seconds)
                 got[n].append(self.call_ns(n, seconds))
-        return {str(n): float(np.median(v)) for n, v in got.items()}
-
+                ratio[n].append(got[n][-1] / one)
+        return {"ns": {str(n): float(np.median(v)) for n, v in got.items()},
+                "vs_one_row": {str(n): float(np.median(v)) for n, v in ratio.items()}}
 
 def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, seconds: float,
                     rounds: int, bar: Progress | None = None) -> tuple[list[dict], dict]:
@@ -261,8 +267,8 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
     another host (the step ceiling of B = 2 once came out 1.2). Right after each relay segment
     the same B's WorkerAlone runs one segment on the same CPU (alone_*: its medians and
     per-round ratios the same way), then the model's own call over B rows (ModelAlone: model_*,
-    the same way). Returns the points and the model call's cost by row count (ModelAlone.by_rows,
-    after the rounds)."""
+    the same way). Returns the points and the model call by row count (ModelAlone.by_rows, after
+    the rounds)."""
     path = model_path(model)
     seg = seconds / rounds
     # every relay's workers on the same CPU: one vCPU of this host can run the same loop 1.5x
@@ -305,7 +311,7 @@ def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, second
                     bar.advance(1 / rounds, label=f"{model} batch_slots={b} round {r + 1}")
         if bar:
             bar.update(label=f"{model}: the model call alone at 1..{model_alone.max_rows} rows")
-        by_rows = model_alone.by_rows(rounds, seg * MODEL_SHARE / 4)
+        by_rows = model_alone.by_rows(rounds, seg * MODEL_SHARE / 8)
     med = lambda v: float(np.median(v))  # noqa: E731
     base, alone_base, model_base = segs[1], alone_rates[1], model_ns[1]
     return [{
@@ -357,6 +363,7 @@ def run(args: argparse.Namespace) -> dict:
     points = len(args.models) * len(slots)
     results: list[dict] = []
     model_calls: dict[str, dict[str, float]] = {}
+    model_ratios: dict[str, dict[str, float]] = {}
     nfe_of = {m: args.nfe or NFE_PER_REQUEST.get(m, DEFAULT_NFE) for m in args.models}
     with Progress("batching", points, unit=" points") as bar:
         for model in args.models:
@@ -364,7 +371,8 @@ def run(args: argparse.Namespace) -> dict:
                 points, by_rows = capacity_rounds(model, slots, args.workers, nfe_of[model],
                                                   seconds, args.rounds, bar)  # fmt: skip
                 results += points
-                model_calls[model_path(model).rsplit("/", 1)[-1]] = by_rows
+                name = model_path(model).rsplit("/", 1)[-1]
+                model_calls[name], model_ratios[name] = by_rows["ns"], by_rows["vs_one_row"]
                 continue
             base, step1 = None, 0.0
             for b in slots:
@@ -398,8 +406,10 @@ def run(args: argparse.Namespace) -> dict:
         "seconds_per_point": seconds,
         "relay": "in-process" if args.in_process else "flowedge-relayd process",
         "results": results,
-        # ModelAlone.by_rows: the model's own call by row count, ns (relays side by side only)
+        # ModelAlone.by_rows: the model's own call by row count, ns, and against the one-row call
+        # timed just before it (relays side by side only)
         "model_call_ns_by_rows": model_calls,
+        "model_call_vs_one_row_by_rows": model_ratios,
         # `overload`: calibrated edf_admission (the issue's keys); every policy run is in
         # `overload_by_policy.<policy>.<B>.<load>`
         "overload": by_policy.get("edf_admission", {}),
@@ -545,7 +555,11 @@ def row_cost_notes(report: dict) -> dict[str, str]:
 def plot(report: dict, path: str) -> str:
     from flowedge_relay.tooling.bench import plots
 
-    by_rows = report.get("model_call_ns_by_rows") or {}
+    # the paired ratios where the report has them (else each row count's median over the
+    # one-row median, which mixes host speeds)
+    by_rows = report.get("model_call_vs_one_row_by_rows") or {
+        m: {k: v / ns["1"] for k, v in ns.items()}
+        for m, ns in (report.get("model_call_ns_by_rows") or {}).items()}
     fig, axes = plots.subplots(ncols=3 if by_rows else 2, width=4.6, height=3.8)
     ax_cap, ax_step = axes[0], axes[1]
     models = sorted({r["model"] for r in report["results"]})
@@ -567,7 +581,7 @@ def plot(report: dict, path: str) -> str:
             if not ns:
                 continue
             xs = sorted(int(k) for k in ns)
-            ax_rows.plot(xs, [ns[str(x)] / ns["1"] for x in xs], marker="o", label=model)
+            ax_rows.plot(xs, [ns[str(x)] for x in xs], marker="o", label=model)
             ax_rows.set_xticks(xs[::2] if len(xs) > 8 else xs)
         xs = range(1, MODEL_ROWS + 1)
         ax_rows.plot(xs, [x / 4 for x in xs], linestyle=":", color="grey",
