@@ -331,7 +331,6 @@ class NativeLoop:
             _run_failed(rc, lib.fer_exec_last_error, self._exec, "fer_exec_run")
         return rc
 
-
     def time_runs(self, n_rows: int, runs: int) -> np.ndarray:
         """BENCH ONLY: `runs` back-to-back ONNX Runtime calls over the first n_rows rows as the
         buffers hold them (no solver update, no core), each one's wall ns: the model's own cost
@@ -343,6 +342,7 @@ class NativeLoop:
         if rc < 0:
             _run_failed(rc, lib.fer_exec_last_error, self._exec, "fer_exec_time_runs")
         return ns
+
 
 class PrefixPass:
     """A two-phase package's prefix graph over row buffers (a C fer_pass): `run(first, count)` is

@@ -291,6 +291,7 @@ def test_time_runs_is_the_step_call_alone_over_exactly_its_rows(small):
     with pytest.raises(native.NativeError, match="closed"):
         nat.time_runs(1, 1)
 
+
 def test_a_wrong_library_path_is_a_clear_error_and_the_pool_falls_back(small):
     with pytest.raises(native.NativeUnavailable, match="cannot load ONNX Runtime from /nonexist"):
         native.NativeLoop(small.model_bytes, native.step_spec(small), library="/nonexistent.so")

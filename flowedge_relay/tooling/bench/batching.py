@@ -84,7 +84,7 @@ from flowedge_relay.tooling.bench.client import (
     wait_idle,
     warm_up,
 )
-from flowedge_relay.tooling.bench.model import submit_all_and_wait
+from flowedge_relay.tooling.bench.model import pinned_to, submit_all_and_wait
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
 from flowedge_relay.workers import WorkerPool
@@ -230,12 +230,8 @@ class ModelAlone:
         """Median ns of one call over `rows` rows, from about `seconds` of back-to-back calls
         made on the relays' CPU (the calling thread is pinned there for the segment)."""
         runs = int(np.clip(seconds * 1e9 / self._per_call.get(rows, 50_000.0), 50, 200_000))
-        allowed = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {self.cpu})
-        try:
+        with pinned_to(self.cpu):
             ns = self.loop.time_runs(rows, runs)
-        finally:
-            os.sched_setaffinity(0, allowed)
         self._per_call[rows] = float(np.median(ns))
         return self._per_call[rows]
 
@@ -256,6 +252,7 @@ class ModelAlone:
                 ratio[n].append(got[n][-1] / one)
         return {"ns": {str(n): float(np.median(v)) for n, v in got.items()},
                 "vs_one_row": {str(n): float(np.median(v)) for n, v in ratio.items()}}
+
 
 def capacity_rounds(model: str, slots: list[int], workers: int, nfe: int, seconds: float,
                     rounds: int, bar: Progress | None = None) -> tuple[list[dict], dict]:

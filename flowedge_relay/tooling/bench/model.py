@@ -274,17 +274,24 @@ def submit_all_and_wait(core: Core, session_id: bytes, nfe: int,
 
 
 @contextmanager
+def pinned_to(cpu: int) -> Iterator[None]:
+    """Pins the calling thread to `cpu` for the block, then gives it back its CPUs."""
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+@contextmanager
 def _one_cpu() -> Iterator[list[int]]:
     """Pins the calling thread to one CPU for the block and yields [that CPU] for the worker:
     the bare loop and the worker then run on the same core, so a pair compares code, not two
     cores (on this host one vCPU can run the same loop 2x slower than the other for seconds)."""
-    allowed = sorted(os.sched_getaffinity(0))
-    cpu = allowed[-1]
-    os.sched_setaffinity(0, {cpu})
-    try:
+    cpu = max(os.sched_getaffinity(0))
+    with pinned_to(cpu):
         yield [cpu]
-    finally:
-        os.sched_setaffinity(0, allowed)
 
 
 def _median_kept(values) -> float | None:
