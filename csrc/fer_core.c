@@ -90,8 +90,8 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
     }
     if (!c->slots || !c->free_slots || !c->obs_slab || !c->queue || !c->qjobs || !c->skip ||
         !c->sessions ||
-        !c->session_free || !c->session_hash || !c->lanes || !c->charged_ns || !c->rings || !c->jobs ||
-        !c->lane_start || !c->lane_scratch) {
+        !c->session_free || !c->session_hash || !c->lanes || !c->charged_ns || !c->rings ||
+        !c->jobs || !c->lane_start || !c->lane_scratch) {
         fer_core_destroy(c);
         return FER_ENOMEM;
     }
