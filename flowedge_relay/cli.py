@@ -61,14 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     # node, context. A signal during startup is honoured once the relay is up.
     with stop_requested() as stop:
         overrides, _ = parse_adr_flags(argv)
-        import rclpy
         from rclpy.executors import ExternalShutdownException
         from rclpy.signals import SignalHandlerOptions
 
         from flowedge_relay.node import RelayNode, spin_relay
+        from flowedge_relay.ros_compat import initialized
 
         try:
-            with rclpy.init(args=["flowedge-relayd", *argv],
+            with initialized(["flowedge-relayd", *argv],
                             signal_handler_options=SignalHandlerOptions.NO):
                 node = RelayNode(parameter_overrides=overrides)
                 # What start-up built (modules, the model, the node) moves to the collector's

@@ -36,6 +36,8 @@ from rclpy.executors import (
 from rclpy.node import Node
 from rclpy.task import Task
 
+from flowedge_relay.ros_compat import shutdown_executor
+
 #: the longest a spin waits for the pool to start a callback it already holds: bounds how late
 #: the spinning thread sees a stop request while every pool thread is busy
 POOL_WAIT_S = 0.1
@@ -132,8 +134,7 @@ class MainExecutor(_GroupFilter, MultiThreadedExecutor):
         read, prints "The following exception was never retrieved" at exit. Draining the pool
         first keeps the guard (and the nodes) alive for them; then every future is read here.
         """
-        self._executor.shutdown(wait=wait_for_threads)
-        done = super().shutdown(timeout_sec, wait_for_threads=wait_for_threads)
+        done = shutdown_executor(self, timeout_sec, wait_for_threads)
         with self._tasks_lock:
             tasks = [task for task, _, _ in self._tasks]
         futures, self._futures = self._futures, []

@@ -30,7 +30,6 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 import numpy as np
-import rclpy
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import ExternalShutdownException
@@ -238,11 +237,12 @@ def main(args: list[str] | None = None) -> None:
     from rclpy.signals import SignalHandlerOptions
 
     from flowedge_relay.executors import spin_until
+    from flowedge_relay.ros_compat import initialized
     from flowedge_relay.signals import stop_requested
 
     with stop_requested() as stop:  # SIGINT/SIGTERM stop it cleanly however it was started
         try:
-            with rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO):
+            with initialized(args, signal_handler_options=SignalHandlerOptions.NO):
                 producer = DemoProducer()
                 try:
                     executor = SingleThreadedExecutor()

@@ -35,24 +35,26 @@ def main(argv: list[str] | None = None) -> int:
 
         model_args = ["-p", f"model_path:={model_path(args.model)}"]
 
-    print(f"FlowEdge Relay demo: relay + demo producer, parameters from {args.params_file}"
-          + (f", model {args.model}" if args.model else ""))
+    from flowedge_relay.ros_compat import distro
+
+    print(f"FlowEdge Relay demo on ROS 2 {distro()}: relay + demo producer, parameters from "
+          f"{args.params_file}" + (f", model {args.model}" if args.model else ""))
     print("Ctrl-C stops. One summary line per second:\n")
     # SIGINT/SIGTERM only set `stop` (no rclpy signal handler), installed before the slow
     # imports so that no signal is lost while they run: see cli.main.
     with stop_requested() as stop:
-        import rclpy
         from rclpy.executors import ExternalShutdownException
         from rclpy.signals import SignalHandlerOptions
 
         from flowedge_relay.node import RelayNode, spin_relay
+        from flowedge_relay.ros_compat import initialized
         from flowedge_relay.tooling.demo_producer import DemoProducer
 
         # --duration sets the same Event a signal sets, so it exercises the real teardown
         timer = threading.Timer(args.duration, stop.set)
         timer.daemon = True
         try:
-            with rclpy.init(args=["run_demo", "--ros-args", "--params-file", args.params_file,
+            with initialized(["run_demo", "--ros-args", "--params-file", args.params_file,
                                   *model_args, *ros_args],
                             signal_handler_options=SignalHandlerOptions.NO):
                 relay = RelayNode()

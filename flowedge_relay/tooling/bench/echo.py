@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import sys
 
-import rclpy
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from flowedge_relay.ros_compat import initialized
 
 
 class EchoNode(Node):
@@ -39,7 +40,7 @@ class EchoNode(Node):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        with rclpy.init(args=["flowedge_echo", *argv]):
+        with initialized(["flowedge_echo", *argv]):
             node = EchoNode()
             executor = SingleThreadedExecutor()
             executor.add_node(node)
