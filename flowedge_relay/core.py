@@ -121,12 +121,17 @@ class SystemFailure(CoreError, OSError):
     """FER_ESYS: pthread initialisation failed."""
 
 
+class NotSupported(CoreError):
+    """FER_ENOTSUP: the middleware or a library does not offer what the call needs."""
+
+
 _ERRORS = {
     lib.FER_EINVAL: InvalidArgument,
     lib.FER_ENOMEM: OutOfMemory,
     lib.FER_ESTATE: InvalidState,
     lib.FER_EFULL: RingFull,
     lib.FER_ESYS: SystemFailure,
+    lib.FER_ENOTSUP: NotSupported,
 }
 
 
@@ -401,6 +406,10 @@ class Core:
     def shutdown(self) -> None:
         """Wake every wait_for_work / wait_outputs waiter; later waits return at once."""
         _check(lib.fer_core_shutdown(self._live()))
+
+    def ptr(self):
+        """The struct fer_core * for the other modules' C calls (InvalidState once closed)."""
+        return self._live()
 
     def _live(self):
         if self._core is None:
