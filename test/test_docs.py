@@ -1,9 +1,9 @@
 """The documentation resolves inside the repository: a clone is all a reader has.
 
-Checks every relative Markdown link (and its #anchor) in README.md, SECURITY.md and docs/*.md,
-every anchor and section number of docs/design.md cited anywhere in the tree, the tests
-docs/design.md cites for its invariants, that its status table says "implemented" or what is
-missing, and that no file points at the shared folder next to the repository, where the
+Checks every relative Markdown link (and its #anchor) in README.md, SECURITY.md, CONTRIBUTING.md
+and docs/*.md, every anchor and section number of docs/design.md cited anywhere in the tree, the
+tests docs/design.md cites for its invariants, that its status table says "implemented" or what
+is missing, and that no file points at the shared folder next to the repository, where the
 contract used to live.
 """
 
@@ -16,7 +16,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "design.md"
-PAGES = sorted([ROOT / "README.md", ROOT / "SECURITY.md", *(ROOT / "docs").glob("*.md")])
+PAGES = sorted([ROOT / "README.md", ROOT / "SECURITY.md", ROOT / "CONTRIBUTING.md",
+                *(ROOT / "docs").glob("*.md")])
 SKIP_DIRS = {".git", ".venv", "build", "install", "log", "out", "__pycache__", ".hypothesis",
              ".pytest_cache", ".ruff_cache"}
 SHARED = "../" + "shared/"  # spelled in two parts so this file does not match itself
