@@ -39,11 +39,17 @@ def _block(readme: str) -> str:
     return readme.split(perfdoc.BEGIN, 1)[1].split(perfdoc.END, 1)[0]
 
 
-def test_two_runs_side_by_side(tmp_path):
+def _two_runs(tmp_path: Path) -> Path:
+    """A repository whose docs perfdoc generated from two runs (the previous one slower)."""
     root = _root(tmp_path)
     prev = _run(tmp_path, "prev", _overhead(3_000_000, 2_000_000, 0.97, "aaa111"))
     out = _run(tmp_path, "out", _overhead(2_800_000, 2_000_000, 0.99, "bbb222"))
     perfdoc.generate(out, root, previous=prev)
+    return root
+
+
+def test_two_runs_side_by_side(tmp_path):
+    root = _two_runs(tmp_path)
     readme = (root / "README.md").read_text()
     assert readme.startswith("intro\n") and readme.endswith("after\n") and "old" not in readme
     block = _block(readme)
@@ -65,10 +71,7 @@ def test_two_runs_side_by_side(tmp_path):
 
 def test_readme_block_is_the_page_read_back(tmp_path):
     """--readme-only rebuilds the README block from docs/performance.md alone, to the byte."""
-    root = _root(tmp_path)
-    prev = _run(tmp_path, "prev", _overhead(3_000_000, 2_000_000, 0.97, "aaa111"))
-    out = _run(tmp_path, "out", _overhead(2_800_000, 2_000_000, 0.99, "bbb222"))
-    perfdoc.generate(out, root, previous=prev)
+    root = _two_runs(tmp_path)
     generated = (root / "README.md").read_text()
     (root / "README.md").write_text(f"intro\n{perfdoc.BEGIN}\nold\n{perfdoc.END}\nafter\n")
     assert perfdoc.main(["--root", str(root), "--readme-only"]) == 0
