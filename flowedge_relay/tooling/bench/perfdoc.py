@@ -176,7 +176,8 @@ def noise_warning(reports: dict[str, dict]) -> str | None:
 
 
 def headline(reports: dict[str, dict]) -> list[dict]:
-    """The README table: each target next to what this run measured."""
+    """The headline table of docs/performance.md: each target next to what this run measured
+(README_ROWS picks the README's few rows from it)."""
     rows = []
     for name, note in (("overload", ""), ("overload-noise", ", with --noise")):
         ov = reports.get(name, {}).get("policies", {})
