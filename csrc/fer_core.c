@@ -1,7 +1,7 @@
 /*
  * fer_core.c - the core's lifetime and settings: create (validates the configuration and
  * allocates everything the core will ever use), destroy, shutdown, and the calls that read or
- * change the configuration (calibration, policy).
+ * change the configuration (calibration, policy, cost model).
  *
  * Nothing allocates after fer_core_create: every later call works in the arrays sized here.
  */
@@ -224,6 +224,20 @@ int fer_core_set_policy(struct fer_core *c, uint32_t reject_if_retry_count_gte, 
     c->cfg.age_gate = age_gate;
     c->cfg.reject_if_queue_age_ns_gte = reject_if_queue_age_ns_gte;
     c->cfg.queue_timeout_ns = queue_timeout_ns;
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
+}
+
+int fer_core_set_cost_model(struct fer_core *c, uint32_t cost_model, uint64_t window_ns,
+                            uint32_t quantile_ppm)
+{
+    FER_CHECK_ARGS(c != NULL && cost_model <= FER_COST_ADAPTIVE && quantile_ppm <= FER_COST_PPM);
+    pthread_mutex_lock(&c->mu);
+    c->cfg.cost_model = cost_model;
+    c->cfg.cost_window_ns = window_ns;
+    c->cfg.cost_quantile_ppm = quantile_ppm;
+    fer_cost_configure(&c->cost, &c->cfg);
+    fer_cost_configure(&c->prefix_cost, &c->cfg);
     pthread_mutex_unlock(&c->mu);
     return FER_OK;
 }

@@ -12,7 +12,26 @@
  *   fer_output.c   outcomes: into the deciding thread's ring, and out to the publisher
  *   fer_stats.c    counters, snapshots and the session-generation query
  *   fer_ring.c     the SPSC rings and their doorbell
+ *   fer_cost.c     the §5.2 cost estimator (fer_cost.h), which knows nothing of the core
  *   fer_bench.c    benchmark and stress drivers (fer_bench.h), not on the data path
+ *
+ * Include graph: the quoted #includes of csrc/, a .c and its .h being one node (a header that
+ * needs the types of a file that includes it is a cycle too: fer_cost.c once included this
+ * header for struct fer_core while this one included fer_cost.h for struct fer_cost).
+ * test/test_layout.py checks that these lines are the files' includes and that there is no
+ * cycle. Leaves (include nothing): fer, fer_sat, fer_tensor and the other cdef headers,
+ * fer_noise_zig.
+ *   fer_internal -> fer fer_sat fer_cost
+ *   fer_cost -> fer fer_sat
+ *   fer_ort -> fer_internal fer_tensor
+ *   fer_exec -> fer_internal fer_tensor fer_ort
+ *   fer_pass -> fer_internal fer_tensor fer_ort
+ *   fer_serve -> fer_internal fer_tensor fer_exec fer_pass fer_noise
+ *   fer_noise -> fer_internal fer_noise_zig
+ *   fer_bench -> fer_internal
+ *   fer_publish -> fer_internal
+ *   fer_core fer_session fer_queue fer_submit fer_admit fer_lane -> fer_internal
+ *   fer_output fer_stats fer_ring -> fer_internal
  */
 #ifndef FER_INTERNAL_H
 #define FER_INTERNAL_H
