@@ -12,6 +12,7 @@
  *   fer_output.c   outcomes: into the deciding thread's ring, and out to the publisher
  *   fer_stats.c    counters, snapshots and the session-generation query
  *   fer_ring.c     the SPSC rings and their doorbell
+ *   fer_lock.c     how mutexes and condvars are made (priority inheritance, CLOCK_MONOTONIC)
  *   fer_cost.c     the §5.2 cost estimator (fer_cost.h), which knows nothing of the core
  *   fer_bench.c    benchmark and stress drivers (fer_bench.h), not on the data path
  *
@@ -31,7 +32,7 @@
  *   fer_bench -> fer_internal
  *   fer_publish -> fer_internal
  *   fer_core fer_session fer_queue fer_submit fer_admit fer_lane -> fer_internal
- *   fer_output fer_stats fer_ring -> fer_internal
+ *   fer_output fer_stats fer_ring fer_lock -> fer_internal
  */
 #ifndef FER_INTERNAL_H
 #define FER_INTERNAL_H
@@ -67,6 +68,41 @@ static inline uint64_t fer_round_pow2(uint64_t n)
     return p;
 }
 
+/* ---- locks and waits: every one in csrc/ -----------------------------------------------------
+ * Who runs where: on a robot computer the workers and the request thread (intake) may run
+ * SCHED_FIFO, while the publisher, the timers and diagnostics run at normal priority, and both
+ * kinds take the same mutexes. So every mutex below is priority-inheriting
+ * (PTHREAD_PRIO_INHERIT, fer_lock_init): a normal-priority holder preempted by a CPU hog runs at
+ * its real-time waiter's priority until it unlocks.
+ *   core->mu, mutex (PI): every fer_core_* call that reads or changes the core; the request
+ *     thread (submit, staging_slot), the workers (wait, dispatch, prefix_done, step,
+ *     output_space, finish, disable_lane, fer_exec_run's and fer_pass_run_done's step reports),
+ *     the diagnostics timer (stats, cost_stats, snapshots, set_calibration / policy /
+ *     cost_model) and shutdown. Held for bounded work only (fer.h).
+ *   core->work_cv, condvar (CLOCK_MONOTONIC) on core->mu: idle workers wait in wait_for_work /
+ *     worker_wait, timed; submit signals it on accept, shutdown broadcasts.
+ *   core->bell.mu, mutex (PI), and bell.cv, condvar (CLOCK_MONOTONIC): the request thread and
+ *     the workers ring it after releasing core->mu (fer_unlock_and_ring); the publisher holds it
+ *     while it looks at the rings and waits on bell.cv in wait_outputs, timed; shutdown closes
+ *     it. A standalone ring (fer_ring_create) has a doorbell of its own, made the same way.
+ *   Order: the two mutexes never nest (the doorbell is rung after core->mu is released, and what
+ *     the publisher calls, wait_outputs and pop_outcomes, never takes core->mu): no lock order.
+ * Lock-free handoffs (no lock, no wait): the SPSC outcome rings (fer_ring.c: each side one
+ *   acquire load of the other's index and one release store of its own; a full ring drops and
+ *   counts, never blocks), qlen_hint (fer_core_queued, read without core->mu), and the relaxed
+ *   atomic flags and counters of the exec, serve and publisher (stop, fault delay, progress).
+ * Bounded sleeps and polls, no lock held: fer_serve.c's wait for ring space (50 us sleeps, up to
+ *   output_wait_ns), fer_publish.c's pause (10 ms sleeps), fer_exec_run's fault delay (drills
+ *   only), fer_bench_ring_produce's sched_yield while a ring is full (bench only). No spin lock.
+ */
+
+/* A priority-inheriting mutex and a CLOCK_MONOTONIC condvar (FER_OK or FER_ESYS, nothing left
+ * made); fini destroys both. */
+int fer_lock_init(pthread_mutex_t *mu, pthread_cond_t *cv);
+void fer_lock_fini(pthread_mutex_t *mu, pthread_cond_t *cv);
+/* Absolute CLOCK_MONOTONIC time timeout_ns from now, saturating (for pthread timed waits). */
+struct timespec fer_deadline_after(uint64_t timeout_ns);
+
 /* ---- doorbell: wakes the publisher after ring commits ----------------------------------------
  * A mutex + condvar + counter, separate from the core mutex so the publisher never contends with
  * admission. Producers ring it after their release-store of a ring tail; the waiter re-checks the
@@ -86,9 +122,6 @@ void fer_doorbell_close(struct fer_doorbell *b);
  * ready(arg) as last seen. ready is evaluated under the doorbell mutex, so a commit rung after
  * the check always finds the waiter asleep (no lost wake-up). */
 int fer_doorbell_wait(struct fer_doorbell *b, int (*ready)(void *), void *arg, uint64_t timeout_ns);
-
-/* Absolute CLOCK_MONOTONIC time timeout_ns from now, saturating (for pthread timed waits). */
-struct timespec fer_deadline_after(uint64_t timeout_ns);
 
 /* ---- SPSC ring (ck_ring / rte_ring shape) -----------------------------------------------------
  * Invariants:
