@@ -15,6 +15,7 @@
  *   fer_lock.c     how mutexes and condvars are made (priority inheritance, CLOCK_MONOTONIC)
  *   fer_cost.c     the §5.2 cost estimator (fer_cost.h), which knows nothing of the core
  *   fer_bench.c    benchmark and stress drivers (fer_bench.h), not on the data path
+ *   fer_rtprobe.c  test support (fer_bench.h): priority inversion on one CPU, on the core's locks
  *
  * Include graph: the quoted #includes of csrc/, a .c and its .h being one node (a header that
  * needs the types of a file that includes it is a cycle too: fer_cost.c once included this
@@ -30,6 +31,7 @@
  *   fer_serve -> fer_internal fer_tensor fer_exec fer_pass fer_noise
  *   fer_noise -> fer_internal fer_noise_zig
  *   fer_bench -> fer_internal
+ *   fer_rtprobe -> fer_internal fer_bench
  *   fer_publish -> fer_internal
  *   fer_core fer_session fer_queue fer_submit fer_admit fer_lane -> fer_internal
  *   fer_output fer_stats fer_ring fer_lock -> fer_internal
@@ -73,7 +75,7 @@ static inline uint64_t fer_round_pow2(uint64_t n)
  * SCHED_FIFO, while the publisher, the timers and diagnostics run at normal priority, and both
  * kinds take the same mutexes. So every mutex below is priority-inheriting
  * (PTHREAD_PRIO_INHERIT, fer_lock_init): a normal-priority holder preempted by a CPU hog runs at
- * its real-time waiter's priority until it unlocks.
+ * its real-time waiter's priority until it unlocks (test/test_realtime_locks.py).
  *   core->mu, mutex (PI): every fer_core_* call that reads or changes the core; the request
  *     thread (submit, staging_slot), the workers (wait, dispatch, prefix_done, step,
  *     output_space, finish, disable_lane, fer_exec_run's and fer_pass_run_done's step reports),

@@ -8,7 +8,7 @@
  * mutexes. A normal-priority holder preempted by a CPU hog would otherwise keep a real-time
  * waiter blocked for as long as the hog runs (priority inversion); with PTHREAD_PRIO_INHERIT the
  * holder runs at its highest waiter's priority until it unlocks, so the wait is the critical
- * section (bounded work, fer.h) and nothing else.
+ * section (bounded work, fer.h) and nothing else. test/test_realtime_locks.py shows both.
  * glibc's condition variables work with PI mutexes (the wait re-takes the mutex through the PI
  * path); their own wake-up order is not priority-aware, which the core does not rely on.
  */

@@ -34,7 +34,7 @@ CSRC = ROOT / "csrc"
 SOURCES = ["fer_core.c", "fer_session.c", "fer_queue.c", "fer_submit.c", "fer_admit.c",
            "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_cost.c", "fer_ring.c", "fer_bench.c",
            "fer_exec.c", "fer_noise.c", "fer_serve.c", "fer_publish.c",
-           "fer_ort.c", "fer_pass.c", "fer_lock.c"]
+           "fer_ort.c", "fer_pass.c", "fer_lock.c", "fer_rtprobe.c"]
 # The runtime contract, the benchmark / stress drivers, the native NFE loop (which dlopens ONNX
 # Runtime at run time: no link-time dependency), the initial noise, the worker's request cycle
 # over them, then the publisher's loop (which calls the rcl that rclpy loaded, through a function
