@@ -118,7 +118,8 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
         return rc;
     }
     /* A priority-inheriting mutex (real-time workers and normal-priority timers share it) and
-     * wait_for_work's condvar on CLOCK_MONOTONIC, like every other time in the core (fer_lock.c). */
+     * wait_for_work's condvar on CLOCK_MONOTONIC, like every other time in the core
+     * (fer_lock.c). */
     rc = fer_lock_init(&c->mu, &c->work_cv);
     if (rc != FER_OK) {
         fer_doorbell_fini(&c->bell);

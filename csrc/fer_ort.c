@@ -24,7 +24,7 @@
 
 _Static_assert(FER_ORT_ERROR_MAX == FER_EXEC_ERROR_MAX, "fer_ort.h and fer_tensor.h: err size");
 
-/* ---- the slice of the ONNX Runtime C API the core uses ---------------------------------------- */
+/* ---- the slice of the ONNX Runtime C API the core uses --------------------------------------- */
 typedef struct fer_ort_opaque fer_ort_status;  /* OrtStatus; NULL means success */
 typedef struct fer_ort_opaque fer_ort_env;
 typedef struct fer_ort_opaque fer_ort_session;
@@ -193,7 +193,7 @@ static int make_session(struct fer_ort *o, const void *model, uint64_t len, uint
     return FER_OK;
 }
 
-/* ---- the create scaffold ----------------------------------------------------------------------- */
+/* ---- the create scaffold --------------------------------------------------------------------- */
 
 int fer_ort_create(const struct fer_ort_kind *kind, const char *lib_path, const void *model,
                    uint64_t model_len, const void *cfg, void **out, char *err, uint64_t err_len)
@@ -241,7 +241,7 @@ void fer_ort_destroy(struct fer_ort *o)
     free(o);
 }
 
-/* ---- values and runs -------------------------------------------------------------------------- */
+/* ---- values and runs ------------------------------------------------------------------------- */
 
 int fer_ort_values(struct fer_ort *o, size_t n)
 {

@@ -77,7 +77,7 @@ void fer_ort_destroy(struct fer_ort *o);
  * tensor_elems: elements of one row of t, or 0 if t breaks fer_tensor.h's invariants.
  * rows_value: the OrtValue of tensor t over its rows [first, first + n) (shape [n, dims...]).
  * run: one Run of the session (inputs in, outputs written into out's tensors' buffers).
- * The last two return FER_OK or FER_EXEC_EORT with o->err set ("<tensor name>: why", "Run: why"). */
+ * The last two return FER_OK or FER_EXEC_EORT with o->err set ("<tensor>: why", "Run: why"). */
 int fer_ort_values(struct fer_ort *o, size_t n);
 uint64_t fer_ort_tensor_elems(const struct fer_exec_tensor *t);
 int fer_ort_rows_value(struct fer_ort *o, const struct fer_exec_tensor *t, uint32_t first,

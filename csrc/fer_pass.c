@@ -15,7 +15,7 @@
 #include "fer_pass.h"
 #include "fer_ort.h"
 
-/* ---- the pass ------------------------------------------------------------------------------------
+/* ---- the pass -----------------------------------------------------------------------------------
  * Invariants after a successful create: ort is fer_ort.h's (first member); n_values = n_inputs +
  * n_outputs; ort.vals[k * n_values + i] is tensor i (inputs first, then outputs) over rows
  * [first, first + n) for the k-th (first, n) in the order first = 0..max_rows-1,
