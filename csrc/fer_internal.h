@@ -95,7 +95,10 @@ static inline uint64_t fer_round_pow2(uint64_t n)
  *   atomic flags and counters of the exec, serve and publisher (stop, fault delay, progress).
  * Bounded sleeps and polls, no lock held: fer_serve.c's wait for ring space (50 us sleeps, up to
  *   output_wait_ns), fer_publish.c's pause (10 ms sleeps), fer_exec_run's fault delay (drills
- *   only), fer_bench_ring_produce's sched_yield while a ring is full (bench only). No spin lock.
+ *   only). No spin lock.
+ * Test and bench support only (fer_bench.h): fer_bench_ring_produce's sched_yield while a ring
+ *   is full and fer_bench_ring_consume's ring wait (30 s); fer_rtprobe.c's two semaphores, its
+ *   plain mutex and its medium thread's spin, each ended by a 2 s watchdog.
  */
 
 /* A priority-inheriting mutex and a CLOCK_MONOTONIC condvar (FER_OK or FER_ESYS, nothing left
