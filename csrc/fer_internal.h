@@ -13,6 +13,7 @@
  *   fer_stats.c    counters, snapshots and the session-generation query
  *   fer_ring.c     the SPSC rings and their doorbell
  *   fer_bench.c    benchmark and stress drivers (fer_bench.h), not on the data path
+ *   fer_rt.c       a thread's own CPU set and SCHED_FIFO priority, the memory lock (fer_rt.h)
  */
 #ifndef FER_INTERNAL_H
 #define FER_INTERNAL_H

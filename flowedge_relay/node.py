@@ -39,7 +39,7 @@ from flowedge_relay.diagnostics import (
 from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until, take_waiting
 from flowedge_relay.model import ModelError, ModelInfo, default_model_path
 from flowedge_relay.publisher import ActionPublisher
-from flowedge_relay.realtime import apply_thread_settings
+from flowedge_relay.realtime import ThreadRoles, ThreadSettings
 from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, stamp_ns
 from flowedge_relay.validation import ModelContract, Reason, Validator
 from flowedge_relay.workers import SlotInputs, WorkerPool, p50_p99
@@ -156,6 +156,9 @@ class RelayNode(Node):
             if problem:
                 raise ValueError(problem)
         self._p = p
+        # Each thread on the request path applies its real-time settings under its role; what
+        # the OS holds is read back from /proc (realtime.py).
+        self.thread_roles = ThreadRoles()
         # Thread ownership of the node's shared fields (the C side's are in fer_internal.h).
         # Written only by the request thread (its callbacks, including MESSAGE_LOST): _received,
         # _deadlines_seen, _middleware_lost, the throttles and validator.discarded. Written only
@@ -247,6 +250,7 @@ class RelayNode(Node):
                 fault_nfe_delay_ns=int(p["fault_nfe_delay_ms"] * MS),
                 nfe_loop=p["nfe_loop"],
                 logger=self.get_logger(),
+                thread_roles=self.thread_roles,
             )
             self.pool.start()
             # A worker on the Python loop needs the GIL to take an accepted request (a native
@@ -418,12 +422,8 @@ class RelayNode(Node):
         executor = RequestExecutor([self], [self.request_group], context=context or self.context)
 
         def run() -> None:
-            apply_thread_settings(
-                "request executor",
-                self._p["executor_cpu_affinity"],
-                self._p["executor_rt_priority"],
-                self.get_logger().warning,
-            )
+            self.thread_roles.apply("request", _thread_settings(self._p, "executor"),
+                                    self.get_logger().warning)  # fmt: skip
             spin_until(executor, self._intake_stop)
 
         thread = threading.Thread(target=run, name="flowedge-requests", daemon=True)
@@ -628,6 +628,11 @@ class RelayNode(Node):
             if self.core is not None:
                 self.core.close()  # idempotent
         super().destroy_node()
+
+
+def _thread_settings(p: dict, prefix: str) -> ThreadSettings:
+    """A thread role's settings from its `<prefix>_cpu_affinity` / `<prefix>_rt_priority`."""
+    return ThreadSettings(tuple(p[f"{prefix}_cpu_affinity"]), p[f"{prefix}_rt_priority"])
 
 
 def _model_of(p: policy_mod.Policy) -> ModelInfo | policy_mod.Policy:

@@ -60,7 +60,7 @@ from flowedge_relay import policy as _policy
 from flowedge_relay.batch import BatchRows, RowSpec
 from flowedge_relay.core import Core, Step, ffi
 from flowedge_relay.model import SOLVERS, ModelInfo
-from flowedge_relay.realtime import apply_thread_settings
+from flowedge_relay.realtime import ThreadRoles, ThreadSettings
 
 NFE_HISTORY = 4096  # measured NFE durations kept per worker (a ring)
 NFE_LOOPS = ("auto", "python")  # auto: native where it can run, else python
@@ -307,6 +307,7 @@ class WorkerPool:
         nfe_loop: str = "auto",
         ort_library: str | None = None,
         logger=None,
+        thread_roles: ThreadRoles | None = None,
     ):
         if workers < 1 or workers != core.workers:
             raise ValueError(f"workers={workers} must be >= 1 and match the core ({core.workers})")
@@ -336,6 +337,8 @@ class WorkerPool:
         self._fault = ffi.new("uint64_t[]", 1)
         self.fault_nfe_delay_ns = int(fault_nfe_delay_ns)
         self.log = logger or logging.getLogger("flowedge_relay.workers")
+        #: where each worker applies and records its real-time settings (role "worker<lane>")
+        self.thread_roles = thread_roles if thread_roles is not None else ThreadRoles()
         cpus = list(cpu_affinity or ())
         self._workers = [
             _Worker(lane, (cpus[lane % len(cpus)],) if cpus else ()) for lane in range(workers)
@@ -524,9 +527,10 @@ class WorkerPool:
 
     def _thread_main(self, w: _Worker) -> None:
         try:
-            w.applied = apply_thread_settings(
-                f"worker {w.lane}", w.cpus, self.rt_priority, warn=self.log.warning
+            role = self.thread_roles.apply(
+                f"worker{w.lane}", ThreadSettings(w.cpus, self.rt_priority), self.log.warning
             )
+            w.applied = role.outcome()
             if w.probe is not None:
                 w.probe.open()
             rows = self._make_rows(w)
