@@ -247,7 +247,8 @@ static int load_api(struct fer_exec *e, const char *lib_path)
 }
 
 /* The session options of model._session_options. */
-static int make_session(struct fer_exec *e, const void *model, uint64_t len, uint32_t threads)
+static int make_session(struct fer_exec *e, const void *model, uint64_t len, uint32_t threads,
+                        const char *affinities)
 {
     const struct fer_ort_api *a = e->api;
     fer_ort_options *o = NULL;
@@ -266,6 +267,8 @@ static int make_session(struct fer_exec *e, const void *model, uint64_t len, uin
         st = a->set_log_severity(o, FER_ORT_LOG_ERROR);
     if (st == NULL && threads > 1)  /* spinning pool threads steal the other workers' cores */
         st = a->add_session_config_entry(o, "session.intra_op.allow_spinning", "0");
+    if (st == NULL && threads > 1 && affinities != NULL && affinities[0] != '\0')
+        st = a->add_session_config_entry(o, "session.intra_op_thread_affinities", affinities);
     if (st == NULL)
         st = a->create_session_from_array(e->env, model, (size_t)len, o, &e->session);
     a->release_session_options(o);
@@ -333,7 +336,8 @@ static int create(struct fer_exec *e, const char *lib_path, const void *model, u
 
     if ((rc = load_api(e, lib_path)) != FER_OK)
         return rc;
-    if ((rc = make_session(e, model, len, cfg->intra_op_threads)) != FER_OK)
+    rc = make_session(e, model, len, cfg->intra_op_threads, cfg->intra_op_affinities);
+    if (rc != FER_OK)
         return rc;
     e->max_rows = cfg->max_rows;
     e->n_inputs = 2 + cfg->n_static;
@@ -490,7 +494,8 @@ static int pass_make(struct fer_pass *p, const char *lib_path, const void *model
 
     if ((rc = load_api(&p->ort, lib_path)) != FER_OK)
         return rc;
-    if ((rc = make_session(&p->ort, model, len, cfg->intra_op_threads)) != FER_OK)
+    if ((rc = make_session(&p->ort, model, len, cfg->intra_op_threads,
+                           cfg->intra_op_affinities)) != FER_OK)
         return rc;
     p->max_rows = m;
     p->n_inputs = cfg->n_inputs;

@@ -214,7 +214,9 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "worker_cpu_affinity",
         Parameter.Type.INTEGER_ARRAY,
-        "CPUs for worker threads, worker i gets entry i mod n; unset = no pinning",
+        "CPUs for worker threads: worker w and its intra_op_threads - 1 ONNX Runtime pool "
+        "threads take entries w*k .. w*k+k-1 (k = intra_op_threads, indices mod the list's "
+        "length; at k = 1 worker w gets entry w mod n); unset = no pinning",
     ),
     Spec("worker_rt_priority", 0, "SCHED_FIFO priority of worker threads; 0 = off", 0, 99),
     Spec("worker_stall_ms", 2000, "a worker holding work with no step this long is stalled", 1,
