@@ -6,11 +6,13 @@ read of /proc/<tid> (a thread id names the thread system-wide). Three cases: the
 setting (root here: SCHED_FIFO at the asked priority on the asked CPUs for the workers, the
 request intake and the publisher, memory locked); the OS refuses them (prlimit and setpriv take
 CAP_SYS_NICE, CAP_IPC_LOCK and both rlimits away, and a CPU is asked that this machine lacks): the
-relay answers all the same and the workers status is WARN naming each refusal.
+relay answers all the same and the workers status is WARN naming each refusal; and Fast DDS's
+own threads from config/fastdds_realtime.xml.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 
@@ -21,6 +23,7 @@ from flowedge_relay.realtime import MAX_CPU, parse_cpu_list
 from flowedge_relay.tooling.bench.client import INFERENCE, remote_relay
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+PROFILE = ROOT / "config" / "fastdds_realtime.xml"
 POLICIES = {0: "SCHED_OTHER", 1: "SCHED_FIFO"}
 # low priorities: enough to tell them apart; a shared test host keeps its normal work going
 ASKED = dict(worker_rt_priority=3, executor_rt_priority=5, publisher_rt_priority=4,
@@ -99,3 +102,37 @@ def test_refused_the_relay_answers_and_warns_naming_each_refused_setting():
                  f"publisher SCHED_FIFO 4 refused {eperm}; running degraded",
                  f"lock_memory refused {eperm}"):  # fmt: skip
         assert text in logged, text
+
+
+def _dds_threads(pid: int) -> dict[str, tuple[str, int, frozenset[int]]]:
+    """Fast DDS's threads of a process by name (dds.ev.0, dds.udp.7411, ...)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        name = pathlib.Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+        if name.startswith("dds."):
+            out[f"{name}#{tid}"] = _proc(int(tid))
+    return out
+
+
+@needs_fifo
+def test_fast_dds_threads_take_their_class_from_the_shipped_profile():
+    """config/fastdds_realtime.xml through the variable each Fast DDS reads (2.14 on Jazzy the
+    FASTRTPS_ one, 3.2 on Kilted the FASTDDS_ one): the reception, event and sender threads run
+    at its SCHED_FIFO 58; the shared-memory watchdog (and Kilted's type lookup) stay as the
+    profile says they do. The relay still answers over the profile's transports."""
+    env = {"FASTRTPS_DEFAULT_PROFILES_FILE": str(PROFILE)}
+    if os.environ.get("ROS_DISTRO", "jazzy") != "jazzy":
+        env = {"FASTDDS_DEFAULT_PROFILES_FILE": str(PROFILE)}
+    with remote_relay(env=env) as (relay, client):
+        _answers(client)
+        threads = _dds_threads(client.process.proc.pid)
+        _, _, values = relay.workers_status(timeout=10)
+    on_path = {n: s for n, s in threads.items()
+               if re.match(r"dds\.(ev|asyn|udp|shm\.\d)", n)}  # fmt: skip
+    kinds = {re.match(r"dds\.(\w+)", n).group(1) for n in on_path}
+    assert kinds == {"ev", "asyn", "udp", "shm"}, threads
+    assert {(policy, prio) for policy, prio, _ in on_path.values()} == {("SCHED_FIFO", 58)}
+    assert f"SCHED_FIFO 58 x{len(on_path)}" in values["rt.threads"]
+    assert values["rt.refused"] == "none"  # the relay's own threads were not asked anything
+    rest = {n: s for n, s in threads.items() if n not in on_path}
+    assert all(re.match(r"dds\.(shm\.wdog|tls\.)", n) for n in rest), rest
