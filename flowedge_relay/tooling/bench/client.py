@@ -474,10 +474,12 @@ class RemoteRelay:
                                             status.message, values)  # fmt: skip
                     self._cv.notify_all()
 
-    def workers_status(self, timeout: float = 5.0) -> tuple[int, str, dict[str, str]]:
+    def workers_status(self, timeout: float = 5.0,
+                       fresh: bool = True) -> tuple[int, str, dict[str, str]]:  # fmt: skip
         """(level, message, values) of the first `workers` diagnostics status stamped after this
-        call (the relay stamps before its snapshot, so it covers everything that came before)."""
-        since = time.time_ns()
+        call (the relay stamps before its snapshot, so it covers everything that came before);
+        with fresh False, the latest one (at most a second old) once there is one."""
+        since = time.time_ns() if fresh else 0
         end = time.monotonic() + timeout
         with self._cv:
             while self._workers_status is None or self._workers_status[0] < since:
@@ -584,14 +586,17 @@ def remote_relay(env: dict[str, str] | None = None, switch_interval_s: float | N
 
 
 @contextmanager
-def relay_for_bench(in_process: bool, **params) -> Iterator[tuple[object, BenchClient]]:
-    """(relay, client): a RemoteRelay of its own flowedge-relayd process (default, as deployed)
-    or, with in_process, a RelayNode in this process."""
+def relay_for_bench(in_process: bool, env: dict[str, str] | None = None,
+                    **params) -> Iterator[tuple[object, BenchClient]]:  # fmt: skip
+    """(relay, client): a RemoteRelay of its own flowedge-relayd process (default, as deployed;
+    `env` added to its environment) or, with in_process, a RelayNode in this process."""
     if in_process:
+        if env:
+            raise ValueError("an environment for the relay needs it in its own process")
         with bench_relay(**params) as pair:
             yield pair
     else:
-        with remote_relay(**params) as pair:
+        with remote_relay(env=env, **params) as pair:
             yield pair
 
 
