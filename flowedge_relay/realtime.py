@@ -255,8 +255,9 @@ class ThreadRoles:
         self.lock_memory_refused: str | None = None
 
     def role(self, name: str, settings: ThreadSettings) -> ThreadRole:
-        """The record of role `name` (made now): a thread started in C applies it with
-        fer_rt_apply_self(role.c); a Python thread calls `apply` instead."""
+        """The record of role `name` (made now): a thread started in C applies it itself with
+        fer_rt_apply_self(role.c), after which its starter warns what role.refused_at_start()
+        names; a Python thread calls `apply` instead, which does both."""
         record = ThreadRole(name, settings)
         with self._lock:
             self._roles[name] = record
