@@ -70,6 +70,11 @@ static uint32_t intra_op_threads(const void *cfg)
     return ((const struct fer_exec_config *)cfg)->intra_op_threads;
 }
 
+static const char *intra_op_affinities(const void *cfg)
+{
+    return ((const struct fer_exec_config *)cfg)->intra_op_affinities;
+}
+
 static int make_values(struct fer_exec *e, const struct fer_exec_config *cfg)
 {
     uint32_t n, i;
@@ -136,7 +141,8 @@ static int build(struct fer_ort *o, const void *arg)
 }
 
 static const struct fer_ort_kind exec_kind = {sizeof(struct fer_exec), config_ok,
-                                              intra_op_threads, build};
+                                              intra_op_threads, intra_op_affinities,
+                                              build};
 
 int fer_exec_create(const char *lib_path, const void *model, uint64_t model_len,
                     const struct fer_exec_config *cfg, struct fer_exec **out, char *err,

@@ -54,8 +54,10 @@
  * t float32 with one element a row; state float32, max_rows x x_len (the ODE state, which the
  * midpoint's first NFE leaves unchanged while x moves); intra_op_threads >= 1.
  * Session options are the Python path's (model._session_options): intra_op_threads, inter-op 1,
- * sequential, ORT_ENABLE_ALL, log severity 3, and with intra_op_threads > 1 no pool spinning; CPU
- * execution provider only. Same options, same library version: bit-identical velocities.
+ * sequential, ORT_ENABLE_ALL, log severity 3, and with intra_op_threads > 1 no pool spinning and,
+ * where intra_op_affinities is not NULL or "", that string as session.intra_op_thread_affinities
+ * (realtime.intra_op_affinities: one CPU per pool thread); CPU execution provider only. Same
+ * options, same library version: bit-identical velocities.
  */
 struct fer_exec_config {
     uint32_t max_rows;
@@ -67,6 +69,7 @@ struct fer_exec_config {
     struct fer_exec_tensor v;            /* model output: the velocity */
     struct fer_exec_tensor statics[FER_EXEC_MAX_STATIC]; /* other inputs, fixed per request */
     float *state;                        /* max_rows x x_len floats */
+    const char *intra_op_affinities;     /* NULL or "": the pool threads inherit the caller's */
 };
 
 /*

@@ -15,6 +15,7 @@
  *   fer_lock.c     how mutexes and condvars are made (priority inheritance, CLOCK_MONOTONIC)
  *   fer_cost.c     the §5.2 cost estimator (fer_cost.h), which knows nothing of the core
  *   fer_bench.c    benchmark and stress drivers (fer_bench.h), not on the data path
+ *   fer_rt.c       a thread's own CPU set and SCHED_FIFO priority, the memory lock (fer_rt.h)
  *   fer_rtprobe.c  test support (fer_bench.h): priority inversion on one CPU, on the core's locks
  *
  * Include graph: the quoted #includes of csrc/, a .c and its .h being one node (a header that
@@ -33,6 +34,7 @@
  *   fer_bench -> fer_internal
  *   fer_rtprobe -> fer_internal fer_bench
  *   fer_publish -> fer_internal
+ *   fer_rt -> fer_internal
  *   fer_core fer_session fer_queue fer_submit fer_admit fer_lane -> fer_internal
  *   fer_output fer_stats fer_ring fer_lock -> fer_internal
  */

@@ -164,7 +164,8 @@ static int load_api(struct fer_ort *o, const char *lib_path)
 }
 
 /* The session options of model._session_options. */
-static int make_session(struct fer_ort *o, const void *model, uint64_t len, uint32_t threads)
+static int make_session(struct fer_ort *o, const void *model, uint64_t len, uint32_t threads,
+                        const char *affinities)
 {
     const struct fer_ort_api *a = o->api;
     fer_ort_options *opts = NULL;
@@ -183,6 +184,8 @@ static int make_session(struct fer_ort *o, const void *model, uint64_t len, uint
         st = a->set_log_severity(opts, FER_ORT_LOG_ERROR);
     if (st == NULL && threads > 1)  /* spinning pool threads steal the other workers' cores */
         st = a->add_session_config_entry(opts, "session.intra_op.allow_spinning", "0");
+    if (st == NULL && threads > 1 && affinities != NULL && affinities[0] != '\0')
+        st = a->add_session_config_entry(opts, "session.intra_op_thread_affinities", affinities);
     if (st == NULL)
         st = a->create_session_from_array(o->env, model, (size_t)len, opts, &o->session);
     a->release_session_options(opts);
@@ -211,7 +214,8 @@ int fer_ort_create(const struct fer_ort_kind *kind, const char *lib_path, const 
     if (o == NULL)
         return FER_ENOMEM;
     if ((rc = load_api(o, lib_path)) == FER_OK &&
-        (rc = make_session(o, model, model_len, kind->intra_op_threads(cfg))) == FER_OK)
+        (rc = make_session(o, model, model_len, kind->intra_op_threads(cfg),
+                           kind->intra_op_affinities(cfg))) == FER_OK)
         rc = kind->build(o, cfg);
     if (rc != FER_OK) {
         if (err != NULL && err_len > 0)

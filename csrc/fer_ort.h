@@ -53,6 +53,7 @@ struct fer_ort_kind {
     size_t size;
     int (*config_ok)(const void *cfg);
     uint32_t (*intra_op_threads)(const void *cfg);
+    const char *(*intra_op_affinities)(const void *cfg); /* NULL or "": pool threads inherit */
     int (*build)(struct fer_ort *o, const void *cfg);
 };
 
@@ -62,7 +63,8 @@ struct fer_ort_kind {
  *   (dlopen(lib_path, RTLD_NOW | RTLD_LOCAL), the OrtApi table of API version 13 or later, checked
  *   by a status round trip), an OrtEnv and the session from model[0..model_len) with the options
  *   of model._session_options (intra_op_threads(cfg), inter-op 1, sequential, ORT_ENABLE_ALL, log
- *   severity 3, no pool spinning when threads > 1; CPU provider only), then kind->build. FER_OK
+ *   severity 3, no pool spinning when threads > 1 and then intra_op_affinities(cfg), where set, as
+ *   session.intra_op_thread_affinities; CPU provider only), then kind->build. FER_OK
  *   and *out set; else the object is destroyed, *out stays NULL and the status is FER_ENOMEM,
  *   FER_EXEC_ELIB, FER_EXEC_EORT or build's, with the reason copied into err[0..err_len)
  *   ("out of memory" for FER_ENOMEM; NUL-terminated).

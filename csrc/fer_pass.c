@@ -63,6 +63,11 @@ static uint32_t intra_op_threads(const void *cfg)
     return ((const struct fer_pass_config *)cfg)->intra_op_threads;
 }
 
+static const char *intra_op_affinities(const void *cfg)
+{
+    return ((const struct fer_pass_config *)cfg)->intra_op_affinities;
+}
+
 /* Tensor i of cfg: inputs first, then outputs. */
 static const struct fer_exec_tensor *tensor(const struct fer_pass_config *cfg, uint32_t i)
 {
@@ -104,7 +109,8 @@ static int build(struct fer_ort *o, const void *arg)
 }
 
 static const struct fer_ort_kind pass_kind = {sizeof(struct fer_pass), config_ok,
-                                              intra_op_threads, build};
+                                              intra_op_threads, intra_op_affinities,
+                                              build};
 
 int fer_pass_create(const char *lib_path, const void *model, uint64_t model_len,
                     const struct fer_pass_config *cfg, struct fer_pass **out, char *err,

@@ -19,7 +19,8 @@
 
 /* Invariants (checked by fer_pass_create): 1 <= max_rows <= FER_PASS_MAX_ROWS;
  * intra_op_threads >= 1; 1 <= n_inputs, n_outputs <= FER_PASS_MAX_TENSORS; every tensor as
- * struct fer_exec_tensor says (max_rows rows in its buffer, which outlives the pass). */
+ * struct fer_exec_tensor says (max_rows rows in its buffer, which outlives the pass);
+ * intra_op_affinities as fer_exec_config's. */
 struct fer_pass_config {
     uint32_t max_rows;
     uint32_t intra_op_threads;
@@ -27,6 +28,7 @@ struct fer_pass_config {
     uint32_t n_outputs;
     struct fer_exec_tensor inputs[FER_PASS_MAX_TENSORS];
     struct fer_exec_tensor outputs[FER_PASS_MAX_TENSORS];
+    const char *intra_op_affinities;
 };
 
 struct fer_pass;

@@ -401,6 +401,10 @@ class Core:
     def shutdown(self) -> None:
         """Wake every wait_for_work / wait_outputs waiter; later waits return at once."""
         _check(lib.fer_core_shutdown(self._live()))
+        self.is_shut_down = True
+
+    #: True once shutdown() was called: waits no longer block (a loop must not spin on them)
+    is_shut_down = False
 
     def _live(self):
         if self._core is None:
