@@ -24,7 +24,7 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
         (f"share/{package_name}", ["package.xml"]),
         (f"share/{package_name}/launch", glob("launch/*.launch.py")),
-        (f"share/{package_name}/config", glob("config/*.yaml")),
+        (f"share/{package_name}/config", glob("config/*.yaml") + glob("config/*.xml")),
     ],
     setup_requires=["cffi>=1.15"],
     install_requires=["setuptools", "cffi>=1.15", "numpy", "onnxruntime", "PyYAML"],

@@ -1,14 +1,13 @@
 /*
  * fer_core.c - the core's lifetime and settings: create (validates the configuration and
  * allocates everything the core will ever use), destroy, shutdown, and the calls that read or
- * change the configuration (calibration, policy).
+ * change the configuration (calibration, policy, cost model).
  *
  * Nothing allocates after fer_core_create: every later call works in the arrays sized here.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdlib.h>
-#include <time.h>
 
 #include "fer_internal.h"
 
@@ -42,7 +41,6 @@ static int config_valid(const struct fer_config *cfg)
 int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
 {
     struct fer_core *c;
-    pthread_condattr_t ca;
     uint32_t i;
     int rc;
 
@@ -120,20 +118,15 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
         fer_core_destroy(c);
         return rc;
     }
-    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+    /* A priority-inheriting mutex (real-time workers and normal-priority timers share it) and
+     * wait_for_work's condvar on CLOCK_MONOTONIC, like every other time in the core
+     * (fer_lock.c). */
+    rc = fer_lock_init(&c->mu, &c->work_cv);
+    if (rc != FER_OK) {
         fer_doorbell_fini(&c->bell);
         fer_core_destroy(c);
-        return FER_ESYS;
+        return rc;
     }
-    /* wait_for_work times out on CLOCK_MONOTONIC, like every other time in the core. */
-    if (pthread_condattr_init(&ca) != 0 || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
-        pthread_cond_init(&c->work_cv, &ca) != 0) {
-        pthread_mutex_destroy(&c->mu);
-        fer_doorbell_fini(&c->bell);
-        fer_core_destroy(c);
-        return FER_ESYS;
-    }
-    pthread_condattr_destroy(&ca);
     c->sync_ready = 1;
     atomic_init(&c->shutdown, 0);
     for (i = 0; i < c->nrings; i++) {
@@ -156,8 +149,7 @@ void fer_core_destroy(struct fer_core *c)
     if (c == NULL)
         return;
     if (c->sync_ready) {
-        pthread_cond_destroy(&c->work_cv);
-        pthread_mutex_destroy(&c->mu);
+        fer_lock_fini(&c->mu, &c->work_cv);
         fer_doorbell_fini(&c->bell);
     }
     if (c->rings != NULL)
@@ -225,6 +217,20 @@ int fer_core_set_policy(struct fer_core *c, uint32_t reject_if_retry_count_gte, 
     c->cfg.age_gate = age_gate;
     c->cfg.reject_if_queue_age_ns_gte = reject_if_queue_age_ns_gte;
     c->cfg.queue_timeout_ns = queue_timeout_ns;
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
+}
+
+int fer_core_set_cost_model(struct fer_core *c, uint32_t cost_model, uint64_t window_ns,
+                            uint32_t quantile_ppm)
+{
+    FER_CHECK_ARGS(c != NULL && cost_model <= FER_COST_ADAPTIVE && quantile_ppm <= FER_COST_PPM);
+    pthread_mutex_lock(&c->mu);
+    c->cfg.cost_model = cost_model;
+    c->cfg.cost_window_ns = window_ns;
+    c->cfg.cost_quantile_ppm = quantile_ppm;
+    fer_cost_configure(&c->cost, &c->cfg);
+    fer_cost_configure(&c->prefix_cost, &c->cfg);
     pthread_mutex_unlock(&c->mu);
     return FER_OK;
 }

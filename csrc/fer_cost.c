@@ -15,17 +15,20 @@
  *
  * Layout and invariants: fer_cost.h. Work: record O(FER_COST_BUCKETS) at most (a sub-window
  * rotation clears one histogram; the quantile scan walks down from the highest bucket), the
- * admission read O(1), nothing allocated. Every call runs under core->mu.
+ * admission read O(1), nothing allocated. Every call runs under core->mu, which the callers take:
+ * this file knows the estimator, not the core (fer_core.c sets the model, fer_stats.c reads it),
+ * so it includes fer.h for struct fer_config and never fer_internal.h.
  */
+#include <stdint.h>
 #include <string.h>
 
-#include "fer_internal.h"
-
-#define PPM 1000000u
+#include "fer.h"
+#include "fer_sat.h"
+#include "fer_cost.h"
 
 int fer_cost_config_valid(const struct fer_config *cfg)
 {
-    return cfg->cost_model <= FER_COST_ADAPTIVE && cfg->cost_quantile_ppm <= PPM;
+    return cfg->cost_model <= FER_COST_ADAPTIVE && cfg->cost_quantile_ppm <= FER_COST_PPM;
 }
 
 /* Log-linear bucket of v ns: bucket 0 below 2^MIN_LOG2, then PER_OCTAVE per power of two. */
@@ -100,8 +103,8 @@ static void recompute(struct fer_cost *k)
         return;
     }
     /* The quantile: the first bucket, from the top, below which fewer than (1 - q) x total
-     * samples lie above. total < 2^34 and PPM < 2^20, so the product cannot overflow. */
-    allowed = k->total * (PPM - k->quantile_ppm) / PPM;
+     * samples lie above. total < 2^34 and FER_COST_PPM < 2^20, so the product cannot overflow. */
+    allowed = k->total * (FER_COST_PPM - k->quantile_ppm) / FER_COST_PPM;
     for (b = k->top;; b--) {
         cum += k->agg[b];
         if (cum > allowed || b == 0)
@@ -201,49 +204,8 @@ void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t
     recompute(k);
 }
 
-/* ---- public API (fer.h) ---------------------------------------------------------------------- */
-
-int fer_core_set_cost_model(struct fer_core *c, uint32_t cost_model, uint64_t window_ns,
-                            uint32_t quantile_ppm)
+void fer_cost_age(struct fer_cost *k, uint64_t now)
 {
-    FER_CHECK_ARGS(c != NULL && cost_model <= FER_COST_ADAPTIVE && quantile_ppm <= PPM);
-    pthread_mutex_lock(&c->mu);
-    c->cfg.cost_model = cost_model;
-    c->cfg.cost_window_ns = window_ns;
-    c->cfg.cost_quantile_ppm = quantile_ppm;
-    fer_cost_configure(&c->cost, &c->cfg);
-    fer_cost_configure(&c->prefix_cost, &c->cfg);
-    pthread_mutex_unlock(&c->mu);
-    return FER_OK;
-}
-
-int fer_core_cost_stats(struct fer_core *c, uint64_t now, struct fer_cost_stats *out)
-{
-    struct fer_cost *k, *p;
-
-    FER_CHECK_ARGS(c != NULL && out != NULL);
-    pthread_mutex_lock(&c->mu);
-    k = &c->cost;
-    p = &c->prefix_cost;
     if (advance(k, now))
         recompute(k);
-    if (advance(p, now))
-        recompute(p);
-    out->cost_model = k->model;
-    out->quantile_ppm = k->quantile_ppm;
-    out->window_ns = k->window_ns;
-    out->configured_ns = c->cfg.nfe_ns;
-    out->observed_tail_ns = k->tail;
-    out->quantile_tail_ns = k->qtail;
-    out->block_mean_ns = k->block_mean;
-    out->window_max_ns = k->window_max;
-    out->window_samples = k->total;
-    out->in_use_ns = c->cfg.nfe_ns ? fer_nfe_in_use(c, now) : 0;
-    out->samples_total = k->samples;
-    out->prefix_configured_ns = c->cfg.prefix_ns;
-    out->prefix_observed_tail_ns = p->tail;
-    out->prefix_in_use_ns = c->cfg.nfe_ns ? fer_prefix_in_use(c, now) : 0;
-    out->prefix_samples_total = p->samples;
-    pthread_mutex_unlock(&c->mu);
-    return FER_OK;
 }

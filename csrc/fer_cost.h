@@ -26,8 +26,12 @@
 #ifndef FER_COST_H
 #define FER_COST_H
 
-/* Included by fer_internal.h after fer.h (which has no include guard: once per unit). */
+/* Self-contained: struct fer_config (fer.h) is only pointed to. fer_internal.h includes this
+ * header for struct fer_cost; fer_cost.c includes fer.h, fer_sat.h and this, never
+ * fer_internal.h (the include graph is drawn there). */
 #include <stdint.h>
+
+struct fer_config;
 
 #define FER_COST_SUBWINDOWS 4
 #define FER_COST_PER_OCTAVE_LOG2 4
@@ -38,6 +42,7 @@
 #define FER_COST_DEFAULT_WINDOW_NS 1000000000ull
 #define FER_COST_DEFAULT_QUANTILE_PPM 900000u
 #define FER_COST_BLOCK 16      /* steps per block mean (about one short queue's worth of work) */
+#define FER_COST_PPM 1000000u  /* quantile_ppm's whole */
 
 /* Invariants: agg[b] = sum over sub-windows s of sub[s][b]; total = sum of agg; epoch = the
  * sub-window index (now / sub_ns) of the newest sample, stored in sub[epoch % SUBWINDOWS];
@@ -83,6 +88,8 @@ void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg);
  * 0, is the busy span of the worker step this NFE ended (one per step, on its first row; the
  * caller passes 0 for the step's other rows and for prefix passes). */
 void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t span_ns);
+/* Rotate to now without a sample: what is older than the window ages out (a stats read). */
+void fer_cost_age(struct fer_cost *k, uint64_t now);
 
 /* The admission path's read (docs/design.md §5.2): the ns per unit (NFE or prefix pass) admission
  * assumes at `now`, given the configured value. */

@@ -5,13 +5,14 @@
  * What it is for: between two Python calls a worker can run every NFE of its work; CFFI releases
  * the GIL for the whole fer_exec_run call, so the request thread, the publisher and the timers
  * cannot delay a step, and a step cannot delay them. The prefix pass of a two-phase policy runs
- * natively too (fer_pass below: one ORT Run over the joining rows, GIL released); the rest of a
+ * natively too (fer_pass.h: one ORT Run over the joining rows, GIL released); the rest of a
  * request's cycle (wait, dispatch, noise, finish) is fer_serve.h's, over an exec and a pass.
  *
  * ONNX Runtime is not linked: fer_exec_create dlopen()s the shared library it is given (the
  * onnxruntime wheel's libonnxruntime.so.*, RTLD_LOCAL) and takes the C API table from
- * OrtGetApiBase. Without that library the core builds and runs as before; only fer_exec_create
- * fails (FER_EXEC_ELIB), and the worker keeps its Python loop.
+ * OrtGetApiBase (csrc/fer_ort.c, which the pass shares). Without that library the core builds and
+ * runs as before; only fer_exec_create fails (FER_EXEC_ELIB), and the worker keeps its Python
+ * loop.
  *
  * Rows (for step-level batching, issue #12): one exec runs up to max_rows requests at once, row r
  * being row r of every tensor ([n_rows, ...] on the batch axis). Each step is one ORT Run over
@@ -23,21 +24,14 @@
  * inputs and plan before the run that uses them (row setup, once per request) and reads the state
  * after it; fer_exec_run reads and writes them only while it runs.
  *
- * Same rules as fer.h: read verbatim into the cdef by flowedge_relay/_build_core.py (after fer.h,
- * which it uses), so cdef-parsable: declarations and plain integer #defines only.
+ * Same rules as fer.h: read verbatim into the cdef by flowedge_relay/_build_core.py (after fer.h
+ * and fer_tensor.h, which it uses), so cdef-parsable: declarations and plain integer #defines only.
  * Threads: one exec belongs to one worker thread; fer_exec_run on it is never concurrent with
  * another call on the same exec. Different execs are independent.
  */
 
 #define FER_EXEC_MAX_STATIC 16      /* static inputs (observation, declared inputs, context) */
-#define FER_EXEC_MAX_DIMS 8         /* per-row dims of one tensor (the batch axis excluded) */
-#define FER_EXEC_NAME_MAX 128       /* graph input / output names, NUL included */
 #define FER_EXEC_MAX_ROWS 256
-#define FER_EXEC_ERROR_MAX 512      /* fer_exec_last_error, NUL included */
-
-/* ---- status codes beyond fer.h's (negative) ------------------------------------------------- */
-#define FER_EXEC_ELIB -16           /* the ONNX Runtime library did not load / lacks the C API */
-#define FER_EXEC_EORT -17           /* an ONNX Runtime call failed; fer_exec_last_error says why */
 
 /* ---- per-NFE solver kinds (flowedge_relay/model.py solver_plan) ------------------------------ */
 #define FER_EXEC_EULER 0            /* state += dt * v; x = state */
@@ -54,38 +48,16 @@
 #define FER_EXEC_ONE_STEP 1         /* return after every step (the caller decides what next) */
 #define FER_EXEC_JOIN 2             /* return at a step boundary where a free row could take work */
 
-/* ONNX tensor element types (the values of onnx TensorProto.DataType) the exec accepts. */
-#define FER_EXEC_FLOAT 1
-#define FER_EXEC_UINT8 2
-#define FER_EXEC_INT8 3
-#define FER_EXEC_INT32 6
-#define FER_EXEC_INT64 7
-#define FER_EXEC_BOOL 9
-#define FER_EXEC_DOUBLE 11
-
-/*
- * One graph tensor over a caller-owned buffer of max_rows rows.
- * Invariants (checked by fer_exec_create): name is NUL-terminated and non-empty; ndim <=
- * FER_EXEC_MAX_DIMS; every dims[i] >= 1; row_bytes == prod(dims) x the element size of dtype;
- * data holds max_rows x row_bytes bytes, row r at data + r x row_bytes, and outlives the exec.
- */
-struct fer_exec_tensor {
-    char name[FER_EXEC_NAME_MAX];
-    uint32_t dtype;                      /* FER_EXEC_FLOAT, ... */
-    uint32_t ndim;                       /* dims after the batch axis */
-    int64_t dims[FER_EXEC_MAX_DIMS];
-    uint64_t row_bytes;
-    void *data;
-};
-
 /*
  * What fer_exec_create builds. Invariants: 1 <= max_rows <= FER_EXEC_MAX_ROWS; n_static <=
  * FER_EXEC_MAX_STATIC; x and v float32 with the same dims (x_len = prod(dims) floats a row);
  * t float32 with one element a row; state float32, max_rows x x_len (the ODE state, which the
  * midpoint's first NFE leaves unchanged while x moves); intra_op_threads >= 1.
  * Session options are the Python path's (model._session_options): intra_op_threads, inter-op 1,
- * sequential, ORT_ENABLE_ALL, log severity 3, and with intra_op_threads > 1 no pool spinning; CPU
- * execution provider only. Same options, same library version: bit-identical velocities.
+ * sequential, ORT_ENABLE_ALL, log severity 3, and with intra_op_threads > 1 no pool spinning and,
+ * where intra_op_affinities is not NULL or "", that string as session.intra_op_thread_affinities
+ * (realtime.intra_op_affinities: one CPU per pool thread); CPU execution provider only. Same
+ * options, same library version: bit-identical velocities.
  */
 struct fer_exec_config {
     uint32_t max_rows;
@@ -97,6 +69,7 @@ struct fer_exec_config {
     struct fer_exec_tensor v;            /* model output: the velocity */
     struct fer_exec_tensor statics[FER_EXEC_MAX_STATIC]; /* other inputs, fixed per request */
     float *state;                        /* max_rows x x_len floats */
+    const char *intra_op_affinities;     /* NULL or "": the pool threads inherit the caller's */
 };
 
 /*
@@ -203,60 +176,3 @@ int fer_exec_run(struct fer_exec *exec, struct fer_core *core, struct fer_exec_r
  * why; ns[i..runs) unset). Allocates nothing itself; never call it while a fer_exec_run on the
  * same exec is in progress. */
 int fer_exec_time_runs(struct fer_exec *exec, uint32_t n_rows, uint32_t runs, uint64_t *ns);
-
-/* ---- the prefix pass (two-phase packages) -----------------------------------------------------
- * A graph run once per request, before its steps: a pass is made from a graph with named inputs
- * (the package's request tensors, as row buffers) and named outputs (the context tensors, whose
- * row buffers are the step loop's static inputs), and fer_pass_run runs it over rows
- * [first, first + n) in one ORT Run, the outputs written straight into those rows.
- * Same library loading, session options and results as fer_exec (the session is made by the same
- * code, so bit-identical to the Python session); the OrtValues of every (first, n) with
- * first + n <= max_rows are made at create (max_rows <= FER_PASS_MAX_ROWS: at most 2080 sets), so
- * fer_pass_run allocates nothing on its side.
- * Threads: like an exec, one pass belongs to one worker thread; never two calls on it at once.
- */
-#define FER_PASS_MAX_ROWS 64
-#define FER_PASS_MAX_TENSORS 16     /* inputs, and outputs, each */
-
-/* Invariants (checked by fer_pass_create): 1 <= max_rows <= FER_PASS_MAX_ROWS;
- * intra_op_threads >= 1; 1 <= n_inputs, n_outputs <= FER_PASS_MAX_TENSORS; every tensor as
- * struct fer_exec_tensor says (max_rows rows in its buffer, which outlives the pass). */
-struct fer_pass_config {
-    uint32_t max_rows;
-    uint32_t intra_op_threads;
-    uint32_t n_inputs;
-    uint32_t n_outputs;
-    struct fer_exec_tensor inputs[FER_PASS_MAX_TENSORS];
-    struct fer_exec_tensor outputs[FER_PASS_MAX_TENSORS];
-};
-
-struct fer_pass;
-
-/* create: as fer_exec_create (same statuses, same err) for a pass; it runs the graph once over
- *   rows [0, 1) and once over [0, max_rows) (proving names and shapes now, taking ORT's first-run
- *   cost here), which writes those rows' outputs.
- * destroy: releases what ORT made for the pass; accepts NULL.
- * last_error: the message of the pass's last FER_EXEC_EORT ("" if none). */
-int fer_pass_create(const char *lib_path, const void *model, uint64_t model_len,
-                    const struct fer_pass_config *cfg, struct fer_pass **out, char *err,
-                    uint64_t err_len);
-void fer_pass_destroy(struct fer_pass *pass);
-const char *fer_pass_last_error(const struct fer_pass *pass);
-
-/* One ORT Run of the graph over rows [first, first + n_rows): reads those rows of the inputs,
- * writes those rows of the outputs, no other row. FER_OK, FER_EINVAL (pass NULL, n_rows 0,
- * first + n_rows > max_rows) or FER_EXEC_EORT (last_error says why). Allocates nothing itself
- * (ONNX Runtime may, inside Run). */
-int fer_pass_run(struct fer_pass *pass, uint32_t first, uint32_t n_rows);
-
-/* The joiners' step boundary in one call (the worker makes it with the GIL released, so the
- * pass's time is the pass's, not a wait for the GIL, and the joiners cost one release, not
- * 1 + n_rows): start = now; fer_pass_run(pass, first, n_rows); end = now; then for each joiner
- * r in [0, n_rows): results[r] = fer_core_prefix_done(core, lanes[r], end, end - start)
- * (FER_STEP_CONTINUE, or STOP_* with the outcome emitted and the lane freed; a negative status
- * if the lane had no such work, the later joiners still reported). times[0] = end,
- * times[1] = end - start. FER_OK; FER_EINVAL (NULL arguments, rows as fer_pass_run) or
- * FER_EXEC_EORT with nothing reported to the core (the caller decides what the joiners get).
- * Allocates nothing. */
-int fer_pass_run_done(struct fer_pass *pass, struct fer_core *core, const uint32_t *lanes,
-                      uint32_t first, uint32_t n_rows, int32_t *results, uint64_t *times);

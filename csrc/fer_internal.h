@@ -12,7 +12,41 @@
  *   fer_output.c   outcomes: into the deciding thread's ring, and out to the publisher
  *   fer_stats.c    counters, snapshots and the session-generation query
  *   fer_ring.c     the SPSC rings and their doorbell
+ *   fer_lock.c     how mutexes and condvars are made (priority inheritance, CLOCK_MONOTONIC)
+ *   fer_cost.c     the §5.2 cost estimator (fer_cost.h), which knows nothing of the core
  *   fer_bench.c    benchmark and stress drivers (fer_bench.h), not on the data path
+ *   fer_rt.c       a thread's own CPU set and SCHED_FIFO priority, the memory lock (fer_rt.h)
+ *   fer_rtprobe.c  test support (fer_bench.h): priority inversion on one CPU, on the core's locks
+ *   fer_publish.c  the publisher thread: outcomes as ActionMessage CDR through rcl (fer_publish.h)
+ *   fer_take.c     a thread taking serialized messages from rcl as they arrive (fer_take.h)
+ *   fer_intake.c   the request intake: validate and submit what it takes (fer_intake.h)
+ *   fer_request_cdr.c  an InferenceRequest's CDR read in place (fer_intake.h)
+ *   fer_loadgen.c  the intake bench's client: requests out, answers tallied (fer_loadgen.h)
+ *   (headers only: fer_rcl.h, rcl's ABI slice; fer_cdr.h, the XCDR1 reader and writer)
+ *
+ * Include graph: the quoted #includes of csrc/, a .c and its .h being one node (a header that
+ * needs the types of a file that includes it is a cycle too: fer_cost.c once included this
+ * header for struct fer_core while this one included fer_cost.h for struct fer_cost).
+ * test/test_layout.py checks that these lines are the files' includes and that there is no
+ * cycle. Leaves (include nothing): fer, fer_sat, fer_tensor and the other cdef headers,
+ * fer_noise_zig, fer_rcl, fer_cdr.
+ *   fer_internal -> fer fer_sat fer_cost
+ *   fer_cost -> fer fer_sat
+ *   fer_ort -> fer_internal fer_tensor
+ *   fer_exec -> fer_internal fer_tensor fer_ort
+ *   fer_pass -> fer_internal fer_tensor fer_ort
+ *   fer_serve -> fer_internal fer_tensor fer_exec fer_pass fer_noise
+ *   fer_noise -> fer_internal fer_noise_zig
+ *   fer_bench -> fer_internal
+ *   fer_rtprobe -> fer_internal fer_bench
+ *   fer_publish -> fer_internal fer_cdr fer_rcl
+ *   fer_take -> fer_internal fer_rcl
+ *   fer_intake -> fer_internal fer_rcl fer_take
+ *   fer_request_cdr -> fer_internal fer_cdr fer_rcl fer_intake
+ *   fer_loadgen -> fer_internal fer_cdr fer_rcl fer_take
+ *   fer_rt -> fer_internal
+ *   fer_core fer_session fer_queue fer_submit fer_admit fer_lane -> fer_internal
+ *   fer_output fer_stats fer_ring fer_lock -> fer_internal
  */
 #ifndef FER_INTERNAL_H
 #define FER_INTERNAL_H
@@ -48,6 +82,47 @@ static inline uint64_t fer_round_pow2(uint64_t n)
     return p;
 }
 
+/* ---- locks and waits: every one in csrc/ -----------------------------------------------------
+ * Who runs where: on a robot computer the workers and the request thread (intake) may run
+ * SCHED_FIFO, while the publisher, the timers and diagnostics run at normal priority, and both
+ * kinds take the same mutexes. So every mutex below is priority-inheriting
+ * (PTHREAD_PRIO_INHERIT, fer_lock_init): a normal-priority holder preempted by a CPU hog runs at
+ * its real-time waiter's priority until it unlocks (test/test_realtime_locks.py).
+ *   core->mu, mutex (PI): every fer_core_* call that reads or changes the core; the request
+ *     thread (submit, staging_slot), the workers (wait, dispatch, prefix_done, step,
+ *     output_space, finish, disable_lane, fer_exec_run's and fer_pass_run_done's step reports),
+ *     the diagnostics timer (stats, cost_stats, snapshots, set_calibration / policy /
+ *     cost_model) and shutdown. Held for bounded work only (fer.h).
+ *   core->work_cv, condvar (CLOCK_MONOTONIC) on core->mu: idle workers wait in wait_for_work /
+ *     worker_wait, timed; submit signals it on accept, shutdown broadcasts.
+ *   core->bell.mu, mutex (PI), and bell.cv, condvar (CLOCK_MONOTONIC): the request thread and
+ *     the workers ring it after releasing core->mu (fer_unlock_and_ring); the publisher holds it
+ *     while it looks at the rings and waits on bell.cv in wait_outputs, timed; shutdown closes
+ *     it. A standalone ring (fer_ring_create) has a doorbell of its own, made the same way.
+ *   Order: the two mutexes never nest (the doorbell is rung after core->mu is released, and what
+ *     the publisher calls, wait_outputs and pop_outcomes, never takes core->mu): no lock order.
+ * Lock-free handoffs (no lock, no wait): the SPSC outcome rings (fer_ring.c: each side one
+ *   acquire load of the other's index and one release store of its own; a full ring drops and
+ *   counts, never blocks), qlen_hint (fer_core_queued, read without core->mu), the relaxed
+ *   atomic flags and counters of the exec, serve, publisher and take loops (stop, pause, fault
+ *   delay, progress), and fer_take.c's eventfd doorbell: the middleware's on-new-message callback
+ *   (one of its threads) writes it, the one taking thread polls and reads it (the intake thread
+ *   never waits on a lock a middleware thread holds).
+ * Bounded sleeps and polls, no lock held: fer_serve.c's wait for ring space (50 us sleeps, up to
+ *   output_wait_ns), fer_publish.c's pause (10 ms sleeps), fer_take.c's pause and doorbell poll
+ *   (10 ms sleeps; a timed poll), fer_exec_run's fault delay (drills only). No spin lock.
+ * Test and bench support only (fer_bench.h): fer_bench_ring_produce's sched_yield while a ring
+ *   is full and fer_bench_ring_consume's ring wait (30 s); fer_rtprobe.c's two semaphores, its
+ *   plain mutex and its medium thread's spin, each ended by a 2 s watchdog.
+ */
+
+/* A priority-inheriting mutex and a CLOCK_MONOTONIC condvar (FER_OK or FER_ESYS, nothing left
+ * made); fini destroys both. */
+int fer_lock_init(pthread_mutex_t *mu, pthread_cond_t *cv);
+void fer_lock_fini(pthread_mutex_t *mu, pthread_cond_t *cv);
+/* Absolute CLOCK_MONOTONIC time timeout_ns from now, saturating (for pthread timed waits). */
+struct timespec fer_deadline_after(uint64_t timeout_ns);
+
 /* ---- doorbell: wakes the publisher after ring commits ----------------------------------------
  * A mutex + condvar + counter, separate from the core mutex so the publisher never contends with
  * admission. Producers ring it after their release-store of a ring tail; the waiter re-checks the
@@ -67,9 +142,6 @@ void fer_doorbell_close(struct fer_doorbell *b);
  * ready(arg) as last seen. ready is evaluated under the doorbell mutex, so a commit rung after
  * the check always finds the waiter asleep (no lost wake-up). */
 int fer_doorbell_wait(struct fer_doorbell *b, int (*ready)(void *), void *arg, uint64_t timeout_ns);
-
-/* Absolute CLOCK_MONOTONIC time timeout_ns from now, saturating (for pthread timed waits). */
-struct timespec fer_deadline_after(uint64_t timeout_ns);
 
 /* ---- SPSC ring (ck_ring / rte_ring shape) -----------------------------------------------------
  * Invariants:

@@ -178,5 +178,13 @@ int fer_publish_run(struct fer_publisher *p, fer_rcl_publish_fn publish,
                             publish, rcl_publisher, reset_error);
         if (stopping)
             return FER_OK;
+        if (atomic_load_explicit(&p->core->shutdown, memory_order_relaxed)) {
+            /* After shutdown the doorbell no longer blocks, and stop comes only once the
+             * workers are joined: poll for it instead of spinning. A SCHED_FIFO publisher
+             * spinning here kept every lower thread of its CPU off it, the workers stop()
+             * joins among them (and a worker holding the GIL, the thread that sets stop). */
+            struct timespec ms1 = {0, 1000000};
+            nanosleep(&ms1, NULL);
+        }
     }
 }

@@ -16,17 +16,11 @@
 
 int fer_doorbell_init(struct fer_doorbell *b)
 {
-    pthread_condattr_t ca;
+    /* A priority-inheriting mutex, a condvar on CLOCK_MONOTONIC (fer_lock.c). */
+    int rc = fer_lock_init(&b->mu, &b->cv);
 
-    if (pthread_mutex_init(&b->mu, NULL) != 0)
-        return FER_ESYS;
-    /* Timed waits use CLOCK_MONOTONIC, like every other time in the core. */
-    if (pthread_condattr_init(&ca) != 0 || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
-        pthread_cond_init(&b->cv, &ca) != 0) {
-        pthread_mutex_destroy(&b->mu);
-        return FER_ESYS;
-    }
-    pthread_condattr_destroy(&ca);
+    if (rc != FER_OK)
+        return rc;
     b->rings = 0;
     atomic_init(&b->closed, 0);
     return FER_OK;
@@ -34,8 +28,7 @@ int fer_doorbell_init(struct fer_doorbell *b)
 
 void fer_doorbell_fini(struct fer_doorbell *b)
 {
-    pthread_cond_destroy(&b->cv);
-    pthread_mutex_destroy(&b->mu);
+    fer_lock_fini(&b->mu, &b->cv);
 }
 
 /* Called by a producer after its commit (release-store of tail). Taking the mutex orders this
@@ -70,23 +63,6 @@ int fer_doorbell_wait(struct fer_doorbell *b, int (*ready)(void *), void *arg, u
     }
     pthread_mutex_unlock(&b->mu);
     return ok;
-}
-
-struct timespec fer_deadline_after(uint64_t timeout_ns)
-{
-    struct timespec now, ts;
-    uint64_t abs_ns;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    abs_ns = fer_sat_add(fer_sat_add(fer_sat_mul((uint64_t)now.tv_sec, 1000000000u),
-                                     (uint64_t)now.tv_nsec),
-                         timeout_ns);
-    /* A saturated deadline (hundreds of years) still has to fit time_t: clamp it. */
-    if (abs_ns / 1000000000u > (uint64_t)INT32_MAX * 2u)
-        abs_ns = (uint64_t)INT32_MAX * 2u * 1000000000u;
-    ts.tv_sec = (time_t)(abs_ns / 1000000000u);
-    ts.tv_nsec = (long)(abs_ns % 1000000000u);
-    return ts;
 }
 
 /* ---- ring ------------------------------------------------------------------------------------- */

@@ -1,6 +1,6 @@
 /*
  * fer_serve.c - a worker's request cycle in C (fer_serve.h): wait, join, prefix, steps, answer,
- * leave. Uses only public calls (fer.h, fer_exec.h, fer_noise.h); the rows' layout is
+ * leave. Uses only public calls (fer.h, fer_exec.h, fer_pass.h, fer_noise.h); the rows' layout is
  * batch.BatchRows', described to it by the config.
  */
 #include <errno.h>
@@ -9,7 +9,9 @@
 #include <time.h>
 
 #include "fer_internal.h"
+#include "fer_tensor.h"
 #include "fer_exec.h"
+#include "fer_pass.h"
 #include "fer_noise.h"
 #include "fer_serve.h"
 

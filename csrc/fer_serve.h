@@ -23,8 +23,8 @@
  *   actions state values picked by action_index and, for a normalized action, (v - offset) /
  *          scale in float32 (policy.Normalization.invert's two operations).
  *
- * Same rules as fer.h: read verbatim into the cdef (after fer.h and fer_exec.h, which it uses), so
- * declarations and plain integer #defines only.
+ * Same rules as fer.h: read verbatim into the cdef (after fer.h, fer_exec.h and fer_pass.h, which
+ * it uses), so declarations and plain integer #defines only.
  * Threads: a serve belongs to one worker thread, with the exec (and pass) it was made over;
  * nothing else may call those while fer_serve_run runs. It writes the counters its config names
  * with relaxed atomic stores, so other threads may read them at any time.

@@ -1,8 +1,10 @@
 /*
  * fer_stats.c - read-only views of the core for diagnostics and tests: counters and gauges,
- * snapshots of the queue (EDF order) and of the lanes, and a session's generation watermark.
+ * snapshots of the queue (EDF order) and of the lanes, a session's generation watermark, and the
+ * cost model's state (fer_cost.h).
  *
- * Each call copies under core->mu (O(queue + lanes) at most) and changes nothing.
+ * Each call copies under core->mu (O(queue + lanes) at most) and changes nothing (cost_stats
+ * only ages out what the window no longer holds, as the next sample would).
  */
 #include <string.h>
 
@@ -93,4 +95,33 @@ int fer_core_session_generation(struct fer_core *c, const char *id, uint32_t len
         *gen = c->sessions[si].generation;
     pthread_mutex_unlock(&c->mu);
     return si != FER_NONE;
+}
+
+int fer_core_cost_stats(struct fer_core *c, uint64_t now, struct fer_cost_stats *out)
+{
+    const struct fer_cost *k, *p;
+
+    FER_CHECK_ARGS(c != NULL && out != NULL);
+    k = &c->cost;
+    p = &c->prefix_cost;
+    pthread_mutex_lock(&c->mu);
+    fer_cost_age(&c->cost, now);
+    fer_cost_age(&c->prefix_cost, now);
+    out->cost_model = k->model;
+    out->quantile_ppm = k->quantile_ppm;
+    out->window_ns = k->window_ns;
+    out->configured_ns = c->cfg.nfe_ns;
+    out->observed_tail_ns = k->tail;
+    out->quantile_tail_ns = k->qtail;
+    out->block_mean_ns = k->block_mean;
+    out->window_max_ns = k->window_max;
+    out->window_samples = k->total;
+    out->in_use_ns = c->cfg.nfe_ns ? fer_nfe_in_use(c, now) : 0;
+    out->samples_total = k->samples;
+    out->prefix_configured_ns = c->cfg.prefix_ns;
+    out->prefix_observed_tail_ns = p->tail;
+    out->prefix_in_use_ns = c->cfg.nfe_ns ? fer_prefix_in_use(c, now) : 0;
+    out->prefix_samples_total = p->samples;
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
 }

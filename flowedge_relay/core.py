@@ -406,6 +406,10 @@ class Core:
     def shutdown(self) -> None:
         """Wake every wait_for_work / wait_outputs waiter; later waits return at once."""
         _check(lib.fer_core_shutdown(self._live()))
+        self.is_shut_down = True
+
+    #: True once shutdown() was called: waits no longer block (a loop must not spin on them)
+    is_shut_down = False
 
     def ptr(self):
         """The struct fer_core * for the other modules' C calls (InvalidState once closed)."""

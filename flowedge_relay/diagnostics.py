@@ -5,8 +5,9 @@ level per status, key/value pairs) but published directly, because diagnostic_up
 available as a wheel. One status per concern: admission, queue, workers, model, output.
 
 Levels (docs/design.md §9): WARN for requests lost in the middleware before the relay saw
-them, calibration misses, dropped outputs, admission off while deadlines arrive, or cost drift
-(the measured NFE tail above what admission assumes, docs/design.md §5.2); ERROR for a model
+them, calibration misses, dropped outputs, admission off while deadlines arrive, cost drift
+(the measured NFE tail above what admission assumes, docs/design.md §5.2), or a real-time
+setting the OS refused (docs/robot-computer.md), for as long as it holds; ERROR for a model
 that failed to load or a dead/stalled worker. A WARN caused by a counter increase is held for
 `hold_s` seconds so a 1 Hz viewer cannot miss it.
 """
@@ -68,6 +69,11 @@ class Snapshot:
     slots_in_use: list[int] = field(default_factory=list)
     mean_rows_per_step: float = 0.0
     step_ns_by_rows: dict[int, tuple[float, float, int]] = field(default_factory=dict)
+    #: real-time deployment (realtime.ThreadRoles.report): the OS's read-back per thread role,
+    #: the process's threads by class, memory locked; and each asked setting the OS does not
+    #: hold now, with why (the workers status is WARN while there is one)
+    realtime: dict[str, object] = field(default_factory=dict)
+    realtime_refused: list[str] = field(default_factory=list)
 
     @property
     def oldest_queue_age_ms(self) -> float:
@@ -272,6 +278,7 @@ class DiagnosticsBuilder:
             "latency_p99_ms": s.latency_p99_ms,
             **_batch_values(s),
             **s.extra,
+            **s.realtime,
         }
         if s.dead_lanes:
             level, msg = ERROR, f"worker(s) {values['dead_lanes']} died; lanes removed"
@@ -285,6 +292,10 @@ class DiagnosticsBuilder:
             if s.cost is not None and s.nfe_ns > 0 and s.cost.in_use_ns > s.nfe_ns:
                 msg += (f"; adaptive cost model admits with {s.cost.in_use_ns} ns per NFE "
                         f"(configured {s.nfe_ns})")
+        if s.realtime_refused:  # never silent, whatever else the status says
+            level = max(level, WARN)
+            msg += "; real-time settings refused, running degraded: " + "; ".join(
+                s.realtime_refused)
         return self._status("workers", level, msg, values)
 
     def _recent_drift(self, s: Snapshot) -> str | None:

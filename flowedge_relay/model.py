@@ -84,7 +84,9 @@ def file_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _session_options(intra_op_threads: int) -> ort.SessionOptions:
+def _session_options(intra_op_threads: int, intra_op_affinities: str = "") -> ort.SessionOptions:
+    """`intra_op_affinities`: realtime.intra_op_affinities' string, one CPU per pool thread; ""
+    leaves the pool threads on the CPUs (and the scheduling class) of the creating thread."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = int(intra_op_threads)
     so.inter_op_num_threads = 1
@@ -94,6 +96,8 @@ def _session_options(intra_op_threads: int) -> ort.SessionOptions:
     if intra_op_threads > 1:
         # Spinning pool threads would steal the cores other workers run on.
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if intra_op_affinities:
+            so.add_session_config_entry("session.intra_op_thread_affinities", intra_op_affinities)
     return so
 
 

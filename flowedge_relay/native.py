@@ -202,8 +202,9 @@ class NativeLoop:
     `buffers` are the caller's (batch.BatchRows passes its own, so the rows it joins, compacts and
     reads are the rows C steps); without them the loop makes its own (`load` / `store` fill and
     read them from a sampler). `rows` is the C row table (struct fer_exec_row[max_rows]): the
-    caller sets a row up before the run that steps it. Not thread-safe: one per worker thread.
-    `close()` frees it.
+    caller sets a row up before the run that steps it. `intra_op_affinities` pins the session's
+    pool threads (realtime.intra_op_affinities; "" = they inherit the creating thread's CPUs).
+    Not thread-safe: one per worker thread. `close()` frees it.
     """
 
     def __init__(
@@ -214,6 +215,7 @@ class NativeLoop:
         max_rows: int = 1,
         library: str | None = None,
         buffers: RowBuffers | None = None,
+        intra_op_affinities: str = "",
     ) -> None:
         self.spec, self.max_rows = spec, max_rows
         self.library = default_library() if library is None else library
@@ -240,6 +242,8 @@ class NativeLoop:
         for i, s in enumerate(spec.statics):
             self._tensor(cfg.statics[i], s, self.statics[s.name])
         cfg.state = _ptr("float *", self.state)
+        affinities = ffi.new("char[]", intra_op_affinities.encode())  # alive through create
+        cfg.intra_op_affinities = affinities
         self._model = ffi.from_buffer(model_bytes)
         self._exec = _create(lib.fer_exec_create, "struct fer_exec **", self.library,
                              self._model, cfg, "native NFE loop")  # fmt: skip
@@ -359,6 +363,7 @@ class PrefixPass:
         intra_op_threads: int = 1,
         max_rows: int = 1,
         library: str | None = None,
+        intra_op_affinities: str = "",
     ) -> None:
         self.max_rows = max_rows
         self.library = default_library() if library is None else library
@@ -380,6 +385,8 @@ class PrefixPass:
                     raise ValueError(f"row buffer {name}: expected contiguous [{max_rows}, ...]")
                 NativeLoop._tensor(group[i], TensorSpec(name, buf.dtype, buf.shape[1:]), buf)
         self._keep = (dict(inputs), dict(outputs))
+        affinities = ffi.new("char[]", intra_op_affinities.encode())  # alive through create
+        cfg.intra_op_affinities = affinities
         self._model = ffi.from_buffer(model_bytes)
         self._pass = _create(lib.fer_pass_create, "struct fer_pass **", self.library,
                              self._model, cfg, "native prefix pass")  # fmt: skip

@@ -48,7 +48,7 @@ from flowedge_relay.intake import (
 )
 from flowedge_relay.model import ModelError, ModelInfo, default_model_path
 from flowedge_relay.publisher import ActionPublisher
-from flowedge_relay.realtime import apply_thread_settings
+from flowedge_relay.realtime import ThreadRoles, ThreadSettings
 from flowedge_relay.validation import ModelContract, Reason, Validator
 from flowedge_relay.workers import SlotInputs, WorkerPool, p50_p99
 
@@ -159,11 +159,17 @@ class RelayNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         p = parameters.declare_all(self)
         for name in ("solver", "nfe_loop", "publisher_loop", "intake_loop", "age_gate",
-                     "request_topics", "request_qos_history", "cost_model", "execution_providers"):
+                     "request_topics", "request_qos_history", "cost_model", "execution_providers",
+                     *parameters.CPU_AFFINITIES):
             problem = parameters.check_value(name, p[name])
             if problem:
                 raise ValueError(problem)
         self._p = p
+        # Real-time deployment (docs/robot-computer.md): each thread on the request path applies
+        # its settings under its role; what the OS holds is read back for the workers status.
+        self.thread_roles = ThreadRoles()
+        if p["lock_memory"]:
+            self.thread_roles.lock_memory(self.get_logger().warning)
         # Thread ownership of the node's shared fields (the C side's are in fer_internal.h).
         # Written only by the request thread (the rclpy intake's callback): the Python intake's
         # counters, the throttles and validator.discarded; the native intake's counters by the
@@ -259,6 +265,7 @@ class RelayNode(Node):
                 fault_nfe_delay_ns=int(p["fault_nfe_delay_ms"] * MS),
                 nfe_loop=p["nfe_loop"],
                 logger=self.get_logger(),
+                thread_roles=self.thread_roles,
             )
             self.pool.start()
             # A worker on the Python loop needs the GIL to take an accepted request (a native
@@ -309,7 +316,7 @@ class RelayNode(Node):
         #: as if the action consumer stopped (docs/design.md §8: full rings drop and count).
         self.fault_pause_output = self._output.pause
         self._publisher_thread = threading.Thread(
-            target=self._output.run, name="flowedge-publisher", daemon=True
+            target=self._run_publisher, name="flowedge-publisher", daemon=True
         )
         self._publisher_thread.start()
         self._request_thread: threading.Thread | None = None
@@ -470,12 +477,8 @@ class RelayNode(Node):
                                        context=context or self.context)
 
         def run() -> None:
-            apply_thread_settings(
-                "request intake",
-                self._p["executor_cpu_affinity"],
-                self._p["executor_rt_priority"],
-                self.get_logger().warning,
-            )
+            self.thread_roles.apply("request", _thread_settings(self._p, "executor"),
+                                    self.get_logger().warning)  # fmt: skip
             if native is None:
                 spin_until(executor, self._intake_stop)
                 return
@@ -490,6 +493,12 @@ class RelayNode(Node):
         # up) joins it, and joining a thread not yet started raises, which skipped the rest of
         # stop() and closed the core under running workers
         self._request_thread = thread
+
+    def _run_publisher(self) -> None:
+        """The publisher thread: its real-time settings, then the outcome rings until stop."""
+        self.thread_roles.apply("publisher", _thread_settings(self._p, "publisher"),
+                                self.get_logger().warning)  # fmt: skip
+        self._output.run()
 
     # -- health, diagnostics and stats (main executor) -----------------------------------------
 
@@ -518,6 +527,8 @@ class RelayNode(Node):
             self.pool.prefix_percentiles() if self.pool and two_phase else (0.0, 0.0, 0)
         )
         batch = self.pool.batch_stats() if self.pool else {}
+        # /proc read back: for the 1 Hz diagnostics and tools, not the 10 Hz stats
+        realtime, refused = self.thread_roles.report() if window != "stats" else ({}, [])
         return Snapshot(
             now_ns=now,
             received=intake.received,
@@ -553,6 +564,8 @@ class RelayNode(Node):
             slots_in_use=list(batch.get("slots_in_use", [])),
             mean_rows_per_step=float(batch.get("mean_rows_per_step", 0.0)),
             step_ns_by_rows=dict(batch.get("step_ns_by_rows", {})),
+            realtime=realtime,
+            realtime_refused=refused,
         )
 
     def _loop_values(self) -> dict[str, object]:
@@ -711,6 +724,11 @@ class RelayNode(Node):
             if self.core is not None:
                 self.core.close()  # idempotent
         super().destroy_node()
+
+
+def _thread_settings(p: dict, prefix: str) -> ThreadSettings:
+    """A thread role's settings from its `<prefix>_cpu_affinity` / `<prefix>_rt_priority`."""
+    return ThreadSettings(tuple(p[f"{prefix}_cpu_affinity"]), p[f"{prefix}_rt_priority"])
 
 
 def _model_of(p: policy_mod.Policy) -> ModelInfo | policy_mod.Policy:

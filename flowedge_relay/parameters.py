@@ -15,6 +15,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from flowedge_relay.model import SOLVERS
+from flowedge_relay.realtime import MAX_CPU
 
 AGE_GATES = ("off", "retries", "all")
 COST_MODELS = ("static", "adaptive")
@@ -23,6 +24,7 @@ NFE_LOOPS = ("auto", "python")  # workers.NFE_LOOPS (not imported: workers pulls
 MINUTE_NS = 60_000_000_000
 HOUR_MS = 3_600_000
 UINT32_MAX = 2**32 - 1
+CPU_AFFINITIES = ("executor_cpu_affinity", "worker_cpu_affinity", "publisher_cpu_affinity")
 
 
 @dataclass(frozen=True)
@@ -211,19 +213,53 @@ SPECS: tuple[Spec, ...] = (
         "unless use_sim_time is on or rcl cannot be found; python: always the rclpy loop (the "
         "workers diagnostic says which runs)",
     ),
-    # Real-time settings (opt-in; degrade with a warning where not permitted)
+    # Real-time deployment (docs/robot-computer.md): opt-in; where the OS refuses a setting
+    # the relay runs degraded and the workers status says so at WARN
     Spec(
         "executor_cpu_affinity",
         Parameter.Type.INTEGER_ARRAY,
-        "CPUs for the request executor thread; unset = no pinning",
+        "CPUs for the request intake thread (the request executor); unset = no pinning",
     ),
-    Spec("executor_rt_priority", 0, "SCHED_FIFO priority of the request thread; 0 = off", 0, 99),
+    Spec(
+        "executor_rt_priority",
+        0,
+        "SCHED_FIFO priority of the request intake thread; 0 = normal scheduling",
+        0,
+        99,
+    ),
     Spec(
         "worker_cpu_affinity",
         Parameter.Type.INTEGER_ARRAY,
-        "CPUs for worker threads, worker i gets entry i mod n; unset = no pinning",
+        "CPUs for worker threads: worker w and its intra_op_threads - 1 ONNX Runtime pool "
+        "threads take entries w*k .. w*k+k-1 (k = intra_op_threads, indices mod the list's "
+        "length; at k = 1 worker w gets entry w mod n); unset = no pinning",
     ),
-    Spec("worker_rt_priority", 0, "SCHED_FIFO priority of worker threads; 0 = off", 0, 99),
+    Spec(
+        "worker_rt_priority",
+        0,
+        "SCHED_FIFO priority of worker threads (their ONNX Runtime pool threads inherit it); "
+        "0 = normal scheduling",
+        0,
+        99,
+    ),
+    Spec(
+        "publisher_cpu_affinity",
+        Parameter.Type.INTEGER_ARRAY,
+        "CPUs for the publisher thread (outcome rings -> flowedge/actions); unset = no pinning",
+    ),
+    Spec(
+        "publisher_rt_priority",
+        0,
+        "SCHED_FIFO priority of the publisher thread; 0 = normal scheduling",
+        0,
+        99,
+    ),
+    Spec(
+        "lock_memory",
+        False,
+        "mlockall(MCL_CURRENT | MCL_FUTURE) at start, so no page of the relay is paged out or "
+        "faulted in on the request path (needs CAP_IPC_LOCK or a large enough RLIMIT_MEMLOCK)",
+    ),
     Spec("worker_stall_ms", 2000, "a worker holding work with no step this long is stalled", 1,
          HOUR_MS),
     # Faults for drills and tests only
@@ -265,4 +301,6 @@ def check_value(name: str, value: object) -> str | None:
         return "execution_providers must name at least one provider"
     if name == "request_topics" and (not value or any(not t for t in value)):
         return "request_topics must name at least one non-empty topic"
+    if name in CPU_AFFINITIES and any(not 0 <= c <= MAX_CPU for c in value or ()):
+        return f"{name}: CPU ids must be in 0..{MAX_CPU}, got {list(value)}"
     return None

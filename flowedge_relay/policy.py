@@ -323,18 +323,21 @@ def make_session(
     intra_op_threads: int = 1,
     execution_providers: Sequence[str] = DEFAULT_PROVIDERS,
     label: str = "graph",
+    intra_op_affinities: str = "",
 ) -> ort.InferenceSession:
     """A session on exactly the requested providers, in order; never a silent CPU fallback.
 
     onnxruntime itself drops a listed provider whose libraries fail to load (a CUDA build without
     cuDNN) with only a warning; the providers the session really got are checked too.
+    `intra_op_affinities` pins the session's pool threads (realtime.intra_op_affinities).
     """
     if intra_op_threads < 1:
         raise ValueError("intra_op_threads must be >= 1")
     providers = check_providers(execution_providers)
     try:
         sess = ort.InferenceSession(
-            data, _session_options(intra_op_threads), providers=list(providers)
+            data, _session_options(intra_op_threads, intra_op_affinities),
+            providers=list(providers),
         )
     except Exception as exc:  # onnxruntime raises its own Fail/InvalidProtobuf/... types
         raise CorruptModel(f"{label}: onnxruntime cannot load it: {exc}") from exc
@@ -352,10 +355,12 @@ def make_sessions(
     policy: Policy,
     intra_op_threads: int = 1,
     execution_providers: Sequence[str] = DEFAULT_PROVIDERS,
+    intra_op_affinities: str = "",
 ) -> dict[str, ort.InferenceSession]:
     """One session per graph of the policy (one set per worker), from the hashed bytes."""
     return {
-        role: make_session(g.data, intra_op_threads, execution_providers, f"{policy.path}:{role}")
+        role: make_session(g.data, intra_op_threads, execution_providers, f"{policy.path}:{role}",
+                           intra_op_affinities)
         for role, g in policy.graphs.items()
     }
 

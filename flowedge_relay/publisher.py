@@ -139,6 +139,8 @@ class ActionPublisher:
                     self._publish_one(outcome)
             if stopping:
                 return
+            if self._core.is_shut_down:  # waits return at once now: poll for stop, as in C
+                time.sleep(0.001)
 
     def _publish_one(self, o) -> None:
         msg = action_message(o, self._node.get_clock().now().nanoseconds, self._model)

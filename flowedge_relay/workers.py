@@ -6,8 +6,10 @@ those, so the loop here only asks after every NFE (`Core.step`) and stops when t
 
 Worker w owns the core's lanes [w*B, (w+1)*B) (B = `batch_slots`, docs/design.md §5.1; lane w
 at B = 1), its own `InferenceSession`s (intra-op threads configurable, inter-op 1, on the
-configured execution providers, created inside the thread after affinity/priority are applied,
-so the session's pool threads inherit them) and is the only producer of the core's ring w + 1.
+configured execution providers, created inside the thread after its real-time settings are
+applied, so the sessions' pool threads inherit its class; each pool thread is pinned to a CPU
+of its own where the worker is given them: realtime.ThreadRoles.pool_affinities) and is the
+only producer of the core's ring w + 1.
 One loop serves every B (`_loop_rows`): the requests it holds are rows of a batch.BatchRows (one
 row at B = 1):
 
@@ -60,7 +62,7 @@ from flowedge_relay import policy as _policy
 from flowedge_relay.batch import BatchRows, RowSpec
 from flowedge_relay.core import Core, Step, ffi
 from flowedge_relay.model import SOLVERS, ModelInfo
-from flowedge_relay.realtime import apply_thread_settings
+from flowedge_relay.realtime import ThreadRoles, ThreadSettings
 
 NFE_HISTORY = 4096  # measured NFE durations kept per worker (a ring)
 NFE_LOOPS = ("auto", "python")  # auto: native where it can run, else python
@@ -222,7 +224,7 @@ class _Worker:
     """
 
     lane: int
-    cpus: tuple[int, ...]
+    cpus: tuple[int, ...]  # the worker thread's CPU, then one per ONNX Runtime pool thread
     thread: threading.Thread | None = None
     ready: threading.Event = field(default_factory=threading.Event)
     nfe_ns: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int64))
@@ -238,6 +240,7 @@ class _Worker:
     error: BaseException | None = None
     disabled: bool = False  # lane disabled in the core (after the thread exited)
     applied: dict[str, object] = field(default_factory=dict)
+    intra_op_affinities: str = ""  # its sessions' pool threads' CPUs (realtime.ThreadRoles)
     nfe_loop: str = ""  # "native" or "python" once the thread has its sessions
     nfe_loop_note: str = ""  # why python, when native was not possible
 
@@ -307,6 +310,7 @@ class WorkerPool:
         nfe_loop: str = "auto",
         ort_library: str | None = None,
         logger=None,
+        thread_roles: ThreadRoles | None = None,
     ):
         if workers < 1 or workers != core.workers:
             raise ValueError(f"workers={workers} must be >= 1 and match the core ({core.workers})")
@@ -336,9 +340,13 @@ class WorkerPool:
         self._fault = ffi.new("uint64_t[]", 1)
         self.fault_nfe_delay_ns = int(fault_nfe_delay_ns)
         self.log = logger or logging.getLogger("flowedge_relay.workers")
-        cpus = list(cpu_affinity or ())
+        #: where each worker applies and records its real-time settings (role "worker<lane>")
+        self.thread_roles = thread_roles if thread_roles is not None else ThreadRoles()
+        # worker w and its k - 1 ONNX Runtime pool threads take entries w*k .. w*k+k-1 (mod n)
+        cpus, k = list(cpu_affinity or ()), intra_op_threads
         self._workers = [
-            _Worker(lane, (cpus[lane % len(cpus)],) if cpus else ()) for lane in range(workers)
+            _Worker(lane, tuple(cpus[(lane * k + j) % len(cpus)] for j in range(k)) if cpus else ())
+            for lane in range(workers)
         ]
         breakdown_dir = os.environ.get(BREAKDOWN_ENV, "")
         if breakdown_dir:
@@ -524,9 +532,13 @@ class WorkerPool:
 
     def _thread_main(self, w: _Worker) -> None:
         try:
-            w.applied = apply_thread_settings(
-                f"worker {w.lane}", w.cpus, self.rt_priority, warn=self.log.warning
+            role = self.thread_roles.apply(
+                f"worker{w.lane}", ThreadSettings(w.cpus[:1], self.rt_priority), self.log.warning
             )
+            w.applied = role.outcome()
+            # after its own settings: the pool threads its sessions start inherit the class
+            w.intra_op_affinities = self.thread_roles.pool_affinities(
+                role, w.cpus[1:], self.log.warning)
             if w.probe is not None:
                 w.probe.open()
             rows = self._make_rows(w)
@@ -558,7 +570,8 @@ class WorkerPool:
             data = m.model_bytes if isinstance(m, ModelInfo) else m.graphs["velocity"].data
         try:
             nat = _native.NativeLoop(data, _native.step_spec(m), self.intra_op_threads,
-                                     rows.slots, self.ort_library, rows.row_buffers())
+                                     rows.slots, self.ort_library, rows.row_buffers(),
+                                     w.intra_op_affinities)  # fmt: skip
         except _native.NativeUnavailable as exc:
             w.nfe_loop_note = str(exc)
             self.log.warning(f"worker {w.lane}: {exc}; its NFE loop runs in Python")
@@ -568,7 +581,8 @@ class WorkerPool:
             try:
                 prefix = _native.PrefixPass(
                     self.policy.graphs["prefix"].data, rows.prefix_in, rows.context,
-                    self.intra_op_threads, rows.slots, self.ort_library)  # fmt: skip
+                    self.intra_op_threads, rows.slots, self.ort_library,
+                    w.intra_op_affinities)  # fmt: skip
             except _native.NativeUnavailable as exc:
                 w.nfe_loop_note = f"native prefix pass: {exc}"
                 self.log.warning(f"worker {w.lane}: {exc}; its NFE loop runs in Python")
@@ -588,13 +602,13 @@ class WorkerPool:
             info = m if isinstance(m, ModelInfo) else _model_info(m)
             sessions = {"velocity": _policy.make_session(
                 info.model_bytes, self.intra_op_threads, self.execution_providers,
-                f"{info.path}:velocity")}  # fmt: skip
+                f"{info.path}:velocity", w.intra_op_affinities)}  # fmt: skip
             spec = RowSpec.of(info, self.solver)
             warm = np.zeros(info.obs_dim, np.float32)
         else:
             sessions = _policy.make_sessions(
-                self.policy, self.intra_op_threads, self.execution_providers
-            )
+                self.policy, self.intra_op_threads, self.execution_providers,
+                w.intra_op_affinities)  # fmt: skip
             spec = RowSpec.of(self.policy, self.policy.solver)
             warm = _policy.InputBuffers(self.policy)
         rows = BatchRows(spec, sessions, self.batch_slots, self.core.config.max_nfe)

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from rt_helpers import CPUS, fifo_refused
 
 from flowedge_relay.tooling.bench import calibrate, overhead, overload
 from flowedge_relay.tooling.bench.progress import Progress
@@ -226,6 +227,43 @@ def test_overload_noise_and_in_process(tmp_path):
     assert report["relay"] == "in-process"
     assert set(report["policies"]) == {"edf_adaptive"}
     assert "noise: one process" in overload.table(report)
+
+
+def test_overload_realtime_mode_with_two_hogs():
+    """--realtime starts the relay process with the mode's settings (intake, publisher and
+    workers at SCHED_FIFO on their CPUs, memory locked, with --rt-dds Fast DDS's threads too);
+    what its threads got, read back from its workers status, is in the report and the table
+    beside each point, with the mode and the two hogs of --noise-hogs 2 in the header."""
+    intake, worker = CPUS[0], CPUS[-1]
+    argv = ["--quick", "--duration", "0.2", "--loads", "1", "--policies", "edf_admission",
+            "--noise", "10/90", "--noise-hogs", "2", "--realtime", "--rt-dds",
+            "--rt-intake-cpus", str(intake), "--rt-worker-cpus", str(worker)]
+    report = _roundtrip(overload.run(_args(overload, argv)))
+    assert report["noise"]["processes"] == 2 and report["noise"]["cpu_seconds"] > 0
+    assert report["mode"].startswith("real-time") and "Fast DDS threads 58" in report["mode"]
+    asked = report["realtime"]["asked"]
+    assert (asked["executor_rt_priority"], asked["publisher_rt_priority"],
+            asked["worker_rt_priority"], asked["lock_memory"]) == (60, 55, 50, True)
+    assert asked["worker_cpu_affinity"] == [worker] and report["realtime"]["env"]
+    point = report["policies"]["edf_admission"]["1.0"]
+    assert point["offered"] > 0 and point["outcomes"]["lost"] == 0
+    for applied in (report["realtime_applied"], point["realtime_applied"]):
+        if fifo_refused() is None:  # granted here: what the relay read back is what was asked
+            assert applied["rt.worker0"].startswith(f"SCHED_FIFO 50, CPUs {worker} (asked")
+            assert applied["rt.request"].startswith(f"SCHED_FIFO 60, CPUs {intake} (asked")
+            assert applied["rt.publisher"].startswith(f"SCHED_FIFO 55, CPUs {intake} (asked")
+            assert "SCHED_FIFO 58 x" in applied["rt.threads"]  # Fast DDS's, from the profile
+            assert applied["rt.refused"] == "none" and int(applied["memory_locked_kb"]) > 0
+            cell = f"publisher F55@{intake} request F60@{intake} worker0 F50@{worker} mlock"
+        else:  # refused: degraded, and said so
+            cell = "REFUSED"
+        assert cell in overload.applied_short(applied)
+    (row,) = report["rows"]
+    assert row["applied"] == overload.applied_short(point["realtime_applied"])
+    table = overload.table(report)
+    assert "mode: real-time" in table and "(2 hogs)" in table and row["applied"] in table
+    with pytest.raises(ValueError, match="in-process"):
+        overload.realtime_params(_args(overload, ["--realtime", "--in-process"]))
 
 
 def test_nfe_breakdown_tiny():

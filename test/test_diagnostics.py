@@ -280,3 +280,28 @@ def test_batch_slot_figures_on_the_workers_status_and_in_relay_stats():
     assert (msg.step_ns_p99_full, msg.step_ns_p99_one_row) == (420.0, 150.0)
     default = stats_message(snap(), _stamp())  # B = 1: nothing batched
     assert default.batch_slots == 1 and default.step_ns_p99_full == 0.0
+
+
+def test_a_refused_real_time_setting_warns_on_workers_for_as_long_as_it_holds():
+    """docs/robot-computer.md: the rt.* read-back is on the workers status; a refusal makes it
+    WARN whatever else it says (an ERROR stays ERROR and names the refusal too); it clears when
+    the snapshot no longer carries one."""
+    refused = ["worker0 SCHED_FIFO 50 refused (EPERM: Operation not permitted); running "
+               "SCHED_OTHER"]  # fmt: skip
+    rt_values = {"rt.worker0": "SCHED_OTHER, CPUs 0-1 (asked SCHED_FIFO 50, CPUs 0-1; tid 7)",
+                 "memory_locked_kb": 0, "rt.refused": refused[0]}  # fmt: skip
+    b = DiagnosticsBuilder("r")
+
+    def workers(s: Snapshot):
+        (st,) = [st for st in b.build(s, _stamp()).status if st.name == "r: workers"]
+        return st
+
+    warned = workers(snap(1.0, realtime=rt_values, realtime_refused=refused))
+    assert warned.level == DiagnosticStatus.WARN
+    assert warned.message == ("2 of 2 workers running; real-time settings refused, running "
+                              f"degraded: {refused[0]}")  # fmt: skip
+    values = {kv.key: kv.value for kv in warned.values}
+    assert values["rt.worker0"] == rt_values["rt.worker0"] and values["memory_locked_kb"] == "0"
+    dead = workers(snap(2.0, dead_lanes=[1], realtime=rt_values, realtime_refused=refused))
+    assert dead.level == DiagnosticStatus.ERROR and refused[0] in dead.message
+    assert workers(snap(3.0, realtime=rt_values)).level == DiagnosticStatus.OK

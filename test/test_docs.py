@@ -1,9 +1,10 @@
 """The documentation resolves inside the repository: a clone is all a reader has.
 
-Checks every relative Markdown link (and its #anchor) in README.md, SECURITY.md and docs/*.md,
-every anchor and section number of docs/design.md cited anywhere in the tree, the tests
-docs/design.md cites for its invariants, and that no file points at the shared folder next to
-the repository, where the contract used to live.
+Checks every relative Markdown link (and its #anchor) in README.md, SECURITY.md, CONTRIBUTING.md
+and docs/*.md, every anchor and section number of docs/design.md cited anywhere in the tree, the
+tests docs/design.md cites for its invariants, that its status table says "implemented" or what
+is missing, and that no file points at the shared folder next to the repository, where the
+contract used to live.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "design.md"
-PAGES = sorted([ROOT / "README.md", ROOT / "SECURITY.md", *(ROOT / "docs").glob("*.md")])
+PAGES = sorted([ROOT / "README.md", ROOT / "SECURITY.md", ROOT / "CONTRIBUTING.md",
+                *(ROOT / "docs").glob("*.md")])
 SKIP_DIRS = {".git", ".venv", "build", "install", "log", "out", "__pycache__", ".hypothesis",
              ".pytest_cache", ".ruff_cache"}
 SHARED = "../" + "shared/"  # spelled in two parts so this file does not match itself
@@ -125,3 +127,14 @@ def test_tests_cited_by_the_design_exist():
         elif name and not re.search(rf"^def {name}\(", path.read_text(encoding="utf-8"), re.M):
             missing.append(f"{file}::{name}")
     assert not missing, f"docs/design.md cites tests that do not exist: {missing}"
+
+
+def test_design_status_says_implemented_or_what_is_missing():
+    """The status table is a contract, not a changelog: one word, or what is still missing."""
+    design = DESIGN.read_text(encoding="utf-8")
+    table = design.split("| part | status |", 1)[1].split("\n\n", 1)[0]
+    statuses = [row.rstrip(" |").rsplit(" | ", 1)[1] for row in table.strip().splitlines()[1:]]
+    assert len(statuses) > 5
+    bad = [s for s in statuses
+           if s != "implemented" and not re.fullmatch(r"not implemented: [^|]+", s)]
+    assert not bad, f"status cells that are neither: {bad}"

@@ -2,10 +2,13 @@
 
 import pathlib
 
+import pytest
 import yaml
+from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.parameter import Parameter
+from ros_helpers import ros_context
 
-from flowedge_relay import parameters
+from flowedge_relay import parameters, realtime
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -49,3 +52,49 @@ def test_enum_values_are_checked():
     assert parameters.check_value("cost_model", "sometimes")
     assert parameters.check_value("cost_model", "adaptive") is None
     assert parameters.check_value("request_topics", [])
+
+
+REAL_TIME = {
+    "executor_rt_priority": 0, "worker_rt_priority": 0, "publisher_rt_priority": 0,
+    "executor_cpu_affinity": Parameter.Type.INTEGER_ARRAY,
+    "worker_cpu_affinity": Parameter.Type.INTEGER_ARRAY,
+    "publisher_cpu_affinity": Parameter.Type.INTEGER_ARRAY,
+    "lock_memory": False,
+}
+
+
+def test_real_time_parameters_are_read_only_off_by_default_with_ranges():
+    """docs/robot-computer.md: every thread on the path has a class and a CPU set, off by
+    default; threads already started cannot change them, so all are read-only."""
+    for name, default in REAL_TIME.items():
+        spec = parameters.BY_NAME[name]
+        assert spec.default == default and spec.read_only, name
+        d = spec.descriptor()
+        assert d.read_only and d.description, name
+        if name.endswith("_rt_priority"):
+            (r,) = d.integer_range
+            assert (r.from_value, r.to_value) == (0, 99), name
+    assert set(parameters.CPU_AFFINITIES) == {n for n in REAL_TIME if n.endswith("_affinity")}
+
+
+def test_cpu_affinities_are_checked():
+    for name in parameters.CPU_AFFINITIES:
+        assert parameters.check_value(name, []) is None
+        assert parameters.check_value(name, [0, realtime.MAX_CPU]) is None
+        assert "0..1023" in parameters.check_value(name, [-1])
+        assert parameters.check_value(name, [realtime.MAX_CPU + 1])
+
+
+@pytest.mark.parametrize("override, error", [
+    (Parameter("publisher_rt_priority", value=100), InvalidParameterValueException),
+    (Parameter("worker_rt_priority", value=-1), InvalidParameterValueException),
+    (Parameter("lock_memory", value="yes"), InvalidParameterTypeException),
+    (Parameter("executor_cpu_affinity", value=[0.5]), InvalidParameterTypeException),
+    (Parameter("publisher_cpu_affinity", value=[-1]), ValueError),
+])  # fmt: skip
+def test_the_relay_refuses_bad_real_time_values_at_start(override, error):
+    """A real RelayNode: rclpy enforces the ranges and types, the node the CPU ids."""
+    from flowedge_relay.node import RelayNode
+
+    with ros_context() as ctx, pytest.raises(error):
+        RelayNode(context=ctx, parameter_overrides=[override]).destroy_node()

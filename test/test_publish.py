@@ -8,7 +8,11 @@ on each loop answers the same requests with the same messages.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
+import pytest
 from core_helpers import MS
 from flowedge_relay_msgs.msg import ActionMessage
 from hypothesis import given, settings
@@ -170,6 +174,31 @@ def test_loop_counts_what_rcl_refuses_and_goes_on():
             assert lib.fer_publish_run(pub, publish, pointer, reset, MS) == 0
         assert core.pop_outcomes() == []  # all three were taken from the ring
     assert (pub.published, pub.failed) == (0, 3) and pub.last_error != 0
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_loop_after_shutdown_polls_for_stop_instead_of_spinning(native):
+    """Between the core's shutdown and stop (node.stop() joins the workers in between) the
+    doorbell no longer blocks: the loop must poll, not spin. A SCHED_FIFO publisher spinning
+    there kept its CPU's other threads (a worker being joined, one holding the GIL) off it."""
+    with ros_context() as ctx, _core() as core:
+        node = Node("publish_shutdown", context=ctx)
+        out = ActionPublisher(node, core, node.create_publisher(ActionMessage, "out", 10), MODEL,
+                              native=native)  # fmt: skip
+        assert out.loop == ("native" if native else "python")
+        thread = threading.Thread(target=out.run)
+        thread.start()
+        core.shutdown()
+        clock = time.pthread_getcpuclockid(thread.ident)
+        cpu0, wall0 = time.clock_gettime_ns(clock), time.monotonic_ns()
+        time.sleep(0.5)
+        cpu = time.clock_gettime_ns(clock) - cpu0
+        wall = time.monotonic_ns() - wall0
+        out.stop()
+        thread.join(timeout=5)
+        node.destroy_node()
+    assert not thread.is_alive()
+    assert cpu < 0.1 * wall, f"{cpu / 1e6:.1f} ms of CPU in {wall / 1e6:.0f} ms after shutdown"
 
 
 def test_loop_refuses_null_arguments():

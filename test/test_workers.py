@@ -15,7 +15,9 @@ import pytest
 from core_helpers import HANG_GUARD_S, MS, collect
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rt_helpers import CPUS, needs_fifo
 
+from flowedge_relay import realtime as rt
 from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request
 from flowedge_relay.model import FlowSampler, default_model_path, load_model, make_session
 from flowedge_relay.models import detour_task as task
@@ -227,6 +229,8 @@ class _Log:
 
 
 def test_affinity_and_priority_applied_or_warned(model):
+    """What worker_info says was applied is what /proc reports for the worker thread; what the
+    OS refused (wherever it does) was warned and is a refusal."""
     log = _Log()
     with (
         make_core() as core,
@@ -234,11 +238,63 @@ def test_affinity_and_priority_applied_or_warned(model):
     ):
         (info,) = pool.worker_info()
         applied = info["applied"]
+        state = rt.read_thread(pool.thread_roles.get("worker0").tid)
         warned = " ".join(msg for level, msg in log.lines if level == "warning")
-        assert applied["affinity"] == [0] or "affinity" in warned
-        assert applied["fifo_priority"] == 1 or "SCHED_FIFO" in warned
+        refused = " ".join(pool.thread_roles.refusals())
+        if applied["affinity"] == [0]:
+            assert state.cpus == {0}
+        else:
+            assert "worker0 CPUs 0 refused" in warned and "worker0 CPUs 0 refused" in refused
+        if applied["fifo_priority"] == 1:
+            assert state.sched_class == "SCHED_FIFO 1"
+        else:
+            assert "SCHED_FIFO 1 refused" in warned and "SCHED_FIFO 1 refused" in refused
         submit(core, request(b"p", 1, nfe=3))
         assert collect(core, 1)[0].code == Code.INFERENCE
+
+
+@needs_fifo
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs")
+@pytest.mark.parametrize("loop", ["native", "python"])
+def test_worker_pool_threads_get_the_worker_class_and_their_own_cpus(model, loop):
+    """intra_op_threads 2, worker_cpu_affinity [a, b]: the worker on a, the one pool thread of
+    each ONNX Runtime session it makes on b (session.intra_op_thread_affinities), every thread
+    it starts at the worker's SCHED_FIFO priority (pthread inheritance). The Python loop makes
+    one session, the native loop one more (its C API session; the first C API environment of
+    the process also starts a thread of its own, which stays on the worker's CPU)."""
+    a, b = CPUS[0], CPUS[1]
+    before = {s.tid for s in rt.process_threads()}
+    nfe_loop = "auto" if loop == "native" else "python"
+    with (make_core() as core,
+          WorkerPool(core, model, workers=1, intra_op_threads=2, cpu_affinity=[a, b],
+                     rt_priority=2, nfe_loop=nfe_loop) as pool):  # fmt: skip
+        (info,) = pool.worker_info()
+        assert info["nfe_loop"] == loop and info["applied"] == {"affinity": [a], "fifo_priority": 2}
+        worker = rt.read_thread(pool.thread_roles.get("worker0").tid)
+        assert (worker.sched_class, worker.cpus) == ("SCHED_FIFO 2", {a})
+        started = [s for s in rt.process_threads() if s.tid not in before | {worker.tid}]
+        assert all(s.sched_class == "SCHED_FIFO 2" and s.cpus in ({a}, {b}) for s in started)
+        assert len([s for s in started if s.cpus == {b}]) == (2 if loop == "native" else 1)
+        assert pool.thread_roles.refusals() == []
+        submit(core, request(b"p", 1, nfe=3))
+        assert collect(core, 1)[0].code == Code.INFERENCE
+
+
+@needs_fifo
+def test_a_refused_pool_cpu_is_noted_and_the_pool_shares_the_worker_cpu(model):
+    log = _Log()
+    with (make_core() as core,
+          WorkerPool(core, model, workers=1, intra_op_threads=2,
+                     cpu_affinity=[CPUS[0], rt.MAX_CPU], nfe_loop="python",
+                     logger=log) as pool):  # fmt: skip
+        (text,) = pool.thread_roles.refusals()
+        assert text.startswith(f"worker0 ONNX Runtime pool CPUs {rt.MAX_CPU} refused (CPU "
+                               f"{rt.MAX_CPU}: EINVAL")  # fmt: skip
+        assert any(level == "warning" and "running degraded" in msg for level, msg in log.lines)
+        submit(core, request(b"p", 1, nfe=3))
+        assert collect(core, 1)[0].code == Code.INFERENCE
+
+
 
 
 def test_pool_rejects_mismatched_configuration(model):

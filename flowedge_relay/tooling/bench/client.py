@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -121,6 +121,9 @@ def parse_action(raw: bytes, received_ns: int) -> tuple[tuple[str, int], Answer]
 
 class BenchClient:
     """Publishes requests, records send and receive times (no other work in its callbacks)."""
+
+    #: the relay's own process where relay_process started it (its log lines, its pid)
+    process: NodeProcess | None = None
 
     def __init__(self, node: Node, model: ModelInfo | Policy, qos_depth: int = 10_000) -> None:
         self.node, self.model = node, model
@@ -304,11 +307,13 @@ class NodeProcess:
     up once it logs "relay up"; stdout drained on a thread (kept for errors); SIGINT stops it.
 
     `switch_interval_s` runs the module after `sys.setswitchinterval(...)` (a bench-only knob:
-    the GIL hand-over interval of the relay process); `env` adds environment variables."""
+    the GIL hand-over interval of the relay process); `env` adds environment variables;
+    `wrapper` runs it under a command that execs it (`prlimit ... --`, `setpriv ... --`)."""
 
     def __init__(self, module: str, ros_args: list[str], timeout: float = 60.0,
                  env: dict[str, str] | None = None,
-                 switch_interval_s: float | None = None) -> None:  # fmt: skip
+                 switch_interval_s: float | None = None,
+                 wrapper: Sequence[str] = ()) -> None:  # fmt: skip
         # SIGINT starts ignored in a background job (`cmd &`), and a Python started with it
         # ignored never raises KeyboardInterrupt: the prelude restores it, so stop() works
         # however the bench was started.
@@ -317,7 +322,7 @@ class NodeProcess:
         if switch_interval_s is not None:
             prelude += f"sys.setswitchinterval({switch_interval_s!r}); "
         prelude += f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
-        cmd = [sys.executable, "-c", prelude, "--ros-args", *ros_args]
+        cmd = [*wrapper, sys.executable, "-c", prelude, "--ros-args", *ros_args]
         self.module = module
         env = {**os.environ, "ROS_DOMAIN_ID": str(bench_domain_id()), "PYTHONUNBUFFERED": "1",
                "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", **(env or {})}  # fmt: skip
@@ -383,17 +388,19 @@ def _ros_value(v: object) -> str:
 
 @contextmanager
 def relay_process(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
-                  namespace: str = "",
+                  namespace: str = "", wrapper: Sequence[str] = (),
                   **params) -> Iterator[tuple[ModelInfo | Policy, BenchClient]]:  # fmt: skip
     """`flowedge-relayd` in its own process (as deployed) with these parameters, and a
-    BenchClient in this one; under `namespace` (e.g. /b8) both, so relays can run side by side."""
+    BenchClient in this one (its `process` is the relay's NodeProcess); under `namespace`
+    (e.g. /b8) both, so relays can run side by side; under `wrapper` (NodeProcess)."""
     info = load_served(params.get("model_path", default_model_path()))
     ros_args = [a for k, v in params.items() for a in ("-p", f"{k}:={_ros_value(v)}")]
     if namespace:
         ros_args += ["-r", f"__ns:={namespace}"]
     proc = NodeProcess("flowedge_relay.cli", ros_args, env=env,
-                       switch_interval_s=switch_interval_s)  # fmt: skip
+                       switch_interval_s=switch_interval_s, wrapper=wrapper)  # fmt: skip
     with client_of(proc, info, namespace=namespace) as client:
+        client.process = proc
         yield info, client
 
 
@@ -444,8 +451,8 @@ class RemoteRelay:
         ns = node.get_namespace().strip("/")
         self._status_name = f"{ns}/{relay_name}" if ns else relay_name
         node.create_subscription(RelayStats, "flowedge/stats", self._on_stats, 10)
-        # the `workers` status of /diagnostics (1 Hz): the relay's prefix-pass percentiles
-        self._workers_status: tuple[int, dict[str, str]] | None = None
+        # the `workers` status of /diagnostics (1 Hz): (stamp, level, message, values)
+        self._workers_status: tuple[int, int, str, dict[str, str]] | None = None
         node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self._params = AsyncParameterClient(node, relay_name)
         if not self._params.wait_for_services(timeout_sec=20.0):
@@ -466,14 +473,16 @@ class RemoteRelay:
             if status.name == f"{self._status_name}: workers":
                 values = {kv.key: kv.value for kv in status.values}
                 with self._cv:
-                    self._workers_status = (stamp_ns(msg.header.stamp), values)
+                    self._workers_status = (stamp_ns(msg.header.stamp), ord(status.level),
+                                            status.message, values)  # fmt: skip
                     self._cv.notify_all()
 
-    def prefix_percentiles(self, timeout: float = 5.0) -> tuple[float, float, int]:
-        """(p50, p99, samples) of the relay's recent prefix passes, from the first `workers`
-        diagnostics status stamped after this call (the relay stamps before its snapshot, so it
-        counts every pass that came before)."""
-        since = time.time_ns()
+    def workers_status(self, timeout: float = 5.0,
+                       fresh: bool = True) -> tuple[int, str, dict[str, str]]:  # fmt: skip
+        """(level, message, values) of the first `workers` diagnostics status stamped after this
+        call (the relay stamps before its snapshot, so it covers everything that came before);
+        with fresh False, the latest one (at most a second old) once there is one."""
+        since = time.time_ns() if fresh else 0
         end = time.monotonic() + timeout
         with self._cv:
             while self._workers_status is None or self._workers_status[0] < since:
@@ -481,7 +490,12 @@ class RemoteRelay:
                 if left <= 0:
                     raise TimeoutError("no fresh workers status on /diagnostics from the relay")
                 self._cv.wait(min(left, 0.05))
-            values = self._workers_status[1]
+            return self._workers_status[1:]
+
+    def prefix_percentiles(self, timeout: float = 5.0) -> tuple[float, float, int]:
+        """(p50, p99, samples) of the relay's recent prefix passes, from a fresh `workers`
+        status."""
+        values = self.workers_status(timeout)[2]
         return (float(values.get("prefix_ns_p50", 0.0)), float(values.get("prefix_ns_p99", 0.0)),
                 int(values.get("prefix_samples", 0)))  # fmt: skip
 
@@ -566,25 +580,28 @@ class RemoteRelay:
 
 @contextmanager
 def remote_relay(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
-                 namespace: str = "",
+                 namespace: str = "", wrapper: Sequence[str] = (),
                  **params) -> Iterator[tuple[RemoteRelay, BenchClient]]:  # fmt: skip
     """`flowedge-relayd` in its own process, a RemoteRelay view of it and a BenchClient (both
-    under `namespace`, if given)."""
+    under `namespace`, if given; the process under `wrapper`, NodeProcess)."""
     with relay_process(env=env, switch_interval_s=switch_interval_s, namespace=namespace,
-                       **params) as (info, client):  # fmt: skip
+                       wrapper=wrapper, **params) as (info, client):  # fmt: skip
         yield RemoteRelay(client.node, info, int(params.get("workers", 1)),
                           batch_slots=int(params.get("batch_slots", 1))), client
 
 
 @contextmanager
-def relay_for_bench(in_process: bool, **params) -> Iterator[tuple[object, BenchClient]]:
-    """(relay, client): a RemoteRelay of its own flowedge-relayd process (default, as deployed)
-    or, with in_process, a RelayNode in this process."""
+def relay_for_bench(in_process: bool, env: dict[str, str] | None = None,
+                    **params) -> Iterator[tuple[object, BenchClient]]:  # fmt: skip
+    """(relay, client): a RemoteRelay of its own flowedge-relayd process (default, as deployed;
+    `env` added to its environment) or, with in_process, a RelayNode in this process."""
     if in_process:
+        if env:
+            raise ValueError("an environment for the relay needs it in its own process")
         with bench_relay(**params) as pair:
             yield pair
     else:
-        with remote_relay(**params) as pair:
+        with remote_relay(env=env, **params) as pair:
             yield pair
 
 

@@ -8,7 +8,9 @@ One process, one thread, at normal priority: it spins on the CPU for `busy_ms`, 
 spins continuously. The spin is pure Python arithmetic (no syscalls), so while busy it competes
 with the relay for a core exactly like any other runnable process; on a 2-core host a 50% duty
 cycle takes a quarter of the machine on average, in bursts long enough (50 ms) to span many
-NFEs and whole requests.
+NFEs and whole requests. `cpu_hog(spec, processes=2)` runs two such neighbours: on a 2-core
+host both cores busy at normal priority, the load the real-time mode is for (a relay whose
+threads run at SCHED_FIFO preempts them; one at normal priority shares the cores with them).
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ def parse(spec: str) -> tuple[float, float]:
     return b, s
 
 
-def describe(busy_ms: float, sleep_ms: float) -> str:
+def describe(busy_ms: float, sleep_ms: float, processes: int = 1) -> str:
+    who = "one process" if processes == 1 else f"{processes} processes at normal priority, each"
     if sleep_ms == 0:
-        return "one process spinning continuously (100% of one core)"
+        return f"{who} spinning continuously (100% of one core)"
     duty = busy_ms / (busy_ms + sleep_ms)
-    return (f"one process, busy {busy_ms:g} ms / sleep {sleep_ms:g} ms "
+    return (f"{who} busy {busy_ms:g} ms / sleep {sleep_ms:g} ms "
             f"({duty:.0%} of one core, in {busy_ms:g} ms bursts)")
 
 
@@ -58,29 +61,34 @@ def _cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def cpu_hog(spec: str) -> Iterator[dict]:
-    """Run the neighbour while the block runs; the dict it yields gets its measured CPU use."""
+def cpu_hog(spec: str, processes: int = 1) -> Iterator[dict]:
+    """Run `processes` neighbours while the block runs; the dict it yields gets their measured
+    CPU use (together)."""
     busy_ms, sleep_ms = parse(spec)
-    proc = subprocess.Popen(
+    if processes < 1:
+        raise ValueError(f"--noise-hogs wants at least 1 process, got {processes}")
+    procs = [subprocess.Popen(
         [sys.executable, "-m", "flowedge_relay.tooling.bench.noise", "--busy-ms", str(busy_ms),
          "--sleep-ms", str(sleep_ms)],
-    )  # fmt: skip
+    ) for _ in range(processes)]  # fmt: skip
     info = {"spec": spec, "busy_ms": busy_ms, "sleep_ms": sleep_ms,
-            "duty_cycle": busy_ms / (busy_ms + sleep_ms), "processes": 1,
-            "description": describe(busy_ms, sleep_ms)}  # fmt: skip
+            "duty_cycle": busy_ms / (busy_ms + sleep_ms), "processes": processes,
+            "description": describe(busy_ms, sleep_ms, processes)}  # fmt: skip
     start = time.monotonic()
     try:
         yield info
     finally:
-        info["cpu_seconds"] = _cpu_seconds(proc.pid)
+        info["cpu_seconds"] = sum(_cpu_seconds(proc.pid) for proc in procs)
         info["wall_seconds"] = time.monotonic() - start
         info["measured_cores"] = info["cpu_seconds"] / max(info["wall_seconds"], 1e-9)
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def spin(busy_ms: float, sleep_ms: float) -> None:

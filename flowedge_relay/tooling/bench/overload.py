@@ -24,6 +24,18 @@ alike:
 `--noise [BUSY/SLEEP]` runs a CPU-hog neighbour process (bench/noise.py, default busy 50 ms /
 sleep 50 ms) from after the inline calibration to the end of the trace: the host gets busier
 after calibration, which is what the adaptive cost model is for. It is recorded under `noise`.
+`--noise-hogs 2` runs two of them (on a 2-core host both cores busy at normal priority, as
+perception and planning keep a robot computer's cores busy).
+
+`--realtime` starts the relay process in the real-time deployment mode (docs/robot-computer.md):
+the request intake and the publisher at SCHED_FIFO 60 and 55 on `--rt-intake-cpus` (default the
+first CPU this process may use), the workers at SCHED_FIFO 50 on `--rt-worker-cpus` (default the
+last), memory locked (lock_memory), the priorities of relay.yaml's example; `--rt-dds` also
+loads config/fastdds_realtime.xml (Fast DDS's reception, event and sender threads at SCHED_FIFO
+58). What the relay's threads really got is read back from its `workers` diagnostics status
+(rt.*, memory_locked_kb: /proc as the relay reads it) once it is up and after every point, and
+printed beside each point (`applied`) with the mode and the hogs in the table's header; where the
+OS refuses, the relay runs degraded and `applied` ends in REFUSED.
 
 "On time" is judged by the client: an INFERENCE answer received (client callback clock) no later
 than the request's deadline. Per policy and load:
@@ -57,7 +69,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -95,6 +109,11 @@ TARGETS = {  # at 2x load, calibrated EDF admission, both cost models (printed, 
 # seconds per point, calibration requests, calibration seconds saturated
 SIZES = {"quick": (0.4, 12, 0.3), "full": (8.0, 300, 3.0)}
 REPORT_CODES = CODE_NAMES
+#: --realtime's SCHED_FIFO priorities: config/relay.yaml's real-time example (intake above the
+#: publisher above the workers; Fast DDS's threads at 58 in config/fastdds_realtime.xml)
+RT_PRIORITIES = {"executor": 60, "publisher": 55, "worker": 50}
+FASTDDS_PROFILE = Path(__file__).resolve().parents[3] / "config" / "fastdds_realtime.xml"
+_ALLOWED = sorted(os.sched_getaffinity(0))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,6 +141,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--noise", nargs="?", const=noise.DEFAULT, metavar="BUSY/SLEEP",
                         help="run a CPU-hog neighbour during the trace: BUSY_MS/SLEEP_MS "
                              f"(default {noise.DEFAULT}) or continuous")
+    parser.add_argument("--noise-hogs", type=int, default=1, metavar="N",
+                        help="with --noise: run N neighbour processes (2 on a 2-core host: both "
+                             "cores busy at normal priority)")
+    parser.add_argument("--realtime", action="store_true",
+                        help="start the relay in the real-time deployment mode: request intake "
+                             f"and publisher at SCHED_FIFO {RT_PRIORITIES['executor']} / "
+                             f"{RT_PRIORITIES['publisher']}, workers at SCHED_FIFO "
+                             f"{RT_PRIORITIES['worker']}, memory locked (docs/robot-computer.md)")
+    parser.add_argument("--rt-intake-cpus", type=int, nargs="+", metavar="CPU",
+                        default=[_ALLOWED[0]],
+                        help="--realtime: CPUs of the request intake and publisher threads "
+                             f"(default {_ALLOWED[0]})")
+    parser.add_argument("--rt-worker-cpus", type=int, nargs="+", metavar="CPU",
+                        default=[_ALLOWED[-1]],
+                        help=f"--realtime: CPUs of the workers (default {_ALLOWED[-1]})")
+    parser.add_argument("--rt-dds", action="store_true",
+                        help="--realtime: Fast DDS's own threads at SCHED_FIFO too, from "
+                             "config/fastdds_realtime.xml")
     parser.add_argument("--in-process", action="store_true",
                         help="run the relay inside the bench process (sharing its GIL) instead "
                              "of as its own flowedge-relayd process")
@@ -257,12 +294,15 @@ def run(args: argparse.Namespace) -> dict:
     params = dict(model_path=path, workers=args.workers, queue_capacity=args.queue_capacity,
                   max_nfe=max(64, spec.nfe_max), batch_slots=slots)  # fmt: skip
     params.update(_relay_params(args.relay_param))
+    params.update(realtime_params(args))
+    env = _realtime_env(args)
     points = len(loads) * len(args.policies)
     results: dict[str, dict[str, dict]] = {p: {} for p in args.policies}
     with Progress("overload", points + 1, unit=" points") as bar:
         bar.update(label="starting relay")
-        with relay_for_bench(args.in_process, **params) as (relay, client):
+        with relay_for_bench(args.in_process, env=env, **params) as (relay, client):
             warm_up(client)
+            applied = applied_settings(relay)
             bar.update(label="inline calibration")
             samples = calibrate.measure(
                 relay, client, cal_requests, cal_nfe, 10 * cal_requests, 4, loaded_s=cal_loaded_s
@@ -289,7 +329,8 @@ def run(args: argparse.Namespace) -> dict:
             timeout_ms = args.queue_timeout_ms or max(1, round(median_slack_ms - mean_service_ms))
             bar.advance(label="trace")
             drain = spec.slack_max_ms / 1e3 + 2.0
-            hog = noise.cpu_hog(args.noise) if args.noise else contextlib.nullcontext()
+            hog = (noise.cpu_hog(args.noise, args.noise_hogs) if args.noise
+                   else contextlib.nullcontext())  # fmt: skip
             with hog as noise_info:
                 _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, bar,
                        results, _policy_params_for(nfe_ns, reserve, timeout_ms, prefix_ns))
@@ -328,10 +369,76 @@ def run(args: argparse.Namespace) -> dict:
         "relay": "in-process" if args.in_process else "flowedge-relayd process",
         "relay_params": _relay_params(args.relay_param),
         "noise": noise_info,
+        "mode": _mode(args),
+        "realtime": ({"asked": realtime_params(args), "env": env or {}} if args.realtime
+                     else None),
+        "realtime_applied": applied,
     }
     report["targets"] = _targets(report)
     report["rows"] = _rows(report)
     return report
+
+
+def realtime_params(args: argparse.Namespace) -> dict:
+    """The relay parameters of --realtime ({} without it)."""
+    if not args.realtime:
+        return {}
+    if args.in_process:
+        raise ValueError("--realtime starts the relay as its own process: not with --in-process")
+    p = RT_PRIORITIES
+    return {"executor_rt_priority": p["executor"], "executor_cpu_affinity": args.rt_intake_cpus,
+            "publisher_rt_priority": p["publisher"], "publisher_cpu_affinity": args.rt_intake_cpus,
+            "worker_rt_priority": p["worker"], "worker_cpu_affinity": args.rt_worker_cpus,
+            "lock_memory": True}  # fmt: skip
+
+
+def _realtime_env(args: argparse.Namespace) -> dict[str, str] | None:
+    """--rt-dds: the Fast DDS profile, under the variable each Fast DDS reads (2.14 on Jazzy
+    FASTRTPS_, 3.x FASTDDS_; each ignores the other's or warns)."""
+    if not (args.realtime and args.rt_dds):
+        return None
+    name = ("FASTRTPS_DEFAULT_PROFILES_FILE" if os.environ.get("ROS_DISTRO", "jazzy") == "jazzy"
+            else "FASTDDS_DEFAULT_PROFILES_FILE")  # fmt: skip
+    return {name: str(FASTDDS_PROFILE)}
+
+
+def _mode(args: argparse.Namespace) -> str:
+    if not args.realtime:
+        return "normal scheduling"
+    p = RT_PRIORITIES
+    return (f"real-time: request intake SCHED_FIFO {p['executor']} and publisher "
+            f"{p['publisher']} on CPUs {args.rt_intake_cpus}, workers {p['worker']} on CPUs "
+            f"{args.rt_worker_cpus}, memory locked"
+            + (", Fast DDS threads 58 (config/fastdds_realtime.xml)" if args.rt_dds else ""))
+
+
+def applied_settings(relay) -> dict[str, str]:
+    """The relay's threads' real-time settings as its `workers` diagnostics status reports them
+    (rt.*, memory_locked_kb: what the relay read back from /proc), from a relay process or an
+    in-process RelayNode (the same report)."""
+    if hasattr(relay, "workers_status"):
+        values = relay.workers_status(timeout=5.0, fresh=False)[2]
+    else:
+        values = relay.thread_roles.report()[0]
+    return {k: str(v) for k, v in values.items() if k.startswith("rt.") or k == "memory_locked_kb"}
+
+
+def applied_short(values: dict[str, str]) -> str:
+    """One table cell of applied_settings: `publisher F55@0 request F60@0 worker0 F50@1 mlock`
+    (F = SCHED_FIFO and its priority, O = SCHED_OTHER, @ the CPUs), REFUSED where the OS
+    refused any asked setting."""
+    parts = []
+    for key in sorted(values):
+        if not key.startswith("rt.") or key in ("rt.threads", "rt.refused", "rt.lock_memory"):
+            continue
+        cls, _, cpus = values[key].split(" (asked", 1)[0].partition(", CPUs ")
+        parts.append(f"{key[3:]} {cls.replace('SCHED_FIFO ', 'F').replace('SCHED_OTHER', 'O')}"
+                     f"@{cpus}")  # fmt: skip
+    if int(values.get("memory_locked_kb", "0")):
+        parts.append("mlock")
+    if values.get("rt.refused", "none") != "none":
+        parts.append("REFUSED")
+    return " ".join(parts) or "-"
 
 
 def _relay_params(items: list[str]) -> dict:
@@ -363,6 +470,8 @@ def _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, b
                               if hasattr(relay, "capacity_between") else None))  # fmt: skip
             # Per-NFE cost the workers saw (last 4096 NFE): was the host quiet?
             m["worker_nfe_p50_ns"], m["worker_nfe_p99_ns"], _ = relay.pool.nfe_percentiles()
+            # what the relay's threads held during the point, as it reads them back
+            m["realtime_applied"] = applied_settings(relay)
             # What admission assumed per NFE while the trace ran (adaptive: it follows the tail)
             # (stats published from the trace's start until its last answer)
             if hasattr(relay, "cost_during"):
@@ -410,6 +519,14 @@ def _targets(report: dict) -> dict:
     return out
 
 
+def _noise_text(info: dict | None) -> str:
+    """The neighbours that ran, and how many (hogs)."""
+    if not info:
+        return "none (0 hogs)"
+    n = info.get("processes", 1)
+    return f"{info['description']} ({n} hog{'s' if n != 1 else ''})"
+
+
 def _fmt_pct(v) -> str:
     return "-" if v is None else f"{100 * v:.2f}%"
 
@@ -439,6 +556,7 @@ def _rows(report: dict) -> list[dict]:
                 "nfe_p99_us": round(m["worker_nfe_p99_ns"] / 1e3),
                 "in_use_us": (round((m.get("cost_model") or {}).get("nfe_ns_in_use_max", 0) / 1e3)
                               if policy in ADMISSION_POLICIES else "-"),
+                "applied": applied_short(m.get("realtime_applied") or {}),
             })  # fmt: skip
     return rows
 
@@ -459,8 +577,9 @@ def table(report: dict) -> str:
         + " (inline calibration; edf_adaptive admits with "
         f"max(nfe_ns, measured NFE tail)); queue_timeout: "
         f"queue_timeout_ms={report['queue_timeout_ms']}",
-        f"relay: {report.get('relay', '?')}; noise: "
-        f"{(report.get('noise') or {}).get('description', 'none')}",
+        f"relay: {report.get('relay', '?')}; noise: {_noise_text(report.get('noise'))}",
+        f"mode: {report.get('mode', 'normal scheduling')}; applied at start (read back from the "
+        f"relay's workers status): {applied_short(report.get('realtime_applied') or {})}",
         format_rows(report["rows"]),
     ]
     if report["calibration"].get("noisy_host"):

@@ -1,16 +1,17 @@
-"""The README's Performance section and docs/performance.md, generated from bench JSON.
+"""The README's Performance block and docs/performance.md, generated from bench JSON.
 
     python -m flowedge_relay.tooling.bench.perfdoc out/bench      # scripts/bench_all.sh runs this
+    python -m flowedge_relay.tooling.bench.perfdoc --readme-only  # the README block from the page
 
 reads `out/bench/<name>.json` (+ `.png`), copies the plots to `docs/img/bench-<name>.png`, writes
-`docs/performance.md` (every table) and replaces the block between the two markers below in
-README.md with the headline figures, so no number there is typed by hand. `host_info()` is what
-every report records about the machine it ran on.
+`docs/performance.md` (every table, with how to reproduce them) and replaces the block between
+the two markers below in README.md with a few headline rows of it, so no number in either is
+typed by hand. The README block names the host but no commit or date: those stay on the page.
+`host_info()` is what every report records about the machine it ran on.
 
 A figure counts when it reproduces: with `--previous DIR` (bench_all.sh passes the run before
-this one, kept in `out/bench.previous`), the headline table shows both runs side by side, each
-with its machine line, so two consecutive `make bench` runs are reported together, and its
-`target met` column says which targets held in both runs, in one, or in neither.
+this one, kept in `out/bench.previous`), the headline tables show both runs side by side, and
+their `target met` column says which targets held in both runs, in one, or in neither.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from flowedge_relay.tooling.bench.tables import format_rows
@@ -33,6 +36,56 @@ ROOT = Path(__file__).resolve().parents[3]
 ORDER = ("calibrate", "overload", "overload-noise", "batching", "nfe-breakdown", "overhead",
          "model", "admission")
 EDF_POLICIES = ("edf_admission", "edf_adaptive")
+OVERLOAD_FIGURES = "on time among admitted / goodput vs capacity / in NFE / wasted NFE"
+WIDTH = 100  # the README's prose width (test/test_readme.py)
+
+# The README's headline: a few rows of the full table on docs/performance.md, each under a
+# shorter name (a row the runs did not produce is left out).
+README_ROWS = (
+    (f"2x capacity, edf_admission: {OVERLOAD_FIGURES}",
+     "2x load, static admission: on time / goodput / in NFE / wasted NFE"),
+    (f"2x capacity, with --noise, edf_adaptive: {OVERLOAD_FIGURES}",
+     "2x load + CPU-hog neighbour, adaptive admission: on time / goodput / in NFE / wasted NFE"),
+    (f"2x capacity, expire_only: {OVERLOAD_FIGURES}",
+     "2x load, expire-only (no admission): on time / goodput / in NFE / wasted NFE"),
+    ("batch slots (policy_small.onnx): saturated capacity at B = 8 vs B = 1",
+     "capacity at batch_slots 8 vs 1 (policy_small)"),
+    ("worker NFE p99 at 2x / at 0.3x (baseline)", "worker NFE p99 at 2x load / at light load"),
+    ("relay overhead p99 / transport floor p99 (same run)",
+     "relay overhead p99 / rclpy echo round-trip p99"),
+    ("relay_throughput_ratio (relay vs bare onnxruntime)", "throughput vs bare onnxruntime"),
+)
+
+# docs/performance.md: how to reproduce its figures and how to read them (static text).
+REPRODUCING = """\
+- `make bench` (scripts/bench_all.sh) runs every `flowedge_relay_bench` subcommand at full size
+  into `out/bench/` (about 10-12 minutes on 2 cores), keeps the run before it in
+  `out/bench.previous`, and regenerates this page, `docs/img/bench-*.png` and the README's
+  Performance block. `scripts/bench_all.sh overload overhead` runs only those;
+  `BENCH_OUT=/tmp/b BENCH_DOCS=0 scripts/bench_all.sh` leaves the docs alone.
+- One measurement: `flowedge_relay_bench <subcommand> --json out/x.json --plot out/x.png`
+  (`flowedge_relay_bench --help` lists them). The relay runs as its own `flowedge-relayd`
+  process, as deployed; `--in-process` (calibrate, overload) puts it in the bench's process.
+- `python -m flowedge_relay.tooling.bench.perfdoc --readme-only` rewrites the README block from
+  this page, without measuring again.
+- The host: the machine line above. For figures that describe a robot, run it on the robot's
+  computer with nothing else running; on a shared host the neighbours show in the tails (each
+  report records the load average when it started)."""
+
+READING = """\
+- Targets are printed, never asserted: `target met` says whether each held in both runs, in
+  one, or in neither. A figure counts when it reproduces.
+- Everything compared is measured side by side in one run, in short alternating segments, pinned
+  to one CPU where two loops are compared: a shared VM's speed drifts by 1.5-3x for seconds at a
+  time, sometimes on one vCPU and not the other.
+- The bench client shares the cores with the relay, so rows at high request rates measure the
+  two together.
+- Goodput is counted against each load point's capacity under load: the NFE per second its lanes
+  would compute never idle, at the cost the relay measured during that point. It passes 100% when
+  the trace runs faster than the inline calibration did; the figures against the calibrated
+  capacity stay in the JSON (`*_vs_calibrated_capacity`).
+- A late answer is judged where the client receives it; `late_published_in_time` in the overload
+  JSON counts the late answers the relay had published before their deadline."""
 
 
 def host_info() -> dict:
@@ -123,7 +176,8 @@ def noise_warning(reports: dict[str, dict]) -> str | None:
 
 
 def headline(reports: dict[str, dict]) -> list[dict]:
-    """The README table: each target next to what this run measured."""
+    """The headline table of docs/performance.md: each target next to what this run measured
+(README_ROWS picks the README's few rows from it)."""
     rows = []
     for name, note in (("overload", ""), ("overload-noise", ", with --noise")):
         ov = reports.get(name, {}).get("policies", {})
@@ -136,8 +190,7 @@ def headline(reports: dict[str, dict]) -> list[dict]:
                     continue
                 target, met = _overload_target(policy, load, bool(note), m)
                 rows.append({
-                    "measure": f"{float(load):g}x capacity{note}, {policy}: on time among "
-                               "admitted / goodput vs capacity / in NFE / wasted NFE",
+                    "measure": f"{float(load):g}x capacity{note}, {policy}: {OVERLOAD_FIGURES}",
                     "target": target,
                     "measured": f"{_pct(m['on_time_ratio_admitted'])} / "
                                 f"{_pct(m['goodput_vs_capacity'])} / "
@@ -209,7 +262,7 @@ def headline(reports: dict[str, dict]) -> list[dict]:
 
 
 def _overload_target(policy: str, load: str, noise: bool, m: dict) -> tuple[str, bool | None]:
-    """Issue 15's targets for one overload point, and whether it met them: on time among
+    """The targets for one overload point, and whether it met them: on time among
     admitted >= 99.99% for edf_adaptive at 2x and 3x (with and without --noise) and for static
     edf_admission at 2x without noise; at 2x also goodput >= 90% (>= 85% in NFE) and wasted NFE
     <= 0.5%, for the EDF policies without noise and edf_adaptive with it."""
@@ -297,8 +350,10 @@ def _section(name: str, report: dict, img: str | None) -> list[str]:
 
 
 def _shown(rows: list[dict]) -> list[dict]:
-    """The rows as the table shows them (the `met` flags are read, not printed)."""
-    return [{k: v for k, v in r.items() if k != "met"} for r in rows]
+    """One run's rows as the table shows them: the `met` flag as `target met`."""
+    met = {None: "-", True: "yes", False: "no"}
+    return [{"measure": r["measure"], "target": r["target"], "measured": r["measured"],
+             "target met": met[r.get("met")]} for r in rows]  # fmt: skip
 
 
 def _met_in(this: bool | None, before: bool | None) -> str:
@@ -325,6 +380,78 @@ def side_by_side(rows: list[dict], previous: list[dict]) -> list[dict]:
     return out
 
 
+def short_host(machine: str) -> str:
+    """A machine line without its load, commit and date: the host the README states."""
+    return re.sub(r" \(load average [^)]*\)", "", machine).split(", commit ", 1)[0]
+
+
+def readme_rows(rows: list[dict]) -> list[dict]:
+    """README_ROWS picked from the page's headline table (`_shown` or `side_by_side` rows), each
+    figure without the detail in parentheses after it."""
+    by_measure = {r["measure"]: r for r in rows}
+    picked = []
+    for measure, label in README_ROWS:
+        r = by_measure.get(measure)
+        if r is None:
+            continue
+        row = {"measure": label, "target": r["target"],
+               "this run": r["measured"].split(" (", 1)[0]}  # fmt: skip
+        if "previous run" in r:
+            row["previous run"] = r["previous run"].split(" (", 1)[0]
+        row["target met"] = r["target met"]
+        picked.append(row)
+    return picked
+
+
+def readme_block(rows: list[dict], machines: list[str], command: str = "make bench") -> str:
+    """The README's Performance block: the headline rows, stated for the host they ran on."""
+    hosts = [short_host(m) for m in machines]
+    if len(hosts) == 1:
+        runs = f"The last `{command}` run on {hosts[0]}"
+    elif hosts[0] == hosts[1]:
+        runs = f"The last two `{command}` runs on {hosts[0]}"
+    else:
+        runs = f"The last two `{command}` runs on {hosts[0]} and (previous run) {hosts[1]}"
+    text = f"{runs}. All tables and how to rerun them: [docs/performance.md](docs/performance.md)."
+    return "\n".join([BEGIN, textwrap.fill(text, WIDTH), "",
+                      format_rows(readme_rows(rows), markdown=True), END])
+
+
+def parse_page(text: str) -> tuple[list[dict], list[str]]:
+    """The headline rows and the machine line of each run, read back from a generated
+    docs/performance.md (what `--readme-only` builds the README block from)."""
+    section = text.split("\n## Headline\n", 1)[1].split("\n## ", 1)[0]
+    two = re.search(r"\*\*measured\*\* on (.*); \*\*previous run\*\* on (.*)\.$", section, re.M)
+    one = re.search(r"^Measured by `[^`]*` on (.*)\.$", section, re.M)
+    machines = list(two.groups()) if two else [one.group(1)] if one else []
+    table = [line.strip().strip("|").split("|") for line in section.splitlines()
+             if line.startswith("|")]
+    keys = [k.strip() for k in table[0]] if table else []
+    rows = [dict(zip(keys, (c.strip() for c in cells), strict=True)) for cells in table[2:]]
+    return rows, machines
+
+
+def _page_head(command: str, machine: str, warning: str | None) -> list[str]:
+    head = ["# Performance (generated)", "",
+            f"Produced by `{command}`; do not edit by hand, re-run it. Machine: {machine}.", ""]
+    if warning:
+        head += [warning, ""]
+    return head + ["## Reproducing", "", REPRODUCING, "", "## Reading the figures", "", READING,
+                   ""]
+
+
+def write_readme_block(root: Path, block: str) -> bool:
+    """Replace the README's block between BEGIN and END; False when the markers are missing."""
+    readme = root / "README.md"
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        print(f"perfdoc: no markers in {readme}; README left as is", file=sys.stderr)
+        return False
+    head, rest = text.split(BEGIN, 1)
+    readme.write_text(head + block + rest.split(END, 1)[1])
+    return True
+
+
 def generate(out: Path, root: Path = ROOT, command: str = "make bench",
              previous: Path | None = None) -> Path:  # fmt: skip
     reports = _load(out)
@@ -338,52 +465,20 @@ def generate(out: Path, root: Path = ROOT, command: str = "make bench",
             images[name] = f"bench-{name}.png"
             shutil.copyfile(png, img_dir / images[name])
     names = [n for n in ORDER if n in reports] + sorted(set(reports) - set(ORDER))
-    machine = _host_line(reports)
-    perf = [
-        "# Performance (generated)",
-        "",
-        f"Produced by `{command}` (scripts/bench_all.sh: every `flowedge_relay_bench` "
-        "subcommand at full size, then `python -m flowedge_relay.tooling.bench.perfdoc`). "
-        "Do not edit by hand; re-run it.",
-        "",
-        f"Machine: {machine}. A shared, noisy host: everything compared is measured side by "
-        "side in one run, and targets are printed, not asserted.",
-        "",
-    ]
-
+    machines = [_host_line(reports)]
     rows = _shown(headline(reports))
-    runs = f"Measured by `{command}` on {machine}."
+    runs = f"Measured by `{command}` on {machines[0]}."
     if earlier:
+        machines.append(_host_line(earlier))
         rows = side_by_side(headline(reports), headline(earlier))
-        runs = (f"Two consecutive runs of `{command}`: **measured** on {machine}; **previous "
-                f"run** on {_host_line(earlier)}.")
-    block = [
-        BEGIN,
-        f"{runs} Full tables and every plot: [docs/performance.md](docs/performance.md).",
-        "",
-        format_rows(rows, markdown=True),
-        "",
-    ]
-    warning = noise_warning(reports)
-    if warning:
-        block += [warning, ""]
-        perf.insert(6, warning + "\n")
-    if "overload" in images:
-        block += [f"![overload: goodput and wasted NFE against offered load]"
-                  f"(docs/img/{images['overload']})", ""]  # fmt: skip
-    block.append(END)
+        runs = (f"Two consecutive runs of `{command}`: **measured** on {machines[0]}; **previous "
+                f"run** on {machines[1]}.")
+    perf = _page_head(command, machines[0], noise_warning(reports))
     perf += ["## Headline", "", runs, "", format_rows(rows, markdown=True), ""]
     for name in names:
         perf += _section(name, reports[name], images.get(name))
     (docs / "performance.md").write_text("\n".join(perf))
-    readme = root / "README.md"
-    text = readme.read_text()
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        readme.write_text(head + "\n".join(block) + tail)
-    else:
-        print(f"perfdoc: no markers in {readme}; README left as is", file=sys.stderr)
+    write_readme_block(root, readme_block(rows, machines, command))
     return docs / "performance.md"
 
 
@@ -394,10 +489,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--command", default="make bench", help="command named in the docs")
     parser.add_argument("--previous", help="folder of the run before (its headline figures go "
                         "next to this run's)")
+    parser.add_argument("--readme-only", action="store_true", help="rewrite only the README "
+                        "block, from docs/performance.md (no JSON read)")
     args = parser.parse_args(argv)
-    path = generate(Path(args.out), Path(args.root), args.command,
+    root = Path(args.root)
+    if args.readme_only:
+        rows, machines = parse_page((root / "docs" / "performance.md").read_text())
+        ok = write_readme_block(root, readme_block(rows, machines, args.command))
+        print("wrote the README Performance block from docs/performance.md")
+        return 0 if ok else 1
+    path = generate(Path(args.out), root, args.command,
                     Path(args.previous) if args.previous else None)
-    print(f"wrote {path} and the README Performance section")
+    print(f"wrote {path} and the README Performance block")
     return 0
 
 
