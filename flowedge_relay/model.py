@@ -84,7 +84,9 @@ def file_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _session_options(intra_op_threads: int) -> ort.SessionOptions:
+def session_options(intra_op_threads: int) -> ort.SessionOptions:
+    """The options of every session the relay makes (model.py and policy/session.py alike), so
+    the Python sessions and the native loop's compute the same velocities."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = int(intra_op_threads)
     so.inter_op_num_threads = 1
@@ -103,7 +105,7 @@ def make_session(model: ModelInfo | str | os.PathLike, intra_op_threads: int = 1
         raise ValueError("intra_op_threads must be >= 1")
     info = model if isinstance(model, ModelInfo) else load_model(model)
     return ort.InferenceSession(
-        info.model_bytes, _session_options(intra_op_threads), providers=["CPUExecutionProvider"]
+        info.model_bytes, session_options(intra_op_threads), providers=["CPUExecutionProvider"]
     )
 
 
@@ -149,7 +151,7 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
     except OSError as exc:
         raise MissingModel(f"{path}: cannot read model file ({exc.strerror or exc})") from exc
     try:
-        sess = ort.InferenceSession(data, _session_options(1), providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(data, session_options(1), providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own Fail/InvalidProtobuf/... types
         raise CorruptModel(f"{path}: onnxruntime cannot load it: {exc}") from exc
     obs_dim, horizon, dim = _check_io(path, sess)
