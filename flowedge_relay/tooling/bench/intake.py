@@ -29,7 +29,6 @@ import gc
 import json
 import math
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -165,7 +164,7 @@ def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
 
     from flowedge_relay.node import RelayNode
     from flowedge_relay.tooling.harness import ros_context
-    from flowedge_relay.tooling.stress import RequestBuilder, _Contract
+    from flowedge_relay.tooling.stress import Contract, RequestBuilder
 
     rows = []
     rng = random.Random(1)
@@ -175,7 +174,7 @@ def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
             Parameter("workers", value=1), Parameter("queue_capacity", value=2 * n + 64)])
         try:
             m = relay.model
-            b = RequestBuilder(_Contract(m.digest, m.obs_dim, m.action_dim, m.action_horizon))
+            b = RequestBuilder(Contract.of(m))
 
             def req(i: int, **fields):
                 return _roundtrip(b.request(**{"sequence": i, "remaining_nfe": 1,
@@ -244,20 +243,16 @@ def dds_rate(mix: str, messages: int, rate: float) -> dict:
     from pathlib import Path
 
     from flowedge_relay.tooling.harness import running_relay
-    from flowedge_relay.tooling.stress import received
+    from flowedge_relay.tooling.stress import Contract, producer_command, received
 
     with running_relay(workers=1) as h, tempfile.TemporaryDirectory() as tmp:
         relay = h.relay
         h.keep_answers = False
-        m = h.model
-        contract = {"digest": m.digest, "obs_dim": m.obs_dim, "action_dim": m.action_dim,
-                    "action_horizon": m.action_horizon}
         r0, lost0 = received(relay), relay.counters().middleware_lost
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flowedge_relay.tooling.stress", "produce", "--mix", mix,
-             "--rate", str(rate), "--count", str(messages), "--contract", json.dumps(contract),
-             "--max-nfe", str(relay.validator.max_nfe), "--depth", "5000",
-             "--oracle", str(Path(tmp) / "oracle.npz")],
+            producer_command(Contract.of(h.model), rate=rate, count=messages, mix=mix,
+                             oracle=str(Path(tmp) / "oracle.npz"),
+                             max_nfe=relay.validator.max_nfe),
             stdout=subprocess.PIPE, text=True)
         samples = []  # (t, received, lost)
         t_end = time.monotonic() + 120
