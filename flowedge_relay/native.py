@@ -325,7 +325,7 @@ class NativeLoop:
         a cdata uint64_t * read before every step's sleep (drills), or NULL."""
         if self._exec is None:
             raise NativeError("native loop is closed")
-        rc = lib.fer_exec_run(self._exec, core._live(), self.rows, n_rows, stop_flag,
+        rc = lib.fer_exec_run(self._exec, core.ptr, self.rows, n_rows, stop_flag,
                               fault_delay_ns, flags, report.c)  # fmt: skip
         if rc < 0:
             _run_failed(rc, lib.fer_exec_last_error, self._exec, "fer_exec_run")
@@ -401,7 +401,7 @@ class PrefixPass:
         count = len(lanes)
         self._lanes[:count] = lanes
         c_lanes, c_results, c_times = self._c_args
-        rc = lib.fer_pass_run_done(self._pass, core._live(), c_lanes, first, count, c_results,
+        rc = lib.fer_pass_run_done(self._pass, core.ptr, c_lanes, first, count, c_results,
                                    c_times)  # fmt: skip
         if rc < 0:
             _run_failed(rc, lib.fer_pass_last_error, self._pass, "fer_pass_run_done")
@@ -511,7 +511,7 @@ class Serve:
         raise NativeError (ONNX Runtime's message) or the core's exception."""
         if self._serve is None:
             raise NativeError("serve is closed")
-        rc = lib.fer_serve_run(self._serve, core._live(), stop_flag, fault_delay_ns, report.c)
+        rc = lib.fer_serve_run(self._serve, core.ptr, stop_flag, fault_delay_ns, report.c)
         if rc == lib.FER_EXEC_EORT:  # the step graph's or the prefix graph's run failed
             loop, prefix = self._keep[0], self._keep[1]
             why = [ffi.string(lib.fer_exec_last_error(loop._exec))]

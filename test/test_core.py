@@ -710,7 +710,7 @@ def test_every_c_entry_point_refuses_bad_arguments_alike():
 
     null = ffi.NULL
     with make(workers=2) as c:
-        core = c._live()
+        core = c.ptr
         cfg = ffi.new("struct fer_config *")
         calls = {
             "shutdown": lambda: lib.fer_core_shutdown(null),

@@ -105,7 +105,7 @@ def test_cdr_refuses_a_short_buffer_and_missing_actions():
     assert lib.fer_publisher_create(ffi.NULL, b"", 0, 0, 0, 0, out) == lib.FER_EINVAL
     with _core() as core:
         too_long = b"d" * (lib.FER_DIGEST_MAX + 1)
-        assert lib.fer_publisher_create(core._live(), too_long, len(too_long), 0, 0, 0,
+        assert lib.fer_publisher_create(core.ptr, too_long, len(too_long), 0, 0, 0,
                                         out) == lib.FER_EINVAL  # fmt: skip
         assert out[0] == ffi.NULL
 

@@ -189,10 +189,10 @@ def test_create_and_run_check_their_arguments(small):
     flag = ffi.new("uint32_t *", 0)
     report = native.Report(np.zeros(8, np.int64), counters)
     with make_core(slots=1) as one_slot, make_core(slots=2) as two_slots:
-        assert lib.fer_serve_run(serve, one_slot._live(), flag, ffi.NULL, report.c) \
+        assert lib.fer_serve_run(serve, one_slot.ptr, flag, ffi.NULL, report.c) \
             == lib.FER_EINVAL  # a serve of 2 rows on a core of 1 batch slot
         flag[0] = 1
-        assert lib.fer_serve_run(serve, two_slots._live(), flag, ffi.NULL, report.c) \
+        assert lib.fer_serve_run(serve, two_slots.ptr, flag, ffi.NULL, report.c) \
             == lib.FER_EXEC_STOPPED  # fits: the raised flag is seen before anything else
     assert lib.fer_serve_rows(serve) == 0
     lib.fer_serve_destroy(serve)
