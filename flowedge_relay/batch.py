@@ -35,7 +35,7 @@ import onnxruntime as ort
 from flowedge_relay import native as _native
 from flowedge_relay import policy as _policy
 from flowedge_relay.core import Core, Step
-from flowedge_relay.model import _MID_HALF, ModelInfo, half_step, integrator_plan
+from flowedge_relay.model import KIND_MID_HALF, ModelInfo, half_step, integrator_plan
 
 #: Tolerance of a row's actions against the batch-1 result (|a - b| <= ATOL + RTOL |b|): the
 #: batched model call may sum in another order (GEMM blocking by row count). Measured on the
@@ -154,7 +154,7 @@ class BatchRows:
         plan = self._plans.get(total)
         if plan is None:
             times, kinds, dt = integrator_plan(self.spec.solver, self.spec.sign, total)
-            half = kinds == _MID_HALF
+            half = kinds == KIND_MID_HALF
             mult = np.where(half, half_step(dt), dt).astype(np.float32)
             plan = self._plans[total] = (times, mult, ~half, kinds, dt, half_step(dt))
         return plan

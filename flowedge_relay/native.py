@@ -24,7 +24,7 @@ and so the actions, are bit-identical (test/test_native.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -300,18 +300,17 @@ class NativeLoop:
              statics: Mapping[str, np.ndarray]) -> None:
         """Row `row` runs lane `lane`'s request: the integrator's state (after its start()) and
         plan, and the request's static inputs (each reshaped to its per-row shape)."""
-        np.copyto(self.state[row], integ._state)
-        np.copyto(self.x[row].reshape(-1), integ._x_flat)
+        s = integ.export_row()
+        np.copyto(self.state[row], s.state)
+        np.copyto(self.x[row].reshape(-1), s.x)
         for name, buf in self.statics.items():
             np.copyto(buf[row], statics[name].reshape(buf.shape[1:]), casting="same_kind")
-        self.set_row(row, lane, integ._total, integ._dt, integ._half_dt, integ._times,
-                     integ._kinds, integ._next)
+        self.set_row(row, lane, s.total, s.dt, s.half_dt, s.times, s.kinds, s.next)
 
     def store(self, row: int, integ: FlowIntegrator) -> None:
         """The row's state back into the integrator (its actions() then reads the result)."""
-        np.copyto(integ._state, self.state[row])
-        np.copyto(integ._x_flat, self.x[row].reshape(-1))
-        integ._next = self.rows[row].next
+        integ.import_row(replace(integ.export_row(), state=self.state[row],
+                                 x=self.x[row].reshape(-1), next=self.rows[row].next))
 
     def result(self, row: int) -> Step:
         return Step(self.rows[row].result)
