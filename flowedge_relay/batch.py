@@ -109,7 +109,8 @@ class BatchRows:
             raise ValueError("slots must be >= 1")
         self.spec, self.slots, self.max_nfe = spec, slots, max_nfe
         b, hd = slots, spec.horizon * spec.dim
-        self._step_sess = sessions.get("step") or sessions.get("velocity")
+        #: the step graph's session (run once per step; a bench probe may wrap it, workers.py)
+        self.step_session = sessions.get("step") or sessions.get("velocity")
         self._prefix_sess = sessions.get("prefix")
         # flow state, one row per held request
         self.x_in = np.zeros((b, spec.horizon, spec.dim), np.float32)  # what the model sees
@@ -277,7 +278,7 @@ class BatchRows:
             ins = {s.x_name: self.x_in[:n], s.t_name: self.t[:n]}
             ins.update({name: rows[:n] for name, rows in self.inputs.items()})
             ins.update({name: rows[:n] for name, rows in self.context.items()})
-            made = self._step_bindings[n] = self._bind(self._step_sess, ins,
+            made = self._step_bindings[n] = self._bind(self.step_session, ins,
                                                        {s.v_name: self.v[:n]})
         return made[0]
 
@@ -333,7 +334,7 @@ class BatchRows:
             return
         idx, t, v, tmp, state, x, mult, full, binding = self._views(n)
         np.take(self._gt, idx, out=t)
-        self._step_sess.run_with_iobinding(binding)
+        self.step_session.run_with_iobinding(binding)
         if self._euler:  # every update moves the state by the row's dt: Euler's three ops
             np.multiply(v, mult, out=tmp)
             np.add(state, tmp, out=state)

@@ -148,7 +148,7 @@ class Report:
     at one row is one per NFE); `counters` holds [nfe_count, last_progress_ns, step_count] as
     uint64, written by C while the run goes on (atomic stores), read by the supervisor and the
     diagnostics. `step_rows` (int32, the ring's length, optional) gets each step's row count.
-    `probe` (bench only) is a workers.NfeProbe.
+    `probe` (bench only) is a workers.NfeProbeHook (set_nfe_probe_factory).
     """
 
     def __init__(self, nfe_ring: np.ndarray, counters: np.ndarray, probe=None,

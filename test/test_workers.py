@@ -255,14 +255,17 @@ def test_pool_rejects_mismatched_configuration(model):
 @pytest.mark.parametrize("loop", ["auto", "python"])  # the native loop probes in C
 def test_nfe_breakdown_probe_is_off_by_default_and_splits_every_nfe_when_asked(
         model, reference, tmp_path, monkeypatch, loop):
-    """BREAKDOWN_ENV (bench only): every NFE gets five instants on three clocks, written when
-    the worker exits; the probe changes no result."""
+    """The bench-only probe hook (set_nfe_probe_factory, bench/nfe_probe.py): every NFE gets
+    five instants on three clocks, written when the worker exits; the probe changes no result."""
+    from flowedge_relay import workers
     from flowedge_relay.tooling.bench.nfe_breakdown import parts
-    from flowedge_relay.workers import BREAKDOWN_ENV, PROBE_POINTS
+    from flowedge_relay.tooling.bench.nfe_probe import probe_factory
+    from flowedge_relay.workers import PROBE_POINTS
 
     with make_core() as core, WorkerPool(core, model, workers=1) as pool:
         assert all(w.probe is None for w in pool._workers)  # off: nothing allocated or read
-    monkeypatch.setenv(BREAKDOWN_ENV, str(tmp_path))
+    monkeypatch.setattr(workers, "_probe_factory", None)  # restored after the test
+    workers.set_nfe_probe_factory(probe_factory(str(tmp_path)))
     with make_core() as core, WorkerPool(core, model, workers=1, nfe_loop=loop) as pool:
         assert pool.worker_info()[0]["nfe_loop"] == ("native" if loop == "auto" else "python")
         submit(core, request(b"a", 1, nfe=8, seed=5))

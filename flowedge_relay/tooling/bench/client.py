@@ -381,17 +381,22 @@ def _ros_value(v: object) -> str:
     return str(v)
 
 
+#: the module `relay_process` runs: flowedge-relayd
+RELAY_MODULE = "flowedge_relay.cli"
+
+
 @contextmanager
 def relay_process(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
-                  namespace: str = "",
+                  namespace: str = "", relay_module: str = RELAY_MODULE,
                   **params) -> Iterator[tuple[ModelInfo | Policy, BenchClient]]:  # fmt: skip
     """`flowedge-relayd` in its own process (as deployed) with these parameters, and a
-    BenchClient in this one; under `namespace` (e.g. /b8) both, so relays can run side by side."""
+    BenchClient in this one; under `namespace` (e.g. /b8) both, so relays can run side by side.
+    `relay_module` runs the relay through another entry point (bench/nfe_probe.py: probed)."""
     info = load_served(params.get("model_path", default_model_path()))
     ros_args = [a for k, v in params.items() for a in ("-p", f"{k}:={_ros_value(v)}")]
     if namespace:
         ros_args += ["-r", f"__ns:={namespace}"]
-    proc = NodeProcess("flowedge_relay.cli", ros_args, env=env,
+    proc = NodeProcess(relay_module, ros_args, env=env,
                        switch_interval_s=switch_interval_s)  # fmt: skip
     with client_of(proc, info, namespace=namespace) as client:
         yield info, client
@@ -561,12 +566,12 @@ class RemoteRelay:
 
 @contextmanager
 def remote_relay(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
-                 namespace: str = "",
+                 namespace: str = "", relay_module: str = RELAY_MODULE,
                  **params) -> Iterator[tuple[RemoteRelay, BenchClient]]:  # fmt: skip
     """`flowedge-relayd` in its own process, a RemoteRelay view of it and a BenchClient (both
     under `namespace`, if given)."""
     with relay_process(env=env, switch_interval_s=switch_interval_s, namespace=namespace,
-                       **params) as (info, client):  # fmt: skip
+                       relay_module=relay_module, **params) as (info, client):  # fmt: skip
         yield RemoteRelay(client.node, info, int(params.get("workers", 1)),
                           batch_slots=int(params.get("batch_slots", 1))), client
 

@@ -2,8 +2,9 @@
 what the cheapest candidate fixes change (issue 15, item 1: measure, don't guess).
 
 For each variant the relay runs as its own `flowedge-relayd` process with the bench-only probe
-on (workers.BREAKDOWN_ENV: every worker thread reads its monotonic clock, its CPU time and its
-run-queue wait at five instants of every NFE; workers.NfeProbe). A short inline calibration gives
+on (bench/nfe_probe.py through the runtime's workers.set_nfe_probe_factory hook: every worker
+thread reads its monotonic clock, its CPU time and its run-queue wait at five instants of every
+NFE; nfe_probe.NfeProbe). A short inline calibration gives
 capacity and the static `nfe_ns`, then the overload trace (trace.py) runs at `--light` and at
 `--over` x capacity with edf_admission. Per NFE, between the instants:
 
@@ -22,7 +23,7 @@ capacity and the static `nfe_ns`, then the overload trace (trace.py) runs at `--
   step            core.step (the C call, the core mutex, re-taking the GIL after it in Python)
 
 and the makeup of the slowest 1% of NFEs at overload (mean of each part over them). The probe
-reads the same instants in both NFE loops (workers.NfeProbe in Python, fer_exec.c's probe in the
+reads the same instants in both NFE loops (nfe_probe.NfeProbe in Python, fer_exec.c's probe in the
 native loop), so the parts compare one to one. Variants:
 
   python_loop     nfe_loop python: the worker's NFE loop in Python (the relay before #15)
@@ -53,13 +54,13 @@ from pathlib import Path
 
 import numpy as np
 
-from flowedge_relay.tooling.bench import calibrate
+from flowedge_relay.tooling.bench import calibrate, nfe_probe
 from flowedge_relay.tooling.bench.client import model_path, remote_relay, set_policy, warm_up
 from flowedge_relay.tooling.bench.overload import replay
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
 from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
-from flowedge_relay.workers import BREAKDOWN_ENV, PROBE_POINTS
+from flowedge_relay.workers import PROBE_POINTS
 
 VARIANTS: dict[str, dict] = {
     "python_loop": {"params": {"nfe_loop": "python"}},
@@ -152,7 +153,7 @@ def run_variant(name: str, args, spec: TraceSpec, duration: float, sizes, bar) -
     trace = Trace(spec)
     windows, points = {}, {}
     with tempfile.TemporaryDirectory(prefix="flowedge-breakdown-") as tmp:
-        with remote_relay(env={BREAKDOWN_ENV: tmp},
+        with remote_relay(env={nfe_probe.BREAKDOWN_ENV: tmp}, relay_module=nfe_probe.__name__,
                           switch_interval_s=variant.get("switch_interval_s"),
                           **params) as (relay, client):  # fmt: skip
             warm_up(client)
@@ -210,8 +211,8 @@ def run(args: argparse.Namespace) -> dict:
         "target": f"worker NFE p99 at {args.over:g}x <= {TARGET_RATIO:g} x its p99 at "
                   f"{args.light:g}x",
         "method": "relay as its own flowedge-relayd process, bench-only probe "
-                  f"({BREAKDOWN_ENV}); edf_admission at the inline calibration; parts are "
-                  "described in flowedge_relay/tooling/bench/nfe_breakdown.py",
+                  f"({nfe_probe.BREAKDOWN_ENV}); edf_admission at the inline calibration; "
+                  "parts are described in flowedge_relay/tooling/bench/nfe_breakdown.py",
         "variants": results,
         "pid": os.getpid(),
     }  # fmt: skip
