@@ -59,6 +59,7 @@ from flowedge_relay.tooling.bench.client import model_path, remote_relay, set_po
 from flowedge_relay.tooling.bench.overload import replay
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
+from flowedge_relay.tooling.bench.tables import format_rows, percent
 from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
 from flowedge_relay.workers import PROBE_POINTS
 
@@ -246,15 +247,12 @@ def _rows(report: dict) -> list[dict]:
                 )),
                 "p99_over/light": (f"{v['p99_over_vs_light']:.2f}" if label == "over"
                                    and v["p99_over_vs_light"] is not None else ""),
-                "on_time_adm": ("-" if pt["on_time_ratio_admitted"] is None
-                                else f"{100 * pt['on_time_ratio_admitted']:.2f}%"),
+                "on_time_adm": percent(pt["on_time_ratio_admitted"]),
             })  # fmt: skip
     return rows
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.tooling.bench.tables import format_rows
-
     lines = [
         f"nfe-breakdown: {report['model']}, {report['duration_s_per_point']:g} s of trace per "
         f"point, light {report['loads']['light']:g}x / over {report['loads']['over']:g}x "

@@ -75,6 +75,7 @@ from flowedge_relay.tooling.bench.client import (
 )
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
+from flowedge_relay.tooling.bench.tables import VERDICT, format_rows, percent, target_met
 from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
 from flowedge_relay.tooling.harness import MODEL_CHOICES
 
@@ -405,13 +406,9 @@ def _targets(report: dict) -> dict:
             continue
         for metric, (op, bound) in TARGETS.items():
             value = point.get(metric)
-            met = None if value is None else (value >= bound if op == ">=" else value <= bound)
-            out[f"{policy}.{metric}"] = {"target": f"{op} {bound:g}", "value": value, "met": met}
+            out[f"{policy}.{metric}"] = {"target": f"{op} {bound:g}", "value": value,
+                                         "met": target_met(value, op, bound)}
     return out
-
-
-def _fmt_pct(v) -> str:
-    return "-" if v is None else f"{100 * v:.2f}%"
 
 
 def _rows(report: dict) -> list[dict]:
@@ -423,11 +420,11 @@ def _rows(report: dict) -> list[dict]:
                 "policy": policy,
                 "load": load,
                 "offered": m["offered"],
-                "goodput": _fmt_pct(m["on_time_goodput"]),
-                "vs_capacity": _fmt_pct(m["goodput_vs_capacity"]),
-                "nfe_vs_cap": _fmt_pct(m.get("nfe_goodput_vs_capacity")),
-                "on_time_admitted": _fmt_pct(m["on_time_ratio_admitted"]),
-                "wasted_nfe": _fmt_pct(m["wasted_nfe_ratio"]),
+                "goodput": percent(m["on_time_goodput"]),
+                "vs_capacity": percent(m["goodput_vs_capacity"]),
+                "nfe_vs_cap": percent(m.get("nfe_goodput_vs_capacity")),
+                "on_time_admitted": percent(m["on_time_ratio_admitted"]),
+                "wasted_nfe": percent(m["wasted_nfe_ratio"]),
                 "inf": o["INFERENCE"],
                 "late": o["late_inference"],
                 "rej_dl": o["REJECTED_DEADLINE"],
@@ -444,8 +441,6 @@ def _rows(report: dict) -> list[dict]:
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.tooling.bench.tables import format_rows
-
     t = report["trace"]
     lines = [
         f"overload: {report['model']}, {report['workers']} worker(s), queue_capacity "
@@ -472,9 +467,8 @@ def table(report: dict) -> str:
         "targets (EDF admission at 2x load; printed, not asserted):",
     ]
     for metric, t in report["targets"].items():
-        verdict = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
         value = "-" if t["value"] is None else f"{t['value']:.4%}"
-        lines.append(f"  {metric:<38} {value:>10} (target {t['target']}) {verdict}")
+        lines.append(f"  {metric:<38} {value:>10} (target {t['target']}) {VERDICT[t['met']]}")
     return "\n".join(lines)
 
 
