@@ -292,12 +292,11 @@ NFE_NS = 5_000_000
 
 def _workers_warn(h, timeout: float = 15.0):
     """The first workers status at WARN within timeout (None if none came)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        status = h.latest_status("workers")
-        if status is not None and status.level == DiagnosticStatus.WARN:
-            return status
-    return None
+    def warn():
+        status = h.latest_status("workers")  # waits for a fresh /diagnostics array
+        return status if status is not None and status.level == DiagnosticStatus.WARN else None
+
+    return wait_for(warn, timeout, 0)
 
 
 def test_static_relay_raises_the_drift_alarm_when_nfe_cost_rises_mid_run():

@@ -8,8 +8,10 @@ on each loop answers the same requests with the same messages.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
-from core_helpers import MS
+from core_helpers import MS, make_core, request
 from flowedge_relay_msgs.msg import ActionMessage
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +19,7 @@ from rclpy.node import Node
 from rclpy.serialization import deserialize_message, serialize_message
 from ros_helpers import ros_context, running_relay, spinning, status_values, wait_for
 
-from flowedge_relay.core import Code, Core, CoreConfig, Outcome, ffi, lib
+from flowedge_relay.core import Code, Core, Outcome, ffi, lib
 from flowedge_relay.model import default_model_path, load_model
 from flowedge_relay.publisher import ActionPublisher, action_message, rcl_functions
 from flowedge_relay.timebase import ROS_TIME_MAX_NS
@@ -28,8 +30,7 @@ U64 = st.integers(0, 2**64 - 1)
 U32 = st.integers(0, 2**32 - 1)
 
 
-def _core(**kw) -> Core:
-    return Core(CoreConfig(**{"obs_dim": MODEL.obs_dim, "action_len": ACT, **kw}))
+_core = partial(make_core, obs_dim=MODEL.obs_dim, action_len=ACT)
 
 
 def _publisher(core: Core, model=MODEL):
@@ -112,14 +113,9 @@ def test_cdr_refuses_a_short_buffer_and_missing_actions():
 
 def _finished(core: Core, n: int) -> None:
     """n INFERENCE outcomes in the core's rings (submitted, dispatched, stepped, finished)."""
-    from flowedge_relay.core import Request
-
-    obs = np.zeros(MODEL.obs_dim, np.float32)
     for seq in range(n):
         now = 1_000 * MS + seq
-        core.submit(Request(session_id=b"s", sequence=seq, generation=0, retry_count=0,
-                            retry_reason=0, origin_ns=now, deadline_ns=0, deadline_ros_ns=0,
-                            remaining_nfe=1, noise_seed=0, observation=obs), now)  # fmt: skip
+        core.submit(request(b"s", seq, seed=0, origin=now, obs_dim=MODEL.obs_dim), now)
         assert core.dispatch(0, now) is not None
         core.step(0, now + MS, MS)
         core.finish(0, now + 2 * MS, np.full(ACT, seq, np.float32))

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 
 import numpy as np
 import pytest
-from core_helpers import HANG_GUARD_S, MS, collect
+from core_helpers import HANG_GUARD_S, MS, collect, make_core, wait_for
+from core_helpers import request as core_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request
+from flowedge_relay.core import Code, Core, Decision, Request
 from flowedge_relay.model import FlowSampler, default_model_path, load_model, make_session
 from flowedge_relay.models import detour_task as task
 from flowedge_relay.workers import WorkerPool, p50_p99
@@ -36,45 +38,12 @@ def reference(model):
 OBS = task.sample_observations(np.random.default_rng(99), 8)
 
 
-def make_core(workers: int = 1, **kw) -> Core:
-    return Core(CoreConfig(workers=workers, obs_dim=4, action_len=16, **kw))
-
-
-def request(
-    session: bytes,
-    seq: int,
-    gen: int = 1,
-    nfe: int = 8,
-    seed: int = 1,
-    obs=None,
-    deadline_ns: int = 0,
-) -> Request:
-    now = time.monotonic_ns()
-    return Request(
-        session_id=session,
-        sequence=seq,
-        generation=gen,
-        retry_count=0,
-        retry_reason=0,
-        origin_ns=now,
-        deadline_ns=deadline_ns,
-        deadline_ros_ns=0,
-        remaining_nfe=nfe,
-        noise_seed=seed,
-        observation=OBS[seq % len(OBS)] if obs is None else obs,
-    )
+# generation 1, 8 NFE, noise seed 1, observation OBS[seq] unless told
+request = partial(core_request, gen=1, nfe=8, seed=1, obs=OBS)
 
 
 def submit(core: Core, req: Request) -> None:
     assert core.submit(req, time.monotonic_ns()) == Decision.ACCEPTED
-
-
-def wait_until(predicate, what: str):
-    guard = time.monotonic() + HANG_GUARD_S
-    while not (value := predicate()):
-        assert time.monotonic() < guard, f"never happened: {what}"
-        time.sleep(0.001)
-    return value
 
 
 def lane_nfe_done(core: Core, lane: int = 0) -> int:
@@ -129,7 +98,8 @@ def test_cancellation_stops_within_one_nfe(model):
     with make_core() as core, WorkerPool(core, model, workers=1) as pool:
         pool.fault_nfe_delay_ns = 20 * MS  # each NFE >= 20 ms: room to submit mid-run
         submit(core, request(b"sess", 1, gen=1, nfe=40))
-        wait_until(lambda: lane_nfe_done(core) >= 3, "three NFEs of generation 1")
+        assert wait_for(lambda: lane_nfe_done(core) >= 3, HANG_GUARD_S,
+                        0.001), "never happened: three NFEs of generation 1"
         before = lane_nfe_done(core)
         submit(core, request(b"sess", 2, gen=2, nfe=2))
         after = lane_nfe_done(core)
@@ -148,7 +118,7 @@ def test_deadline_expiry_between_steps(model):
     with make_core() as core, WorkerPool(core, model, workers=1) as pool:
         pool.fault_nfe_delay_ns = 20 * MS  # 40 NFE need >= 800 ms; the deadline allows 300
         deadline = time.monotonic_ns() + 300 * MS
-        submit(core, request(b"d", 1, nfe=40, deadline_ns=deadline))
+        submit(core, request(b"d", 1, nfe=40, deadline=deadline))
         (out,) = collect(core, 1)
         assert out.code == Code.EXPIRED and out.actions is None
         assert 1 <= out.nfe_done < 40 and out.remaining_nfe == 40 - out.nfe_done
@@ -165,7 +135,8 @@ def test_shutdown_with_work_in_flight_joins_every_thread(model):
     pool.fault_nfe_delay_ns = 10 * MS
     submit(core, request(b"x", 1, nfe=60))
     submit(core, request(b"y", 2, nfe=60))
-    wait_until(lambda: all(lane.busy for lane in core.lanes_snapshot()), "both lanes busy")
+    assert wait_for(lambda: all(lane.busy for lane in core.lanes_snapshot()), HANG_GUARD_S,
+                    0.001), "never happened: both lanes busy"
     pool.stop()
     assert worker_threads() == []
     outs = collect(core, 2)  # in-flight work is answered EXPIRED, not dropped
@@ -179,15 +150,16 @@ def test_crashed_worker_lane_disabled_others_continue(model):
     with make_core(workers=2) as core, WorkerPool(core, model, workers=2) as pool:
         pool.fault_nfe_delay_ns = 10 * MS
         submit(core, request(b"c", 1, nfe=50))
-        busy = wait_until(
+        busy = wait_for(
             lambda: [x.lane for x in core.lanes_snapshot() if x.busy and x.nfe_done >= 1],
-            "the request running",
+            HANG_GUARD_S, 0.001,
         )
+        assert busy, "never happened: the request running"
         lane = busy[0]
         pool.inject_worker_crash(lane)
-        health = wait_until(
-            lambda: (h := pool.poll_health(time.monotonic_ns())).dead and h, "the crash seen"
-        )
+        health = wait_for(lambda: (h := pool.poll_health(time.monotonic_ns())).dead and h,
+                          HANG_GUARD_S, 0.001)
+        assert health, "never happened: the crash seen"
         assert health.dead == [lane] and health.stalled == []
         (lost,) = collect(core, 1)
         assert lost.code == Code.EXPIRED and lost.lane == lane and lost.nfe_done < 50
@@ -204,9 +176,9 @@ def test_stalled_worker_reported(model):
     with make_core() as core, WorkerPool(core, model, workers=1, stall_ns=2 * MS) as pool:
         pool.fault_nfe_delay_ns = 50 * MS
         submit(core, request(b"s", 1, nfe=6))
-        health = wait_until(
-            lambda: (h := pool.poll_health(time.monotonic_ns())).stalled and h, "a stall"
-        )
+        health = wait_for(lambda: (h := pool.poll_health(time.monotonic_ns())).stalled and h,
+                          HANG_GUARD_S, 0.001)
+        assert health, "never happened: a stall"
         assert health.stalled == [0] and health.dead == []
         pool.fault_nfe_delay_ns = 0
         assert collect(core, 1)[0].code == Code.INFERENCE
@@ -247,7 +219,7 @@ def test_pool_rejects_mismatched_configuration(model):
             WorkerPool(core, model, workers=1)
         with pytest.raises(ValueError):
             WorkerPool(core, model, workers=2, solver="rk4")
-    with Core(CoreConfig(workers=1, obs_dim=3, action_len=16)) as core:
+    with make_core(obs_dim=3) as core:
         with pytest.raises(ValueError):
             WorkerPool(core, model, workers=1)
 
