@@ -419,6 +419,7 @@ def test_parameter_table_and_pool_agree_on_the_loops():
         "nfe_loop", "python")
 
 
+@pytest.mark.ros
 @pytest.mark.parametrize(("loop", "slots"), [("auto", 1), ("python", 1), ("auto", 4)])
 def test_relay_over_dds_answers_every_valid_request_exactly_once(loop, slots):
     """The real node: the workers diagnostic says which loop runs; 60 requests (INFERENCE,

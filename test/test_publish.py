@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+import pytest
 from core_helpers import MS, make_core, request
 from flowedge_relay_msgs.msg import ActionMessage
 from hypothesis import given, settings
@@ -121,6 +122,7 @@ def _finished(core: Core, n: int) -> None:
         core.finish(0, now + 2 * MS, np.full(ACT, seq, np.float32))
 
 
+@pytest.mark.ros
 def test_loop_publishes_through_rcl_and_counts_latency():
     """fer_publish_run over a real rcl publisher: a subscriber gets every outcome, in order."""
     n = 5
@@ -149,6 +151,7 @@ def test_loop_publishes_through_rcl_and_counts_latency():
     assert list(pub.latency_ms[0:n]) == [2.0] * n  # finish - arrival: 2 ms each
 
 
+@pytest.mark.ros
 def test_loop_counts_what_rcl_refuses_and_goes_on():
     """After the context is shut down rcl refuses every publish: each is counted, none is lost
     from the count, and the loop still returns."""
@@ -200,6 +203,7 @@ def _timeless(msg: ActionMessage) -> ActionMessage:
     return msg
 
 
+@pytest.mark.ros
 def test_relay_answers_the_same_on_either_loop():
     """Over DDS: the diagnostic names the loop, and a relay on the C loop sends the messages a
     relay on the Python loop sends (every field but the timings)."""
@@ -216,6 +220,7 @@ def test_relay_answers_the_same_on_either_loop():
     assert native_lat.size == python_lat.size == 1 and native_lat[0] > 0
 
 
+@pytest.mark.ros
 def test_simulated_time_keeps_the_rclpy_loop():
     """On simulated time the stamp must be the node's clock, which the C loop cannot read: the
     relay publishes through rclpy and says why."""

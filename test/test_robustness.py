@@ -23,6 +23,8 @@ from ros_helpers import running_relay, status_values, wait_for
 from flowedge_relay import validation
 from flowedge_relay.tooling import stress
 
+pytestmark = pytest.mark.ros  # every test here starts ROS (conftest.py)
+
 A = ActionMessage
 OK, WARN, ERROR = (stress.level(DiagnosticStatus(level=lv)) for lv in (
     DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR))
