@@ -212,6 +212,21 @@ class BenchClient:
             return sum(1 for k in keys if k in self.answers)
 
 
+def round_trip(client: BenchClient, session: str, nfe: int, timeout: float = 10.0,
+               noise_seed: int = 0) -> tuple[int, Answer]:
+    """One request of `nfe` NFE (no deadline), sent now and answered: (end-to-end ns from the
+    client's publish to its receive, the answer). No answer within `timeout` is a TimeoutError,
+    an answer other than INFERENCE a RuntimeError (calibrate, overhead: sequential requests)."""
+    req = client.request(session, client.next_sequence(), nfe, noise_seed=noise_seed)
+    sent = client.send(req)
+    ans = client.answer((req.session_id, req.sequence), timeout)
+    if ans is None:
+        raise TimeoutError(f"{session}: no answer from the relay within {timeout} s")
+    if ans.code != INFERENCE:
+        raise RuntimeError(f"{session}: request ended with code {ans.code}")
+    return ans.received_ns - sent, ans
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """No garbage collection in this process for the block (a trace's seconds), one before.
@@ -372,6 +387,19 @@ def client_of(proc: NodeProcess, info: ModelInfo | Policy,
         if proc.stop() != 0:
             raise RuntimeError(f"{proc.module} exited with {proc.proc.returncode}:\n"
                                + "".join(proc.lines[-20:]))  # fmt: skip
+
+
+def parse_relay_params(items: list[str]) -> dict[str, object]:
+    """NAME:=VALUE strings (as after `ros2 run ... -p`) to parameter overrides (YAML values)."""
+    import yaml
+
+    out = {}
+    for item in items:
+        name, sep, value = item.partition(":=")
+        if not sep or not name:
+            raise SystemExit(f"--relay-param wants NAME:=VALUE, got {item!r}")
+        out[name] = yaml.safe_load(value)
+    return out
 
 
 def _ros_value(v: object) -> str:

@@ -34,11 +34,6 @@ native loop), so the parts compare one to one. Variants:
   split_cpus      executor_cpu_affinity [0], worker_cpu_affinity [1]: the request thread and
                   the worker on different cores (the relay's existing parameters)
   split_cpus+switch_200us  both
-  split_cpus+worker_fifo   split_cpus and worker_rt_priority 10 (SCHED_FIFO worker; where
-                  permitted; not in the default list, it takes a core from the rest of the host)
-  split_cpus+worker_fifo+switch_200us  and the 200 us switch interval (not in the default list)
-  worker_fifo     SCHED_FIFO worker (priority 10), nothing pinned (not in the default list)
-  python_loop+worker_fifo  the same with the Python loop (not in the default list)
 
 The figure of merit is worker NFE p99 at `--over` divided by its p99 at `--light` (target
 <= 1.5). A measurement on a shared host: the report records the load average.
@@ -60,7 +55,7 @@ from flowedge_relay.tooling.bench.overload import replay
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
 from flowedge_relay.tooling.bench.tables import format_rows, percent
-from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
+from flowedge_relay.tooling.bench.trace import Trace, TraceSpec
 from flowedge_relay.workers import PROBE_POINTS
 
 VARIANTS: dict[str, dict] = {
@@ -71,18 +66,7 @@ VARIANTS: dict[str, dict] = {
     "split_cpus+switch_200us": {"switch_interval_s": 200e-6,
                                 "params": {"executor_cpu_affinity": [0],
                                            "worker_cpu_affinity": [1]}},
-    # not run by default: SCHED_FIFO takes a core from everything else on the host
-    "split_cpus+worker_fifo": {"params": {"executor_cpu_affinity": [0],
-                                          "worker_cpu_affinity": [1], "worker_rt_priority": 10}},
-    "split_cpus+worker_fifo+switch_200us": {
-        "switch_interval_s": 200e-6,
-        "params": {"executor_cpu_affinity": [0], "worker_cpu_affinity": [1],
-                   "worker_rt_priority": 10}},
-    "worker_fifo": {"params": {"worker_rt_priority": 10}},
-    "python_loop+worker_fifo": {"params": {"nfe_loop": "python", "worker_rt_priority": 10}},
 }  # fmt: skip
-DEFAULT_VARIANTS = ("python_loop", "baseline", "switch_200us", "split_cpus",
-                    "split_cpus+switch_200us")
 PARTS = ("nfe", "ort_cpu", "ort_runq", "gil_wait", "py_before", "solver", "step")
 TARGET_RATIO = 1.5
 # seconds per point, calibration requests, calibration seconds saturated
@@ -96,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--light", type=float, default=0.3, help="light load, x capacity")
     parser.add_argument("--over", type=float, default=2.0, help="overload, x capacity")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS),
-                        default=list(DEFAULT_VARIANTS))
+                        default=list(VARIANTS))
     parser.add_argument("--seed", type=int, default=TraceSpec.seed)
 
 
@@ -148,7 +132,6 @@ def _load_rows(directory: str) -> np.ndarray:
 def run_variant(name: str, args, spec: TraceSpec, duration: float, sizes, bar) -> dict:
     variant = VARIANTS[name]
     _, cal_requests, cal_loaded_s = sizes
-    cal_nfe = max(1, round(spec.mean_nfe))
     params = dict(model_path=model_path(args.model), workers=1, queue_capacity=64,
                   max_nfe=max(64, spec.nfe_max), **variant.get("params", {}))  # fmt: skip
     trace = Trace(spec)
@@ -159,10 +142,8 @@ def run_variant(name: str, args, spec: TraceSpec, duration: float, sizes, bar) -
                           **params) as (relay, client):  # fmt: skip
             warm_up(client)
             bar.update(label=f"{name}: calibration")
-            samples = calibrate.measure(relay, client, cal_requests, cal_nfe, 10 * cal_requests,
-                                        4, loaded_s=cal_loaded_s)  # fmt: skip
-            cal = calibrate.summarize(samples, cal_nfe)
-            capacity = capacity_rps(1, spec.mean_nfe, cal["relay_compute_ns_per_nfe_mean"])
+            cal = calibrate.inline(relay, client, spec.mean_nfe, cal_requests, cal_loaded_s)
+            capacity = calibrate.capacity(cal, spec.mean_nfe)[0]
             set_policy(relay, nfe_ns=cal["recommended_nfe_ns"],
                        admission_reserve_ns=cal["recommended_admission_reserve_ns"],
                        queue_timeout_ms=0, cost_model="static")  # fmt: skip
