@@ -29,7 +29,6 @@ import gc
 import json
 import math
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -150,13 +149,6 @@ def _row(kind: str, case: str, expected: str, lat: np.ndarray, take: tuple[float
     }
 
 
-def _wait_idle(relay, timeout: float = 60.0) -> None:
-    from flowedge_relay.tooling.harness import wait_for
-
-    wait_for(lambda: relay.core.stats().queue_depth == 0 and relay.core.stats().lanes_busy == 0,
-             timeout)
-
-
 def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
     """us per message through RelayNode._on_request, by discard reason and by outcome."""
     import random
@@ -164,8 +156,9 @@ def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
     from rclpy.parameter import Parameter
 
     from flowedge_relay.node import RelayNode
+    from flowedge_relay.tooling.bench.client import wait_idle
     from flowedge_relay.tooling.harness import ros_context
-    from flowedge_relay.tooling.stress import RequestBuilder, _Contract
+    from flowedge_relay.tooling.stress import Contract, RequestBuilder
 
     rows = []
     rng = random.Random(1)
@@ -175,7 +168,7 @@ def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
             Parameter("workers", value=1), Parameter("queue_capacity", value=2 * n + 64)])
         try:
             m = relay.model
-            b = RequestBuilder(_Contract(m.digest, m.obs_dim, m.action_dim, m.action_horizon))
+            b = RequestBuilder(Contract.of(m))
 
             def req(i: int, **fields):
                 return _roundtrip(b.request(**{"sequence": i, "remaining_nfe": 1,
@@ -205,7 +198,7 @@ def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
             relay.handle_request(req(next(seq), session_id="st", generation=10))
             decide("older_generation", "rejected_stale",
                    [req(next(seq), session_id="st", generation=1) for _ in range(n)])
-            _wait_idle(relay)
+            wait_idle(relay, 60.0)
             # one NFE "costs" a minute: a deadline 10 s away (that cannot pass while the
             # messages are built) is out of reach
             relay.set_parameters([Parameter("nfe_ns", value=60_000_000_000)])
@@ -213,10 +206,10 @@ def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
                    [req(next(seq), session_id=f"d{i % 8}", deadline_ms=10_000)
                     for i in range(n)])
             relay.set_parameters([Parameter("nfe_ns", value=0)])
-            _wait_idle(relay)
+            wait_idle(relay, 60.0)
             decide("accepted_then_run", "accepted",
                    [req(next(seq), session_id=f"a{i % 8}") for i in range(n)])
-            _wait_idle(relay)
+            wait_idle(relay, 60.0)
             # one request holds the worker (64 NFE x 0.5 s, released below by clearing the
             # delay, read per NFE), the queue fills: later ones find no room
             relay.set_parameters([Parameter("fault_nfe_delay_ms", value=500.0)])
@@ -228,7 +221,7 @@ def callback_costs(n: int, bar: Progress | None = None) -> list[dict]:
             decide("queue_full", "rejected_capacity",
                    [req(next(seq), session_id=f"c{i % 8}") for i in range(n)])
             relay.set_parameters([Parameter("fault_nfe_delay_ms", value=0.0)])
-            _wait_idle(relay)
+            wait_idle(relay, 60.0)
         finally:
             relay.destroy_node()
     return rows
@@ -244,20 +237,16 @@ def dds_rate(mix: str, messages: int, rate: float) -> dict:
     from pathlib import Path
 
     from flowedge_relay.tooling.harness import running_relay
-    from flowedge_relay.tooling.stress import received
+    from flowedge_relay.tooling.stress import Contract, producer_command, received
 
     with running_relay(workers=1) as h, tempfile.TemporaryDirectory() as tmp:
         relay = h.relay
         h.keep_answers = False
-        m = h.model
-        contract = {"digest": m.digest, "obs_dim": m.obs_dim, "action_dim": m.action_dim,
-                    "action_horizon": m.action_horizon}
         r0, lost0 = received(relay), relay.counters().middleware_lost
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flowedge_relay.tooling.stress", "produce", "--mix", mix,
-             "--rate", str(rate), "--count", str(messages), "--contract", json.dumps(contract),
-             "--max-nfe", str(relay.validator.max_nfe), "--depth", "5000",
-             "--oracle", str(Path(tmp) / "oracle.npz")],
+            producer_command(Contract.of(h.model), rate=rate, count=messages, mix=mix,
+                             oracle=str(Path(tmp) / "oracle.npz"),
+                             max_nfe=relay.validator.max_nfe),
             stdout=subprocess.PIPE, text=True)
         samples = []  # (t, received, lost)
         t_end = time.monotonic() + 120
