@@ -35,7 +35,7 @@ import onnxruntime as ort
 from flowedge_relay import native as _native
 from flowedge_relay import policy as _policy
 from flowedge_relay.core import Core, Step
-from flowedge_relay.model import _MID_HALF, ModelInfo, half_step, integrator_plan
+from flowedge_relay.model import KIND_MID_HALF, ModelInfo, half_step, integrator_plan
 
 #: Tolerance of a row's actions against the batch-1 result (|a - b| <= ATOL + RTOL |b|): the
 #: batched model call may sum in another order (GEMM blocking by row count). Measured on the
@@ -109,7 +109,8 @@ class BatchRows:
             raise ValueError("slots must be >= 1")
         self.spec, self.slots, self.max_nfe = spec, slots, max_nfe
         b, hd = slots, spec.horizon * spec.dim
-        self._step_sess = sessions.get("step") or sessions.get("velocity")
+        #: the step graph's session (run once per step; a bench probe may wrap it, workers.py)
+        self.step_session = sessions.get("step") or sessions.get("velocity")
         self._prefix_sess = sessions.get("prefix")
         # flow state, one row per held request
         self.x_in = np.zeros((b, spec.horizon, spec.dim), np.float32)  # what the model sees
@@ -154,7 +155,7 @@ class BatchRows:
         plan = self._plans.get(total)
         if plan is None:
             times, kinds, dt = integrator_plan(self.spec.solver, self.spec.sign, total)
-            half = kinds == _MID_HALF
+            half = kinds == KIND_MID_HALF
             mult = np.where(half, half_step(dt), dt).astype(np.float32)
             plan = self._plans[total] = (times, mult, ~half, kinds, dt, half_step(dt))
         return plan
@@ -277,7 +278,7 @@ class BatchRows:
             ins = {s.x_name: self.x_in[:n], s.t_name: self.t[:n]}
             ins.update({name: rows[:n] for name, rows in self.inputs.items()})
             ins.update({name: rows[:n] for name, rows in self.context.items()})
-            made = self._step_bindings[n] = self._bind(self._step_sess, ins,
+            made = self._step_bindings[n] = self._bind(self.step_session, ins,
                                                        {s.v_name: self.v[:n]})
         return made[0]
 
@@ -333,7 +334,7 @@ class BatchRows:
             return
         idx, t, v, tmp, state, x, mult, full, binding = self._views(n)
         np.take(self._gt, idx, out=t)
-        self._step_sess.run_with_iobinding(binding)
+        self.step_session.run_with_iobinding(binding)
         if self._euler:  # every update moves the state by the row's dt: Euler's three ops
             np.multiply(v, mult, out=tmp)
             np.add(state, tmp, out=state)

@@ -405,17 +405,16 @@ class Core:
 
     def shutdown(self) -> None:
         """Wake every wait_for_work / wait_outputs waiter; later waits return at once."""
-        _check(lib.fer_core_shutdown(self._live()))
+        _check(lib.fer_core_shutdown(self.ptr))
         self.is_shut_down = True
 
     #: True once shutdown() was called: waits no longer block (a loop must not spin on them)
     is_shut_down = False
 
+    @property
     def ptr(self):
-        """The struct fer_core * for the other modules' C calls (InvalidState once closed)."""
-        return self._live()
-
-    def _live(self):
+        """The C ``struct fer_core *`` (for the native loop and the C publisher, which call the
+        core from C); InvalidState once the core is closed."""
         if self._core is None:
             raise InvalidState(lib.FER_ESTATE, "core is closed")
         return self._core
@@ -443,18 +442,18 @@ class Core:
         r.noise_seed = req.noise_seed
         if self.obs_dim:
             ffi.memmove(self._req_obs, np.ascontiguousarray(obs), 4 * self.obs_dim)
-        return Decision(_check(lib.fer_core_submit(self._live(), r, now)))
+        return Decision(_check(lib.fer_core_submit(self.ptr, r, now)))
 
     def staging_slot(self) -> int:
         """The slot the next accepted submit occupies: write its payload there first. It changes
         only when a submit is ACCEPTED."""
-        return _check(lib.fer_core_staging_slot(self._live()))
+        return _check(lib.fer_core_staging_slot(self.ptr))
 
     def payload_view(self, slot: int) -> np.ndarray:
         """uint8[payload_bytes] view of `slot`'s payload in the core's memory (empty when
         payload_bytes is 0). The core never touches it; a worker may read it from dispatch until
         its lane's finish or STOP_* step / prefix_done. Valid until close()."""
-        self._live()
+        _ = self.ptr  # InvalidState once the core is closed
         if not 0 <= slot < self.slots:
             raise InvalidArgument(lib.FER_EINVAL, f"slot {slot} not in 0..{self.slots - 1}")
         return self._payloads[slot]
@@ -464,11 +463,11 @@ class Core:
     def wait_for_work(self, lane: int, timeout_ns: int) -> bool:
         """Wait up to timeout_ns for queued work; True if the queue is non-empty (False after
         shutdown)."""
-        return bool(_check(lib.fer_core_wait_for_work(self._live(), lane, timeout_ns)))
+        return bool(_check(lib.fer_core_wait_for_work(self.ptr, lane, timeout_ns)))
 
     def dispatch(self, lane: int, now: int) -> Work | None:
         w = self._work[lane] if 0 <= lane < self.lanes else ffi.NULL
-        if not _check(lib.fer_core_dispatch(self._live(), lane, now, w)):
+        if not _check(lib.fer_core_dispatch(self.ptr, lane, now, w)):
             return None
         return _work(w, self._work_obs[lane][1])
 
@@ -481,31 +480,31 @@ class Core:
 
     def worker_wait(self, worker: int, timeout_ns: int) -> bool:
         """Wait up to timeout_ns until work is queued and the worker has a free lane."""
-        return bool(_check(lib.fer_core_worker_wait(self._live(), worker, timeout_ns)))
+        return bool(_check(lib.fer_core_worker_wait(self.ptr, worker, timeout_ns)))
 
     def dispatch_worker(self, worker: int, now: int) -> Work | None:
         """Non-blocking: the EDF head onto the worker's lowest free lane (``Work.lane``), or
         None when it has no free lane or nothing can run. ``observation`` is the worker's own
         buffer, valid until its next dispatch_worker."""
         w = self._wwork[worker] if 0 <= worker < self.workers else ffi.NULL
-        if not _check(lib.fer_core_dispatch_worker(self._live(), worker, now, w)):
+        if not _check(lib.fer_core_dispatch_worker(self.ptr, worker, now, w)):
             return None
         return _work(w, self._wwork_obs[worker][1])
 
     def queued(self) -> int:
         """The queue length as of a recent instant, read without the core mutex (a hint)."""
-        return _check(lib.fer_core_queued(self._live()))
+        return _check(lib.fer_core_queued(self.ptr))
 
     def prefix_done(self, lane: int, now: int, measured_ns: int) -> Step:
         """After the prefix pass of the lane's work (two_phase): CONTINUE, or STOP_STALE /
         STOP_EXPIRED with the outcome emitted and the lane freed, as step does."""
-        return Step(_check(lib.fer_core_prefix_done(self._live(), lane, now, measured_ns)))
+        return Step(_check(lib.fer_core_prefix_done(self.ptr, lane, now, measured_ns)))
 
     def step(self, lane: int, now: int, nfe_ns_measured: int) -> Step:
-        return Step(_check(lib.fer_core_step(self._live(), lane, now, nfe_ns_measured)))
+        return Step(_check(lib.fer_core_step(self.ptr, lane, now, nfe_ns_measured)))
 
     def output_space(self, lane: int) -> bool:
-        return bool(_check(lib.fer_core_output_space(self._live(), lane)))
+        return bool(_check(lib.fer_core_output_space(self.ptr, lane)))
 
     def finish(self, lane: int, now: int, actions: np.ndarray) -> Code:
         if not 0 <= lane < self.lanes:
@@ -515,18 +514,18 @@ class Core:
             raise InvalidArgument(lib.FER_EINVAL, f"actions must be float32[{self.action_len}]")
         if self.action_len:
             ffi.memmove(buf, np.ascontiguousarray(actions), 4 * self.action_len)
-        return Code(_check(lib.fer_core_finish(self._live(), lane, now, buf)))
+        return Code(_check(lib.fer_core_finish(self.ptr, lane, now, buf)))
 
     def disable_lane(self, lane: int, now: int) -> None:
-        _check(lib.fer_core_disable_lane(self._live(), lane, now))
+        _check(lib.fer_core_disable_lane(self.ptr, lane, now))
 
     # ---- publisher thread ------------------------------------------------------------------------
 
     def wait_outputs(self, timeout_ns: int) -> None:
-        _check(lib.fer_core_wait_outputs(self._live(), timeout_ns))
+        _check(lib.fer_core_wait_outputs(self.ptr, timeout_ns))
 
     def pop_outcomes(self, max_n: int = 256) -> list[Outcome]:
-        core = self._live()
+        core = self.ptr
         out, al, result = self._out, self.action_len, []
         while len(result) < max_n:
             want = min(_POP_CHUNK, max_n - len(result))
@@ -549,24 +548,24 @@ class Core:
     # ---- any thread -----------------------------------------------------------------------------
 
     def set_calibration(self, nfe_ns: int, admission_reserve_ns: int, prefix_ns: int = 0) -> None:
-        _check(lib.fer_core_set_calibration(self._live(), nfe_ns, admission_reserve_ns,
+        _check(lib.fer_core_set_calibration(self.ptr, nfe_ns, admission_reserve_ns,
                                             prefix_ns))
 
     def set_policy(self, reject_if_retry_count_gte: int, age_gate: AgeGate,
                    reject_if_queue_age_ns_gte: int, queue_timeout_ns: int) -> None:
-        _check(lib.fer_core_set_policy(self._live(), reject_if_retry_count_gte, int(age_gate),
+        _check(lib.fer_core_set_policy(self.ptr, reject_if_retry_count_gte, int(age_gate),
                                        reject_if_queue_age_ns_gte, queue_timeout_ns))
 
     def set_cost_model(self, cost_model: CostModel, window_ns: int = 0,
                        quantile_ppm: int = 0) -> None:
         """Switch static / adaptive live; a new window forgets the samples (0 = defaults)."""
-        _check(lib.fer_core_set_cost_model(self._live(), int(cost_model), window_ns,
+        _check(lib.fer_core_set_cost_model(self.ptr, int(cost_model), window_ns,
                                            quantile_ppm))
 
     def cost_stats(self, now: int) -> CostStats:
         """The measured NFE tail and the per-NFE cost admission uses at `now`."""
         k = ffi.new("struct fer_cost_stats *")
-        _check(lib.fer_core_cost_stats(self._live(), now, k))
+        _check(lib.fer_core_cost_stats(self.ptr, now, k))
         return CostStats(
             cost_model=CostModel(k.cost_model), quantile_ppm=k.quantile_ppm,
             window_ns=k.window_ns, configured_ns=k.configured_ns,
@@ -580,14 +579,14 @@ class Core:
 
     def stats(self) -> Stats:
         s = ffi.new("struct fer_stats *")
-        _check(lib.fer_core_stats(self._live(), s))
+        _check(lib.fer_core_stats(self.ptr, s))
         return Stats(outcomes=list(s.outcomes), retries_by_count=list(s.retries_by_count),
                      retries_by_reason=list(s.retries_by_reason),
                      **{name: getattr(s, name) for name in _STATS_SCALARS})
 
     def queue_snapshot(self) -> list[QueuedItem]:
         buf = ffi.new("struct fer_queued_item[]", self.config.queue_capacity)
-        n = _check(lib.fer_core_queue_snapshot(self._live(), buf, self.config.queue_capacity))
+        n = _check(lib.fer_core_queue_snapshot(self.ptr, buf, self.config.queue_capacity))
         return [QueuedItem(slot=q.slot, session_id=ffi.unpack(q.session_id, q.session_id_len),
                            sequence=q.sequence, generation=q.generation,
                            deadline_ns=q.deadline_ns, arrival_ns=q.arrival_ns,
@@ -597,7 +596,7 @@ class Core:
 
     def lanes_snapshot(self) -> list[LaneState]:
         buf = ffi.new("struct fer_lane_state[]", self.lanes)
-        n = _check(lib.fer_core_lanes_snapshot(self._live(), buf, self.lanes))
+        n = _check(lib.fer_core_lanes_snapshot(self.ptr, buf, self.lanes))
         return [LaneState(lane=x.lane, alive=bool(x.alive), busy=bool(x.busy), slot=x.slot,
                           session_id=ffi.unpack(x.session_id, x.session_id_len),
                           sequence=x.sequence, generation=x.generation,
@@ -608,7 +607,7 @@ class Core:
 
     def session_generation(self, session_id: bytes) -> int | None:
         gen = ffi.new("uint64_t *")
-        found = _check(lib.fer_core_session_generation(self._live(), session_id,
+        found = _check(lib.fer_core_session_generation(self.ptr, session_id,
                                                        len(session_id), gen))
         return gen[0] if found else None
 

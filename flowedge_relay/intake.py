@@ -95,7 +95,7 @@ class NativeIntake:
                  max_request_bytes: int) -> None:
         self._cfg, self._keep = _config(model, max_nfe, max_request_bytes)
         out = ffi.new("struct fer_intake **")
-        check(lib.fer_intake_create(core.ptr(), self._cfg, out))
+        check(lib.fer_intake_create(core.ptr, self._cfg, out))
         self._in = ffi.gc(out[0], lib.fer_intake_destroy)
         self._core = core  # outlives the intake
         self._counters = lib.fer_intake_counters(self._in)

@@ -34,8 +34,10 @@ SOLVERS = ("euler", "midpoint")
 INPUT_X, INPUT_T, INPUT_OBS, OUTPUT_V = "x", "t", "observation", "velocity"
 _MODELS_DIR = Path(__file__).resolve().parent / "models"
 
-# Per-NFE solver actions, precomputed per (solver, N).
-_EULER, _MID_HALF, _MID_FULL = 0, 1, 2
+#: Per-NFE solver update kinds (solver_plan's `kinds`, precomputed per (solver, N)): an Euler
+#: step, a midpoint's half step (the model input moves, the state stays), a midpoint's full step.
+#: The native loop (csrc fer_exec) reads the same values.
+KIND_EULER, KIND_MID_HALF, KIND_MID_FULL = 0, 1, 2
 
 
 class ModelError(Exception):
@@ -84,8 +86,10 @@ def file_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _session_options(intra_op_threads: int, intra_op_affinities: str = "") -> ort.SessionOptions:
-    """`intra_op_affinities`: realtime.intra_op_affinities' string, one CPU per pool thread; ""
+def session_options(intra_op_threads: int, intra_op_affinities: str = "") -> ort.SessionOptions:
+    """The options of every session the relay makes (model.py and policy/session.py alike), so
+    the Python sessions and the native loop's compute the same velocities.
+    `intra_op_affinities`: realtime.intra_op_affinities' string, one CPU per pool thread; ""
     leaves the pool threads on the CPUs (and the scheduling class) of the creating thread."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = int(intra_op_threads)
@@ -107,7 +111,7 @@ def make_session(model: ModelInfo | str | os.PathLike, intra_op_threads: int = 1
         raise ValueError("intra_op_threads must be >= 1")
     info = model if isinstance(model, ModelInfo) else load_model(model)
     return ort.InferenceSession(
-        info.model_bytes, _session_options(intra_op_threads), providers=["CPUExecutionProvider"]
+        info.model_bytes, session_options(intra_op_threads), providers=["CPUExecutionProvider"]
     )
 
 
@@ -153,7 +157,7 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
     except OSError as exc:
         raise MissingModel(f"{path}: cannot read model file ({exc.strerror or exc})") from exc
     try:
-        sess = ort.InferenceSession(data, _session_options(1), providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(data, session_options(1), providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own Fail/InvalidProtobuf/... types
         raise CorruptModel(f"{path}: onnxruntime cannot load it: {exc}") from exc
     obs_dim, horizon, dim = _check_io(path, sess)
@@ -183,7 +187,7 @@ def solver_plan(solver: str, total_nfe: int) -> tuple[np.ndarray, np.ndarray, np
     if solver == "euler":
         k = total_nfe
         times = np.arange(k, dtype=np.float64) / k
-        kinds = np.full(k, _EULER, np.int8)
+        kinds = np.full(k, KIND_EULER, np.int8)
     else:
         k = math.ceil(total_nfe / 2)
         pairs = total_nfe // 2
@@ -192,11 +196,11 @@ def solver_plan(solver: str, total_nfe: int) -> tuple[np.ndarray, np.ndarray, np
         times[0 : 2 * pairs : 2] = starts / k
         times[1 : 2 * pairs : 2] = (starts + 0.5) / k
         kinds = np.empty(total_nfe, np.int8)
-        kinds[0 : 2 * pairs : 2] = _MID_HALF
-        kinds[1 : 2 * pairs : 2] = _MID_FULL
+        kinds[0 : 2 * pairs : 2] = KIND_MID_HALF
+        kinds[1 : 2 * pairs : 2] = KIND_MID_FULL
         if total_nfe % 2:
             times[-1] = pairs / k
-            kinds[-1] = _EULER
+            kinds[-1] = KIND_EULER
     return times.astype(np.float32), kinds, np.float32(1.0 / k)
 
 
@@ -215,6 +219,23 @@ def integrator_plan(
 def half_step(dt: np.float32) -> np.float32:
     """The midpoint's half step, as FlowIntegrator computes it."""
     return np.float32(dt / 2)
+
+
+@dataclass(frozen=True)
+class RowState:
+    """One request's integration state, as a row of the native loop takes it in and gives it back
+    (native.NativeLoop.load / store): the ODE state and the model's x input (float32, flat), the
+    time grid of its total NFE (model.integrator_plan's times and kinds, with dt and dt/2), and
+    how many of its NFE are done. FlowIntegrator.export_row gives views of its own buffers."""
+
+    state: np.ndarray
+    x: np.ndarray
+    times: np.ndarray
+    kinds: np.ndarray
+    dt: np.float32
+    half_dt: np.float32
+    total: int
+    next: int
 
 
 class FlowIntegrator:
@@ -262,7 +283,7 @@ class FlowIntegrator:
 
     def _advance(self) -> None:
         """The solver update after the velocity of NFE _next landed in _v_flat."""
-        if self._kinds[self._next] == _MID_HALF:  # model input becomes the midpoint, state stays
+        if self._kinds[self._next] == KIND_MID_HALF:  # the model input becomes the midpoint
             np.multiply(self._v_flat, self._half_dt, out=self._tmp)
             np.add(self._state, self._tmp, out=self._x_flat)
         else:
@@ -270,6 +291,20 @@ class FlowIntegrator:
             np.add(self._state, self._tmp, out=self._state)
             np.copyto(self._x_flat, self._state)
         self._next += 1
+
+    def export_row(self) -> RowState:
+        """The request in progress as a row (views of this integrator's buffers, not copies)."""
+        return RowState(self._state, self._x_flat, self._times, self._kinds, self._dt,
+                        self._half_dt, self._total, self._next)
+
+    def import_row(self, row: RowState) -> None:
+        """A row's state, x and progress back into this integrator (after a native run stepped
+        it); the row must be the request in progress, on this integrator's time grid."""
+        if row.total != self._total or row.times is not self._times:
+            raise ValueError("import_row: not the request in progress (another time grid)")
+        np.copyto(self._state, row.state)
+        np.copyto(self._x_flat, row.x)
+        self._next = int(row.next)
 
     @property
     def remaining(self) -> int:

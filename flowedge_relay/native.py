@@ -24,7 +24,7 @@ and so the actions, are bit-identical (test/test_native.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -148,7 +148,7 @@ class Report:
     at one row is one per NFE); `counters` holds [nfe_count, last_progress_ns, step_count] as
     uint64, written by C while the run goes on (atomic stores), read by the supervisor and the
     diagnostics. `step_rows` (int32, the ring's length, optional) gets each step's row count.
-    `probe` (bench only) is a workers.NfeProbe.
+    `probe` (bench only) is a workers.NfeProbeHook (set_nfe_probe_factory).
     """
 
     def __init__(self, nfe_ring: np.ndarray, counters: np.ndarray, probe=None,
@@ -304,18 +304,17 @@ class NativeLoop:
              statics: Mapping[str, np.ndarray]) -> None:
         """Row `row` runs lane `lane`'s request: the integrator's state (after its start()) and
         plan, and the request's static inputs (each reshaped to its per-row shape)."""
-        np.copyto(self.state[row], integ._state)
-        np.copyto(self.x[row].reshape(-1), integ._x_flat)
+        s = integ.export_row()
+        np.copyto(self.state[row], s.state)
+        np.copyto(self.x[row].reshape(-1), s.x)
         for name, buf in self.statics.items():
             np.copyto(buf[row], statics[name].reshape(buf.shape[1:]), casting="same_kind")
-        self.set_row(row, lane, integ._total, integ._dt, integ._half_dt, integ._times,
-                     integ._kinds, integ._next)
+        self.set_row(row, lane, s.total, s.dt, s.half_dt, s.times, s.kinds, s.next)
 
     def store(self, row: int, integ: FlowIntegrator) -> None:
         """The row's state back into the integrator (its actions() then reads the result)."""
-        np.copyto(integ._state, self.state[row])
-        np.copyto(integ._x_flat, self.x[row].reshape(-1))
-        integ._next = self.rows[row].next
+        integ.import_row(replace(integ.export_row(), state=self.state[row],
+                                 x=self.x[row].reshape(-1), next=self.rows[row].next))
 
     def result(self, row: int) -> Step:
         return Step(self.rows[row].result)
@@ -329,7 +328,7 @@ class NativeLoop:
         a cdata uint64_t * read before every step's sleep (drills), or NULL."""
         if self._exec is None:
             raise NativeError("native loop is closed")
-        rc = lib.fer_exec_run(self._exec, core._live(), self.rows, n_rows, stop_flag,
+        rc = lib.fer_exec_run(self._exec, core.ptr, self.rows, n_rows, stop_flag,
                               fault_delay_ns, flags, report.c)  # fmt: skip
         if rc < 0:
             _run_failed(rc, lib.fer_exec_last_error, self._exec, "fer_exec_run")
@@ -408,7 +407,7 @@ class PrefixPass:
         count = len(lanes)
         self._lanes[:count] = lanes
         c_lanes, c_results, c_times = self._c_args
-        rc = lib.fer_pass_run_done(self._pass, core._live(), c_lanes, first, count, c_results,
+        rc = lib.fer_pass_run_done(self._pass, core.ptr, c_lanes, first, count, c_results,
                                    c_times)  # fmt: skip
         if rc < 0:
             _run_failed(rc, lib.fer_pass_last_error, self._pass, "fer_pass_run_done")
@@ -518,7 +517,7 @@ class Serve:
         raise NativeError (ONNX Runtime's message) or the core's exception."""
         if self._serve is None:
             raise NativeError("serve is closed")
-        rc = lib.fer_serve_run(self._serve, core._live(), stop_flag, fault_delay_ns, report.c)
+        rc = lib.fer_serve_run(self._serve, core.ptr, stop_flag, fault_delay_ns, report.c)
         if rc == lib.FER_EXEC_EORT:  # the step graph's or the prefix graph's run failed
             loop, prefix = self._keep[0], self._keep[1]
             why = [ffi.string(lib.fer_exec_last_error(loop._exec))]

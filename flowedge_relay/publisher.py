@@ -87,7 +87,7 @@ class ActionPublisher:
         digest = model.digest.encode() if model is not None else b""
         dims = (model.obs_dim, model.action_dim, model.action_horizon) if model else (0, 0, 0)
         out = ffi.new("struct fer_publisher **")
-        check(lib.fer_publisher_create(core._live(), digest, len(digest), *dims, out))
+        check(lib.fer_publisher_create(core.ptr, digest, len(digest), *dims, out))
         return ffi.gc(out[0], lib.fer_publisher_destroy)
 
     # -- what other threads read -----------------------------------------------------------------

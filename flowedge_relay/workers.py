@@ -49,11 +49,11 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -66,82 +66,48 @@ from flowedge_relay.realtime import ThreadRoles, ThreadSettings
 
 NFE_HISTORY = 4096  # measured NFE durations kept per worker (a ring)
 NFE_LOOPS = ("auto", "python")  # auto: native where it can run, else python
-#: BENCH ONLY: a directory here makes every worker split each NFE's wall time (NfeProbe) and
-#: write it to <dir>/nfe-breakdown-lane<i>.npy when it exits. Unset (the default): no probe.
-BREAKDOWN_ENV = "FLOWEDGE_NFE_BREAKDOWN"
-BREAKDOWN_ROWS = 200_000  # NFEs kept per worker (a ring), ~24 MB, allocated only when asked
 #: instants of one NFE in a probe row: before sampler.nfe(), around the ONNX Runtime run inside
 #: it, after it (solver update done), after core.step
 PROBE_POINTS = ("nfe_start", "run_start", "run_end", "nfe_end", "step_end")
 PROBE_CLOCKS = ("monotonic_ns", "thread_cpu_ns", "runqueue_wait_ns")
 
 
-class NfeProbe:
-    """BENCH ONLY: where one worker's NFE time goes (flowedge_relay_bench nfe-breakdown).
+class NfeProbeHook(Protocol):
+    """BENCH ONLY: what a worker does with a measurement probe (`set_nfe_probe_factory`; the
+    tooling's bench/nfe_probe.NfeProbe is one). Per NFE the probe records the instants
+    PROBE_POINTS on the clocks PROBE_CLOCKS into `data`, a ring the native loop writes too
+    (csrc fer_exec: native.Report passes data, rows, counter and fd to C)."""
 
-    At each PROBE_POINTS instant it reads three clocks of the worker thread: CLOCK_MONOTONIC,
-    its CPU time (CLOCK_THREAD_CPUTIME_ID) and its run-queue wait (field 2 of
-    /proc/thread-self/schedstat: time runnable but not running, i.e. the OS gave the core to
-    another thread). Between two instants, wall - cpu - runqueue wait is time the thread slept:
-    in the ONNX Runtime run (one intra-op thread, nothing there sleeps) that is waiting for the
-    GIL once the run returned, in core.step the GIL after the C call and the core mutex.
-    About 3 us per instant; never constructed unless BREAKDOWN_ENV is set.
-    """
-
-    def __init__(self, lane: int, out_dir: str, rows: int = BREAKDOWN_ROWS) -> None:
-        self.lane, self.out_dir, self.rows = lane, out_dir, rows
-        self.data = np.zeros((rows, len(PROBE_POINTS), len(PROBE_CLOCKS)), np.int64)
-        self.counter = np.zeros(1, np.uint64)  # NFEs probed; the native loop writes it too
-        self.fd = -1
-
-    @property
-    def n(self) -> int:
-        return int(self.counter[0])
+    data: np.ndarray  # int64 [rows, len(PROBE_POINTS), len(PROBE_CLOCKS)]
+    rows: int
+    counter: np.ndarray  # uint64 [1]: NFEs probed
+    fd: int  # the worker thread's /proc/thread-self/schedstat once open(), else -1
 
     def open(self) -> None:
-        """In the worker thread: /proc/thread-self names the thread that opens it."""
-        try:
-            self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-        except OSError:
-            self.fd = -1  # no schedstat: run-queue wait reads 0, counted as sleep
+        """In the worker thread, before its first NFE."""
 
     def mark(self, point: int) -> None:
-        row = self.data[self.n % self.rows, point]
-        row[0] = time.monotonic_ns()
-        row[1] = time.thread_time_ns()
-        row[2] = int(os.pread(self.fd, 64, 0).split()[1]) if self.fd >= 0 else 0
+        """Instant PROBE_POINTS[point] of the current NFE (Python loop)."""
 
     def end(self) -> None:
-        self.mark(4)
-        self.counter[0] += 1
+        """The last instant of the current NFE; the next NFE starts a new row."""
+
+    def wrap_session(self, session):
+        """The Python loop's step session, marking the instants around each ONNX Runtime run."""
 
     def save(self) -> str:
-        """Rows in NFE order to <out_dir>/nfe-breakdown-lane<lane>.npy; returns the path."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        k = min(self.n, self.rows)
-        first = self.n % self.rows if self.n > self.rows else 0
-        rows = np.roll(self.data[:k], -first, axis=0)
-        path = os.path.join(self.out_dir, f"nfe-breakdown-lane{self.lane}.npy")
-        np.save(path, rows)
-        return path
+        """When the worker exits: keep what was recorded; returns where (logged)."""
 
 
-class _ProbedSession:
-    """BENCH ONLY: the worker's InferenceSession with probe marks around each run."""
+_probe_factory: Callable[[int], NfeProbeHook] | None = None
 
-    def __init__(self, session, probe: NfeProbe) -> None:
-        self._session, self._probe = session, probe
 
-    def run_with_iobinding(self, binding, *args):
-        self._probe.mark(1)
-        result = self._session.run_with_iobinding(binding, *args)
-        self._probe.mark(2)
-        return result
-
-    def __getattr__(self, name: str):
-        return getattr(self._session, name)
+def set_nfe_probe_factory(factory: Callable[[int], NfeProbeHook] | None) -> None:
+    """BENCH ONLY, the measurement hook: every WorkerPool made after this gives worker `lane` the
+    probe `factory(lane)` (bench nfe-breakdown runs the relay through bench/nfe_probe.py, which
+    sets it). None, the default: no probe, nothing allocated or read on the hot path."""
+    global _probe_factory
+    _probe_factory = factory
 
 
 class SlotInputs:
@@ -236,7 +202,7 @@ class _Worker:
     step_rows: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int32))
     prefix_ns: np.ndarray = field(default_factory=lambda: np.zeros(NFE_HISTORY, np.int64))
     crash_requested: bool = False
-    probe: NfeProbe | None = None  # bench only (BREAKDOWN_ENV)
+    probe: NfeProbeHook | None = None  # bench only (set_nfe_probe_factory)
     error: BaseException | None = None
     disabled: bool = False  # lane disabled in the core (after the thread exited)
     applied: dict[str, object] = field(default_factory=dict)
@@ -348,10 +314,9 @@ class WorkerPool:
             _Worker(lane, tuple(cpus[(lane * k + j) % len(cpus)] for j in range(k)) if cpus else ())
             for lane in range(workers)
         ]
-        breakdown_dir = os.environ.get(BREAKDOWN_ENV, "")
-        if breakdown_dir:
+        if _probe_factory is not None:  # bench only (set_nfe_probe_factory)
             for w in self._workers:
-                w.probe = NfeProbe(w.lane, breakdown_dir)
+                w.probe = _probe_factory(w.lane)
         self._stop = threading.Event()
         # One C flag per lane: raised by stop() and inject_worker_crash(); the native loop checks
         # its lane's before every NFE (it cannot see the Event), then Python finds out which.
@@ -630,7 +595,7 @@ class WorkerPool:
                 counters=w.counters, prefix_ring=w.prefix_ns, output_wait_ns=self.output_wait_ns,
                 wait_timeout_ns=self.wait_timeout_ns)  # fmt: skip
         elif w.probe is not None:  # the native loop probes in C
-            rows._step_sess = _ProbedSession(rows._step_sess, w.probe)
+            rows.step_session = w.probe.wrap_session(rows.step_session)
         return rows
 
     def _loop_serve(self, w: _Worker) -> None:

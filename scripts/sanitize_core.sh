@@ -44,8 +44,14 @@ TREE = pathlib.Path(__file__).resolve().parent.parent
 assert pathlib.Path(core_module.__file__).resolve().is_relative_to(TREE), core_module.__file__
 assert "libasan" in pathlib.Path("/proc/self/maps").read_text(), "ASan runtime not loaded"
 PYEOF
-printf '[pytest]\ntestpaths = test\npythonpath = . test\naddopts = -ra --durations=5\n' \
-    > "$STAGE/pytest.ini"
+cat > "$STAGE/pytest.ini" <<'INIEOF'
+[pytest]
+testpaths = test
+pythonpath = . test
+addopts = -ra --durations=5
+markers =
+    ros: starts ROS 2 / DDS (see the repository's pytest.ini)
+INIEOF
 
 echo "sanitize: building the core with -fsanitize=address,undefined" >&2
 FER_SANITIZE=1 FER_BUILD_DIR="$ROOT/build/sanitize/tmp" "$PY" "$STAGE/flowedge_relay/_build_core.py"

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from core_helpers import wait_for
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import ParameterType
 from rcl_interfaces.srv import GetParameters
@@ -38,11 +39,10 @@ def _start(log: pathlib.Path, args: list[str]) -> subprocess.Popen:
 
 
 def _wait_up(proc: subprocess.Popen, log: pathlib.Path, timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while "relay up" not in log.read_text(encoding="utf-8"):
-        if proc.poll() is not None or time.monotonic() > end:
-            raise AssertionError(f"relay not up (exit {proc.poll()}):\n{log.read_text()}")
-        time.sleep(0.1)
+    wait_for(lambda: "relay up" in log.read_text(encoding="utf-8") or proc.poll() is not None,
+             timeout, 0.1)
+    if "relay up" not in log.read_text(encoding="utf-8"):
+        raise AssertionError(f"relay not up (exit {proc.poll()}):\n{log.read_text()}")
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:

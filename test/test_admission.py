@@ -9,7 +9,7 @@
 
 import heapq
 
-import numpy as np
+from core_helpers import request
 from flowedge_relay._fer_core import ffi, lib
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +17,12 @@ from hypothesis import strategies as st
 from flowedge_relay.core import Core, CoreConfig, Decision, Request, Step
 
 U64 = 2**64 - 1
+
+
+def q_request(i: int, rel: int, n: int, now: int) -> Request:
+    """Session q<i>'s request of n NFE at `now`, its deadline `rel` later (0: none)."""
+    return request(b"q%d" % i, 0, nfe=n, seed=0, deadline=now + rel if rel else 0, origin=now,
+                   obs_dim=1)
 
 
 def first_miss(lanes, jobs, check_from=0, nfe=100, reserve=0, prefix=0):
@@ -198,28 +204,21 @@ def test_multi_lane_with_prefix_equals_heap_simulation(lanes, jobs, data, nfe, r
        reserve=st.sampled_from([0, 30]))
 def test_core_single_lane_decision_is_prefix_sum(queued, running, x, reserve):
     nfe, now = 100, 1_000_000
-    obs = np.zeros(1, np.float32)
-
-    def request(i, rel, n):
-        return Request(session_id=b"q%d" % i, sequence=0, generation=0, retry_count=0,
-                       retry_reason=0, origin_ns=now, deadline_ns=now + rel if rel else 0,
-                       deadline_ros_ns=0, remaining_nfe=n, noise_seed=0, observation=obs)
-
     with Core(CoreConfig(workers=1, queue_capacity=64, obs_dim=1, action_len=0)) as c:
         lane_start = now
         if running:
-            c.submit(request(99, 0, running), now)
+            c.submit(q_request(99, 0, running, now), now)
             c.dispatch(0, now)
             lane_start = now + running * nfe
         for i, (rel, n) in enumerate(queued):   # admission off while the queue is built
-            assert c.submit(request(i, rel, n), now) == Decision.ACCEPTED
+            assert c.submit(q_request(i, rel, n, now), now) == Decision.ACCEPTED
         c.set_calibration(nfe, reserve)
         q = [(item.deadline_ns, item.remaining_nfe) for item in c.queue_snapshot()]
         xd = now + x[0]
         pos = sum(1 for d, _ in q if d != 0 and d <= xd)  # x arrives last: after equal keys
         jobs = q[:pos] + [(xd, x[1])] + q[pos:]
         fits = prefix_sum_first_miss(lane_start, jobs, pos, nfe, reserve) == len(jobs)
-        got = c.submit(request(100, x[0], x[1]), now)
+        got = c.submit(q_request(100, x[0], x[1], now), now)
         assert got == (Decision.ACCEPTED if fits else Decision.REJECTED_DEADLINE)
 
 
@@ -232,29 +231,22 @@ def test_core_two_phase_single_lane_decision_is_prefix_sum(queued, running, repo
                                                            reserve, prefix):
     """Every queued request and x pay prefix_ns once; the running one only until prefix_done."""
     nfe, now = 100, 1_000_000
-    obs = np.zeros(1, np.float32)
-
-    def request(i, rel, n):
-        return Request(session_id=b"q%d" % i, sequence=0, generation=0, retry_count=0,
-                       retry_reason=0, origin_ns=now, deadline_ns=now + rel if rel else 0,
-                       deadline_ros_ns=0, remaining_nfe=n, noise_seed=0, observation=obs)
-
     with Core(CoreConfig(workers=1, queue_capacity=64, obs_dim=1, action_len=0,
                          two_phase=1)) as c:
         lane_start = now
         if running:
-            c.submit(request(99, 0, running), now)
+            c.submit(q_request(99, 0, running, now), now)
             c.dispatch(0, now)
             if reported:
                 assert c.prefix_done(0, now, prefix) == Step.CONTINUE
             lane_start = now + running * nfe + (0 if reported else prefix)
         for i, (rel, n) in enumerate(queued):   # admission off while the queue is built
-            assert c.submit(request(i, rel, n), now) == Decision.ACCEPTED
+            assert c.submit(q_request(i, rel, n, now), now) == Decision.ACCEPTED
         c.set_calibration(nfe, reserve, prefix)
         q = [(item.deadline_ns, item.remaining_nfe, 1) for item in c.queue_snapshot()]
         xd = now + x[0]
         pos = sum(1 for d, _, _ in q if d != 0 and d <= xd)
         jobs = q[:pos] + [(xd, x[1], 1)] + q[pos:]
         fits = prefix_sum_first_miss(lane_start, jobs, pos, nfe, reserve, prefix) == len(jobs)
-        got = c.submit(request(100, x[0], x[1]), now)
+        got = c.submit(q_request(100, x[0], x[1], now), now)
         assert got == (Decision.ACCEPTED if fits else Decision.REJECTED_DEADLINE)

@@ -11,19 +11,18 @@ import os
 import random
 import time
 import zlib
+from functools import partial
 
 import numpy as np
 import pytest
-from core_helpers import HANG_GUARD_S, MS, collect
+from core_helpers import HANG_GUARD_S, MS, collect, make_core, request, wait_for
 
 from flowedge_relay import policy as P
 from flowedge_relay.batch import BATCH_ATOL, BATCH_RTOL, BatchRows, RowSpec
 from flowedge_relay.core import (
     Code,
     Core,
-    CoreConfig,
     Decision,
-    Request,
 )
 from flowedge_relay.model import (
     FlowSampler,
@@ -50,15 +49,7 @@ def _settle(rows: BatchRows, stepno: int, leave_at: dict, finished: dict) -> Non
             rows.leave(r)
 
 
-def req(sid: bytes, seq: int = 0, gen: int = 0, nfe: int = 3, deadline: int = 0,
-        now: int = 0, obs_dim: int = 4) -> Request:
-    return Request(session_id=sid, sequence=seq, generation=gen, retry_count=0, retry_reason=0,
-                   origin_ns=now, deadline_ns=deadline, deadline_ros_ns=0, remaining_nfe=nfe,
-                   noise_seed=seq, observation=OBS[seq % len(OBS)][:obs_dim].copy())
-
-
-def core_of(workers: int = 1, slots: int = 4, **kw) -> Core:
-    return Core(CoreConfig(workers=workers, batch_slots=slots, obs_dim=4, action_len=16, **kw))
+req = partial(request, nfe=3, origin=0, obs=OBS)  # 3 NFE, origin 0, observation OBS[seq]
 
 
 # ---- results: BatchRows against the batch-1 samplers --------------------------------------
@@ -180,8 +171,7 @@ def test_two_phase_package_rows_match_the_policy_sampler():
 
 def test_pool_with_batch_slots_answers_each_request_once_with_batch_one_results():
     info, _, ref = _single(default_model_path(), "euler")
-    with Core(CoreConfig(workers=2, batch_slots=4, obs_dim=4, action_len=16,
-                         queue_capacity=64)) as core:
+    with make_core(workers=2, batch_slots=4, queue_capacity=64) as core:
         n = 30
         for i in range(n):  # queued before the workers start: the first steps are full
             assert core.submit(req(b"s%d" % i, i, gen=1, nfe=2 + i % 9), 1) == Decision.ACCEPTED
@@ -203,16 +193,13 @@ def test_pool_with_batch_slots_answers_each_request_once_with_batch_one_results(
 
 def test_a_stale_row_leaves_without_disturbing_the_others():
     info, _, ref = _single(default_model_path(), "euler")
-    with Core(CoreConfig(workers=1, batch_slots=4, obs_dim=4, action_len=16)) as core:
+    with make_core(workers=1, batch_slots=4) as core:
         for i in range(4):
             core.submit(req(b"s%d" % i, i, gen=1, nfe=6), 1)
         pool = WorkerPool(core, info, workers=1, fault_nfe_delay_ns=40 * MS)
         pool.start()
         try:
-            guard = time.monotonic() + HANG_GUARD_S
-            while core.stats().lanes_busy < 4:  # every row held
-                assert time.monotonic() < guard
-                time.sleep(0.002)
+            assert wait_for(lambda: core.stats().lanes_busy >= 4, HANG_GUARD_S, 0.002)  # rows held
             now = time.monotonic_ns()
             assert core.submit(req(b"s2", 9, gen=2, nfe=3), now) == Decision.ACCEPTED
             got = {o.sequence: o for o in collect(core, 5)}
@@ -251,11 +238,11 @@ class _Served:
     def core(self, slots: int) -> Core:
         m = self.model
         if isinstance(m, P.Policy):
-            return Core(CoreConfig(workers=1, batch_slots=slots, obs_dim=0, two_phase=1,
-                                   action_len=m.action.horizon * m.action.output_dim,
-                                   payload_bytes=P.payload_layout(m).nbytes, queue_capacity=64))
-        return Core(CoreConfig(workers=1, batch_slots=slots, obs_dim=m.obs_dim,
-                               action_len=m.action_len, queue_capacity=64))
+            return make_core(batch_slots=slots, obs_dim=0, two_phase=1,
+                             action_len=m.action.horizon * m.action.output_dim,
+                             payload_bytes=P.payload_layout(m).nbytes, queue_capacity=64)
+        return make_core(batch_slots=slots, obs_dim=m.obs_dim, action_len=m.action_len,
+                         queue_capacity=64)
 
     def pool(self, core: Core, loop: str, **kw) -> WorkerPool:
         if isinstance(self.model, P.Policy):
@@ -265,13 +252,13 @@ class _Served:
 
     def submit(self, core: Core, pool: WorkerPool | None, i: int, session: int, gen: int,
                nfe: int) -> None:
-        obs_dim = self.model.obs_dim if not isinstance(self.model, P.Policy) else 0
-        r = req(b"s%d" % session, i, gen=gen, nfe=nfe, obs_dim=obs_dim)
-        if isinstance(self.model, P.Policy):
+        package = isinstance(self.model, P.Policy)  # its inputs go in the slot's payload
+        r = req(b"s%d" % session, i, gen=gen, nfe=nfe,
+                obs=np.zeros(0, np.float32) if package else OBS)
+        if package:
             slots = pool.slot_inputs if pool is not None else SlotInputs(self.model,
                                                                          core.payload_view)
             P.fill_buffers(self.model, slots[core.staging_slot()], self.arrays[i % len(OBS)])
-            r = Request(**{**r.__dict__, "observation": np.zeros(0, np.float32)})
         assert core.submit(r, time.monotonic_ns()) == Decision.ACCEPTED
 
     def want(self, i: int, nfe: int) -> np.ndarray:
@@ -359,16 +346,14 @@ def test_a_queued_request_joins_at_the_next_boundary_while_a_row_keeps_running()
     (FER_EXEC_JOIN): a short request submitted while a long one runs joins it and finishes first,
     the long one going on undisturbed (its result is batch-1's)."""
     info, _, ref = _single(default_model_path(), "euler")
-    with Core(CoreConfig(workers=1, batch_slots=2, obs_dim=4, action_len=16)) as core:
+    with make_core(workers=1, batch_slots=2) as core:
         assert core.submit(req(b"long", 0, gen=1, nfe=40), time.monotonic_ns()) == 0
         pool = WorkerPool(core, info, workers=1, fault_nfe_delay_ns=5 * MS)
         pool.start()
         try:
             assert pool.worker_info()[0]["nfe_loop"] == "native"
-            guard = time.monotonic() + HANG_GUARD_S
-            while core.lanes_snapshot()[0].nfe_done < 3:  # the long row is stepping in C
-                assert time.monotonic() < guard
-                time.sleep(0.002)
+            # the long row is stepping in C
+            assert wait_for(lambda: core.lanes_snapshot()[0].nfe_done >= 3, HANG_GUARD_S, 0.002)
             assert core.submit(req(b"short", 1, gen=1, nfe=3), time.monotonic_ns()) == 0
             got = {o.sequence: o for o in collect(core, 2)}
             stats = pool.batch_stats()

@@ -5,29 +5,20 @@ worker priced at its next boundary), and a dead worker's lanes. Also run by `mak
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
+from core_helpers import MS, make_core, request
 
-from flowedge_relay.core import Code, Core, CoreConfig, Decision, InvalidArgument, Request, Step
+from flowedge_relay.core import Code, Decision, InvalidArgument, Step
 
-MS = 1_000_000
 OBS = np.random.default_rng(7).uniform(-1, 1, (64, 4)).astype(np.float32)
-
-
-def req(sid: bytes, seq: int = 0, gen: int = 0, nfe: int = 3, deadline: int = 0,
-        now: int = 0) -> Request:
-    return Request(session_id=sid, sequence=seq, generation=gen, retry_count=0, retry_reason=0,
-                   origin_ns=now, deadline_ns=deadline, deadline_ros_ns=0, remaining_nfe=nfe,
-                   noise_seed=seq, observation=OBS[seq % len(OBS)].copy())
-
-
-def core_of(workers: int = 1, slots: int = 4, **kw) -> Core:
-    return Core(CoreConfig(workers=workers, batch_slots=slots, obs_dim=4, action_len=16, **kw))
-
+req = partial(request, nfe=3, origin=0, obs=OBS)  # 3 NFE, origin 0, observation OBS[seq]
 
 
 def test_lanes_are_workers_times_slots_and_each_worker_owns_its_range():
-    with core_of(workers=3, slots=4, queue_capacity=8) as core:
+    with make_core(workers=3, batch_slots=4, queue_capacity=8) as core:
         assert (core.lanes, core.batch_slots) == (12, 4)
         assert list(core.worker_lanes(1)) == [4, 5, 6, 7]
         assert len(core.lanes_snapshot()) == 12 and core.stats().lanes_alive == 12
@@ -39,11 +30,11 @@ def test_lanes_are_workers_times_slots_and_each_worker_owns_its_range():
         with pytest.raises(InvalidArgument):
             core.worker_wait(3, 0)
     with pytest.raises(InvalidArgument):
-        core_of(slots=65)
+        make_core(batch_slots=65)
 
 
 def test_dispatch_worker_fills_free_slots_in_edf_order_then_reports_none():
-    with core_of(workers=2, slots=3) as core:
+    with make_core(workers=2, batch_slots=3) as core:
         for i, d in enumerate([900, 500, 700, 0, 600]):  # deadlines; 0 = none (last)
             assert core.submit(req(b"s%d" % i, i, deadline=d * MS), 0) == Decision.ACCEPTED
         assert core.queued() == 5
@@ -63,7 +54,7 @@ def test_dispatch_worker_fills_free_slots_in_edf_order_then_reports_none():
 
 
 def test_worker_wait_needs_queued_work_and_a_free_slot():
-    with core_of(workers=1, slots=2) as core:
+    with make_core(workers=1, batch_slots=2) as core:
         assert not core.worker_wait(0, 1_000)  # nothing queued
         for i in range(3):
             core.submit(req(b"s%d" % i, i), 0)
@@ -75,7 +66,7 @@ def test_worker_wait_needs_queued_work_and_a_free_slot():
 
 
 def test_rows_leave_independently_and_outcomes_go_to_the_worker_ring():
-    with core_of(workers=2, slots=2, ring_capacity=1) as core:
+    with make_core(workers=2, batch_slots=2, ring_capacity=1) as core:
         for i in range(3):
             core.submit(req(b"s%d" % i, i, gen=1, nfe=2), 0)
         a, b = core.dispatch_worker(0, 0), core.dispatch_worker(0, 0)
@@ -100,7 +91,7 @@ def test_admission_simulates_w_times_b_lanes():
     """W = 1, B = 2, nfe_ns 1 ms: two 3-NFE requests due in 3 ms both fit (one per slot), where
     one lane (B = 1) could serve only the first."""
     for slots, second in ((2, Decision.ACCEPTED), (1, Decision.REJECTED_DEADLINE)):
-        with core_of(workers=1, slots=slots, nfe_ns=MS) as core:
+        with make_core(workers=1, batch_slots=slots, nfe_ns=MS) as core:
             assert core.submit(req(b"a", 0, nfe=3, deadline=3 * MS), 0) == Decision.ACCEPTED
             assert core.submit(req(b"b", 1, nfe=3, deadline=3 * MS), 0) == second
 
@@ -108,10 +99,10 @@ def test_admission_simulates_w_times_b_lanes():
 def test_a_free_slot_of_a_stepping_worker_is_priced_at_its_next_boundary():
     """A request joining a worker that is stepping other rows waits for the step in flight: the
     free slot starts at now + nfe_ns. A worker holding nothing takes it now."""
-    with core_of(workers=1, slots=2, nfe_ns=MS) as core:
+    with make_core(workers=1, batch_slots=2, nfe_ns=MS) as core:
         assert core.submit(req(b"a", 0, nfe=2, deadline=2 * MS), 0) == Decision.ACCEPTED
         assert core.submit(req(b"b", 1, nfe=2, deadline=2 * MS), 0) == Decision.ACCEPTED
-    with core_of(workers=1, slots=2, nfe_ns=MS) as core:
+    with make_core(workers=1, batch_slots=2, nfe_ns=MS) as core:
         assert core.submit(req(b"a", 0, nfe=8), 0) == Decision.ACCEPTED
         assert core.dispatch_worker(0, 0) is not None  # worker 0 now steps one row
         assert core.submit(req(b"b", 1, nfe=2, deadline=2 * MS), 0) == Decision.REJECTED_DEADLINE
@@ -119,7 +110,7 @@ def test_a_free_slot_of_a_stepping_worker_is_priced_at_its_next_boundary():
 
 
 def test_the_last_lanes_of_a_dead_worker_drain_the_queue_once():
-    with core_of(workers=1, slots=3) as core:
+    with make_core(workers=1, batch_slots=3) as core:
         for i in range(5):
             core.submit(req(b"s%d" % i, i), 0)
         core.dispatch_worker(0, 0)

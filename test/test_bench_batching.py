@@ -16,6 +16,7 @@ os.environ.setdefault("FLOWEDGE_BENCH_DOMAIN_ID", os.environ["ROS_DOMAIN_ID"])
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.ros
 def test_batching_tiny(tmp_path):
     parser = argparse.ArgumentParser()
     batching.add_arguments(parser)
@@ -47,6 +48,7 @@ def test_batching_tiny(tmp_path):
     assert any("batch_slots 2" in r["measure"] and "edf_adaptive" in r["measure"] for r in rows)
 
 
+@pytest.mark.ros
 def test_batching_relays_side_by_side_in_rounds():
     """As deployed (one flowedge-relayd per B, under /b1 and /b2 at once): each point's figures
     are medians over its segments, its speedup the median of the per-round ratios."""

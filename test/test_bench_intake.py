@@ -8,8 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 
+import pytest
+
 from flowedge_relay.tooling.bench import intake
 from flowedge_relay.validation import Reason
+
+pytestmark = pytest.mark.ros  # every test here starts ROS (conftest.py)
 
 
 def _run(argv: list[str]) -> dict:

@@ -63,6 +63,7 @@ def test_progress_bar_writes_to_its_stream(tmp_path):
     assert "[t]" in text and "100%" in text
 
 
+@pytest.mark.ros
 def test_calibrate_tiny(tmp_path):
     report = _roundtrip(calibrate.run(_args(calibrate, ["--quick", "--model", "bench",
                                                         "--requests", "8"])))  # fmt: skip
@@ -80,6 +81,7 @@ def test_calibrate_tiny(tmp_path):
     assert "prefix_ns" not in calibrate.table(report)
 
 
+@pytest.mark.ros
 def test_calibrate_with_batch_slots_recommends_a_full_step():
     """`calibrate --batch-slots 2`: the relay runs with two slots, the saturated phase fills
     them, nfe_ns covers that phase's per-NFE cost, and the printed command sets batch_slots."""
@@ -106,6 +108,7 @@ def test_overload_phase_lasts_long_enough_to_fill_the_step_ring():
     assert calibrate.overload_seconds(3.0, 50_000_000) == calibrate.RING_FILL_CAP * 3.0
 
 
+@pytest.mark.ros
 def test_calibrate_two_phase_package_recommends_prefix_ns(tmp_path):
     """`calibrate --model vision`: the relay (its own process) times every prefix pass; the
     report recommends prefix_ns from their tail, next to nfe_ns, with the raw prefix cost."""
@@ -130,6 +133,7 @@ def test_calibrate_two_phase_package_recommends_prefix_ns(tmp_path):
     assert _is_png(Path(calibrate.plot(report, tmp_path / "calibrate.png")))
 
 
+@pytest.mark.ros
 def test_overload_tiny(tmp_path):
     report = _roundtrip(overload.run(_args(overload, ["--quick", "--duration", "0.3"])))
     assert set(report["policies"]) == {"edf_admission", "edf_adaptive", "expire_only",
@@ -192,6 +196,7 @@ def test_goodput_is_counted_against_the_capacity_under_load():
     assert g["goodput_vs_capacity"] == g["goodput_vs_calibrated_capacity"]
 
 
+@pytest.mark.ros
 def test_overload_on_the_two_phase_package():
     """`overload --model vision`: requests carry image + state tensors, the admission policies
     run with the inline prefix_ns, the baselines with none; every request is answered.
@@ -216,6 +221,7 @@ def test_overload_on_the_two_phase_package():
     assert "prefix_ns" not in overload._policy_params("edf_admission", 1, 2, 3)
 
 
+@pytest.mark.ros
 def test_overload_noise_and_in_process(tmp_path):
     """--noise runs the CPU hog during the trace and records it; --in-process still works."""
     argv = ["--quick", "--duration", "0.3", "--loads", "2", "--policies", "edf_adaptive",
@@ -229,6 +235,7 @@ def test_overload_noise_and_in_process(tmp_path):
     assert "noise: one process" in overload.table(report)
 
 
+@pytest.mark.ros
 def test_overload_realtime_mode_with_two_hogs():
     """--realtime starts the relay process with the mode's settings (intake, publisher and
     workers at SCHED_FIFO on their CPUs, memory locked, with --rt-dds Fast DDS's threads too);
@@ -266,6 +273,7 @@ def test_overload_realtime_mode_with_two_hogs():
         overload.realtime_params(_args(overload, ["--realtime", "--in-process"]))
 
 
+@pytest.mark.ros
 def test_nfe_breakdown_tiny():
     from flowedge_relay.tooling.bench import nfe_breakdown
 
@@ -296,6 +304,7 @@ def test_noise_spec_parsing():
             noise.parse(bad)
 
 
+@pytest.mark.ros
 def test_overhead_tiny(tmp_path):
     report = _roundtrip(overhead.run(_args(overhead, ["--quick", "--requests", "12",
                                                       "--seconds", "0.3"])))  # fmt: skip
@@ -322,6 +331,7 @@ def test_overhead_tiny(tmp_path):
     assert report["publisher_loop_comparison"] == {}  # only with --compare-loops
 
 
+@pytest.mark.ros
 def test_overhead_compare_loops_puts_both_publisher_loops_side_by_side():
     report = _roundtrip(overhead.run(_args(overhead, ["--quick", "--requests", "6", "--seconds",
                                                       "0.2", "--trials", "1",
@@ -346,6 +356,7 @@ def test_registered_with_json_and_plot_options():
         assert args.subcommand == name and args.json == "x.json" and args.plot == "x.png"
 
 
+@pytest.mark.ros
 def test_cli_writes_json_and_plot(tmp_path):
     out, png = tmp_path / "overhead.json", tmp_path / "overhead.png"
     proc = subprocess.run(

@@ -107,6 +107,7 @@ def test_the_background_condition_is_real():
     [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, True)],
     ids=["sigint", "sigint-started-ignored", "sigterm-started-ignored"],
 )
+@pytest.mark.ros
 def test_relay_stops_cleanly_on_signal(signum, ignore_sigint):
     proc = _Process("flowedge_relay.cli", "--nfe-ns", "300000", "--ros-args", "-p", "workers:=2",
                     ignore_sigint=ignore_sigint)
@@ -129,6 +130,7 @@ def test_help_lists_the_adr_flags():
     assert "--nfe-ns" in out.stdout and "--admission-reserve-ns" in out.stdout
 
 
+@pytest.mark.ros
 @pytest.mark.parametrize("run_args", [[], ["--model", "vision"]], ids=["default", "vision"])
 def test_make_run_demo_shows_every_outcome_and_stops_cleanly(run_args):
     """What `make run` starts: relay + demo producer. The producer constructs every outcome on
@@ -156,6 +158,7 @@ def test_make_run_demo_shows_every_outcome_and_stops_cleanly(run_args):
         assert "discarding invalid request" not in out
 
 
+@pytest.mark.ros
 def test_demo_duration_stops_by_itself_when_started_in_the_background():
     """`make run RUN_ARGS="--duration N"` stops by itself even with SIGINT ignored at start."""
     proc = _Process("flowedge_relay.tooling.run_demo", "--duration", "2", ignore_sigint=True)

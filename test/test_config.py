@@ -60,6 +60,7 @@ def test_every_shipped_block_names_its_node_in_any_namespace(name):
         assert set(block) == {"ros__parameters"}, (name, key)
 
 
+@pytest.mark.ros
 def test_a_bare_node_key_misses_a_namespaced_node(tmp_path):
     """The failure this guards against, shown with rcl's parser: so the checks below can fail."""
     bare = tmp_path / "bare.yaml"
@@ -68,6 +69,7 @@ def test_a_bare_node_key_misses_a_namespaced_node(tmp_path):
     assert _overrides("flowedge_relay", "/arm_left", bare) == {}
 
 
+@pytest.mark.ros
 @pytest.mark.parametrize("namespace", ["/", "/arm_left", "/robot1/arm_left"])
 def test_rcl_gives_each_node_its_own_block_under_any_namespace(namespace):
     relay_yaml = yaml.safe_load(RELAY_YAML.read_text())["/**/flowedge_relay"]["ros__parameters"]
@@ -87,6 +89,7 @@ def test_rcl_gives_each_node_its_own_block_under_any_namespace(namespace):
     assert combined == {**relay_yaml, **drill["ros__parameters"]}
 
 
+@pytest.mark.ros
 def test_later_blocks_win_so_per_node_blocks_go_after_the_wildcard(tmp_path):
     """The rule the README's two-relay file relies on (rcl applies matching blocks in order)."""
     wildcard = "/**/flowedge_relay:\n  ros__parameters:\n    queue_capacity: 50\n"
@@ -100,6 +103,7 @@ def test_later_blocks_win_so_per_node_blocks_go_after_the_wildcard(tmp_path):
     assert _overrides("flowedge_relay", "/arm_left", before)["queue_capacity"] == 50
 
 
+@pytest.mark.ros
 def test_relayd_under_namespaces_takes_the_shipped_yaml_and_per_node_blocks(tmp_path):
     """Two real relays, one params file built as the README says: the shipped relay.yaml (its
     wildcard block, with max_sessions changed) followed by one block per arm."""
@@ -124,6 +128,7 @@ def test_relayd_under_namespaces_takes_the_shipped_yaml_and_per_node_blocks(tmp_
     assert right == {"queue_capacity": 88, "max_sessions": 99, "age_gate": "all", "workers": 1}
 
 
+@pytest.mark.ros
 def test_relayd_under_a_namespace_takes_a_params_file(tmp_path):
     """The issue's reproduction: one's own file, keyed the documented way, queue_capacity 77."""
     mine = tmp_path / "my.yaml"
@@ -134,6 +139,7 @@ def test_relayd_under_a_namespace_takes_a_params_file(tmp_path):
     assert got == {"queue_capacity": 77}
 
 
+@pytest.mark.ros
 def test_the_readme_two_arm_example_gives_each_arm_its_values(tmp_path):
     """The YAML shown in README "Parameter files and namespaces", through rcl's parser."""
     readme = (ROOT / "README.md").read_text()

@@ -5,43 +5,33 @@ Times are virtual nanoseconds passed explicitly; T is an arbitrary base time.
 
 import threading
 import time
+from functools import partial
 
 import numpy as np
 import pytest
+from core_helpers import U64, make_core, request
 
 from flowedge_relay.core import (
     AgeGate,
     Code,
     Core,
-    CoreConfig,
     Decision,
     InvalidArgument,
     InvalidState,
-    Request,
     Step,
 )
 
 T = 1_000_000
-U64 = 2**64 - 1
 OBS = 2
 ACT = 2
 
-
-def make(**kw) -> Core:
-    return Core(CoreConfig(**{"obs_dim": OBS, "action_len": ACT, **kw}))
-
-
-def req(sid=b"s", seq=0, gen=0, deadline=0, nfe=1, retry=0, reason=0, origin=None, now=T,
-        obs=None) -> Request:
-    return Request(session_id=sid, sequence=seq, generation=gen, retry_count=retry,
-                   retry_reason=reason, origin_ns=now if origin is None else origin,
-                   deadline_ns=deadline, deadline_ros_ns=min(deadline + 17, U64) if deadline else 0,
-                   remaining_nfe=nfe, noise_seed=seq,
-                   observation=np.zeros(OBS, np.float32) if obs is None else obs)
+make = partial(make_core, obs_dim=OBS, action_len=ACT)
+# origin T, the ROS-clock deadline 17 ns after the monotonic one (told apart), obs zeros(OBS)
+req = partial(request, origin=T, ros_clock_offset=17, obs_dim=OBS)
 
 
 def sub(core: Core, now=T, **kw) -> Decision:
-    return core.submit(req(now=now, **kw), now)
+    return core.submit(req(**{"origin": now, **kw}), now)
 
 
 def queue(core: Core) -> list[tuple]:
@@ -710,7 +700,7 @@ def test_every_c_entry_point_refuses_bad_arguments_alike():
 
     null = ffi.NULL
     with make(workers=2) as c:
-        core = c._live()
+        core = c.ptr
         cfg = ffi.new("struct fer_config *")
         calls = {
             "shutdown": lambda: lib.fer_core_shutdown(null),

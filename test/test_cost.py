@@ -7,17 +7,18 @@ is reported exactly: the tail is capped at the window's maximum). Two-phase mode
 estimator for prefix passes (fed by Core.prefix_done), checked at the end.
 """
 
+from functools import partial
+
 import numpy as np
 import pytest
+from core_helpers import make_core, request
 
 from flowedge_relay.core import (
     Code,
     Core,
-    CoreConfig,
     CostModel,
     Decision,
     InvalidArgument,
-    Request,
     Step,
 )
 
@@ -27,16 +28,12 @@ FLOOR = 100_000  # configured nfe_ns
 OBS = ACT = 2
 
 
-def make(model=CostModel.ADAPTIVE, **kw) -> Core:
-    cfg = {"obs_dim": OBS, "action_len": ACT, "nfe_ns": FLOOR, "max_nfe": 100_000,
-           "queue_capacity": 8, "cost_model": model, **kw}
-    return Core(CoreConfig(**cfg))
+make = partial(make_core, obs_dim=OBS, action_len=ACT, nfe_ns=FLOOR, max_nfe=100_000,
+               queue_capacity=8, cost_model=CostModel.ADAPTIVE)
 
 
-def req(seq: int, nfe: int, deadline: int = 0, now: int = T) -> Request:
-    return Request(session_id=b"s", sequence=seq, generation=0, retry_count=0, retry_reason=0,
-                   origin_ns=now, deadline_ns=deadline, deadline_ros_ns=deadline,
-                   remaining_nfe=nfe, noise_seed=0, observation=np.zeros(OBS, np.float32))
+# session s, seed 0, origin T unless told, the same deadline on both clocks
+req = partial(request, b"s", seed=0, ros_clock_offset=0, origin=T, obs_dim=OBS)
 
 
 class Lane:
@@ -44,7 +41,7 @@ class Lane:
 
     def __init__(self, core: Core, now: int = T, seq: int = 1) -> None:
         self.core, self.now = core, now
-        assert core.submit(req(seq, 100_000, now=now), now) == Decision.ACCEPTED
+        assert core.submit(req(seq, nfe=100_000, origin=now), now) == Decision.ACCEPTED
         assert core.dispatch(0, now) is not None
 
     def nfe(self, duration_ns: int, n: int = 1) -> None:
@@ -54,7 +51,7 @@ class Lane:
 
 
 def test_static_measures_the_tail_but_admits_with_the_configured_value():
-    with make(CostModel.STATIC) as c:
+    with make(cost_model=CostModel.STATIC) as c:
         lane = Lane(c)
         lane.nfe(300_000, 50)
         k = c.cost_stats(lane.now)
@@ -177,7 +174,7 @@ def one_nfe_requests(core: Core, now: int, n: int, gap_ns: int, lane: int = 0) -
     computing for FLOOR; returns the time after the last."""
     for i in range(n):
         now += gap_ns
-        assert core.submit(req(100 + i, 1, now=now), now) == Decision.ACCEPTED
+        assert core.submit(req(100 + i, nfe=1, origin=now), now) == Decision.ACCEPTED
         assert core.dispatch(lane, now + 1_000) is not None
         now += 1_000 + FLOOR
         assert core.step(lane, now, FLOOR) == Step.DONE
@@ -196,7 +193,7 @@ def test_idle_time_is_not_charged_but_waiting_work_is():
         for i in range(32):
             if i % 8 == 0:
                 for k in range(8):
-                    assert c.submit(req(200 + i + k, 1, now=now), now) == Decision.ACCEPTED
+                    assert c.submit(req(200 + i + k, nfe=1, origin=now), now) == Decision.ACCEPTED
             now += 50_000
             assert c.dispatch(0, now) is not None
             now += FLOOR
@@ -209,7 +206,7 @@ def test_the_rows_of_a_batched_step_charge_the_step_once():
     # B = 4, every row stepped at the same end: each slot advanced one NFE per 250 us step.
     with make(batch_slots=4) as c:
         for i in range(4):
-            assert c.submit(req(i + 1, 100, now=T), T) == Decision.ACCEPTED
+            assert c.submit(req(i + 1, nfe=100, origin=T), T) == Decision.ACCEPTED
             assert c.dispatch_worker(0, T) is not None
         now = T
         for _ in range(32):
@@ -229,12 +226,12 @@ def test_a_prefix_pass_is_not_charged_to_the_next_step():
 
 def _feasible_at_floor(core: Core, now: int, seq: int) -> Decision:
     """10 NFE due in 1.5 ms: fits at 100 us per NFE on an idle lane, not at 300 us."""
-    return core.submit(req(seq, 10, deadline=now + 1_500_000, now=now), now)
+    return core.submit(req(seq, nfe=10, deadline=now + 1_500_000, origin=now), now)
 
 
 @pytest.mark.parametrize("model", [CostModel.STATIC, CostModel.ADAPTIVE])
 def test_admission_follows_the_estimate_only_in_adaptive_mode(model):
-    with make(model, workers=2) as c:
+    with make(cost_model=model, workers=2) as c:
         lane = Lane(c)  # lane 0 measures; lane 1 stays idle for the new request
         lane.nfe(300_000, 100)
         now = lane.now
@@ -250,7 +247,7 @@ def test_admission_follows_the_estimate_only_in_adaptive_mode(model):
 
 @pytest.mark.parametrize("model", [CostModel.STATIC, CostModel.ADAPTIVE])
 def test_dispatch_expires_what_cannot_finish_at_the_cost_in_use(model):
-    with make(model, workers=2) as c:
+    with make(cost_model=model, workers=2) as c:
         lane = Lane(c)
         lane.nfe(100_000, 100)
         now = lane.now
@@ -274,7 +271,7 @@ def test_dispatch_judges_one_request_by_the_quantile_not_the_block_mean():
         lane = Lane(c)
         lane.nfe(FLOOR, 100)
         deadline = lane.now + 32 * 400_000 + 3_000_000
-        assert c.submit(req(2, 10, deadline=deadline, now=lane.now), lane.now) == \
+        assert c.submit(req(2, nfe=10, deadline=deadline, origin=lane.now), lane.now) == \
             Decision.ACCEPTED
         for _ in range(32):
             lane.now += 300_000
@@ -282,7 +279,7 @@ def test_dispatch_judges_one_request_by_the_quantile_not_the_block_mean():
         k = c.cost_stats(lane.now)
         assert (k.quantile_tail_ns, k.block_mean_ns, k.in_use_ns) == (FLOOR, 400_000, 400_000)
         # a new request like it no longer fits (10 x 400 us > 3 ms) ...
-        assert c.submit(req(3, 10, deadline=deadline, now=lane.now), lane.now) == \
+        assert c.submit(req(3, nfe=10, deadline=deadline, origin=lane.now), lane.now) == \
             Decision.REJECTED_DEADLINE
         # ... but the admitted one still can finish at the NFE cost (10 x 100 us): it runs
         work = c.dispatch(1, lane.now)
@@ -290,7 +287,7 @@ def test_dispatch_judges_one_request_by_the_quantile_not_the_block_mean():
 
 
 def test_switching_the_model_live_and_validation():
-    with make(CostModel.STATIC, workers=2) as c:
+    with make(cost_model=CostModel.STATIC, workers=2) as c:
         lane = Lane(c)
         lane.nfe(300_000, 100)
         assert _feasible_at_floor(c, lane.now, 2) == Decision.ACCEPTED
@@ -319,7 +316,7 @@ def test_defaults_and_extreme_durations_saturate():
         k = c.cost_stats(lane.now)
         assert k.observed_tail_ns == 2**63 and k.in_use_ns == 2**63
         # Any finite deadline now misses (saturating arithmetic), nothing wraps to "fits".
-        assert c.submit(req(9, 1, deadline=2**64 - 2, now=lane.now), lane.now) == \
+        assert c.submit(req(9, nfe=1, deadline=2**64 - 2, origin=lane.now), lane.now) == \
             Decision.REJECTED_DEADLINE
 
 
@@ -333,7 +330,7 @@ def prefix_passes(core: Core, now: int, duration_ns: int, n: int, lane: int = 0,
     """n requests of 1 NFE through `lane`, each with a measured prefix pass of duration_ns and an
     NFE at the configured cost; returns the time after the last."""
     for i in range(n):
-        assert core.submit(req(seq0 + i, 1, now=now), now) == Decision.ACCEPTED
+        assert core.submit(req(seq0 + i, nfe=1, origin=now), now) == Decision.ACCEPTED
         assert core.dispatch(lane, now) is not None
         now += duration_ns
         assert core.prefix_done(lane, now, duration_ns) == Step.CONTINUE
@@ -344,7 +341,7 @@ def prefix_passes(core: Core, now: int, duration_ns: int, n: int, lane: int = 0,
 
 
 def test_prefix_passes_have_their_own_estimate():
-    with make(CostModel.STATIC, two_phase=1, prefix_ns=PREFIX_FLOOR) as c:
+    with make(cost_model=CostModel.STATIC, two_phase=1, prefix_ns=PREFIX_FLOOR) as c:
         now = prefix_passes(c, T, 900_000, 20)
         k = c.cost_stats(now)
         assert (k.prefix_configured_ns, k.prefix_observed_tail_ns, k.prefix_samples_total) == \
@@ -379,16 +376,16 @@ def test_prefix_in_use_is_zero_without_two_phase_or_admission():
 @pytest.mark.parametrize("model", [CostModel.STATIC, CostModel.ADAPTIVE])
 def test_admission_prices_the_measured_prefix_only_in_adaptive_mode(model):
     # 1 NFE + prefix due in 1 ms on an idle lane: fits at 400 us + 100 us, not at 950 us + 100 us.
-    with make(model, workers=1, two_phase=1, prefix_ns=PREFIX_FLOOR) as c:
+    with make(cost_model=model, workers=1, two_phase=1, prefix_ns=PREFIX_FLOOR) as c:
         now = prefix_passes(c, T, 950_000, 5)
-        decision = c.submit(req(1, 1, deadline=now + 1_000_000, now=now), now)
+        decision = c.submit(req(1, nfe=1, deadline=now + 1_000_000, origin=now), now)
         assert decision == (Decision.ACCEPTED if model == CostModel.STATIC
                             else Decision.REJECTED_DEADLINE)
         if model == CostModel.ADAPTIVE:
             # Dispatch expiry uses the same estimate: admitted at the floor (before the slow
             # passes were measured), expired at dispatch once they are.
             c.set_cost_model(CostModel.STATIC)
-            assert c.submit(req(2, 1, deadline=now + 1_000_000, now=now), now) == \
+            assert c.submit(req(2, nfe=1, deadline=now + 1_000_000, origin=now), now) == \
                 Decision.ACCEPTED
             c.set_cost_model(CostModel.ADAPTIVE)
             assert c.dispatch(0, now) is None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import pathlib
 import re
 
+import pytest
 import yaml
 from relayd import observer, relayds
 
@@ -98,6 +99,7 @@ def test_the_relay_analyzer_takes_no_one_elses_statuses():
         assert matching_paths(name) == [], name
 
 
+@pytest.mark.ros
 def test_every_status_a_real_relay_publishes_is_grouped(tmp_path):
     """Status names taken from /diagnostics of real relays at the root and two levels down."""
     with relayds(tmp_path, [], ["--ros-args", "-r", "__ns:=/robot1/arm_left"]), \

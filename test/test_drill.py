@@ -61,6 +61,7 @@ def test_drill_conditions_leave_a_wide_admission_margin():
     assert margin >= 500  # ms for the trip to the relay before admission would refuse
 
 
+@pytest.mark.ros
 def test_drill_passes_its_own_verdict_at_a_small_time_scale(tmp_path, capsys):
     out = tmp_path / "drill.json"
     rc = drill.main(["--time-scale", SCALE, "--happy-ms", HAPPY_MS, "--json", str(out)])
@@ -100,6 +101,7 @@ def test_drill_passes_its_own_verdict_at_a_small_time_scale(tmp_path, capsys):
     assert milestones["retry rejected"]["uncapped"] >= milestones["worker late"]["uncapped"]
 
 
+@pytest.mark.ros
 def test_drill_fails_its_verdict_with_the_age_gate_off():
     admission = {**drill.load_admission(None), "age_gate": "off"}
     cond = drill.Conditions(time_scale=float(SCALE), happy_ms=float(HAPPY_MS))
@@ -113,6 +115,7 @@ def test_drill_fails_its_verdict_with_the_age_gate_off():
     assert unc["relay"]["rejected_late_retries"] == 0
 
 
+@pytest.mark.ros
 def test_drill_runs_on_the_two_phase_package():
     """`--model vision`: the relay serves the policy package (prefix_ns in admission), the client
     sends image + state tensors, and the verdict is the same as on the single-graph model."""
@@ -126,6 +129,7 @@ def test_drill_runs_on_the_two_phase_package():
     assert report["variants"]["uncapped"]["attempts_that_ran"] == 1
 
 
+@pytest.mark.ros
 def test_drill_started_in_the_background_stops_cleanly_on_sigint():
     """Started with SIGINT ignored (as `cmd &` starts it), SIGINT still stops the drill: its
     relay and client are torn down, exit 130, no traceback (issue 14, item 4)."""
@@ -172,6 +176,7 @@ def test_drill_admission_block_loads_and_scales(tmp_path):
 
 # -- the section 6 rules over real DDS ------------------------------------------------------------
 
+@pytest.mark.ros
 def test_retry_of_a_queued_id_is_coalesced_and_answered_once():
     with running_relay(fault_nfe_delay_ms=HOLD_NFE_MS) as h:
         # holds the only worker (12.8 s) until released: "arm" certainly waits in the queue
@@ -198,6 +203,7 @@ def test_retry_of_a_queued_id_is_coalesced_and_answered_once():
     assert values["nfe_total"] == str(HOLD_NFE + 2)
 
 
+@pytest.mark.ros
 def test_late_retry_is_rejected_deadline_and_drains_queued_late_copies():
     # admission off: late work gets queued. "busy" holds the only worker (12.8 s) until
     # released, so "arm" certainly waits in the queue through every step below.
@@ -235,6 +241,7 @@ def test_late_retry_is_rejected_deadline_and_drains_queued_late_copies():
     assert stats.nfe_total == HOLD_NFE  # only the busy request ever ran
 
 
+@pytest.mark.ros
 def test_age_gate_rejects_a_late_retry_even_with_an_idle_worker():
     """Utilisation is not a permit: an idle, calibrated relay still rejects age >= slack."""
     with running_relay(nfe_ns=10_000_000) as h:

@@ -30,6 +30,7 @@ import random
 
 import numpy as np
 import pytest
+from core_helpers import request
 
 from flowedge_relay.core import (
     AgeGate,
@@ -38,7 +39,6 @@ from flowedge_relay.core import (
     CoreConfig,
     CostModel,
     Decision,
-    Request,
     Step,
 )
 
@@ -121,9 +121,7 @@ def simulate(seed: int, workers: int, nfe_lo: float, nfe_hi: float, n_requests: 
     took = [0] * workers  # duration of the NFE each lane is running
     with Core(cfg) as core:
         if adaptive:  # one measured NFE at the longest duration the workload will take
-            core.submit(Request(session_id=b"prime", sequence=0, generation=0, retry_count=0,
-                                retry_reason=0, origin_ns=0, deadline_ns=0, deadline_ros_ns=0,
-                                remaining_nfe=1, noise_seed=0, observation=obs), 0)
+            core.submit(request(b"prime", 0, seed=0, origin=0, obs=obs), 0)
             assert core.dispatch(0, 0) is not None
             if two_phase:
                 assert core.prefix_done(0, 0, int(PREFIX_NS * prefix[1])) == Step.CONTINUE
@@ -156,11 +154,10 @@ def simulate(seed: int, workers: int, nfe_lo: float, nfe_hi: float, n_requests: 
                 # A blind retry accepted on its own (its original already answered) is a request
                 # of its own, judged like any other: keyed apart by its retry_count.
                 key = (r["sid"], r["seq"], r["retry"])
-                d = core.submit(Request(
-                    session_id=r["sid"], sequence=r["seq"], generation=r["gen"],
-                    retry_count=r["retry"], retry_reason=1 if r["retry"] else 0,
-                    origin_ns=r["origin"], deadline_ns=r["deadline"], deadline_ros_ns=0,
-                    remaining_nfe=r["nfe"], noise_seed=0, observation=obs), now)
+                d = core.submit(request(
+                    r["sid"], r["seq"], gen=r["gen"], nfe=r["nfe"], seed=0,
+                    deadline=r["deadline"], retry=r["retry"], reason=1 if r["retry"] else 0,
+                    origin=r["origin"], obs=obs), now)
                 decisions[key] = d
                 deadlines[key] = r["deadline"]
             else:
@@ -368,10 +365,9 @@ def simulate_batched(seed: int, workers: int, slots: int, step: tuple[float, flo
             if kind == ARRIVE:
                 r = data
                 key = (r["sid"], r["seq"])
-                decisions[key] = core.submit(Request(
-                    session_id=r["sid"], sequence=r["seq"], generation=r["gen"], retry_count=0,
-                    retry_reason=0, origin_ns=now, deadline_ns=r["deadline"], deadline_ros_ns=0,
-                    remaining_nfe=r["nfe"], noise_seed=0, observation=obs), now)
+                decisions[key] = core.submit(request(
+                    r["sid"], r["seq"], gen=r["gen"], nfe=r["nfe"], seed=0,
+                    deadline=r["deadline"], origin=now, obs=obs), now)
                 deadlines[key] = r["deadline"]
                 for wi in range(workers):  # idle workers wake at once
                     if not active[wi]:

@@ -98,7 +98,7 @@ def test_run_and_the_accessors_refuse_null():
     rows = ffi.new("struct fer_exec_row[]", 1)
     report = ffi.new("struct fer_exec_report *")
     with Core(CoreConfig()) as core:
-        assert lib.fer_exec_run(ffi.NULL, core._live(), rows, 1, flag, ffi.NULL, 0,
+        assert lib.fer_exec_run(ffi.NULL, core.ptr, rows, 1, flag, ffi.NULL, 0,
                                 report) == lib.FER_EINVAL
     assert lib.fer_exec_time_runs(ffi.NULL, 1, 1, ffi.new("uint64_t[]", 1)) == lib.FER_EINVAL
 

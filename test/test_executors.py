@@ -22,6 +22,7 @@ import gc
 import threading
 import time
 
+import pytest
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
@@ -29,6 +30,8 @@ from ros_helpers import ros_context, wait_for
 from std_msgs.msg import String
 
 from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until
+
+pytestmark = pytest.mark.ros  # every test here starts ROS (conftest.py)
 
 CHANGED = (
     "rclpy no longer builds its wait set from Executor.get_nodes(), or no longer asks "

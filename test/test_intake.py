@@ -180,9 +180,9 @@ def _corpus(n: int, seed: int, mix: str):
 
 
 def _contract_of(model):
-    from flowedge_relay.tooling import stress
+    from flowedge_relay.tooling.stress import Contract
 
-    return stress.contract_of(model)
+    return Contract.of(model)
 
 
 @pytest.mark.parametrize("mix", ["mixed", "flood"])
@@ -295,7 +295,7 @@ def _one_input_intake(dtype: int, shape: tuple[int, ...], scale, shift):
         spec.scale = ffi.from_buffer("float[]", keep[0])
         spec.shift = ffi.from_buffer("float[]", keep[1])
     out = ffi.new("struct fer_intake **")
-    assert lib.fer_intake_create(core.ptr(), cfg, out) == lib.FER_OK
+    assert lib.fer_intake_create(core.ptr, cfg, out) == lib.FER_OK
     return core, ffi.gc(out[0], lib.fer_intake_destroy), keep
 
 

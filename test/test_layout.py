@@ -1,13 +1,18 @@
-"""The runtime stands apart from the tooling (issue 13): the import graph and the node's surface.
+"""The runtime stands apart from the tooling (issue 13), and no module reaches into another's
+privates: the import graph, the node's surface, and `obj._name` everywhere outside the tests.
 
 The runtime is flowedge_relay/ without tooling/; it must never import the tooling (a robot runs
 the relay without the benchmarks), and the tooling may read the node only through its public
-surface, never its private fields.
+surface, never its private fields. More generally no module outside test/ reads or writes
+another module's private names (`obj._name` whose value is not self or cls, getattr(obj,
+"_name"), `from module import _name`); a module's own private names are fine. What is really
+fine elsewhere is listed in ALLOWED, each with its reason.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from pathlib import Path
 
@@ -118,3 +123,114 @@ def test_fer_internal_h_draws_the_include_graph_as_it_is():
             drawn.setdefault(node, set()).update(targets.split())
     actual = {node: edges for node, edges in include_graph(_csrc()).items() if edges}
     assert drawn == actual
+#: (file, reach) -> why it is fine. A reach is written `obj._name` (getattr forms too).
+ALLOWED = {
+    ("flowedge_relay/signals.py", "os._exit"):
+        "the standard library's exit without cleanup (after a second stop signal); it has no "
+        "public spelling",
+    ("flowedge_relay/ros_compat.py", "executor._executor"):
+        "rclpy's MultiThreadedExecutor keeps its thread pool private and rclpy 7 never shuts it "
+        "down; shutdown_executor must (ros_compat.py documents it, test_ros_compat.py pins it)",
+}
+#: every Python file outside test/ (and outside build output)
+CHECKED = sorted(itertools.chain(PACKAGE.rglob("*.py"), (ROOT / "tools").rglob("*.py"),
+                                 (ROOT / "launch").rglob("*.py"), (ROOT / "scripts").rglob("*.py"),
+                                 [ROOT / "setup.py"]))
+PRIVATE = re.compile(r"^_(?!_)")  # one leading underscore, not a dunder
+ACCESSORS = {"getattr", "setattr", "hasattr", "delattr"}
+
+
+def _own_names(tree: ast.AST) -> set[str]:
+    """The private names a module defines itself: functions, classes, module and class level
+    names, and attributes it assigns through self or cls."""
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            own.add(node.attr)
+    return own
+
+
+def private_reach(source: str, name: str) -> list[str]:
+    """`name:line: obj._attr` for every reach into another module's private names in source."""
+    tree = ast.parse(source, name)
+    own = _own_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        target, attr = None, None
+        if isinstance(node, ast.Attribute):
+            target, attr = node.value, node.attr
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ACCESSORS and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            target, attr = node.args[0], node.args[1].value
+        elif isinstance(node, ast.ImportFrom):
+            found += [f"{name}:{node.lineno}: from {node.module} import {a.name}"
+                      for a in node.names if PRIVATE.match(a.name)]
+            continue
+        if attr is None or not PRIVATE.match(attr) or attr in own:
+            continue
+        if isinstance(target, ast.Name) and target.id in ("self", "cls"):
+            continue
+        found.append(f"{name}:{node.lineno}: {ast.unparse(target)}.{attr}")
+    return found
+
+
+def _reaches() -> list[str]:
+    found = []
+    for path in CHECKED:
+        rel = str(path.relative_to(ROOT))
+        found += private_reach(path.read_text(), rel)
+    return found
+
+
+def _allowed(reach: str) -> bool:
+    file, _, rest = reach.partition(":")
+    return (file, rest.split(": ", 1)[1]) in ALLOWED
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    assert len(CHECKED) > 50
+    assert [r for r in _reaches() if not _allowed(r)] == []
+
+
+def test_every_allowed_reach_is_still_there():
+    """An exception whose code went away is removed from ALLOWED, not kept as a licence."""
+    seen = {(r.partition(":")[0], r.split(": ", 1)[1]) for r in _reaches()}
+    assert set(ALLOWED) <= seen
+
+
+PLANTED = """\
+import os
+from flowedge_relay.model import _hidden
+
+
+class Mine:
+    _level = 1
+
+    def __init__(self, other):
+        self._own = other._theirs
+        cls = type(self)
+        self.size = cls._level + other._own + len(other.__dict__)
+        getattr(other, "_secret", None)
+        os._exit(0)
+"""
+
+
+def test_the_rule_finds_a_planted_reach(tmp_path):
+    """Through self or cls, a name the module defines itself, a dunder: fine; another object's
+    private attribute, a getattr of one, a private import: found (os._exit is only allowed in
+    signals.py)."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(PLANTED)
+    assert private_reach(planted.read_text(), "planted.py") == [
+        "planted.py:2: from flowedge_relay.model import _hidden",
+        "planted.py:9: other._theirs",
+        "planted.py:12: other._secret",
+        "planted.py:13: os._exit",
+    ]
+    assert not _allowed("planted.py:13: os._exit")

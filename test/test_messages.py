@@ -38,6 +38,7 @@ def _roundtrip(msg_type, messages):
     return received
 
 
+@pytest.mark.ros
 def test_inference_request_roundtrip():
     req = InferenceRequest(
         session_id="arm-left/7",
@@ -79,6 +80,7 @@ CODES = {
 }
 
 
+@pytest.mark.ros
 def test_action_message_every_code_roundtrips():
     assert {name: getattr(ActionMessage, name) for name in CODES} == CODES
     sent = []
@@ -112,6 +114,7 @@ def test_action_message_every_code_roundtrips():
     assert all(len(m.actions) == 0 for m in got if m.code != ActionMessage.INFERENCE)
 
 
+@pytest.mark.ros
 def test_relay_stats_is_flat_and_numeric():
     """rqt_plot graphs numeric fields: every field but the stamp must be a number."""
     stats = RelayStats(queue_depth=3, latency_p99_ms=1.5, rejected_capacity=UINT64_MAX)
@@ -168,6 +171,7 @@ TENSOR_DTYPES = {
 }
 
 
+@pytest.mark.ros
 def test_request_with_tensor_inputs_roundtrips_bytes_exactly():
     """docs/design.md §2: named tensors, every dtype, data as C-order little-endian bytes."""
     assert {k: getattr(Tensor, k) for k in TENSOR_DTYPES} == {

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 
 import numpy as np
 import pytest
+from core_helpers import make_core
+from core_helpers import request as core_request
 from flowedge_relay_msgs.msg import ActionMessage as A
 from ros_helpers import running_relay, status_values, wait_for
 
 from flowedge_relay import native
 from flowedge_relay import policy as P
 from flowedge_relay.batch import BATCH_ATOL, BATCH_RTOL
-from flowedge_relay.core import Code, Core, CoreConfig, CoreError, Decision, Request, Step, ffi
+from flowedge_relay.core import Code, Core, CoreError, Decision, Request, Step, ffi
 from flowedge_relay.model import (
     FlowSampler,
     bench_model_path,
@@ -47,17 +50,8 @@ def vision():
     return P.load(P.vision_policy_path())
 
 
-def make_core(workers: int = 1, obs_dim: int = 4, action_len: int = 16, **kw) -> Core:
-    return Core(CoreConfig(workers=workers, obs_dim=obs_dim, action_len=action_len, **kw))
-
-
-def request(session: bytes, nfe: int, seed: int = 1, obs=None, gen: int = 1,
-            deadline_ns: int = 0, obs_dim: int = 4) -> Request:
-    now = time.monotonic_ns()
-    return Request(session_id=session, sequence=gen, generation=gen, retry_count=0,
-                   retry_reason=0, origin_ns=now, deadline_ns=deadline_ns, deadline_ros_ns=0,
-                   remaining_nfe=nfe, noise_seed=seed,
-                   observation=np.zeros(obs_dim, np.float32) if obs is None else obs)
+# sequence and generation 1, noise seed 1, unless told
+request = partial(core_request, seq=1, gen=1, seed=1)
 
 
 class Harness:
@@ -94,7 +88,7 @@ def test_single_graph_models_bit_identical_to_the_python_loop(path, solver):
     with make_core(obs_dim=info.obs_dim, action_len=info.action_len) as core:
         for i, nfe in enumerate((1, 2, 5, 10)):  # odd totals end midpoint with one Euler NFE
             expected = ref.sample(OBS[i], 40 + i, nfe)
-            work = dispatch(core, request(b"s%d" % i, nfe, seed=40 + i, obs=OBS[i]))
+            work = dispatch(core, request(b"s%d" % i, nfe=nfe, seed=40 + i, obs=OBS[i]))
             sampler.start(work.observation, work.noise_seed, work.remaining_nfe)
             h.nat.load(0, 0, sampler, {"observation": work.observation})
             assert h.run(core) == native.ROWS_ENDED and h.nat.result(0) == Step.DONE
@@ -113,7 +107,7 @@ def test_two_intra_op_threads_bit_identical_too():
     h = Harness(native.NativeLoop(info.model_bytes, native.step_spec(info), intra_op_threads=2))
     with make_core(obs_dim=info.obs_dim, action_len=info.action_len) as core:
         expected = ref.sample(OBS[3], 17, 6)
-        work = dispatch(core, request(b"t2", 6, seed=17, obs=OBS[3]))
+        work = dispatch(core, request(b"t2", nfe=6, seed=17, obs=OBS[3]))
         sampler.start(work.observation, work.noise_seed, 6)
         h.nat.load(0, 0, sampler, {"observation": work.observation})
         assert h.run(core) == native.ROWS_ENDED and h.nat.result(0) == Step.DONE
@@ -138,7 +132,7 @@ def test_two_phase_package_step_graph_bit_identical(vision):
         for nfe in (3, 10):
             expected = ref.sample(arrays, 11, nfe)
             P.fill_buffers(vision, sampler.buffers, arrays)
-            dispatch(core, request(b"v%d" % nfe, nfe, obs_dim=0,
+            dispatch(core, request(b"v%d" % nfe, nfe=nfe, obs_dim=0,
                                    obs=np.zeros(0, np.float32)))
             sampler.start(11, nfe)
             sampler.prefix()
@@ -158,7 +152,7 @@ def test_stop_flag_is_honoured_before_every_step_and_the_report_is_written(small
     sampler = FlowSampler(make_session(small, 1), small)
     h = Harness(native.NativeLoop(small.model_bytes, native.step_spec(small)))
     with make_core() as core:
-        work = dispatch(core, request(b"a", 6))
+        work = dispatch(core, request(b"a", nfe=6))
         sampler.start(work.observation, work.noise_seed, 6)
         h.nat.load(0, 0, sampler, {"observation": work.observation})
         h.flag[0] = 1
@@ -190,15 +184,16 @@ def test_rows_end_one_by_one_with_their_own_result_through_the_core(small):
     h = Harness(native.NativeLoop(small.model_bytes, native.step_spec(small), max_rows=3))
     with make_core(workers=3) as core:
         deadline = time.monotonic_ns() + 250 * MS
-        reqs = [request(b"exp", 40, deadline_ns=deadline), request(b"ok", 4, seed=5, obs=OBS[1]),
-                request(b"old", 40)]
+        reqs = [request(b"exp", nfe=40, deadline=deadline),
+                request(b"ok", nfe=4, seed=5, obs=OBS[1]), request(b"old", nfe=40)]
         for lane, (req, s) in enumerate(zip(reqs, samplers, strict=True)):
             work = dispatch(core, req, lane)
             s.start(work.observation, work.noise_seed, work.remaining_nfe)
             h.nat.load(lane, lane, s, {"observation": work.observation})
         h.fault[0] = 20 * MS
         assert h.run(core, 3, flags=native.ONE_STEP) == native.YIELDED  # every row stepped once
-        assert core.submit(request(b"old", 1, gen=2), time.monotonic_ns()) == Decision.ACCEPTED
+        assert core.submit(request(b"old", seq=2, gen=2, nfe=1),
+                           time.monotonic_ns()) == Decision.ACCEPTED
         assert h.run(core, 3) == native.ROWS_ENDED  # the next boundary
         assert [h.nat.result(r) for r in range(3)] == [Step.CONTINUE] * 2 + [Step.STOP_STALE]
         assert h.run(core, 2) == native.ROWS_ENDED  # rows 0 and 1 go on, row 2 is gone
@@ -224,22 +219,22 @@ def test_join_flag_returns_at_a_boundary_only_with_a_free_row_and_queued_work(sm
     sampler = FlowSampler(make_session(small, 1), small)
     h = Harness(native.NativeLoop(small.model_bytes, native.step_spec(small), max_rows=2))
     with make_core(workers=2) as core:
-        work = dispatch(core, request(b"a", 6))
+        work = dispatch(core, request(b"a", nfe=6))
         sampler.start(work.observation, work.noise_seed, 6)
         h.nat.load(0, 0, sampler, {"observation": work.observation})
         assert h.run(core, 1, flags=native.JOIN) == native.ROWS_ENDED  # none queued: to the end
         assert h.nat.result(0) == Step.DONE
         core.finish(0, time.monotonic_ns(), np.zeros(16, np.float32))
-        work = dispatch(core, request(b"b", 6))
+        work = dispatch(core, request(b"b", nfe=6))
         sampler.start(work.observation, work.noise_seed, 6)
         h.nat.load(0, 0, sampler, {"observation": work.observation})
-        assert core.submit(request(b"c", 4), time.monotonic_ns()) == Decision.ACCEPTED
+        assert core.submit(request(b"c", nfe=4), time.monotonic_ns()) == Decision.ACCEPTED
         assert h.run(core, 1, flags=native.JOIN) == native.JOINABLE
         assert h.nat.rows[0].next == 1 and core.queued() == 1  # one step, then back
         second = core.dispatch(1, time.monotonic_ns())
         sampler.start(second.observation, second.noise_seed, 4)
         h.nat.load(1, 1, sampler, {"observation": second.observation})
-        assert core.submit(request(b"d", 2), time.monotonic_ns()) == Decision.ACCEPTED
+        assert core.submit(request(b"d", nfe=2), time.monotonic_ns()) == Decision.ACCEPTED
         assert h.run(core, 2, flags=native.JOIN) == native.ROWS_ENDED  # full: on until one ends
         assert h.nat.rows[0].next == 5 and h.nat.result(1) == Step.DONE
         assert h.counters[2] == 6 + 1 + 4 and h.counters[0] == 6 + 1 + 2 * 4  # steps, NFEs
@@ -252,7 +247,7 @@ def test_expiry_mid_loop_single_row(small):
     h = Harness(native.NativeLoop(small.model_bytes, native.step_spec(small)))
     with make_core() as core:
         deadline = time.monotonic_ns() + 100 * MS
-        work = dispatch(core, request(b"d", 30, deadline_ns=deadline))
+        work = dispatch(core, request(b"d", nfe=30, deadline=deadline))
         sampler.start(work.observation, work.noise_seed, 30)
         h.nat.load(0, 0, sampler, {"observation": work.observation})
         h.fault[0] = 10 * MS
@@ -303,7 +298,7 @@ def test_a_wrong_library_path_is_a_clear_error_and_the_pool_falls_back(small):
     with make_core() as core, WorkerPool(core, small, ort_library="/nonexistent.so") as pool:
         (info,) = pool.worker_info()
         assert info["nfe_loop"] == "python" and "/nonexistent.so" in info["nfe_loop_note"]
-        assert core.submit(request(b"f", 5, seed=9, obs=OBS[0]), time.monotonic_ns()) == 0
+        assert core.submit(request(b"f", nfe=5, seed=9, obs=OBS[0]), time.monotonic_ns()) == 0
         core.wait_outputs(10_000 * MS)
         (out,) = core.pop_outcomes()
         assert out.code == Code.INFERENCE and out.actions.tobytes() == ref.tobytes()
@@ -369,7 +364,7 @@ def test_boundary_in_one_native_call_reports_like_the_python_boundary(vision):
         with make_core(**cfg) as core:
             now = time.monotonic_ns()
             for i, deadline in enumerate((0, now + 20 * MS)):
-                req = request(b"b%d" % i, 4, seed=i, deadline_ns=deadline, obs_dim=0)
+                req = request(b"b%d" % i, nfe=4, seed=i, deadline=deadline, obs_dim=0)
                 assert core.submit(req, now) == Decision.ACCEPTED
             for i in range(2):
                 work = core.dispatch_worker(0, time.monotonic_ns())
@@ -424,6 +419,7 @@ def test_parameter_table_and_pool_agree_on_the_loops():
         "nfe_loop", "python")
 
 
+@pytest.mark.ros
 @pytest.mark.parametrize(("loop", "slots"), [("auto", 1), ("python", 1), ("auto", 4)])
 def test_relay_over_dds_answers_every_valid_request_exactly_once(loop, slots):
     """The real node: the workers diagnostic says which loop runs; 60 requests (INFERENCE,

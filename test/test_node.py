@@ -30,6 +30,7 @@ def _release(h) -> None:
     assert h.relay.set_parameters([Parameter("fault_nfe_delay_ms", value=0.0)])[0].successful
 
 
+@pytest.mark.ros
 def test_inference_answer_carries_actions_and_echoes_the_request():
     with running_relay() as h:
         req = h.request(session_id="arm", sequence=42, generation=3, retry_count=0,
@@ -46,6 +47,7 @@ def test_inference_answer_carries_actions_and_echoes_the_request():
     assert ans.nfe_done == 4 and ans.remaining_nfe == 0 and ans.compute_ns > 0
 
 
+@pytest.mark.ros
 def test_deadline_already_passed_is_expired():
     with running_relay() as h:
         h.send(h.request(sequence=1, deadline_ms=-5))
@@ -53,6 +55,7 @@ def test_deadline_already_passed_is_expired():
     assert ans.code == A.EXPIRED and len(ans.actions) == 0 and ans.nfe_done == 0
 
 
+@pytest.mark.ros
 def test_admission_is_off_by_default():
     """With nfe_ns = 0 even a hopeless deadline is queued (and then expires), never rejected.
 
@@ -65,6 +68,7 @@ def test_admission_is_off_by_default():
     assert ans.code == A.EXPIRED and 1 <= ans.nfe_done < 8
 
 
+@pytest.mark.ros
 def test_calibrated_admission_rejects_what_cannot_finish():
     # 100 ms per NFE: the first needs 800 ms but has 400 ms (ample for the trip: rejected at
     # admission, not expired on arrival); the second needs 200 ms of its 10 s.
@@ -77,6 +81,7 @@ def test_calibrated_admission_rejects_what_cannot_finish():
     assert second.code == A.INFERENCE
 
 
+@pytest.mark.ros
 def test_runtime_change_of_nfe_ns_takes_effect():
     with running_relay() as h:
         h.send(h.request(sequence=1, remaining_nfe=8, deadline_ms=2_000))
@@ -92,6 +97,7 @@ def test_runtime_change_of_nfe_ns_takes_effect():
         assert h.relay.get_parameter("nfe_ns").value == 1_000_000_000
 
 
+@pytest.mark.ros
 def test_newer_generation_cancels_queued_and_running_work():
     with running_relay(fault_nfe_delay_ms=HOLD_NFE_MS) as h:  # request 1 runs for 12.8 s
         h.send(h.request(session_id="r", sequence=1, generation=1, remaining_nfe=HOLD_NFE))
@@ -105,6 +111,7 @@ def test_newer_generation_cancels_queued_and_running_work():
     assert newer.code == A.INFERENCE
 
 
+@pytest.mark.ros
 def test_stale_generation_is_rejected():
     with running_relay() as h:
         h.send(h.request(session_id="r", sequence=1, generation=5))
@@ -113,6 +120,7 @@ def test_stale_generation_is_rejected():
         assert h.answer_for(2).code == A.REJECTED_STALE
 
 
+@pytest.mark.ros
 def test_full_queue_displaces_the_latest_deadline():
     with running_relay(queue_capacity=2, fault_nfe_delay_ms=HOLD_NFE_MS) as h:
         # occupies the worker (12.8 s) until released below
@@ -132,6 +140,7 @@ def test_full_queue_displaces_the_latest_deadline():
     assert kept.code == A.INFERENCE
 
 
+@pytest.mark.ros
 def test_invalid_input_is_discarded_counted_and_unanswered():
     with running_relay() as h:
         h.send(h.request(sequence=1, model_digest="sha256:" + "0" * 64))
@@ -150,6 +159,7 @@ def test_invalid_input_is_discarded_counted_and_unanswered():
     assert values["invalid_discarded"] == "3"
 
 
+@pytest.mark.ros
 def test_diagnostics_report_each_concern_with_levels():
     with running_relay() as h:
         h.send(h.request(sequence=1, deadline_ms=5_000))
@@ -169,6 +179,7 @@ def test_diagnostics_report_each_concern_with_levels():
     assert workers["nfe_loop"] == "native"  # the default: NFEs in C, without the GIL (#15)
 
 
+@pytest.mark.ros
 def test_missing_model_is_an_error_diagnostic_and_the_node_stays_up(tmp_path):
     with running_relay(model_path=str(tmp_path / "nope.onnx")) as h:
         h.send(h.request(sequence=1))
@@ -180,6 +191,7 @@ def test_missing_model_is_an_error_diagnostic_and_the_node_stays_up(tmp_path):
     assert admission["invalid.model_unavailable"] == "1"
 
 
+@pytest.mark.ros
 def test_exactly_one_outcome_per_valid_request_above_capacity():
     """1,200 valid requests, 6 sessions, deadlines and generations mixed, offered faster than
     one worker can serve: every request gets exactly one answer.
@@ -228,6 +240,7 @@ def test_exactly_one_outcome_per_valid_request_above_capacity():
     assert late and all(a.code == A.REJECTED_STALE for a in late)
 
 
+@pytest.mark.ros
 def test_no_relay_thread_outlives_the_node():
     before = {t.ident for t in threading.enumerate()}
     with running_relay(workers=2, fault_nfe_delay_ms=HOLD_NFE_MS) as h:
@@ -239,6 +252,7 @@ def test_no_relay_thread_outlives_the_node():
     assert left == []
 
 
+@pytest.mark.ros
 def test_a_timer_that_fires_during_destroy_node_finds_the_core_closed_and_returns():
     """The stats and diagnostics timers read the core on the main executor's threads while
     destroy_node closes it: whichever comes second sees the other's effect, never a closed
@@ -255,6 +269,7 @@ def test_a_timer_that_fires_during_destroy_node_finds_the_core_closed_and_return
         assert node.core is not None and node._core_closed
 
 
+@pytest.mark.ros
 def test_adr_flags_win_and_show_in_parameters():
     import rclpy
     from rclpy.context import Context
@@ -293,14 +308,14 @@ NFE_NS = 5_000_000
 
 def _workers_warn(h, timeout: float = 15.0):
     """The first workers status at WARN within timeout (None if none came)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        status = h.latest_status("workers")
-        if status is not None and status.level == DiagnosticStatus.WARN:
-            return status
-    return None
+    def warn():
+        status = h.latest_status("workers")  # waits for a fresh /diagnostics array
+        return status if status is not None and status.level == DiagnosticStatus.WARN else None
+
+    return wait_for(warn, timeout, 0)
 
 
+@pytest.mark.ros
 def test_static_relay_raises_the_drift_alarm_when_nfe_cost_rises_mid_run():
     with running_relay(nfe_ns=NFE_NS) as h:
         h.send(h.request(sequence=1, remaining_nfe=2))
@@ -319,6 +334,7 @@ def test_static_relay_raises_the_drift_alarm_when_nfe_cost_rises_mid_run():
     assert values["nfe_ns_observed_tail"] in status.message and str(NFE_NS) in status.message
 
 
+@pytest.mark.ros
 def test_adaptive_relay_prices_the_slower_nfe_into_admission():
     from flowedge_relay_msgs.msg import RelayStats
 
@@ -348,6 +364,7 @@ def test_adaptive_relay_prices_the_slower_nfe_into_admission():
     assert not bad[0].successful
 
 
+@pytest.mark.ros
 def test_batch_slots_answer_every_valid_request_exactly_once_over_dds():
     """batch_slots:=4 (docs/design.md §5.1): a steady stream of valid requests (plus a stale
     generation, a passed deadline and an invalid one) over real DDS. The relay's steps are held
@@ -378,6 +395,7 @@ def test_batch_slots_answer_every_valid_request_exactly_once_over_dds():
     assert "step_ns_p99.rows_4" in workers or "step_ns_p99.rows_3" in workers
 
 
+@pytest.mark.ros
 def test_a_relay_stopped_as_its_request_thread_starts_stops_whole(monkeypatch):
     """Torn down as it comes up: stop() runs on another thread at the moment spin_relay's thread
     starts the request executor (created, not yet started). stop() must still stop the workers

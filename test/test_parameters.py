@@ -92,6 +92,7 @@ def test_cpu_affinities_are_checked():
     (Parameter("executor_cpu_affinity", value=[0.5]), InvalidParameterTypeException),
     (Parameter("publisher_cpu_affinity", value=[-1]), ValueError),
 ])  # fmt: skip
+@pytest.mark.ros
 def test_the_relay_refuses_bad_real_time_values_at_start(override, error):
     """A real RelayNode: rclpy enforces the ranges and types, the node the CPU ids."""
     from flowedge_relay.node import RelayNode

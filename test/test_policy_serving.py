@@ -217,6 +217,7 @@ def _send(h, served: ServedModel, arrays, seq: int, deadline_ms: float | None = 
     return req
 
 
+@pytest.mark.ros
 def test_vision_package_served_over_dds_bit_identical_and_bad_tensors_counted(vision):
     from ros_helpers import running_relay, status_values, wait_for
 
@@ -267,6 +268,7 @@ def test_vision_package_served_over_dds_bit_identical_and_bad_tensors_counted(vi
     assert loop == "native"  # the step graph ran in the C loop, the prefix in Python (#15)
 
 
+@pytest.mark.ros
 def test_package_keeps_stale_deadline_capacity_and_expired_semantics():
     """With prefix_ns in admission: the same outcomes, decided the same way, as the
     single-vector model (test_node.py)."""
@@ -314,6 +316,7 @@ def test_package_keeps_stale_deadline_capacity_and_expired_semantics():
     assert [a.code for a in rest] == [A.INFERENCE] * 3
 
 
+@pytest.mark.ros
 def test_unavailable_execution_provider_is_the_model_error_naming_the_available_ones():
     """CUDA asked for on this CPU host: the model ERROR lists what is available; nothing is
     served on CPU instead (requests are discarded as model_unavailable)."""

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 
 import numpy as np
 import pytest
-from core_helpers import MS
+from core_helpers import MS, make_core, request
 from flowedge_relay_msgs.msg import ActionMessage
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,7 @@ from rclpy.node import Node
 from rclpy.serialization import deserialize_message, serialize_message
 from ros_helpers import ros_context, running_relay, spinning, status_values, wait_for
 
-from flowedge_relay.core import Code, Core, CoreConfig, Outcome, ffi, lib
+from flowedge_relay.core import Code, Core, Outcome, ffi, lib
 from flowedge_relay.model import default_model_path, load_model
 from flowedge_relay.publisher import ActionPublisher, action_message
 from flowedge_relay.rcl_abi import publish_functions
@@ -33,8 +34,7 @@ U64 = st.integers(0, 2**64 - 1)
 U32 = st.integers(0, 2**32 - 1)
 
 
-def _core(**kw) -> Core:
-    return Core(CoreConfig(**{"obs_dim": MODEL.obs_dim, "action_len": ACT, **kw}))
+_core = partial(make_core, obs_dim=MODEL.obs_dim, action_len=ACT)
 
 
 def _publisher(core: Core, model=MODEL):
@@ -110,26 +110,22 @@ def test_cdr_refuses_a_short_buffer_and_missing_actions():
     assert lib.fer_publisher_create(ffi.NULL, b"", 0, 0, 0, 0, out) == lib.FER_EINVAL
     with _core() as core:
         too_long = b"d" * (lib.FER_DIGEST_MAX + 1)
-        assert lib.fer_publisher_create(core._live(), too_long, len(too_long), 0, 0, 0,
+        assert lib.fer_publisher_create(core.ptr, too_long, len(too_long), 0, 0, 0,
                                         out) == lib.FER_EINVAL  # fmt: skip
         assert out[0] == ffi.NULL
 
 
 def _finished(core: Core, n: int) -> None:
     """n INFERENCE outcomes in the core's rings (submitted, dispatched, stepped, finished)."""
-    from flowedge_relay.core import Request
-
-    obs = np.zeros(MODEL.obs_dim, np.float32)
     for seq in range(n):
         now = 1_000 * MS + seq
-        core.submit(Request(session_id=b"s", sequence=seq, generation=0, retry_count=0,
-                            retry_reason=0, origin_ns=now, deadline_ns=0, deadline_ros_ns=0,
-                            remaining_nfe=1, noise_seed=0, observation=obs), now)  # fmt: skip
+        core.submit(request(b"s", seq, seed=0, origin=now, obs_dim=MODEL.obs_dim), now)
         assert core.dispatch(0, now) is not None
         core.step(0, now + MS, MS)
         core.finish(0, now + 2 * MS, np.full(ACT, seq, np.float32))
 
 
+@pytest.mark.ros
 def test_loop_publishes_through_rcl_and_counts_latency():
     """fer_publish_run over a real rcl publisher: a subscriber gets every outcome, in order."""
     n = 5
@@ -158,6 +154,7 @@ def test_loop_publishes_through_rcl_and_counts_latency():
     assert list(pub.latency_ms[0:n]) == [2.0] * n  # finish - arrival: 2 ms each
 
 
+@pytest.mark.ros
 def test_loop_counts_what_rcl_refuses_and_goes_on():
     """After the context is shut down rcl refuses every publish: each is counted, none is lost
     from the count, and the loop still returns."""
@@ -176,6 +173,7 @@ def test_loop_counts_what_rcl_refuses_and_goes_on():
     assert (pub.published, pub.failed) == (0, 3) and pub.last_error != 0
 
 
+@pytest.mark.ros
 @pytest.mark.parametrize("native", [True, False])
 def test_loop_after_shutdown_polls_for_stop_instead_of_spinning(native):
     """Between the core's shutdown and stop (node.stop() joins the workers in between) the
@@ -234,6 +232,7 @@ def _timeless(msg: ActionMessage) -> ActionMessage:
     return msg
 
 
+@pytest.mark.ros
 def test_relay_answers_the_same_on_either_loop():
     """Over DDS: the diagnostic names the loop, and a relay on the C loop sends the messages a
     relay on the Python loop sends (every field but the timings)."""
@@ -250,6 +249,7 @@ def test_relay_answers_the_same_on_either_loop():
     assert native_lat.size == python_lat.size == 1 and native_lat[0] > 0
 
 
+@pytest.mark.ros
 def test_simulated_time_keeps_the_rclpy_loop():
     """On simulated time the stamp must be the node's clock, which the C loop cannot read: the
     relay publishes through rclpy and says why."""

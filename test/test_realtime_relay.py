@@ -16,11 +16,14 @@ import os
 import pathlib
 import re
 
+import pytest
 from diagnostic_msgs.msg import DiagnosticStatus
 from rt_helpers import CPUS, REFUSING, needs_fifo, needs_refusing
 
 from flowedge_relay.realtime import MAX_CPU, parse_cpu_list
 from flowedge_relay.tooling.bench.client import INFERENCE, remote_relay
+
+pytestmark = pytest.mark.ros  # every test here starts a relay over DDS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "config" / "fastdds_realtime.xml"

@@ -12,9 +12,10 @@ import time
 
 import numpy as np
 import pytest
+from core_helpers import request, wait_for
 from flowedge_relay._fer_core import lib
 
-from flowedge_relay.core import Code, Core, CoreConfig, InvalidArgument, Request, Ring
+from flowedge_relay.core import Code, Core, CoreConfig, InvalidArgument, Ring
 
 
 def payload(seq: int, n: int) -> np.ndarray:
@@ -174,7 +175,7 @@ def test_core_rings_with_concurrent_producers_and_publisher():
             for i in range(n_per):
                 # Odd sequences are already late: EXPIRED into ring 0. Even ones are queued.
                 deadline = 1 if i % 2 else 0
-                c.submit(Request(b"s", i, 0, 0, 0, 10, deadline, 0, 1, 0, obs), 10)
+                c.submit(request(b"s", i, seed=0, deadline=deadline, origin=10, obs=obs), 10)
 
         def worker(lane):
             while not done.is_set() and not threads.failed.is_set():
@@ -205,10 +206,9 @@ def test_core_rings_with_concurrent_producers_and_publisher():
         threads.start(worker, 1)
         feeder = threads.start(submitter)
         feeder.join(60)
-        end = time.monotonic() + 60  # all queued work served (or a thread failed)
-        while (c.stats().queue_depth or c.stats().lanes_busy) and not threads.failed.is_set():
-            assert time.monotonic() < end, c.stats()
-            threading.Event().wait(0.001)
+        # all queued work served (or a thread failed)
+        assert wait_for(lambda: not (c.stats().queue_depth or c.stats().lanes_busy)
+                        or threads.failed.is_set(), 60, 0.001), c.stats()
         done.set()
         c.shutdown()
         threads.join(60)

@@ -1,7 +1,7 @@
 """Issue 8: hostile input, faults and bursts lose nothing and crash nothing (over real DDS).
 
 Each test starts a real RelayNode and client (harness.running_relay) and runs one scenario from
-flowedge_relay/tooling/stress.py, the same code `python -m flowedge_relay.tooling.stress` runs for
+flowedge_relay/tooling/stress/, the same code `python -m flowedge_relay.tooling.stress` runs for
 the figures.
 No test asserts on a duration: waits are generous upper bounds, the checks are on counts.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
@@ -22,6 +21,8 @@ from ros_helpers import running_relay, status_values, wait_for
 
 from flowedge_relay import validation
 from flowedge_relay.tooling import stress
+
+pytestmark = pytest.mark.ros  # every test here starts ROS (conftest.py)
 
 A = ActionMessage
 OK, WARN, ERROR = (stress.level(DiagnosticStatus(level=lv)) for lv in (
@@ -89,13 +90,9 @@ def test_the_malformed_oracle_catches_a_validator_that_discards_valid_requests(m
 
 def _producer(tmp_path, h, mix: str, count: int, depth: int, rate: float = 1e6):
     """`stress produce` in its own process: a real producer, paced by nothing but DDS."""
-    m = h.model
-    contract = {"digest": m.digest, "obs_dim": m.obs_dim, "action_dim": m.action_dim,
-                "action_horizon": m.action_horizon}
     return subprocess.Popen(
-        [sys.executable, "-m", "flowedge_relay.tooling.stress", "produce", "--mix", mix, "--rate",
-         str(rate), "--count", str(count), "--depth", str(depth), "--seed", "5",
-         "--contract", json.dumps(contract), "--oracle", str(tmp_path / "oracle.npz")],
+        stress.producer_command(stress.Contract.of(h.model), rate=rate, count=count, mix=mix,
+                                oracle=str(tmp_path / "oracle.npz"), depth=depth, seed=5),
         stdout=subprocess.PIPE, text=True)
 
 

@@ -29,6 +29,7 @@ KNOWN = pytest.mark.skipif(DISTRO not in ros_compat.SUPPORTED_DISTROS,
                            reason=f"ROS_DISTRO={DISTRO!r}: run through make test")
 
 
+@pytest.mark.ros
 @KNOWN
 def test_rclpy_init_returns_a_context_manager_only_on_rclpy_9():
     ctx = Context()
@@ -41,6 +42,7 @@ def test_rclpy_init_returns_a_context_manager_only_on_rclpy_9():
         ctx.try_shutdown()
 
 
+@pytest.mark.ros
 def test_initialized_brings_a_context_up_for_the_block_and_shuts_it_down():
     ctx = Context()
     with ros_compat.initialized(["compat_test"], context=ctx) as got:
@@ -59,6 +61,7 @@ def test_executor_shutdown_takes_wait_for_threads_only_on_rclpy_9():
         f"{DISTRO}: ros_compat.shutdown_executor() must follow")
 
 
+@pytest.mark.ros
 def test_shutdown_executor_stops_the_pool_and_the_executor_on_either_distro():
     with ros_context() as ctx:
         executor = MultiThreadedExecutor(num_threads=2, context=ctx)
@@ -71,6 +74,7 @@ def test_shutdown_executor_stops_the_pool_and_the_executor_on_either_distro():
         assert time.monotonic() - start < 1.0
 
 
+@pytest.mark.ros
 @KNOWN
 def test_rclpy_hands_a_queued_callback_to_its_pool_again_on_every_spin():
     """rclpy issue 1452, present in rclpy 7 and 9: the reason executors.MainExecutor overrides
@@ -119,6 +123,7 @@ def test_rclpy_hands_a_queued_callback_to_its_pool_again_on_every_spin():
             node.destroy_node()
 
 
+@pytest.mark.ros
 def test_main_executor_reads_rclpy_internals_that_both_distros_have():
     with ros_context() as ctx:
         executor = MultiThreadedExecutor(num_threads=1, context=ctx)
@@ -131,6 +136,7 @@ def test_main_executor_reads_rclpy_internals_that_both_distros_have():
     assert not missing, f"rclpy on {DISTRO} lacks {missing}: executors.MainExecutor must adapt"
 
 
+@pytest.mark.ros
 def test_the_message_lost_event_is_supported_by_the_middleware():
     """The relay counts middleware loss through this event (docs/design.md §3)."""
     with ros_context() as ctx:

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import sys
 import time
+from functools import partial
 
 import numpy as np
 import pytest
-from core_helpers import HANG_GUARD_S, MS, collect
+from core_helpers import HANG_GUARD_S, MS, collect, make_core, wait_for
+from core_helpers import request as core_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowedge_relay import native
 from flowedge_relay import policy as P
-from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request, ffi, lib
+from flowedge_relay.core import Code, Decision, ffi, lib
 from flowedge_relay.model import SOLVERS, default_model_path, integrator_plan, load_model
 from flowedge_relay.workers import SlotInputs, WorkerPool
 
@@ -29,14 +31,9 @@ def small():
     return load_model(default_model_path())
 
 
-def make_core(slots: int = 2, **kw) -> Core:
-    return Core(CoreConfig(workers=1, batch_slots=slots, obs_dim=4, action_len=16, **kw))
-
-
-def request(seq: int, nfe: int, session: bytes | None = None, gen: int = 1) -> Request:
-    now = time.monotonic_ns()
-    return Request(session or b"s%d" % seq, seq, gen, 0, 0, now, 0, 0, nfe, seq,
-                   np.full(4, 0.1 * seq, np.float32))
+OBS = np.repeat(0.1 * np.arange(64)[:, None], 4, axis=1).astype(np.float32)  # row i: 0.1 i
+core_of = partial(make_core, batch_slots=2)  # two slots unless told
+request = partial(core_request, gen=1, obs=OBS)  # generation 1, observation OBS[seq]
 
 
 @settings(max_examples=200, deadline=None)
@@ -70,13 +67,14 @@ def test_a_request_is_served_while_this_thread_holds_the_gil(small):
     never releases the GIL by itself within the switch interval, set far beyond the guard) until
     the worker has computed and answered the request; a worker that needed the GIL would be
     stuck until the guard fails the test."""
-    with make_core() as core, WorkerPool(core, small) as pool:
+    with core_of() as core, WorkerPool(core, small) as pool:
         w = pool._workers[0]
         assert w.serve is not None and pool.worker_info()[0]["nfe_loop"] == "native"
         interval = sys.getswitchinterval()
         sys.setswitchinterval(100.0)
         try:
-            assert core.submit(request(1, 6), time.monotonic_ns()) == Decision.ACCEPTED
+            assert core.submit(request(b"s1", 1, nfe=6),
+                               time.monotonic_ns()) == Decision.ACCEPTED
             guard = time.monotonic() + HANG_GUARD_S / 3
             while not (w.counters[0] == 6 and w.counters[3] == 0) and time.monotonic() < guard:
                 pass
@@ -90,35 +88,32 @@ def test_a_request_is_served_while_this_thread_holds_the_gil(small):
 
 def test_counters_show_the_rows_held_and_return_to_zero(small):
     """slots_in_use (the diagnostic's) is the serve's row count, written by C as it changes."""
-    with make_core(slots=2, max_nfe=512) as core, \
+    with core_of(batch_slots=2, max_nfe=512) as core, \
             WorkerPool(core, small, fault_nfe_delay_ns=2 * MS) as pool:
         for seq in (1, 2):
-            assert core.submit(request(seq, 400), time.monotonic_ns()) == Decision.ACCEPTED
-        guard = time.monotonic() + HANG_GUARD_S
-        while pool.batch_stats()["slots_in_use"] != [2]:
-            assert time.monotonic() < guard, pool.batch_stats()
-            time.sleep(0.001)
+            assert core.submit(request(b"s%d" % seq, seq, nfe=400),
+                               time.monotonic_ns()) == Decision.ACCEPTED
+        assert wait_for(lambda: pool.batch_stats()["slots_in_use"] == [2], HANG_GUARD_S,
+                        0.001), pool.batch_stats()
         assert pool.inflight_ns(time.monotonic_ns()) >= 0 and pool._workers[0].holding
-        core.submit(request(3, 1, session=b"s1", gen=2), time.monotonic_ns())  # cancels seq 1
-        core.submit(request(4, 1, session=b"s2", gen=2), time.monotonic_ns())  # cancels seq 2
+        core.submit(request(b"s1", 3, nfe=1, gen=2), time.monotonic_ns())  # cancels seq 1
+        core.submit(request(b"s2", 4, nfe=1, gen=2), time.monotonic_ns())  # cancels seq 2
         got = {o.sequence: o.code for o in collect(core, 4)}
         assert got == {1: Code.REJECTED_STALE, 2: Code.REJECTED_STALE, 3: Code.INFERENCE,
                        4: Code.INFERENCE}
-        while pool.batch_stats()["slots_in_use"] != [0]:
-            assert time.monotonic() < guard, pool.batch_stats()
-            time.sleep(0.001)
+        assert wait_for(lambda: pool.batch_stats()["slots_in_use"] == [0], HANG_GUARD_S,
+                        0.001), pool.batch_stats()
 
 
 def test_stop_with_rows_held_answers_each_of_them_expired(small):
-    with make_core(slots=4) as core:
+    with core_of(batch_slots=4) as core:
         pool = WorkerPool(core, small, fault_nfe_delay_ns=5 * MS)
         pool.start()
         for seq in range(3):
-            assert core.submit(request(seq, 60), time.monotonic_ns()) == Decision.ACCEPTED
-        guard = time.monotonic() + HANG_GUARD_S
-        while pool.batch_stats()["slots_in_use"] != [3]:
-            assert time.monotonic() < guard, pool.batch_stats()
-            time.sleep(0.001)
+            assert core.submit(request(b"s%d" % seq, seq, nfe=60),
+                               time.monotonic_ns()) == Decision.ACCEPTED
+        assert wait_for(lambda: pool.batch_stats()["slots_in_use"] == [3], HANG_GUARD_S,
+                        0.001), pool.batch_stats()
         pool.stop()
         got = collect(core, 3)
         assert sorted(o.sequence for o in got) == [0, 1, 2]
@@ -128,10 +123,8 @@ def test_stop_with_rows_held_answers_each_of_them_expired(small):
 def test_the_prefix_passes_are_counted_for_a_two_phase_package():
     vision = P.load(P.vision_policy_path())
     layout = P.payload_layout(vision)
-    cfg = CoreConfig(workers=1, batch_slots=2, obs_dim=0, two_phase=1,
-                     action_len=vision.action.horizon * vision.action.output_dim,
-                     payload_bytes=layout.nbytes)
-    with Core(cfg) as core:
+    with core_of(obs_dim=0, two_phase=1, payload_bytes=layout.nbytes,
+                 action_len=vision.action.horizon * vision.action.output_dim) as core:
         slots = SlotInputs(vision, core.payload_view)
         with WorkerPool(core, vision, slot_inputs=slots) as pool:
             assert pool._workers[0].serve is not None
@@ -139,8 +132,7 @@ def test_the_prefix_passes_are_counted_for_a_two_phase_package():
                 P.fill_buffers(vision, slots[core.staging_slot()],
                                {"image": np.zeros((2, 32, 32), np.uint8),
                                 "state": np.zeros(2, np.float32)})
-                r = request(seq, 4)
-                r = Request(**{**r.__dict__, "observation": np.zeros(0, np.float32)})
+                r = request(b"s%d" % seq, seq, nfe=4, obs=np.zeros(0, np.float32))
                 assert core.submit(r, time.monotonic_ns()) == Decision.ACCEPTED
             got = collect(core, 3)
             assert {o.code for o in got} == {Code.INFERENCE}
@@ -188,11 +180,11 @@ def test_create_and_run_check_their_arguments(small):
     assert create(config(), rows=ffi.NULL)[0] == lib.FER_EINVAL
     flag = ffi.new("uint32_t *", 0)
     report = native.Report(np.zeros(8, np.int64), counters)
-    with make_core(slots=1) as one_slot, make_core(slots=2) as two_slots:
-        assert lib.fer_serve_run(serve, one_slot._live(), flag, ffi.NULL, report.c) \
+    with core_of(batch_slots=1) as one_slot, core_of(batch_slots=2) as two_slots:
+        assert lib.fer_serve_run(serve, one_slot.ptr, flag, ffi.NULL, report.c) \
             == lib.FER_EINVAL  # a serve of 2 rows on a core of 1 batch slot
         flag[0] = 1
-        assert lib.fer_serve_run(serve, two_slots._live(), flag, ffi.NULL, report.c) \
+        assert lib.fer_serve_run(serve, two_slots.ptr, flag, ffi.NULL, report.c) \
             == lib.FER_EXEC_STOPPED  # fits: the raised flag is seen before anything else
     assert lib.fer_serve_rows(serve) == 0
     lib.fer_serve_destroy(serve)

@@ -77,6 +77,7 @@ def test_counters_have_a_fixed_key_set():
     assert set(v.discarded) == set(Reason)
 
 
+@pytest.mark.ros
 def test_a_flood_of_invalid_requests_is_counted_per_message_and_logged_once_per_period():
     """Issue 14: each discard is one counter (per reason) and one integer compare; the log line
     comes at most once per DISCARD_LOG_PERIOD_NS, with how many it stood for. (rclpy's own

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 
 import numpy as np
 import pytest
-from core_helpers import HANG_GUARD_S, MS, collect
+from core_helpers import HANG_GUARD_S, MS, collect, make_core, wait_for
+from core_helpers import request as core_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rt_helpers import CPUS, needs_fifo
 
 from flowedge_relay import realtime as rt
-from flowedge_relay.core import Code, Core, CoreConfig, Decision, Request
+from flowedge_relay.core import Code, Core, Decision, Request
 from flowedge_relay.model import FlowSampler, default_model_path, load_model, make_session
 from flowedge_relay.models import detour_task as task
 from flowedge_relay.workers import WorkerPool, p50_p99
@@ -38,45 +40,12 @@ def reference(model):
 OBS = task.sample_observations(np.random.default_rng(99), 8)
 
 
-def make_core(workers: int = 1, **kw) -> Core:
-    return Core(CoreConfig(workers=workers, obs_dim=4, action_len=16, **kw))
-
-
-def request(
-    session: bytes,
-    seq: int,
-    gen: int = 1,
-    nfe: int = 8,
-    seed: int = 1,
-    obs=None,
-    deadline_ns: int = 0,
-) -> Request:
-    now = time.monotonic_ns()
-    return Request(
-        session_id=session,
-        sequence=seq,
-        generation=gen,
-        retry_count=0,
-        retry_reason=0,
-        origin_ns=now,
-        deadline_ns=deadline_ns,
-        deadline_ros_ns=0,
-        remaining_nfe=nfe,
-        noise_seed=seed,
-        observation=OBS[seq % len(OBS)] if obs is None else obs,
-    )
+# generation 1, 8 NFE, noise seed 1, observation OBS[seq] unless told
+request = partial(core_request, gen=1, nfe=8, seed=1, obs=OBS)
 
 
 def submit(core: Core, req: Request) -> None:
     assert core.submit(req, time.monotonic_ns()) == Decision.ACCEPTED
-
-
-def wait_until(predicate, what: str):
-    guard = time.monotonic() + HANG_GUARD_S
-    while not (value := predicate()):
-        assert time.monotonic() < guard, f"never happened: {what}"
-        time.sleep(0.001)
-    return value
 
 
 def lane_nfe_done(core: Core, lane: int = 0) -> int:
@@ -131,7 +100,8 @@ def test_cancellation_stops_within_one_nfe(model):
     with make_core() as core, WorkerPool(core, model, workers=1) as pool:
         pool.fault_nfe_delay_ns = 20 * MS  # each NFE >= 20 ms: room to submit mid-run
         submit(core, request(b"sess", 1, gen=1, nfe=40))
-        wait_until(lambda: lane_nfe_done(core) >= 3, "three NFEs of generation 1")
+        assert wait_for(lambda: lane_nfe_done(core) >= 3, HANG_GUARD_S,
+                        0.001), "never happened: three NFEs of generation 1"
         before = lane_nfe_done(core)
         submit(core, request(b"sess", 2, gen=2, nfe=2))
         after = lane_nfe_done(core)
@@ -150,7 +120,7 @@ def test_deadline_expiry_between_steps(model):
     with make_core() as core, WorkerPool(core, model, workers=1) as pool:
         pool.fault_nfe_delay_ns = 20 * MS  # 40 NFE need >= 800 ms; the deadline allows 300
         deadline = time.monotonic_ns() + 300 * MS
-        submit(core, request(b"d", 1, nfe=40, deadline_ns=deadline))
+        submit(core, request(b"d", 1, nfe=40, deadline=deadline))
         (out,) = collect(core, 1)
         assert out.code == Code.EXPIRED and out.actions is None
         assert 1 <= out.nfe_done < 40 and out.remaining_nfe == 40 - out.nfe_done
@@ -167,7 +137,8 @@ def test_shutdown_with_work_in_flight_joins_every_thread(model):
     pool.fault_nfe_delay_ns = 10 * MS
     submit(core, request(b"x", 1, nfe=60))
     submit(core, request(b"y", 2, nfe=60))
-    wait_until(lambda: all(lane.busy for lane in core.lanes_snapshot()), "both lanes busy")
+    assert wait_for(lambda: all(lane.busy for lane in core.lanes_snapshot()), HANG_GUARD_S,
+                    0.001), "never happened: both lanes busy"
     pool.stop()
     assert worker_threads() == []
     outs = collect(core, 2)  # in-flight work is answered EXPIRED, not dropped
@@ -181,15 +152,16 @@ def test_crashed_worker_lane_disabled_others_continue(model):
     with make_core(workers=2) as core, WorkerPool(core, model, workers=2) as pool:
         pool.fault_nfe_delay_ns = 10 * MS
         submit(core, request(b"c", 1, nfe=50))
-        busy = wait_until(
+        busy = wait_for(
             lambda: [x.lane for x in core.lanes_snapshot() if x.busy and x.nfe_done >= 1],
-            "the request running",
+            HANG_GUARD_S, 0.001,
         )
+        assert busy, "never happened: the request running"
         lane = busy[0]
         pool.inject_worker_crash(lane)
-        health = wait_until(
-            lambda: (h := pool.poll_health(time.monotonic_ns())).dead and h, "the crash seen"
-        )
+        health = wait_for(lambda: (h := pool.poll_health(time.monotonic_ns())).dead and h,
+                          HANG_GUARD_S, 0.001)
+        assert health, "never happened: the crash seen"
         assert health.dead == [lane] and health.stalled == []
         (lost,) = collect(core, 1)
         assert lost.code == Code.EXPIRED and lost.lane == lane and lost.nfe_done < 50
@@ -206,9 +178,9 @@ def test_stalled_worker_reported(model):
     with make_core() as core, WorkerPool(core, model, workers=1, stall_ns=2 * MS) as pool:
         pool.fault_nfe_delay_ns = 50 * MS
         submit(core, request(b"s", 1, nfe=6))
-        health = wait_until(
-            lambda: (h := pool.poll_health(time.monotonic_ns())).stalled and h, "a stall"
-        )
+        health = wait_for(lambda: (h := pool.poll_health(time.monotonic_ns())).stalled and h,
+                          HANG_GUARD_S, 0.001)
+        assert health, "never happened: a stall"
         assert health.stalled == [0] and health.dead == []
         pool.fault_nfe_delay_ns = 0
         assert collect(core, 1)[0].code == Code.INFERENCE
@@ -303,7 +275,7 @@ def test_pool_rejects_mismatched_configuration(model):
             WorkerPool(core, model, workers=1)
         with pytest.raises(ValueError):
             WorkerPool(core, model, workers=2, solver="rk4")
-    with Core(CoreConfig(workers=1, obs_dim=3, action_len=16)) as core:
+    with make_core(obs_dim=3) as core:
         with pytest.raises(ValueError):
             WorkerPool(core, model, workers=1)
 
@@ -311,14 +283,17 @@ def test_pool_rejects_mismatched_configuration(model):
 @pytest.mark.parametrize("loop", ["auto", "python"])  # the native loop probes in C
 def test_nfe_breakdown_probe_is_off_by_default_and_splits_every_nfe_when_asked(
         model, reference, tmp_path, monkeypatch, loop):
-    """BREAKDOWN_ENV (bench only): every NFE gets five instants on three clocks, written when
-    the worker exits; the probe changes no result."""
+    """The bench-only probe hook (set_nfe_probe_factory, bench/nfe_probe.py): every NFE gets
+    five instants on three clocks, written when the worker exits; the probe changes no result."""
+    from flowedge_relay import workers
     from flowedge_relay.tooling.bench.nfe_breakdown import parts
-    from flowedge_relay.workers import BREAKDOWN_ENV, PROBE_POINTS
+    from flowedge_relay.tooling.bench.nfe_probe import probe_factory
+    from flowedge_relay.workers import PROBE_POINTS
 
     with make_core() as core, WorkerPool(core, model, workers=1) as pool:
         assert all(w.probe is None for w in pool._workers)  # off: nothing allocated or read
-    monkeypatch.setenv(BREAKDOWN_ENV, str(tmp_path))
+    monkeypatch.setattr(workers, "_probe_factory", None)  # restored after the test
+    workers.set_nfe_probe_factory(probe_factory(str(tmp_path)))
     with make_core() as core, WorkerPool(core, model, workers=1, nfe_loop=loop) as pool:
         assert pool.worker_info()[0]["nfe_loop"] == ("native" if loop == "auto" else "python")
         submit(core, request(b"a", 1, nfe=8, seed=5))

@@ -14,7 +14,7 @@ Two architectures, one trainer (SiLU MLP on [x, time features, observation]):
   policy_bench  one 768-wide layer, then one 768x768 residual block applied 8 times with shared
                 weights: about 1 ms per NFE on one core while the file stays ~2.5 MB.
 
-A third, policy_vision, is a two-phase policy package (flowedge_relay/policy.py, docs/design.md
+A third, policy_vision, is a two-phase policy package (flowedge_relay/policy/, docs/design.md
 section 10): inputs `image` (uint8 [2, 32, 32], detour_task.render_observation: goal spot and
 obstacle drawn around the robot) and `state` (float32 [2], the robot's position); a prefix graph
 (image -> per-channel spatial keypoints -> SiLU layer: context tensors `keypoints` [4] and

@@ -7,7 +7,6 @@ Everything here is real: a private rclpy context, real DDS topics, the RelayNode
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -20,6 +19,7 @@ from rclpy.node import Node
 
 from flowedge_relay.executors import take_waiting
 from flowedge_relay.timebase import ros_time
+from flowedge_relay.tooling.waiting import wait_for
 
 if TYPE_CHECKING:
     from flowedge_relay.producer import ServedModel
@@ -49,16 +49,6 @@ def spinning(*nodes: Node, context: Context) -> Iterator[SingleThreadedExecutor]
     finally:
         executor.shutdown(timeout_sec=2.0)
         thread.join(timeout=5.0)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, period: float = 0.01) -> bool:
-    """Poll predicate until it holds or timeout seconds pass; returns its last value."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(period)
-    return predicate()
 
 
 def wait_for_subscribers(publisher, count: int = 1, timeout: float = 10.0) -> None:

@@ -87,6 +87,7 @@ from flowedge_relay.tooling.bench.client import (
 from flowedge_relay.tooling.bench.model import pinned_to, submit_all_and_wait
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
+from flowedge_relay.tooling.bench.tables import VERDICT, format_rows, percent, target_met
 from flowedge_relay.workers import WorkerPool
 
 MODELS = ("small", "bench")
@@ -453,9 +454,9 @@ def _targets(report: dict) -> dict:
                     if metric not in ("on_time_ratio_admitted", "goodput_vs_capacity"):
                         continue
                     v = m.get(metric)
-                    met = None if v is None else (v >= bound if op == ">=" else v <= bound)
                     out[f"{policy}.B{b}.{load}x.{metric}"] = {"target": f"{op} {bound:g}",
-                                                              "value": v, "met": met}
+                                                              "value": v,
+                                                              "met": target_met(v, op, bound)}
     return out
 
 
@@ -469,8 +470,6 @@ def _nfe_text(report: dict) -> str:
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.tooling.bench.tables import format_rows
-
     rows = _rows(report)
     lines = [
         f"batching: saturated capacity through the relay ({report['relay']}), "
@@ -487,15 +486,15 @@ def table(report: dict) -> str:
                         "policy": policy, "B": b, "load": load,
                         "capacity_rps": round(m["capacity_rps"], 1),
                         "nfe_ns": m["nfe_ns"], "offered": m["offered"],
-                        "on_time_admitted": overload._fmt_pct(m["on_time_ratio_admitted"]),
-                        "vs_capacity": overload._fmt_pct(m["goodput_vs_capacity"]),
-                        "wasted_nfe": overload._fmt_pct(m["wasted_nfe_ratio"]),
+                        "on_time_admitted": percent(m["on_time_ratio_admitted"]),
+                        "vs_capacity": percent(m["goodput_vs_capacity"]),
+                        "wasted_nfe": percent(m["wasted_nfe_ratio"]),
                     })  # fmt: skip
         lines += [f"overload trace ({report['overload_model']}):",
                   format_rows(orow)]
     lines.append("targets (printed, not asserted):")
     for name, t in report["targets"].items():
-        verdict = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
+        verdict = VERDICT[t["met"]]
         v = t["value"]
         value = "-" if v is None else (f"{v:.2f}x" if "capacity" in name and "b8" in name
                                        else f"{v:.4%}")

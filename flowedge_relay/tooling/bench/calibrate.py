@@ -60,16 +60,17 @@ import numpy as np
 from flowedge_relay.model import FlowSampler, ModelInfo, make_session
 from flowedge_relay.policy import Policy, PolicySampler, fill_buffers, make_sessions
 from flowedge_relay.tooling.bench.client import (
-    INFERENCE,
     collector_paused,
     percentiles,
     relay_for_bench,
+    round_trip,
     saturate,
     wait_idle,
     warm_up,
 )
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
+from flowedge_relay.tooling.bench.trace import capacity_rps
 from flowedge_relay.tooling.harness import (
     MODEL_CHOICES,
     load_served,
@@ -170,14 +171,8 @@ def relay_samples(
     """n sequential requests of nfe NFE (no deadline) through the relay; per-request ns."""
     e2e, compute, queue, out, nfe_done = [], [], [], [], []
     for _ in range(n):
-        req = client.request(session, client.next_sequence(), nfe, noise_seed=len(e2e))
-        sent = client.send(req)
-        ans = client.answer((req.session_id, req.sequence), timeout)
-        if ans is None:
-            raise TimeoutError(f"no answer from the relay within {timeout} s")
-        if ans.code != INFERENCE:
-            raise RuntimeError(f"calibration request ended with code {ans.code}")
-        e2e.append(ans.received_ns - sent)
+        took, ans = round_trip(client, session, nfe, timeout, noise_seed=len(e2e))
+        e2e.append(took)
         compute.append(ans.compute_ns)
         queue.append(ans.queue_ns)
         out.append(ans.received_ns - ans.published_ns)
@@ -243,6 +238,27 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
         if raw.two_phase:
             samples["loaded_relay_prefix"] = relay.pool.prefix_percentiles()
     return samples
+
+
+def inline(relay, client, mean_nfe: float, requests: int, loaded_s: float) -> dict:
+    """The short calibration a bench runs on its own relay before its trace (overload,
+    nfe-breakdown): `requests` requests of the trace's mean NFE alternating with ten times as
+    many raw NFEs in four blocks, then `loaded_s` saturated and the overload phase; summarized."""
+    nfe = max(1, round(mean_nfe))
+    return summarize(measure(relay, client, requests, nfe, 10 * requests, 4, loaded_s=loaded_s),
+                     nfe)
+
+
+def capacity(cal: dict, mean_nfe: float, workers: int = 1,
+             slots: int = 1) -> tuple[float, float, float]:
+    """What W x B lanes complete, from an inline calibration, for requests of `mean_nfe` NFE:
+    (requests/s, ns per NFE, service ns per request). At B = 1 an NFE costs the sequential relay
+    compute; at B > 1 a lone request runs one-row steps, so the saturated (full-batch) cost per
+    lane NFE counts; a two-phase package adds its median prefix pass once per request."""
+    ns_per_nfe = cal["relay_compute_ns_per_nfe_mean" if slots == 1
+                     else "loaded_compute_ns_per_nfe_mean"]
+    service_ns = mean_nfe * ns_per_nfe + cal.get("relay_prefix_ns_p50", 0.0)
+    return capacity_rps(workers * slots, mean_nfe, service_ns / mean_nfe), ns_per_nfe, service_ns
 
 
 def overload_seconds(loaded_s: float, step_ns: float) -> float:

@@ -215,6 +215,21 @@ class BenchClient:
             return sum(1 for k in keys if k in self.answers)
 
 
+def round_trip(client: BenchClient, session: str, nfe: int, timeout: float = 10.0,
+               noise_seed: int = 0) -> tuple[int, Answer]:
+    """One request of `nfe` NFE (no deadline), sent now and answered: (end-to-end ns from the
+    client's publish to its receive, the answer). No answer within `timeout` is a TimeoutError,
+    an answer other than INFERENCE a RuntimeError (calibrate, overhead: sequential requests)."""
+    req = client.request(session, client.next_sequence(), nfe, noise_seed=noise_seed)
+    sent = client.send(req)
+    ans = client.answer((req.session_id, req.sequence), timeout)
+    if ans is None:
+        raise TimeoutError(f"{session}: no answer from the relay within {timeout} s")
+    if ans.code != INFERENCE:
+        raise RuntimeError(f"{session}: request ended with code {ans.code}")
+    return ans.received_ns - sent, ans
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """No garbage collection in this process for the block (a trace's seconds), one before.
@@ -379,6 +394,19 @@ def client_of(proc: NodeProcess, info: ModelInfo | Policy,
                                + "".join(proc.lines[-20:]))  # fmt: skip
 
 
+def parse_relay_params(items: list[str]) -> dict[str, object]:
+    """NAME:=VALUE strings (as after `ros2 run ... -p`) to parameter overrides (YAML values)."""
+    import yaml
+
+    out = {}
+    for item in items:
+        name, sep, value = item.partition(":=")
+        if not sep or not name:
+            raise SystemExit(f"--relay-param wants NAME:=VALUE, got {item!r}")
+        out[name] = yaml.safe_load(value)
+    return out
+
+
 def _ros_value(v: object) -> str:
     """A parameter value as `-p name:=value` wants it (YAML; lists as [a, b])."""
     if isinstance(v, list | tuple):
@@ -386,18 +414,24 @@ def _ros_value(v: object) -> str:
     return str(v)
 
 
+#: the module `relay_process` runs: flowedge-relayd
+RELAY_MODULE = "flowedge_relay.cli"
+
+
 @contextmanager
 def relay_process(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
                   namespace: str = "", wrapper: Sequence[str] = (),
+                  relay_module: str = RELAY_MODULE,
                   **params) -> Iterator[tuple[ModelInfo | Policy, BenchClient]]:  # fmt: skip
     """`flowedge-relayd` in its own process (as deployed) with these parameters, and a
     BenchClient in this one (its `process` is the relay's NodeProcess); under `namespace`
-    (e.g. /b8) both, so relays can run side by side; under `wrapper` (NodeProcess)."""
+    (e.g. /b8) both, so relays can run side by side; under `wrapper` (NodeProcess).
+    `relay_module` runs the relay through another entry point (bench/nfe_probe.py: probed)."""
     info = load_served(params.get("model_path", default_model_path()))
     ros_args = [a for k, v in params.items() for a in ("-p", f"{k}:={_ros_value(v)}")]
     if namespace:
         ros_args += ["-r", f"__ns:={namespace}"]
-    proc = NodeProcess("flowedge_relay.cli", ros_args, env=env,
+    proc = NodeProcess(relay_module, ros_args, env=env,
                        switch_interval_s=switch_interval_s, wrapper=wrapper)  # fmt: skip
     with client_of(proc, info, namespace=namespace) as client:
         client.process = proc
@@ -581,11 +615,13 @@ class RemoteRelay:
 @contextmanager
 def remote_relay(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
                  namespace: str = "", wrapper: Sequence[str] = (),
+                 relay_module: str = RELAY_MODULE,
                  **params) -> Iterator[tuple[RemoteRelay, BenchClient]]:  # fmt: skip
     """`flowedge-relayd` in its own process, a RemoteRelay view of it and a BenchClient (both
     under `namespace`, if given; the process under `wrapper`, NodeProcess)."""
     with relay_process(env=env, switch_interval_s=switch_interval_s, namespace=namespace,
-                       wrapper=wrapper, **params) as (info, client):  # fmt: skip
+                       wrapper=wrapper, relay_module=relay_module,
+                       **params) as (info, client):  # fmt: skip
         yield RemoteRelay(client.node, info, int(params.get("workers", 1)),
                           batch_slots=int(params.get("batch_slots", 1))), client
 

@@ -144,22 +144,16 @@ def _stats(lat: np.ndarray) -> dict:
             "us_p99": round(float(np.percentile(us, 99)), 2)}
 
 
-def _wait_idle(relay, timeout: float = 60.0) -> None:
-    from flowedge_relay.tooling.harness import wait_for
-
-    wait_for(lambda: relay.core.stats().queue_depth == 0 and relay.core.stats().lanes_busy == 0,
-             timeout)
-
-
 def _cases(relay, n: int, rng, run_case) -> None:
     """Every case once on `relay` (not spinning: this thread is its submit producer), through
     run_case(kind, case, expected outcome, messages, prepare=(), settle_s=0): `prepare` goes
     first, untimed, with settle_s after its first message."""
     from rclpy.parameter import Parameter
 
-    from flowedge_relay.tooling.stress import RequestBuilder, contract_of
+    from flowedge_relay.tooling.bench.client import wait_idle
+    from flowedge_relay.tooling.stress import Contract, RequestBuilder
 
-    b = RequestBuilder(contract_of(relay.model))
+    b = RequestBuilder(Contract.of(relay.model))
 
     def req(i: int, **fields):
         return _roundtrip(b.request(**{"sequence": i, "remaining_nfe": 1, "noise_seed": i,
@@ -177,17 +171,17 @@ def _cases(relay, n: int, rng, run_case) -> None:
     newer = req(next(seq), session_id="st", generation=10)
     run_case("decision", "older_generation", "rejected_stale",
              [req(next(seq), session_id="st", generation=1) for _ in range(n)], prepare=[newer])
-    _wait_idle(relay)
+    wait_idle(relay, 60.0)
     # one NFE "costs" a minute: a deadline 10 s away (that cannot pass while the messages are
     # built) is out of reach
     relay.set_parameters([Parameter("nfe_ns", value=60_000_000_000)])
     run_case("decision", "deadline_unreachable", "rejected_deadline",
              [req(next(seq), session_id=f"d{i % 8}", deadline_ms=10_000) for i in range(n)])
     relay.set_parameters([Parameter("nfe_ns", value=0)])
-    _wait_idle(relay)
+    wait_idle(relay, 60.0)
     run_case("decision", "accepted_then_run", "accepted",
              [req(next(seq), session_id=f"a{i % 8}") for i in range(n)])
-    _wait_idle(relay)
+    wait_idle(relay, 60.0)
     # one request holds the worker (max_nfe NFE x 0.5 s, released below by clearing the delay,
     # read per NFE), the queue fills: later ones find no room
     relay.set_parameters([Parameter("fault_nfe_delay_ms", value=500.0)])
@@ -198,7 +192,7 @@ def _cases(relay, n: int, rng, run_case) -> None:
              [req(next(seq), session_id=f"c{i % 8}") for i in range(n)], prepare=hold + fill,
              settle_s=0.2)
     relay.set_parameters([Parameter("fault_nfe_delay_ms", value=0.0)])
-    _wait_idle(relay)
+    wait_idle(relay, 60.0)
 
 
 def intake_costs(n: int, intake: str, bar: Progress | None = None) -> list[dict]:

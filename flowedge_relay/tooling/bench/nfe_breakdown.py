@@ -2,8 +2,9 @@
 what the cheapest candidate fixes change (issue 15, item 1: measure, don't guess).
 
 For each variant the relay runs as its own `flowedge-relayd` process with the bench-only probe
-on (workers.BREAKDOWN_ENV: every worker thread reads its monotonic clock, its CPU time and its
-run-queue wait at five instants of every NFE; workers.NfeProbe). A short inline calibration gives
+on (bench/nfe_probe.py through the runtime's workers.set_nfe_probe_factory hook: every worker
+thread reads its monotonic clock, its CPU time and its run-queue wait at five instants of every
+NFE; nfe_probe.NfeProbe). A short inline calibration gives
 capacity and the static `nfe_ns`, then the overload trace (trace.py) runs at `--light` and at
 `--over` x capacity with edf_admission. Per NFE, between the instants:
 
@@ -22,7 +23,7 @@ capacity and the static `nfe_ns`, then the overload trace (trace.py) runs at `--
   step            core.step (the C call, the core mutex, re-taking the GIL after it in Python)
 
 and the makeup of the slowest 1% of NFEs at overload (mean of each part over them). The probe
-reads the same instants in both NFE loops (workers.NfeProbe in Python, fer_exec.c's probe in the
+reads the same instants in both NFE loops (nfe_probe.NfeProbe in Python, fer_exec.c's probe in the
 native loop), so the parts compare one to one. Variants:
 
   python_loop     nfe_loop python: the worker's NFE loop in Python (the relay before #15)
@@ -33,11 +34,6 @@ native loop), so the parts compare one to one. Variants:
   split_cpus      executor_cpu_affinity [0], worker_cpu_affinity [1]: the request thread and
                   the worker on different cores (the relay's existing parameters)
   split_cpus+switch_200us  both
-  split_cpus+worker_fifo   split_cpus and worker_rt_priority 10 (SCHED_FIFO worker; where
-                  permitted; not in the default list, it takes a core from the rest of the host)
-  split_cpus+worker_fifo+switch_200us  and the 200 us switch interval (not in the default list)
-  worker_fifo     SCHED_FIFO worker (priority 10), nothing pinned (not in the default list)
-  python_loop+worker_fifo  the same with the Python loop (not in the default list)
 
 The figure of merit is worker NFE p99 at `--over` divided by its p99 at `--light` (target
 <= 1.5). A measurement on a shared host: the report records the load average.
@@ -53,13 +49,14 @@ from pathlib import Path
 
 import numpy as np
 
-from flowedge_relay.tooling.bench import calibrate
+from flowedge_relay.tooling.bench import calibrate, nfe_probe
 from flowedge_relay.tooling.bench.client import model_path, remote_relay, set_policy, warm_up
 from flowedge_relay.tooling.bench.overload import replay
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
-from flowedge_relay.workers import BREAKDOWN_ENV, PROBE_POINTS
+from flowedge_relay.tooling.bench.tables import format_rows, percent
+from flowedge_relay.tooling.bench.trace import Trace, TraceSpec
+from flowedge_relay.workers import PROBE_POINTS
 
 VARIANTS: dict[str, dict] = {
     "python_loop": {"params": {"nfe_loop": "python"}},
@@ -69,18 +66,7 @@ VARIANTS: dict[str, dict] = {
     "split_cpus+switch_200us": {"switch_interval_s": 200e-6,
                                 "params": {"executor_cpu_affinity": [0],
                                            "worker_cpu_affinity": [1]}},
-    # not run by default: SCHED_FIFO takes a core from everything else on the host
-    "split_cpus+worker_fifo": {"params": {"executor_cpu_affinity": [0],
-                                          "worker_cpu_affinity": [1], "worker_rt_priority": 10}},
-    "split_cpus+worker_fifo+switch_200us": {
-        "switch_interval_s": 200e-6,
-        "params": {"executor_cpu_affinity": [0], "worker_cpu_affinity": [1],
-                   "worker_rt_priority": 10}},
-    "worker_fifo": {"params": {"worker_rt_priority": 10}},
-    "python_loop+worker_fifo": {"params": {"nfe_loop": "python", "worker_rt_priority": 10}},
 }  # fmt: skip
-DEFAULT_VARIANTS = ("python_loop", "baseline", "switch_200us", "split_cpus",
-                    "split_cpus+switch_200us")
 PARTS = ("nfe", "ort_cpu", "ort_runq", "gil_wait", "py_before", "solver", "step")
 TARGET_RATIO = 1.5
 # seconds per point, calibration requests, calibration seconds saturated
@@ -94,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--light", type=float, default=0.3, help="light load, x capacity")
     parser.add_argument("--over", type=float, default=2.0, help="overload, x capacity")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS),
-                        default=list(DEFAULT_VARIANTS))
+                        default=list(VARIANTS))
     parser.add_argument("--seed", type=int, default=TraceSpec.seed)
 
 
@@ -146,21 +132,18 @@ def _load_rows(directory: str) -> np.ndarray:
 def run_variant(name: str, args, spec: TraceSpec, duration: float, sizes, bar) -> dict:
     variant = VARIANTS[name]
     _, cal_requests, cal_loaded_s = sizes
-    cal_nfe = max(1, round(spec.mean_nfe))
     params = dict(model_path=model_path(args.model), workers=1, queue_capacity=64,
                   max_nfe=max(64, spec.nfe_max), **variant.get("params", {}))  # fmt: skip
     trace = Trace(spec)
     windows, points = {}, {}
     with tempfile.TemporaryDirectory(prefix="flowedge-breakdown-") as tmp:
-        with remote_relay(env={BREAKDOWN_ENV: tmp},
+        with remote_relay(env={nfe_probe.BREAKDOWN_ENV: tmp}, relay_module=nfe_probe.__name__,
                           switch_interval_s=variant.get("switch_interval_s"),
                           **params) as (relay, client):  # fmt: skip
             warm_up(client)
             bar.update(label=f"{name}: calibration")
-            samples = calibrate.measure(relay, client, cal_requests, cal_nfe, 10 * cal_requests,
-                                        4, loaded_s=cal_loaded_s)  # fmt: skip
-            cal = calibrate.summarize(samples, cal_nfe)
-            capacity = capacity_rps(1, spec.mean_nfe, cal["relay_compute_ns_per_nfe_mean"])
+            cal = calibrate.inline(relay, client, spec.mean_nfe, cal_requests, cal_loaded_s)
+            capacity = calibrate.capacity(cal, spec.mean_nfe)[0]
             set_policy(relay, nfe_ns=cal["recommended_nfe_ns"],
                        admission_reserve_ns=cal["recommended_admission_reserve_ns"],
                        queue_timeout_ms=0, cost_model="static")  # fmt: skip
@@ -210,8 +193,8 @@ def run(args: argparse.Namespace) -> dict:
         "target": f"worker NFE p99 at {args.over:g}x <= {TARGET_RATIO:g} x its p99 at "
                   f"{args.light:g}x",
         "method": "relay as its own flowedge-relayd process, bench-only probe "
-                  f"({BREAKDOWN_ENV}); edf_admission at the inline calibration; parts are "
-                  "described in flowedge_relay/tooling/bench/nfe_breakdown.py",
+                  f"({nfe_probe.BREAKDOWN_ENV}); edf_admission at the inline calibration; "
+                  "parts are described in flowedge_relay/tooling/bench/nfe_breakdown.py",
         "variants": results,
         "pid": os.getpid(),
     }  # fmt: skip
@@ -245,15 +228,12 @@ def _rows(report: dict) -> list[dict]:
                 )),
                 "p99_over/light": (f"{v['p99_over_vs_light']:.2f}" if label == "over"
                                    and v["p99_over_vs_light"] is not None else ""),
-                "on_time_adm": ("-" if pt["on_time_ratio_admitted"] is None
-                                else f"{100 * pt['on_time_ratio_admitted']:.2f}%"),
+                "on_time_adm": percent(pt["on_time_ratio_admitted"]),
             })  # fmt: skip
     return rows
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.tooling.bench.tables import format_rows
-
     lines = [
         f"nfe-breakdown: {report['model']}, {report['duration_s_per_point']:g} s of trace per "
         f"point, light {report['loads']['light']:g}x / over {report['loads']['over']:g}x "

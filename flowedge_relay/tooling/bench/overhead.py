@@ -1,9 +1,9 @@
 """`bench overhead`: what the relay adds on top of the model, at light load and at saturation.
 
-The relay runs as deployed, as its own `flowedge-relayd` process (bench model, admission off;
-`--in-process` puts it in the bench process instead); a client node in the bench process talks
-to it over DDS. Next to it runs the transport floor, `bench/echo.py`: an rclpy node in its own
-process that answers each request at once, with no model work.
+The relay runs as deployed, as its own `flowedge-relayd` process (bench model, admission off);
+a client node in the bench process talks to it over DDS. Next to it runs the transport floor,
+`bench/echo.py`: an rclpy node in its own process that answers each request at once, with no
+model work.
 
 Light load: requests of `--nfe` NFE sent one at a time (the next one `--gap-ms` after the answer),
   each followed by one to the echo node, so both see the same moment of a noisy host.
@@ -39,19 +39,17 @@ from __future__ import annotations
 import argparse
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 
-from flowedge_relay.model import FlowSampler, ModelInfo, make_session
+from flowedge_relay.model import FlowSampler, make_session
 from flowedge_relay.tooling.bench.client import (
-    INFERENCE,
-    bench_relay,
     echo_process,
     model_path,
+    parse_relay_params,
     percentiles,
     relay_process,
+    round_trip,
     saturate,
     warm_up,
 )
@@ -78,42 +76,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra relay parameter (repeatable), e.g. worker_cpu_affinity:=[1]")
     parser.add_argument("--compare-loops", action="store_true",
                         help="also run the saturation trials on a relay with nfe_loop python")
-    parser.add_argument("--in-process", action="store_true",
-                        help="run the relay inside the bench process (sharing its GIL) instead "
-                             "of as its own flowedge-relayd process")
-
-
-@contextmanager
-def relay_under_test(in_process: bool, **params) -> Iterator[tuple[ModelInfo, object]]:
-    """(model info, bench client) for a relay in its own process (default) or in this one."""
-    if in_process:
-        with bench_relay(**params) as (relay, client):
-            yield relay.model, client
-    else:
-        with relay_process(**params) as pair:
-            yield pair
-
-
-def parse_relay_params(items: list[str]) -> dict[str, object]:
-    """NAME:=VALUE strings (as after `ros2 run ... -p`) to parameter overrides (YAML values)."""
-    import yaml
-
-    out = {}
-    for item in items:
-        name, sep, value = item.partition(":=")
-        if not sep or not name:
-            raise SystemExit(f"--relay-param wants NAME:=VALUE, got {item!r}")
-        out[name] = yaml.safe_load(value)
-    return out
-
-
-def _one(client, nfe: int, timeout: float) -> tuple[int, object]:
-    req = client.request("bench-overhead", client.next_sequence(), nfe)
-    sent = client.send(req)
-    ans = client.answer((req.session_id, req.sequence), timeout)
-    if ans is None or ans.code != INFERENCE:
-        raise RuntimeError(f"light-load request failed: {ans}")
-    return ans.received_ns - sent, ans
 
 
 def light_load(client, echo, n: int, nfe: int, gap_s: float, bar=None,
@@ -123,13 +85,13 @@ def light_load(client, echo, n: int, nfe: int, gap_s: float, bar=None,
     cols: dict[str, list[int]] = {k: [] for k in ("e2e", "compute", "queue", "delivery",
                                                   "floor", "floor_delivery")}  # fmt: skip
     for _ in range(n):
-        e2e, ans = _one(client, nfe, timeout)
+        e2e, ans = round_trip(client, "bench-overhead", nfe, timeout)
         cols["e2e"].append(e2e)
         cols["compute"].append(ans.compute_ns)
         cols["queue"].append(ans.queue_ns)
         cols["delivery"].append(ans.received_ns - ans.published_ns)
         time.sleep(gap_s)
-        floor, ans = _one(echo, nfe, timeout)
+        floor, ans = round_trip(echo, "bench-overhead", nfe, timeout)
         cols["floor"].append(floor)
         cols["floor_delivery"].append(ans.received_ns - ans.published_ns)
         time.sleep(gap_s)
@@ -223,7 +185,7 @@ def run(args: argparse.Namespace) -> dict:
     pub_comparison: dict[str, dict] = {}
     with Progress("overhead", total) as bar:
         bar.update(label="starting relay")
-        with relay_under_test(args.in_process, **params) as (info, client), \
+        with relay_process(**params) as (info, client), \
                 echo_process(info) as echo:
             warm_up(client)
             warm_up(echo)
@@ -239,8 +201,7 @@ def run(args: argparse.Namespace) -> dict:
         if args.compare_loops:
             other = "python" if loop != "python" else "auto"
             bar.update(label=f"starting relay with nfe_loop {other}")
-            with relay_under_test(args.in_process, **{**params, "nfe_loop": other}) as (
-                    info2, client2):  # fmt: skip
+            with relay_process(**{**params, "nfe_loop": other}) as (_, client2):
                 warm_up(client2)
                 comparison[other] = throughput_trials(
                     client2, samplers, args.workers, args.sat_nfe, seconds, trials, bar,
@@ -250,7 +211,7 @@ def run(args: argparse.Namespace) -> dict:
             pub = str(params.get("publisher_loop", "auto"))
             pub_other = "python" if pub != "python" else "auto"
             bar.update(label=f"starting relay with publisher_loop {pub_other}")
-            with relay_under_test(args.in_process, **{**params, "publisher_loop": pub_other}) \
+            with relay_process(**{**params, "publisher_loop": pub_other}) \
                     as (info3, client3), echo_process(info3) as echo3:  # fmt: skip
                 warm_up(client3)
                 warm_up(echo3)
@@ -271,7 +232,7 @@ def run(args: argparse.Namespace) -> dict:
                          ("floor_delivery", light["floor_delivery"])):  # fmt: skip
         p50, p99 = percentiles(values, (50, 99))
         parts[name] = {"p50_ns": p50, "p99_ns": p99, "max_ns": float(np.max(values))}
-    where = "in the bench process" if args.in_process else "as its own flowedge-relayd process"
+    where = "as its own flowedge-relayd process"
     vs_floor = main["overhead_p99_vs_floor"]  # issue 15: overhead p99 vs the echo floor
     report = {
         "method": (
@@ -285,7 +246,7 @@ def run(args: argparse.Namespace) -> dict:
         "host": host,
         "model": path.rsplit("/", 1)[-1],
         "workers": args.workers,
-        "relay": "in the bench process" if args.in_process else "own process (flowedge-relayd)",
+        "relay": "own process (flowedge-relayd)",
         "relay_params": {k: v for k, v in params.items() if k != "model_path"},
         "light_requests": int(len(overhead)),
         "light_nfe": args.nfe,

@@ -3,7 +3,7 @@
 The relay runs as deployed, as its own `flowedge-relayd` process (bench model, `--workers` lanes;
 `--in-process` puts it in the bench process instead, sharing the client's GIL); a client node in
 the bench process talks to it over DDS and reads its counters from flowedge/stats.
-First a short inline calibration (`calibrate.measure`, same relay, same run) gives the mean and
+First a short inline calibration (`calibrate.inline`, same relay, same run) gives the mean and
 the recommended `nfe_ns` / `admission_reserve_ns`; capacity (requests/s) = workers / (mean NFE of
 the trace distribution x measured mean relay compute ns per NFE, plus the relay's median prefix
 pass for a two-phase package, `--model vision`). Then the seeded trace
@@ -81,6 +81,7 @@ from flowedge_relay.tooling.bench.client import (
     INFERENCE,
     collector_paused,
     model_path,
+    parse_relay_params,
     percentiles,
     relay_for_bench,
     set_policy,
@@ -89,7 +90,8 @@ from flowedge_relay.tooling.bench.client import (
 )
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
+from flowedge_relay.tooling.bench.tables import VERDICT, format_rows, percent, target_met
+from flowedge_relay.tooling.bench.trace import Trace, TraceSpec
 from flowedge_relay.tooling.harness import MODEL_CHOICES
 
 LOADS = (0.5, 1.0, 1.5, 2.0, 3.0)
@@ -289,11 +291,10 @@ def run(args: argparse.Namespace) -> dict:
     trace = Trace(spec)
     loads = [float(x) for x in args.loads]
     path = model_path(args.model)
-    cal_nfe = max(1, round(spec.mean_nfe))
     slots = getattr(args, "batch_slots", 1)
     params = dict(model_path=path, workers=args.workers, queue_capacity=args.queue_capacity,
                   max_nfe=max(64, spec.nfe_max), batch_slots=slots)  # fmt: skip
-    params.update(_relay_params(args.relay_param))
+    params.update(parse_relay_params(args.relay_param))
     params.update(realtime_params(args))
     env = _realtime_env(args)
     points = len(loads) * len(args.policies)
@@ -304,19 +305,11 @@ def run(args: argparse.Namespace) -> dict:
             warm_up(client)
             applied = applied_settings(relay)
             bar.update(label="inline calibration")
-            samples = calibrate.measure(
-                relay, client, cal_requests, cal_nfe, 10 * cal_requests, 4, loaded_s=cal_loaded_s
-            )
-            cal = calibrate.summarize(samples, cal_nfe)
-            # B = 1: the sequential relay compute per NFE. B > 1: a lone request runs one-row
-            # steps, so capacity is counted at the saturated (full-batch) cost per lane NFE.
-            ns_per_nfe = cal["relay_compute_ns_per_nfe_mean" if slots == 1
-                             else "loaded_compute_ns_per_nfe_mean"]
+            cal = calibrate.inline(relay, client, spec.mean_nfe, cal_requests, cal_loaded_s)
+            capacity, ns_per_nfe, service_ns = calibrate.capacity(cal, spec.mean_nfe,
+                                                                  args.workers, slots)
             two_phase = bool(cal["two_phase"])
             prefix_mean_ns = cal.get("relay_prefix_ns_p50", 0.0)  # once per request
-            service_ns = spec.mean_nfe * ns_per_nfe + prefix_mean_ns
-            capacity = capacity_rps(args.workers * slots, spec.mean_nfe,
-                                    service_ns / spec.mean_nfe)
             nfe_ns = args.nfe_ns or cal["recommended_nfe_ns"]
             reserve = (args.admission_reserve_ns if args.admission_reserve_ns is not None
                        else cal["recommended_admission_reserve_ns"])  # fmt: skip
@@ -367,7 +360,7 @@ def run(args: argparse.Namespace) -> dict:
         "worker_nfe_p99_ns": nfe_p99,
         "policies": results,
         "relay": "in-process" if args.in_process else "flowedge-relayd process",
-        "relay_params": _relay_params(args.relay_param),
+        "relay_params": parse_relay_params(args.relay_param),
         "noise": noise_info,
         "mode": _mode(args),
         "realtime": ({"asked": realtime_params(args), "env": env or {}} if args.realtime
@@ -441,12 +434,6 @@ def applied_short(values: dict[str, str]) -> str:
     return " ".join(parts) or "-"
 
 
-def _relay_params(items: list[str]) -> dict:
-    from flowedge_relay.tooling.bench.overhead import parse_relay_params
-
-    return parse_relay_params(items)
-
-
 def _policy_params_for(nfe_ns: int, reserve_ns: int, timeout_ms: int, prefix_ns: int | None):
     return lambda policy: _policy_params(policy, nfe_ns, reserve_ns, timeout_ms, prefix_ns)
 
@@ -514,8 +501,8 @@ def _targets(report: dict) -> dict:
             continue
         for metric, (op, bound) in TARGETS.items():
             value = point.get(metric)
-            met = None if value is None else (value >= bound if op == ">=" else value <= bound)
-            out[f"{policy}.{metric}"] = {"target": f"{op} {bound:g}", "value": value, "met": met}
+            out[f"{policy}.{metric}"] = {"target": f"{op} {bound:g}", "value": value,
+                                         "met": target_met(value, op, bound)}
     return out
 
 
@@ -527,10 +514,6 @@ def _noise_text(info: dict | None) -> str:
     return f"{info['description']} ({n} hog{'s' if n != 1 else ''})"
 
 
-def _fmt_pct(v) -> str:
-    return "-" if v is None else f"{100 * v:.2f}%"
-
-
 def _rows(report: dict) -> list[dict]:
     rows = []
     for policy, by_load in report["policies"].items():
@@ -540,11 +523,11 @@ def _rows(report: dict) -> list[dict]:
                 "policy": policy,
                 "load": load,
                 "offered": m["offered"],
-                "goodput": _fmt_pct(m["on_time_goodput"]),
-                "vs_capacity": _fmt_pct(m["goodput_vs_capacity"]),
-                "nfe_vs_cap": _fmt_pct(m.get("nfe_goodput_vs_capacity")),
-                "on_time_admitted": _fmt_pct(m["on_time_ratio_admitted"]),
-                "wasted_nfe": _fmt_pct(m["wasted_nfe_ratio"]),
+                "goodput": percent(m["on_time_goodput"]),
+                "vs_capacity": percent(m["goodput_vs_capacity"]),
+                "nfe_vs_cap": percent(m.get("nfe_goodput_vs_capacity")),
+                "on_time_admitted": percent(m["on_time_ratio_admitted"]),
+                "wasted_nfe": percent(m["wasted_nfe_ratio"]),
                 "inf": o["INFERENCE"],
                 "late": o["late_inference"],
                 "rej_dl": o["REJECTED_DEADLINE"],
@@ -562,8 +545,6 @@ def _rows(report: dict) -> list[dict]:
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.tooling.bench.tables import format_rows
-
     t = report["trace"]
     lines = [
         f"overload: {report['model']}, {report['workers']} worker(s), queue_capacity "
@@ -591,9 +572,8 @@ def table(report: dict) -> str:
         "targets (EDF admission at 2x load; printed, not asserted):",
     ]
     for metric, t in report["targets"].items():
-        verdict = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
         value = "-" if t["value"] is None else f"{t['value']:.4%}"
-        lines.append(f"  {metric:<38} {value:>10} (target {t['target']}) {verdict}")
+        lines.append(f"  {metric:<38} {value:>10} (target {t['target']}) {VERDICT[t['met']]}")
     return "\n".join(lines)
 
 

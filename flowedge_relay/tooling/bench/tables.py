@@ -1,6 +1,20 @@
-"""Plain-text and Markdown tables from a list of dicts (bench reports keep their rows as such)."""
+"""Plain-text and Markdown tables from a list of dicts (bench reports keep their rows as such),
+and the cells and target verdicts the benches print alike."""
 
 from __future__ import annotations
+
+#: a target's `met` as the tables print it (None: not measured)
+VERDICT = {True: "met", False: "MISSED", None: "n/a"}
+
+
+def percent(v: float | None) -> str:
+    """A ratio as a percentage with two decimals; "-" when there is none."""
+    return "-" if v is None else f"{100 * v:.2f}%"
+
+
+def target_met(value: float | None, op: str, bound: float) -> bool | None:
+    """Whether `value` meets the target `op bound` (">=" or "<="); None when not measured."""
+    return None if value is None else (value >= bound if op == ">=" else value <= bound)
 
 
 def _cell(value) -> str:
