@@ -384,6 +384,7 @@ def test_reason_keys_are_validations_keys():
 # ---- over DDS ------------------------------------------------------------------------------------
 
 
+@pytest.mark.ros
 def test_over_dds_a_message_over_the_size_limit_is_counted_and_the_next_is_answered():
     """A message larger than the intake's buffer (max_request_bytes + FER_INTAKE_SLACK_BYTES)
     is taken into a buffer of its own, freed and counted as request_too_large; the intake goes
@@ -402,6 +403,7 @@ def test_over_dds_a_message_over_the_size_limit_is_counted_and_the_next_is_answe
     assert counts.received == 2 and counts.discarded["request_too_large"] == 1
 
 
+@pytest.mark.ros
 @pytest.mark.parametrize(("params", "loop", "note"), [
     ({}, "native", None),
     ({"intake_loop": "python"}, "python", "intake_loop: python requested"),
