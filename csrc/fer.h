@@ -53,6 +53,7 @@
 #define FER_ESTATE -3
 #define FER_EFULL -4
 #define FER_ESYS -5
+#define FER_ENOTSUP -6 /* the middleware or library does not offer what the call needs */
 
 /* ---- outcome codes (same values as ActionMessage) -------------------------------------------- */
 #define FER_INFERENCE 0

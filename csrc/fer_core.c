@@ -20,6 +20,7 @@ const char *fer_strerror(int rc)
     case FER_ESTATE: return "call not valid in the current lane state";
     case FER_EFULL: return "ring full";
     case FER_ESYS: return "pthread initialisation failed";
+    case FER_ENOTSUP: return "not supported by the middleware or library";
     default: return "unknown error";
     }
 }

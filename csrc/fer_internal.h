@@ -17,13 +17,19 @@
  *   fer_bench.c    benchmark and stress drivers (fer_bench.h), not on the data path
  *   fer_rt.c       a thread's own CPU set and SCHED_FIFO priority, the memory lock (fer_rt.h)
  *   fer_rtprobe.c  test support (fer_bench.h): priority inversion on one CPU, on the core's locks
+ *   fer_publish.c  the publisher thread: outcomes as ActionMessage CDR through rcl (fer_publish.h)
+ *   fer_take.c     a thread taking serialized messages from rcl as they arrive (fer_take.h)
+ *   fer_intake.c   the request intake: validate and submit what it takes (fer_intake.h)
+ *   fer_request_cdr.c  an InferenceRequest's CDR read in place (fer_intake.h)
+ *   fer_loadgen.c  the intake bench's client: requests out, answers tallied (fer_loadgen.h)
+ *   (headers only: fer_rcl.h, rcl's ABI slice; fer_cdr.h, the XCDR1 reader and writer)
  *
  * Include graph: the quoted #includes of csrc/, a .c and its .h being one node (a header that
  * needs the types of a file that includes it is a cycle too: fer_cost.c once included this
  * header for struct fer_core while this one included fer_cost.h for struct fer_cost).
  * test/test_layout.py checks that these lines are the files' includes and that there is no
  * cycle. Leaves (include nothing): fer, fer_sat, fer_tensor and the other cdef headers,
- * fer_noise_zig.
+ * fer_noise_zig, fer_rcl, fer_cdr.
  *   fer_internal -> fer fer_sat fer_cost
  *   fer_cost -> fer fer_sat
  *   fer_ort -> fer_internal fer_tensor
@@ -33,7 +39,11 @@
  *   fer_noise -> fer_internal fer_noise_zig
  *   fer_bench -> fer_internal
  *   fer_rtprobe -> fer_internal fer_bench
- *   fer_publish -> fer_internal
+ *   fer_publish -> fer_internal fer_cdr fer_rcl
+ *   fer_take -> fer_internal fer_rcl
+ *   fer_intake -> fer_internal fer_rcl fer_take
+ *   fer_request_cdr -> fer_internal fer_cdr fer_rcl fer_intake
+ *   fer_loadgen -> fer_internal fer_cdr fer_rcl fer_take
  *   fer_rt -> fer_internal
  *   fer_core fer_session fer_queue fer_submit fer_admit fer_lane -> fer_internal
  *   fer_output fer_stats fer_ring fer_lock -> fer_internal
@@ -93,11 +103,14 @@ static inline uint64_t fer_round_pow2(uint64_t n)
  *     the publisher calls, wait_outputs and pop_outcomes, never takes core->mu): no lock order.
  * Lock-free handoffs (no lock, no wait): the SPSC outcome rings (fer_ring.c: each side one
  *   acquire load of the other's index and one release store of its own; a full ring drops and
- *   counts, never blocks), qlen_hint (fer_core_queued, read without core->mu), and the relaxed
- *   atomic flags and counters of the exec, serve and publisher (stop, fault delay, progress).
+ *   counts, never blocks), qlen_hint (fer_core_queued, read without core->mu), the relaxed
+ *   atomic flags and counters of the exec, serve, publisher and take loops (stop, pause, fault
+ *   delay, progress), and fer_take.c's eventfd doorbell: the middleware's on-new-message callback
+ *   (one of its threads) writes it, the one taking thread polls and reads it (the intake thread
+ *   never waits on a lock a middleware thread holds).
  * Bounded sleeps and polls, no lock held: fer_serve.c's wait for ring space (50 us sleeps, up to
- *   output_wait_ns), fer_publish.c's pause (10 ms sleeps), fer_exec_run's fault delay (drills
- *   only). No spin lock.
+ *   output_wait_ns), fer_publish.c's pause (10 ms sleeps), fer_take.c's pause and doorbell poll
+ *   (10 ms sleeps; a timed poll), fer_exec_run's fault delay (drills only). No spin lock.
  * Test and bench support only (fer_bench.h): fer_bench_ring_produce's sched_yield while a ring
  *   is full and fer_bench_ring_consume's ring wait (30 s); fer_rtprobe.c's two semaphores, its
  *   plain mutex and its medium thread's spin, each ended by a 2 s watchdog.

@@ -7,106 +7,44 @@
 #include <time.h>
 
 #include "fer_internal.h"
+#include "fer_cdr.h"
+#include "fer_rcl.h"
 #include "fer_publish.h"
 
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "fer_publish.c writes little-endian CDR with memcpy: a big-endian host needs byte swaps"
-#endif
-
-#define NS_PER_S 1000000000ull
-/* timebase.ROS_TIME_MAX_NS: the latest stamp a builtin_interfaces/Time (int32 sec) can hold */
-#define ROS_TIME_MAX_NS ((uint64_t)INT32_MAX * NS_PER_S + NS_PER_S - 1)
-#define ENCAPSULATION 4 /* 00 01 00 00: CDR_LE; alignment counts from after it */
-
-/* rcutils_uint8_array_t (rcl_serialized_message_t), as rcutils/types/uint8_array.h declares it;
- * rmw reads buffer and buffer_length only, the allocator is never called for a publish. */
-struct rcl_serialized {
-    uint8_t *buffer;
-    size_t buffer_length;
-    size_t buffer_capacity;
-    void *allocator[5]; /* rcutils_allocator_t: four function pointers and a state pointer */
-};
-
-/* ---- CDR writer ------------------------------------------------------------------------------ */
-
-/* A bounded writer: n may run past cap (the write is then skipped), so one pass both sizes and
- * fills. */
-struct cdr {
-    uint8_t *b;
-    uint64_t n, cap;
-};
-
-static void put(struct cdr *w, const void *p, uint64_t len, uint64_t align)
-{
-    while ((w->n - ENCAPSULATION) % align) {
-        if (w->n < w->cap)
-            w->b[w->n] = 0;
-        w->n++;
-    }
-    if (w->n + len <= w->cap && len)
-        memcpy(w->b + w->n, p, len);
-    w->n += len;
-}
-
-static void put_u8(struct cdr *w, uint8_t v) { put(w, &v, 1, 1); }
-static void put_u32(struct cdr *w, uint32_t v) { put(w, &v, 4, 4); }
-static void put_u64(struct cdr *w, uint64_t v) { put(w, &v, 8, 8); }
-
-/* CDR string: uint32 length including the NUL, the bytes, the NUL. */
-static void put_string(struct cdr *w, const char *s, uint32_t len)
-{
-    put_u32(w, len + 1);
-    put(w, s, len, 1);
-    put_u8(w, 0);
-}
-
-/* builtin_interfaces/Time from ns, saturated as timebase.ros_time. */
-static void put_time(struct cdr *w, int64_t ns)
-{
-    uint64_t t = ns <= 0 ? 0 : (uint64_t)ns;
-
-    if (t > ROS_TIME_MAX_NS)
-        t = ROS_TIME_MAX_NS;
-    put_u32(w, (uint32_t)(t / NS_PER_S)); /* int32 sec: t / 1e9 <= INT32_MAX */
-    put_u32(w, (uint32_t)(t % NS_PER_S));
-}
+#define NS_PER_S FER_CDR_NS_PER_S
 
 /* ActionMessage, field by field in msg/ActionMessage.msg order. */
-static void write_action(struct cdr *w, const struct fer_publisher *p,
+static void write_action(struct fer_cdr_writer *w, const struct fer_publisher *p,
                          const struct fer_outcome *o, const float *actions, int64_t stamp_ns)
 {
-    static const uint8_t encapsulation[ENCAPSULATION] = {0, 1, 0, 0};
     uint32_t n_actions = o->has_actions ? p->action_len : 0;
 
-    w->n = 0;
-    if (w->cap >= ENCAPSULATION)
-        memcpy(w->b, encapsulation, ENCAPSULATION);
-    w->n = ENCAPSULATION;
-    put_time(w, stamp_ns);                               /* header.stamp */
-    put_string(w, "", 0);                                /* header.frame_id */
-    put_u8(w, (uint8_t)o->code);
-    put_string(w, o->session_id, o->session_id_len);
-    put_u64(w, o->sequence);
-    put_u64(w, o->generation);
-    put_u32(w, o->retry_count);
-    put_string(w, p->digest, p->digest_len);             /* model_digest */
-    put_u32(w, p->observation_dim);
-    put_u32(w, p->action_dim);
-    put_u32(w, p->action_horizon);
-    put_time(w, (int64_t)(o->deadline_ros_ns > INT64_MAX ? INT64_MAX : o->deadline_ros_ns));
-    put_u32(w, o->remaining_nfe);
-    put_u32(w, n_actions);                               /* float32[] actions */
-    put(w, actions, (uint64_t)n_actions * sizeof(float), 4);
-    put_u32(w, o->nfe_done);
-    put_u64(w, o->queue_ns);
-    put_u64(w, o->compute_ns);
-    put_u8(w, (uint8_t)o->retry_reason);
+    fer_cdr_begin(w);
+    fer_cdr_time(w, stamp_ns);                               /* header.stamp */
+    fer_cdr_string(w, "", 0);                                /* header.frame_id */
+    fer_cdr_u8(w, (uint8_t)o->code);
+    fer_cdr_string(w, o->session_id, o->session_id_len);
+    fer_cdr_u64(w, o->sequence);
+    fer_cdr_u64(w, o->generation);
+    fer_cdr_u32(w, o->retry_count);
+    fer_cdr_string(w, p->digest, p->digest_len);             /* model_digest */
+    fer_cdr_u32(w, p->observation_dim);
+    fer_cdr_u32(w, p->action_dim);
+    fer_cdr_u32(w, p->action_horizon);
+    fer_cdr_time(w, (int64_t)(o->deadline_ros_ns > INT64_MAX ? INT64_MAX : o->deadline_ros_ns));
+    fer_cdr_u32(w, o->remaining_nfe);
+    fer_cdr_u32(w, n_actions);                               /* float32[] actions */
+    fer_cdr_put(w, actions, (uint64_t)n_actions * sizeof(float), 4);
+    fer_cdr_u32(w, o->nfe_done);
+    fer_cdr_u64(w, o->queue_ns);
+    fer_cdr_u64(w, o->compute_ns);
+    fer_cdr_u8(w, (uint8_t)o->retry_reason);
 }
 
 uint64_t fer_action_cdr(const struct fer_publisher *p, const struct fer_outcome *o,
                         const float *actions, int64_t stamp_ns, uint8_t *buf, uint64_t cap)
 {
-    struct cdr w = {buf, 0, cap};
+    struct fer_cdr_writer w = {buf, 0, cap};
 
     if (p == NULL || o == NULL || buf == NULL || o->session_id_len > FER_SESSION_ID_MAX ||
         (o->has_actions && actions == NULL))
@@ -128,7 +66,7 @@ int fer_publisher_create(struct fer_core *core, const char *digest, uint32_t dig
 {
     struct fer_publisher *p;
     struct fer_outcome o;
-    struct cdr w;
+    struct fer_cdr_writer w;
 
     if (out == NULL)
         return FER_EINVAL;
@@ -150,7 +88,7 @@ int fer_publisher_create(struct fer_core *core, const char *digest, uint32_t dig
     memset(&o, 0, sizeof(o));
     o.session_id_len = FER_SESSION_ID_MAX;
     o.has_actions = 1;
-    w = (struct cdr){NULL, 0, 0};
+    w = (struct fer_cdr_writer){NULL, 0, 0};
     write_action(&w, p, &o, NULL, 0); /* cap 0: sizes only, reads and writes nothing */
     p->cdr_cap = w.n;
     p->outcomes = calloc(FER_PUBLISH_BATCH, sizeof(*p->outcomes));
@@ -189,7 +127,7 @@ static void publish_one(struct fer_publisher *p, const struct fer_outcome *o, co
                         fer_rcl_publish_fn publish, const void *rcl_publisher,
                         fer_rcl_reset_error_fn reset_error)
 {
-    struct rcl_serialized msg;
+    struct fer_rcl_serialized msg;
     int32_t rc;
 
     memset(&msg, 0, sizeof(msg));

@@ -16,8 +16,8 @@
  * at publish (the node's clock when use_sim_time is off; the relay keeps the Python loop when it
  * is on); frame_id is empty, as the Python publisher leaves it.
  *
- * Same rules as fer.h: read verbatim into the cdef (after fer.h), so declarations and plain
- * integer #defines only.
+ * Same rules as fer.h: read verbatim into the cdef (after fer.h and fer_rcl.h), so declarations
+ * and plain integer #defines only.
  * Threads: a publisher belongs to the core's one publisher thread (the consumer of every outcome
  * ring). pause / stop may be set by any thread (relaxed atomic loads here); latency_ms and
  * latency_count are written only by fer_publish_run and may be read by any thread.
@@ -26,12 +26,7 @@
 #define FER_LATENCY_WINDOW 4096      /* INFERENCE latencies kept (finish - arrival, ms) */
 #define FER_PUBLISH_BATCH 64         /* outcomes popped per ring pass */
 
-/* rcl_publish_serialized_message(const rcl_publisher_t *, const rcl_serialized_message_t *,
- * rmw_publisher_allocation_t *): the caller resolves it from the librcl that rclpy loaded. */
-typedef int32_t (*fer_rcl_publish_fn)(const void *publisher, const void *serialized,
-                                      void *allocation);
-/* rcutils_reset_error(void): clears rcl's thread-local error state after a failed publish. */
-typedef void (*fer_rcl_reset_error_fn)(void);
+/* The rcl functions it calls (fer_rcl_publish_fn, fer_rcl_reset_error_fn) are in fer_rcl.h. */
 
 /*
  * Invariants: core outlives the publisher; digest_len <= FER_DIGEST_MAX; latency_ms[k] for

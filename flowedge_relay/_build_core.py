@@ -35,14 +35,16 @@ CSRC = ROOT / "csrc"
 SOURCES = ["fer_core.c", "fer_session.c", "fer_queue.c", "fer_submit.c", "fer_admit.c",
            "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_cost.c", "fer_ring.c", "fer_bench.c",
            "fer_exec.c", "fer_noise.c", "fer_serve.c", "fer_publish.c", "fer_rt.c",
-           "fer_ort.c", "fer_pass.c", "fer_lock.c", "fer_rtprobe.c"]
+           "fer_ort.c", "fer_pass.c", "fer_lock.c", "fer_rtprobe.c", "fer_request_cdr.c",
+           "fer_take.c", "fer_intake.c", "fer_loadgen.c"]
 # The runtime contract, the benchmark / stress drivers, the native NFE loop (which dlopens ONNX
 # Runtime at run time: no link-time dependency), the initial noise, the worker's request cycle
-# over them, then the publisher's loop (which calls the rcl that rclpy loaded, through a function
-# pointer: no link-time dependency either), and a thread's real-time settings: one cdef, one
-# module.
+# over them, then rcl's ABI slice and the threads that call it (the publisher's loop, the request
+# intake, the intake bench's client; through function pointers of the rcl that rclpy loaded: no
+# link-time dependency either), and a thread's real-time settings: one cdef, one module.
 HEADERS = ["fer.h", "fer_bench.h", "fer_tensor.h", "fer_exec.h", "fer_pass.h", "fer_noise.h",
-           "fer_serve.h", "fer_publish.h", "fer_rt.h"]
+           "fer_serve.h", "fer_rcl.h", "fer_publish.h", "fer_intake.h", "fer_loadgen.h",
+           "fer_rt.h"]
 MODULE = "flowedge_relay._fer_core"
 
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",

@@ -121,12 +121,17 @@ class SystemFailure(CoreError, OSError):
     """FER_ESYS: pthread initialisation failed."""
 
 
+class NotSupported(CoreError):
+    """FER_ENOTSUP: the middleware or a library does not offer what the call needs."""
+
+
 _ERRORS = {
     lib.FER_EINVAL: InvalidArgument,
     lib.FER_ENOMEM: OutOfMemory,
     lib.FER_ESTATE: InvalidState,
     lib.FER_EFULL: RingFull,
     lib.FER_ESYS: SystemFailure,
+    lib.FER_ENOTSUP: NotSupported,
 }
 
 

@@ -44,14 +44,20 @@ POOL_WAIT_S = 0.1
 
 
 class _GroupFilter:
-    """Executor mixin: execute only entities in (or, with exclude, not in) the given groups."""
+    """Executor mixin: execute only entities in (or, with exclude, not in) the given groups,
+    and never the excluded entities (rclpy builds its wait set from what can_execute allows, so
+    an excluded subscription is not even waited on)."""
 
-    def _set_groups(self, groups: Iterable[CallbackGroup], exclude: bool) -> None:
+    def _set_groups(self, groups: Iterable[CallbackGroup], exclude: bool,
+                    entities: Iterable[object] = ()) -> None:
         self._groups = frozenset(groups)
         self._exclude = exclude
+        self._excluded_entities = frozenset(id(e) for e in entities)
 
     def can_execute(self, entity) -> bool:
         if (entity.callback_group in self._groups) == self._exclude:
+            return False
+        if id(entity) in self._excluded_entities:
             return False
         return super().can_execute(entity)
 
@@ -80,13 +86,16 @@ class RequestExecutor(_GroupFilter, SingleThreadedExecutor):
 
 
 class MainExecutor(_GroupFilter, MultiThreadedExecutor):
-    """Everything but the excluded groups: timers, parameter services, co-located nodes."""
+    """Everything but the excluded groups and entities: timers, parameter services, co-located
+    nodes (and, with the C intake, the request subscriptions' MESSAGE_LOST handlers, not the
+    subscriptions themselves: the intake thread takes from them)."""
 
     def __init__(
-        self, excluded: Iterable[CallbackGroup], *, num_threads: int = 2, context=None
+        self, excluded: Iterable[CallbackGroup], *, excluded_entities: Iterable[object] = (),
+        num_threads: int = 2, context=None
     ) -> None:
         super().__init__(num_threads=num_threads, context=context)
-        self._set_groups(excluded, exclude=True)
+        self._set_groups(excluded, exclude=True, entities=excluded_entities)
         # callback task -> its work item in the pool, while that item has not finished
         self._in_pool: dict[Task, PoolFuture] = {}
 

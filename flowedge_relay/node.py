@@ -2,13 +2,14 @@
 
 A request travels top to bottom through this file:
 
-    flowedge/requests --(request executor thread)--> _on_request: validate -> Core.submit
+    flowedge/requests --(intake thread: intake.py, in C)--> validate -> Core.submit
         -> EDF queue -> worker threads (workers.py): dispatch, one NFE at a time
         -> outcome rings -> publisher thread (publisher.py, in C) -> flowedge/actions
 
-Threads: the request executor spins only the request callback group (nothing else may delay
-admission); the main executor runs timers and parameter services; W workers run the model; one
-publisher thread drains the outcome rings. See docs/design.md §4-9 and docs/core-api.md.
+Threads: the intake thread takes, checks and submits requests (in C, without the GIL; where that
+cannot run, a request executor spins only the request callback group: _on_request); the main
+executor runs timers and parameter services; W workers run the model; one publisher thread
+drains the outcome rings. See docs/design.md §4-9 and docs/core-api.md.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import serialize_message
 
 from flowedge_relay import parameters
 from flowedge_relay import policy as policy_mod
-from flowedge_relay.core import AgeGate, Core, CoreConfig, CostModel, Decision, Request
+from flowedge_relay.core import AgeGate, Core, CoreConfig, CostModel, Decision, NotSupported
 from flowedge_relay.diagnostics import (
     DiagnosticsBuilder,
     Snapshot,
@@ -37,10 +39,16 @@ from flowedge_relay.diagnostics import (
     stats_message,
 )
 from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until, take_waiting
+from flowedge_relay.intake import (
+    IntakePause,
+    IntakeUnavailable,
+    NativeIntake,
+    PythonIntake,
+    RclUnavailable,
+)
 from flowedge_relay.model import ModelError, ModelInfo, default_model_path
 from flowedge_relay.publisher import ActionPublisher
 from flowedge_relay.realtime import ThreadRoles, ThreadSettings
-from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, stamp_ns
 from flowedge_relay.validation import ModelContract, Reason, Validator
 from flowedge_relay.workers import SlotInputs, WorkerPool, p50_p99
 
@@ -150,8 +158,9 @@ class RelayNode(Node):
         self._intake_stop = threading.Event()  # stops the request thread (first)
         super().__init__(NODE_NAME, **kwargs)
         p = parameters.declare_all(self)
-        for name in ("solver", "nfe_loop", "age_gate", "request_topics", "request_qos_history",
-                     "cost_model", "execution_providers", *parameters.CPU_AFFINITIES):
+        for name in ("solver", "nfe_loop", "publisher_loop", "intake_loop", "age_gate",
+                     "request_topics", "request_qos_history", "cost_model", "execution_providers",
+                     *parameters.CPU_AFFINITIES):
             problem = parameters.check_value(name, p[name])
             if problem:
                 raise ValueError(problem)
@@ -162,14 +171,13 @@ class RelayNode(Node):
         if p["lock_memory"]:
             self.thread_roles.lock_memory(self.get_logger().warning)
         # Thread ownership of the node's shared fields (the C side's are in fer_internal.h).
-        # Written only by the request thread (its callbacks, including MESSAGE_LOST): _received,
-        # _deadlines_seen, _middleware_lost, the throttles and validator.discarded. Written only
-        # by the publisher thread: the latency window (publisher.py). Any other thread (timers,
-        # tools through counters()) only reads them: each is a Python int or one float slot
-        # replaced whole under the GIL, so a reader sees a value that was current, never a torn
-        # one, and a count read a moment late is still a count (diagnostics are 1 Hz reports).
-        self._received = 0
-        self._deadlines_seen = 0
+        # Written only by the request thread (the rclpy intake's callback): the Python intake's
+        # counters, the throttles and validator.discarded; the native intake's counters by the
+        # intake thread (fer_intake.h). _middleware_lost by the request group's MESSAGE_LOST
+        # handler. Written only by the publisher thread: the latency window (publisher.py). Any
+        # other thread (timers, tools through counters()) only reads them: each is a Python int,
+        # one float slot replaced whole under the GIL or one aligned C word, so a reader sees a
+        # value that was current, never a torn one (diagnostics are 1 Hz reports).
         self._middleware_lost = 0  # requests the middleware reported lost before the callback
         self._lost_reported = True  # False where the RMW cannot report MESSAGE_LOST
         self._discard_log = _Throttle(DISCARD_LOG_PERIOD_NS)
@@ -234,6 +242,11 @@ class RelayNode(Node):
             intake_target=self._staging_inputs if package else None,
             max_request_bytes=p["max_request_bytes"],
         )
+        self._python_intake = PythonIntake(self.core, self.validator,
+                                           lambda: self.get_clock().now().nanoseconds)
+        self._native_intake, self.intake_note = self._make_native_intake(contract)
+        self._native_discards_logged = 0
+        self._native_refused_logged = 0
         self.pool = None
         self._yield_after_accept = False
         if self.model is not None:
@@ -272,6 +285,10 @@ class RelayNode(Node):
         self._request_subs = [
             self._subscribe_requests(topic, request_qos) for topic in p["request_topics"]
         ]
+        if self._native_intake is not None and not self._native_callback_supported():
+            self._native_intake = None
+        #: DRILLS AND TESTS ONLY: while set, the intake takes no request (intake.IntakePause).
+        self.fault_pause_intake = IntakePause(self._native_intake)
         self._actions_pub = self.create_publisher(
             ActionMessage, ACTIONS_TOPIC, _reliable(p["action_qos_depth"])
         )
@@ -358,31 +375,25 @@ class RelayNode(Node):
         self._middleware_lost += info.total_count_change
 
     def _on_request(self, msg: InferenceRequest) -> None:
-        """Validate, convert clocks, hand to the C core. No model work, no blocking.
+        """The rclpy intake: validate, convert clocks, hand to the C core. No model work, no
+        blocking.
 
         A discard is one validation pass, one counter and one integer compare (no log call,
         no allocation), so invalid input costs less than deciding a valid request
         (`flowedge_relay_bench intake` measures both).
         """
+        while self.fault_pause_intake.is_set() and not self._intake_stop.is_set():
+            time.sleep(0.01)  # drills and tests: the request thread is held
         now_mono = time.monotonic_ns()
-        self._received += 1
-        reason, sid, obs = self.validator.check(msg)
+        reason, decision = self._python_intake.decide(msg, now_mono)
         if reason is not None:
-            if self._discard_log.ready(now_mono):
-                self._log_discard(reason)
-            return
-        now_ros = self.get_clock().now().nanoseconds
-        deadline_ros = stamp_ns(msg.deadline)
-        if deadline_ros:
-            self._deadlines_seen += 1
-        try:
-            decision = self._submit(msg, sid, obs, now_mono, now_ros, deadline_ros)
-        except Exception as exc:  # one hostile message must never kill the request thread
-            self.validator.discarded[Reason.CORE_REFUSED] += 1
-            if self._refused_log.ready(now_mono):
-                self.get_logger().error(
-                    f"the core refused a validated request ({exc!r}): validation misses a case"
-                )
+            if reason is Reason.CORE_REFUSED:
+                if self._refused_log.ready(now_mono):
+                    self.get_logger().error(
+                        f"the core refused a validated request "
+                        f"({self._python_intake.last_refusal!r}): validation misses a case")
+            elif self._discard_log.ready(now_mono):
+                self._log_discard(reason.value)
             return
         if decision == Decision.ACCEPTED and self._yield_after_accept:
             # Hand the GIL to a Python-loop worker waking for this request now, instead of after
@@ -394,39 +405,87 @@ class RelayNode(Node):
         the slot the next submit enqueues (request thread only)."""
         return self.slot_inputs[self.core.staging_slot()]
 
-    def _log_discard(self, reason: Reason) -> None:
-        suppressed, self._discard_log.suppressed = self._discard_log.suppressed, 0
+    def _log_discard(self, reason: str, suppressed: int | None = None) -> None:
+        if suppressed is None:
+            suppressed, self._discard_log.suppressed = self._discard_log.suppressed, 0
         more = f" (+{suppressed} more since the last such line)" if suppressed else ""
         self.get_logger().warning(
-            f"discarding invalid request ({reason.value}){more}; counts in /diagnostics"
+            f"discarding invalid request ({reason}){more}; counts in /diagnostics"
         )
 
-    def _submit(self, msg, sid, obs, now_mono: int, now_ros: int, deadline_ros: int) -> Decision:
-        return self.core.submit(
-            Request(
-                session_id=sid,
-                sequence=msg.sequence,
-                generation=msg.generation,
-                retry_count=msg.retry_count,
-                retry_reason=msg.retry_reason,
-                origin_ns=origin_to_monotonic(stamp_ns(msg.origin_stamp), now_ros, now_mono),
-                deadline_ns=deadline_to_monotonic(deadline_ros, now_ros, now_mono),
-                deadline_ros_ns=deadline_ros,
-                remaining_nfe=msg.remaining_nfe,
-                noise_seed=msg.noise_seed,
-                observation=obs,
-            ),
-            now_mono,
-        )
+    # -- the native intake -------------------------------------------------------------------
+
+    def _make_native_intake(self, contract) -> tuple[NativeIntake | None, str]:
+        """The C intake, or None and why not (the rclpy callback decides then)."""
+        if self._p["intake_loop"] == "python":
+            return None, "intake_loop: python requested"
+        if self.get_parameter("use_sim_time").value:
+            return None, "use_sim_time: requests must be judged against the node's clock"
+        try:
+            NativeIntake.functions()
+            return NativeIntake(self.core, contract, self._p["max_nfe"],
+                                self._p["max_request_bytes"]), ""
+        except (IntakeUnavailable, RclUnavailable) as exc:
+            return None, f"not in C: {exc}"
+
+    def _native_callback_supported(self) -> bool:
+        """Whether the middleware offers the on-new-message callback the C intake waits on
+        (rcl_subscription_set_on_new_message_callback; unset again at once)."""
+        try:
+            NativeIntake.probe(self._request_subs)
+            return True
+        except (NotSupported, RclUnavailable) as exc:
+            self.intake_note = f"not in C: {exc}"
+            return False
+
+    @property
+    def intake_loop(self) -> str:
+        """Which intake decides requests: native (C) or python (the rclpy callback)."""
+        return "native" if self._native_intake is not None else "python"
+
+    def main_executor_exclusions(self) -> tuple[list, list]:
+        """(callback groups, entities) the main executor must leave alone: the request group
+        for the rclpy intake (its own thread spins it); for the native intake only the request
+        subscriptions, whose MESSAGE_LOST handlers the main executor then runs."""
+        if self._native_intake is not None:
+            return [], list(self._request_subs)
+        return [self.request_group], []
+
+    def _log_native_discards(self, now_mono: int) -> None:
+        """The native intake counts discards in C; log them here, as rate-limited as the rclpy
+        intake's line (main executor)."""
+        counts = self._native_intake.discarded()
+        total = sum(counts.values())
+        new = total - self._native_discards_logged
+        if new <= 0 or not self._discard_log.ready(now_mono):
+            return
+        self._native_discards_logged = total
+        refused = counts[Reason.CORE_REFUSED.value]
+        if refused > self._native_refused_logged:
+            self._native_refused_logged = refused
+            self.get_logger().error(
+                "the core refused a validated request: validation misses a case")
+        reason = max(counts, key=counts.get)
+        self._log_discard(reason, suppressed=new - 1)
 
     def start_request_executor(self, context=None) -> None:
-        """Spin the request group on a dedicated single-threaded executor thread."""
-        executor = RequestExecutor([self], [self.request_group], context=context or self.context)
+        """Start the request intake's thread: the C intake's loop, or (the rclpy intake) the
+        request group spun on a dedicated single-threaded executor."""
+        native = self._native_intake
+        if native is None:
+            executor = RequestExecutor([self], [self.request_group],
+                                       context=context or self.context)
 
         def run() -> None:
             self.thread_roles.apply("request", _thread_settings(self._p, "executor"),
                                     self.get_logger().warning)  # fmt: skip
-            spin_until(executor, self._intake_stop)
+            if native is None:
+                spin_until(executor, self._intake_stop)
+                return
+            try:
+                native.run(self._request_subs)
+            except Exception as exc:  # the middleware refused the callback after all: say so
+                self.get_logger().error(f"the C request intake stopped: {exc!r}")
 
         thread = threading.Thread(target=run, name="flowedge-requests", daemon=True)
         thread.start()
@@ -444,9 +503,11 @@ class RelayNode(Node):
     # -- health, diagnostics and stats (main executor) -----------------------------------------
 
     def _poll_health(self) -> None:
+        now = time.monotonic_ns()
+        if self._native_intake is not None:
+            self._log_native_discards(now)
         if self.pool is None:
             return
-        now = time.monotonic_ns()
         health = self.pool.poll_health(now)
         self._dead_lanes = sorted(health.dead)
         self._stalled_lanes = sorted(health.stalled)
@@ -455,6 +516,7 @@ class RelayNode(Node):
         """Everything diagnostics and stats report; `window` names whose utilisation period."""
         now = time.monotonic_ns()
         stats = self.core.stats()
+        intake = self.counters()
         p50, p99, samples = self.pool.nfe_percentiles() if self.pool else (0.0, 0.0, 0)
         busy = stats.busy_ns + (self.pool.inflight_ns(now) if self.pool else 0)
         meter = self._util_windows.setdefault(window, _BusyWindow())
@@ -469,11 +531,11 @@ class RelayNode(Node):
         realtime, refused = self.thread_roles.report() if window != "stats" else ({}, [])
         return Snapshot(
             now_ns=now,
-            received=self._received,
-            deadlines_seen=self._deadlines_seen,
-            middleware_lost=self._middleware_lost,
-            middleware_lost_reported=self._lost_reported,
-            discarded={r.value: c for r, c in self.validator.discarded.items()},
+            received=intake.received,
+            deadlines_seen=intake.deadlines_seen,
+            middleware_lost=intake.middleware_lost,
+            middleware_lost_reported=intake.middleware_lost_reported,
+            discarded=intake.discarded,
             core=stats,
             nfe_ns=self.get_parameter("nfe_ns").value,
             admission_reserve_ns=self.get_parameter("admission_reserve_ns").value,
@@ -516,6 +578,9 @@ class RelayNode(Node):
         if notes:
             values["nfe_loop_note"] = "; ".join(notes)
         values["publisher_loop"] = self._output.loop
+        values["intake_loop"] = self.intake_loop
+        if self.intake_note:
+            values["intake_loop_note"] = self.intake_note
         if self._output.note:
             values["publisher_loop_note"] = self._output.note
         if self._output.failed:
@@ -575,13 +640,22 @@ class RelayNode(Node):
     # -- what tools may read (drill, stress, bench, tests): the node's public surface ----------
 
     def counters(self) -> IntakeCounters:
-        """A snapshot of the intake counters (see the ownership note in __init__)."""
+        """A snapshot of the intake counters, both intakes summed (only one takes from the
+        subscriptions; see the ownership note in __init__)."""
+        py, native = self._python_intake, self._native_intake
+        discarded = {r.value: c for r, c in self.validator.discarded.items()}
+        received, deadlines = py.received, py.deadlines_seen
+        if native is not None:
+            for key, count in native.discarded().items():
+                discarded[key] += count
+            received += native.received
+            deadlines += native.deadlines_seen
         return IntakeCounters(
-            received=self._received,
-            deadlines_seen=self._deadlines_seen,
+            received=received,
+            deadlines_seen=deadlines,
             middleware_lost=self._middleware_lost,
             middleware_lost_reported=self._lost_reported,
-            discarded={r.value: c for r, c in self.validator.discarded.items()},
+            discarded=discarded,
         )
 
     def threads_alive(self) -> dict[str, bool]:
@@ -595,12 +669,20 @@ class RelayNode(Node):
         return alive
 
     def handle_request(self, msg: InferenceRequest) -> None:
-        """The request callback itself, for tools that time it without DDS (bench intake).
+        """One request through the intake this relay runs, for tools that time it without DDS
+        (bench intake): the C intake gets the message's CDR bytes.
 
-        The request thread is the core's single submit producer: call this only while the
-        request executor is not spinning (before start_request_executor, or after stop()).
+        The intake thread is the core's single submit producer: call this only while it is not
+        running (before start_request_executor, or after stop()).
         """
-        self._on_request(msg)
+        if self._native_intake is None:
+            self._on_request(msg)
+            return
+        self.handle_serialized(serialize_message(msg))
+
+    def handle_serialized(self, cdr: bytes) -> None:
+        """One request's CDR bytes through the C intake (as handle_request; native only)."""
+        self._native_intake.decide(cdr, time.monotonic_ns(), time.time_ns())
 
     # -- teardown ------------------------------------------------------------------------------
 
@@ -616,6 +698,8 @@ class RelayNode(Node):
             return
         self._stopped = True
         self._intake_stop.set()
+        if self._native_intake is not None:
+            self._native_intake.stop()
         # nested: whatever fails, every later stage still runs (a later stop() is a no-op, and
         # destroy_node then closes the core: nothing may still be running on it)
         try:
@@ -660,7 +744,8 @@ def spin_relay(node: RelayNode, extra_nodes=(), context=None,
     """Spin the relay (and optional co-located nodes) until `stop` is set (cli, run_demo: a
     signal sets it) or the context shuts down (the harness)."""
     node.start_request_executor(context)
-    executor = MainExecutor([node.request_group], context=context or node.context)
+    groups, entities = node.main_executor_exclusions()
+    executor = MainExecutor(groups, excluded_entities=entities, context=context or node.context)
     executor.add_node(node)
     for extra in extra_nodes:
         executor.add_node(extra)

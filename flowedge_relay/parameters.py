@@ -189,6 +189,13 @@ SPECS: tuple[Spec, ...] = (
     Spec("request_qos_depth", 1000, "history depth of each request subscription (keep_last)", 1,
          100_000),
     Spec("action_qos_depth", 1000, "history depth of the flowedge/actions publisher", 1, 100_000),
+    Spec(
+        "intake_loop",
+        "auto",
+        "auto: the request intake takes, checks and submits each request in C, without the "
+        "GIL, unless use_sim_time is on or rcl cannot be found; python: always the rclpy "
+        "callback (the admission diagnostic says which runs)",
+    ),
     Spec("stats_rate_hz", 10.0, "publish rate of flowedge/stats (RelayStats)", 0.1, 100.0),
     # Output path (docs/design.md §8)
     Spec("output_ring_capacity", 1024, "slots per SPSC outcome ring (rounded up to 2^n)", 2, 65536),
@@ -284,7 +291,7 @@ def check_value(name: str, value: object) -> str | None:
         return f"age_gate must be one of {', '.join(AGE_GATES)}, got {value!r}"
     if name == "cost_model" and value not in COST_MODELS:
         return f"cost_model must be one of {', '.join(COST_MODELS)}, got {value!r}"
-    if name in ("nfe_loop", "publisher_loop") and value not in NFE_LOOPS:
+    if name in ("nfe_loop", "publisher_loop", "intake_loop") and value not in NFE_LOOPS:
         return f"{name} must be one of {', '.join(NFE_LOOPS)}, got {value!r}"
     if name == "solver" and value not in SOLVERS:
         return f"solver must be one of {', '.join(SOLVERS)}, got {value!r}"

@@ -13,45 +13,18 @@ symbols cannot be found. Both send the same message (test/test_publish.py).
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 from flowedge_relay_msgs.msg import ActionMessage
 
 from flowedge_relay.core import Code, check, ffi, lib
+from flowedge_relay.rcl_abi import RclUnavailable, publish_functions
 from flowedge_relay.timebase import ros_time
 
 LATENCY_WINDOW = lib.FER_LATENCY_WINDOW  # INFERENCE latencies kept for p50/p99 (a fixed ring)
 WAIT_NS = 20_000_000  # the loop's doorbell wait: how soon it sees a pause or stop
-
-
-class RclUnavailable(RuntimeError):
-    """rcl's publish function cannot be found in this process: use the Python loop."""
-
-
-def _loaded_library(name: str) -> str:
-    """The path of shared library `name` (e.g. librcl.so) as this process mapped it."""
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        path = line.split(maxsplit=5)[-1]
-        if path.endswith("/" + name):
-            return path
-    raise RclUnavailable(f"{name} is not loaded in this process")
-
-
-def rcl_functions() -> tuple[object, object]:
-    """(rcl_publish_serialized_message, rcutils_reset_error) as the C loop's function pointers,
-    from the libraries rclpy loaded (no second copy of rcl: the publisher handle is theirs)."""
-    try:
-        rcl = ctypes.CDLL(_loaded_library("librcl.so"))
-        rcutils = ctypes.CDLL(_loaded_library("librcutils.so"))
-        publish = ctypes.cast(rcl.rcl_publish_serialized_message, ctypes.c_void_p).value
-        reset = ctypes.cast(rcutils.rcutils_reset_error, ctypes.c_void_p).value
-    except (OSError, AttributeError) as exc:
-        raise RclUnavailable(str(exc)) from exc
-    return ffi.cast("fer_rcl_publish_fn", publish), ffi.cast("fer_rcl_reset_error_fn", reset)
 
 
 class OutputPause:
@@ -96,7 +69,7 @@ class ActionPublisher:
             self.note = "use_sim_time: header.stamp must be the node's clock"
         else:
             try:
-                self._fns = rcl_functions()
+                self._fns = publish_functions()
                 self._native = self._create(core, model)
             except RclUnavailable as exc:
                 self.note = f"rcl not found: {exc}"

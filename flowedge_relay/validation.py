@@ -47,6 +47,8 @@ class Reason(enum.Enum):
     INPUT_NOT_FINITE = _policy.INPUT_NOT_FINITE
     INPUT_BOOL_VALUE = _policy.INPUT_BOOL_VALUE
     REQUEST_TOO_LARGE = _policy.REQUEST_TOO_LARGE
+    # CDR bytes that are not an InferenceRequest: only the C intake sees raw bytes (intake.py)
+    REQUEST_MALFORMED = "request_malformed"
 
 
 _INTAKE_REASON = {reason.value: reason for reason in Reason}

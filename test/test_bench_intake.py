@@ -22,31 +22,43 @@ def _run(argv: list[str]) -> dict:
     return intake.run(parser.parse_args(argv))
 
 
-def test_every_discard_reason_and_decided_outcome_is_measured_and_really_happened():
+def test_every_discard_reason_and_decided_outcome_is_measured_on_both_intakes():
     report = _run(["--quick", "--samples", "40", "--no-dds"])
-    discards = {r["outcome"] for r in report["rows"] if r["kind"] == "discard"}
-    decisions = {r["outcome"] for r in report["rows"] if r["kind"] == "decision"}
     # The bench drives the single-vector model: the tensor-intake reasons of a policy package
-    # (test/test_policy_serving.py) are measured only where they apply to it (input_unexpected).
+    # (test/test_intake.py, test/test_policy_serving.py) are measured only where they apply to
+    # it (input_unexpected).
     package_only = {Reason.INPUT_MISSING, Reason.INPUT_DUPLICATE, Reason.INPUT_DTYPE,
                     Reason.INPUT_SHAPE, Reason.INPUT_BYTES, Reason.INPUT_NOT_FINITE,
                     Reason.INPUT_BOOL_VALUE, Reason.REQUEST_TOO_LARGE}
-    assert discards == {f"discarded.{r.value}" for r in set(Reason) - package_only} - {
+    reasons = {f"discarded.{r.value}" for r in set(Reason) - package_only} - {
         "discarded.model_unavailable", "discarded.core_refused"}
-    assert decisions == {"expired", "rejected_stale", "rejected_deadline", "rejected_capacity",
-                         "accepted"}
+    for name, rclpy_sees in (("c", set()), ("rclpy", {"discarded.request_malformed"})):
+        rows = [r for r in report["rows"] if r["intake"] == name]
+        assert {r["outcome"] for r in rows if r["kind"] == "discard"} == reasons - rclpy_sees
+        assert {r["outcome"] for r in rows if r["kind"] == "decision"} == {
+            "expired", "rejected_stale", "rejected_deadline", "rejected_capacity", "accepted"}
     for row in report["rows"]:  # the counters say each case did what its label says
         assert row["as_expected"], row
-        assert row["n"] == 40 and 0 < row["callback_us_p50"] <= row["callback_us_p99"]
+        assert row["n"] == 40 and 0 < row["us_p50"] <= row["us_p99"]
     assert report["all_cases_as_expected"]
     text = intake.table(report)
     assert "session_id_300_unicode" in text and "rejected_capacity" in text
     json.dumps(report, allow_nan=False)  # what --json writes
 
 
-def test_over_dds_every_message_is_received_or_reported_lost():
-    report = _run(["--quick", "--samples", "5", "--dds-messages", "600"])
-    assert [d["mix"] for d in report["dds"]] == ["invalid", "expired", "flood"]
+def test_over_dds_every_request_is_answered_once_and_the_ceiling_is_reported():
+    """A low rate of each mix through a relay process: every request answered exactly once with
+    what its kind is built to get; the report names the ceiling and any first loss."""
+    report = _run(["--quick", "--samples", "5", "--rates", "500", "--seconds", "0.4"])
+    assert [d["mix"] for d in report["dds"]] == ["expired", "rejected", "admitted", "mixed"]
     for d in report["dds"]:
-        assert d["received"] + d["middleware_lost"] == d["sent"] and d["unaccounted"] == 0
-        assert d["sent"] + d["publish_failures"] == 600
+        (step,) = d["steps"]
+        assert step["sent"] == 200 and step["publish_failed"] == 0
+        assert step["answered_once"] == step["sent"], (d["mix"], step)
+        assert step["unanswered"] == step["duplicated"] == step["unexpected_codes"] == 0
+        assert step["relay_received"] == step["sent"]
+        assert d["ceiling_answered_per_s"] > 0 and d["first_loss_offered_per_s"] is None
+    codes = {d["mix"]: set(d["steps"][0]["codes"]) for d in report["dds"]}
+    assert codes["expired"] == {"expired"} and "inference" in codes["admitted"]
+    assert codes["mixed"] >= {"expired", "inference"}
+    assert "answered in full up to" in intake.table(report)

@@ -222,7 +222,8 @@ def test_exactly_one_outcome_per_valid_request_above_capacity():
             stop = min(start + chunk, n)
             # built at send time, so deadlines (30-330 ms, one in five none) are relative to now
             h.send(*[request(i) for i in range(start, stop)])
-            assert wait_for(lambda s=stop: h.relay._received >= s, 30), (h.relay._received, stop)
+            assert wait_for(lambda s=stop: h.relay.counters().received >= s, 30), (
+                h.relay.counters(), stop)
         h.wait_answers(n, timeout=120)
         time.sleep(0.5)  # room for an answer too many
         answers = h.answers()

@@ -329,7 +329,8 @@ def test_unavailable_execution_provider_is_the_model_error_naming_the_available_
     with running_relay(execution_providers=["CUDAExecutionProvider", "CPUExecutionProvider"]) as h:
         status = h.latest_status("model")
         h.send(h.request(sequence=1))
-        assert wait_for(lambda: h.relay.validator.discarded[Reason.MODEL_UNAVAILABLE] == 1, 10)
+        key = Reason.MODEL_UNAVAILABLE.value
+        assert wait_for(lambda: h.relay.counters().discarded[key] == 1, 10)
         assert h.relay.pool is None
     assert status.level == DiagnosticStatus.ERROR
     error = status_values(status)["error"]

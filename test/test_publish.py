@@ -24,7 +24,8 @@ from ros_helpers import ros_context, running_relay, spinning, status_values, wai
 
 from flowedge_relay.core import Code, Core, Outcome, ffi, lib
 from flowedge_relay.model import default_model_path, load_model
-from flowedge_relay.publisher import ActionPublisher, action_message, rcl_functions
+from flowedge_relay.publisher import ActionPublisher, action_message
+from flowedge_relay.rcl_abi import publish_functions
 from flowedge_relay.timebase import ROS_TIME_MAX_NS
 
 MODEL = load_model(default_model_path())  # policy_small: the messages' digest and dims
@@ -134,7 +135,7 @@ def test_loop_publishes_through_rcl_and_counts_latency():
         node.create_subscription(ActionMessage, "out", got.append, 100)
         rclpy_pub = node.create_publisher(ActionMessage, "out", 100)
         pub = _publisher(core)
-        publish, reset = rcl_functions()
+        publish, reset = publish_functions()
         with spinning(node, context=ctx):
             assert wait_for(lambda: rclpy_pub.get_subscription_count() == 1)
             _finished(core, n)
@@ -161,7 +162,7 @@ def test_loop_counts_what_rcl_refuses_and_goes_on():
         node = Node("publish_refused", context=ctx)
         rclpy_pub = node.create_publisher(ActionMessage, "out", 10)
         pub = _publisher(core)
-        publish, reset = rcl_functions()
+        publish, reset = publish_functions()
         _finished(core, 3)
         with rclpy_pub.handle:
             pointer = ffi.cast("void *", rclpy_pub.handle.pointer)
@@ -201,7 +202,7 @@ def test_loop_after_shutdown_polls_for_stop_instead_of_spinning(native):
 def test_loop_refuses_null_arguments():
     with _core() as core:
         pub = _publisher(core)
-        publish, reset = rcl_functions()
+        publish, reset = publish_functions()
         assert lib.fer_publish_run(ffi.NULL, publish, ffi.cast("void *", 1), reset, MS) < 0
         assert lib.fer_publish_run(pub, ffi.NULL, ffi.cast("void *", 1), reset, MS) < 0
         assert lib.fer_publish_run(pub, publish, ffi.NULL, reset, MS) < 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 
 import pytest
@@ -37,10 +36,13 @@ def _alive(h) -> bool:
 # ---- hostile input ---------------------------------------------------------------------------
 
 
-def test_malformed_campaign_answers_valid_once_and_counts_invalid_per_reason():
+@pytest.mark.parametrize("intake", ["native", "python"])
+def test_malformed_campaign_answers_valid_once_and_counts_invalid_per_reason(intake):
     """Generated hostile input (typed and raw CDR) interleaved with valid traffic, judged by
-    what the campaign built (stress.Oracle), not by a second copy of the validator."""
-    with running_relay() as h:
+    what the campaign built (stress.Oracle), not by a second copy of the validator; through the
+    C intake and the rclpy one."""
+    with running_relay(intake_loop="auto" if intake == "native" else "python") as h:
+        assert h.relay.intake_loop == intake
         fig = stress.run_malformed(h, messages=700, seed=8, warmup=100)
     assert stress.malformed_ok(fig) == []
     assert fig["crashes"] == 0 and fig["hangs"] == 0
@@ -54,7 +56,13 @@ def test_malformed_campaign_answers_valid_once_and_counts_invalid_per_reason():
     assert len(fig["invalid_built_by_reason"]) >= 8  # most reasons exercised
     for reason, built in fig["invalid_built_by_reason"].items():  # raw CDR may add, never less
         assert fig["invalid_counted_by_reason"].get(reason, 0) >= built, reason
-    assert fig["undeliverable_raw"] > 0  # truncated / lying CDR reached DDS and was dropped
+    if intake == "native":
+        # every raw message reaches the C intake: decided, or counted as not an InferenceRequest
+        assert fig["undeliverable_raw"] == 0
+        assert fig["invalid_counted_by_reason"].get("request_malformed", 0) > 0
+    else:
+        # rclpy's typed take drops CDR that does not deserialize, before the callback
+        assert fig["undeliverable_raw"] > 0
 
 
 def test_the_malformed_oracle_catches_a_validator_that_discards_valid_requests(monkeypatch):
@@ -70,7 +78,9 @@ def test_the_malformed_oracle_catches_a_validator_that_discards_valid_requests(m
         return reason, sid, obs
 
     monkeypatch.setattr(validation.Validator, "_check", wrong)
-    with running_relay() as h:
+    # the rclpy intake, whose validator the patch breaks (the C intake's twin of it is
+    # test_intake.py's parity test)
+    with running_relay(intake_loop="python") as h:
         fig = stress.run_malformed(h, messages=300, seed=8, warmup=0, mix="flood")
     failures = stress.malformed_ok(fig)
     assert fig["valid_lost"] > 0
@@ -90,39 +100,29 @@ def test_flood_beyond_the_receive_rate_every_message_is_accounted_for(tmp_path):
     """REGRESSION (issue 14 item 8): offered more than the relay could take, 30-42% of the
     requests got no answer and nothing counted them. Now every message sent is received (then
     answered or counted invalid) or reported lost by the middleware, in diagnostics and
-    RelayStats. Loss is created on purpose, not by racing a rate: the request thread is held
-    in its first callback while a producer with a 100-deep KEEP_LAST history sends 12,000
+    RelayStats. Loss is created on purpose, not by racing a rate: the relay's intake is held
+    (fault_pause_intake) while a producer with a 100-deep KEEP_LAST history sends 12,000
     requests, far more than the relay's reader (KEEP_ALL, 5,000 samples) and the producer's
     history can hold, so the producer must drop unacknowledged ones."""
     from flowedge_relay_msgs.msg import RelayStats
 
     sent = 12_000
-    gate = threading.Event()
     with running_relay() as h:
         relay = h.relay
-        real = relay._on_request
-        held = threading.Event()
-
-        def first_waits(msg):
-            held.set()
-            gate.wait(60)
-            real(msg)
-
-        relay._on_request = first_waits
         stats: list = []
         h.client.create_subscription(RelayStats, "flowedge/stats", stats.append, 10)
+        relay.fault_pause_intake.set()
         try:
             proc = _producer(tmp_path, h, "flood", sent, depth=100)
             published = json.loads(proc.stdout.readline())["published"]
-            assert held.wait(30)
         finally:
-            relay._on_request = real
-            gate.set()
+            relay.fault_pause_intake.clear()
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 0, out
 
         def arrived() -> int:
-            return relay._received + relay._middleware_lost
+            counts = relay.counters()
+            return counts.received + counts.middleware_lost
 
         last = -1
         while arrived() != last:  # settled: nothing more arrives for 2 s
@@ -135,9 +135,11 @@ def test_flood_beyond_the_receive_rate_every_message_is_accounted_for(tmp_path):
         wait_for(lambda: len(h.answers()) >= sum(decided.outcomes), 10.0)
         answered = len(h.answers())
         admission = status_values(h.latest_status("admission"))
-        wait_for(lambda: stats and stats[-1].middleware_lost == relay._middleware_lost, 5.0)
-        received, lost = relay._received, relay._middleware_lost
-        invalid = relay.validator.total_discarded()
+        wait_for(lambda: stats and stats[-1].middleware_lost == relay.counters().middleware_lost,
+                 5.0)
+        counts = relay.counters()
+        received, lost = counts.received, counts.middleware_lost
+        invalid = sum(counts.discarded.values())
         st = relay.core.stats()
         keys = [(a.session_id, a.sequence) for a in h.answers()]
     # A publish the producer's own history refuses fails there, loudly (rare; not our loss).
@@ -174,13 +176,14 @@ def test_regression_fields_that_killed_the_request_thread():
 
 def test_a_request_the_core_refuses_is_counted_and_the_thread_survives(monkeypatch):
     """Defense in depth: should validation ever miss a case, the node counts core_refused and
-    keeps going (simulated by widening the retry_reason check past what the core accepts)."""
+    keeps going (simulated by widening the rclpy intake's retry_reason check past what the core
+    accepts; test_intake.py does the same to the C intake)."""
     monkeypatch.setattr(validation, "RETRY_REASON_MAX", 255)
-    with running_relay() as h:
+    with running_relay(intake_loop="python") as h:
         h.send(h.request(session_id="a", sequence=1, retry_reason=77, retry_count=1))
         h.send(h.request(session_id="a", sequence=2))
         marker = h.answer_for(2)
-        refused = h.relay.validator.discarded[validation.Reason.CORE_REFUSED]
+        refused = h.relay.counters().discarded[validation.Reason.CORE_REFUSED.value]
         assert _alive(h)
     assert marker is not None and refused == 1
 

@@ -101,7 +101,7 @@ def test_a_flood_of_invalid_requests_is_counted_per_message_and_logged_once_per_
                 relay._on_request(long_id)
             discarded = dict(relay.validator.discarded)
             suppressed = relay._discard_log.suppressed
-            received, accepted = relay._received, relay.core.stats().accepted
+            received, accepted = relay.counters().received, relay.core.stats().accepted
         finally:
             relay.destroy_node()
     assert discarded[Reason.NFE_ZERO] == 500 and discarded[Reason.SESSION_ID_TOO_LONG] == 500

@@ -49,6 +49,7 @@ from flowedge_relay.model import ModelInfo, default_model_path
 from flowedge_relay.policy import Policy
 from flowedge_relay.timebase import ros_time, stamp_ns
 from flowedge_relay.tooling.harness import (
+    ANSWER_DRAIN_MAX,
     build_request,
     load_served,
     model_path,
@@ -61,7 +62,6 @@ from flowedge_relay.tooling.harness import (
 )
 
 INFERENCE = Code.INFERENCE
-ANSWER_DRAIN_MAX = 64  # answers taken per callback (BenchClient._on_action)
 __all__ = ["model_path"]  # re-exported: the benches take --model through it
 
 
@@ -455,6 +455,9 @@ class RemoteStats:
     nfe_ns_observed_tail: int
     nfe_ns_in_use: int
     step_ns_p99_full: float = 0.0  # batch slots: p99 of a step with batch_slots rows
+    received: int = 0  # requests the relay's intake took (valid or not)
+    middleware_lost: int = 0  # requests the middleware reported lost before the intake
+    outputs_dropped: int = 0  # answers dropped at a full outcome ring (rejection + action)
 
 
 class RemoteRelay:
@@ -550,6 +553,8 @@ class RemoteRelay:
             queue_depth=m.queue_depth, lanes_busy=m.lanes_busy, nfe_ns_p50=m.nfe_ns_p50,
             nfe_ns_p99=m.nfe_ns_p99, nfe_ns_observed_tail=m.nfe_ns_observed_tail,
             nfe_ns_in_use=m.nfe_ns_in_use, step_ns_p99_full=m.step_ns_p99_full,
+            received=m.received, middleware_lost=m.middleware_lost,
+            outputs_dropped=m.rejection_outputs_dropped + m.action_outputs_dropped,
         )  # fmt: skip
 
     def set_parameters(self, params) -> list:

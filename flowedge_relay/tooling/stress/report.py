@@ -57,7 +57,7 @@ def param(relay, name: str):
 @dataclass
 class RelayMark:
     """The relay's intake counters when a campaign starts: what it received, what the
-    middleware reported lost, what the validator discarded per reason."""
+    middleware reported lost, what its intake discarded per reason."""
 
     received: int
     lost: int
@@ -65,8 +65,7 @@ class RelayMark:
 
     @classmethod
     def of(cls, relay) -> RelayMark:
-        return cls(received(relay), lost(relay),
-                   {r: c for r, c in relay.validator.discarded.items()})
+        return cls(received(relay), lost(relay), relay.counters().discarded)
 
     def received_since(self, relay) -> int:
         return received(relay) - self.received
@@ -76,8 +75,7 @@ class RelayMark:
 
     def reasons_since(self, relay) -> dict[str, int]:
         """Discards per reason (validation.Reason value) since the mark."""
-        return {r.value: relay.validator.discarded[r] - self.discarded[r]
-                for r in relay.validator.discarded}
+        return {r: c - self.discarded[r] for r, c in relay.counters().discarded.items()}
 
 
 def judge(oracle: Oracle, book) -> dict:

@@ -231,7 +231,7 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
         "unexpected_answers": book.unexpected,
         "outcomes": samples[-1]["outcomes"],
         "calibration_misses": st.calibration_misses - stats0.calibration_misses,
-        "invalid_discarded": relay.validator.total_discarded(),
+        "invalid_discarded": sum(relay.counters().discarded.values()),
         "queue_depth_max": max(s["queue_depth"] for s in samples),
         "rss_start_mb": samples[0]["rss_mb"],
         "rss_warm_mb": warm,
@@ -256,7 +256,7 @@ def _soak_sample(relay, book, traffic, stats0, t: float) -> dict:
         "answered": book.total(),
         "coalesced": st.coalesced - stats0.coalesced,
         "dropped": st.rejection_outputs_dropped + st.action_outputs_dropped,
-        "invalid_discarded": relay.validator.total_discarded(),
+        "invalid_discarded": sum(relay.counters().discarded.values()),
         "outcomes": {k: st.outcomes[j] - stats0.outcomes[j] for j, k in enumerate(names)},
     }
 

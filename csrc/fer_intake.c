@@ -1,0 +1,493 @@
+/*
+ * fer_intake.c - the request intake in C (fer_intake.h says why). Allocates only in create.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fer_internal.h"
+#include "fer_rcl.h"
+#include "fer_intake.h"
+#include "fer_take.h"
+
+#define NS_PER_S 1000000000ull
+
+/*
+ * Invariants: cfg is the caller's config, checked at create; take owns the serialized buffer
+ * (max_request_bytes + FER_INTAKE_SLACK_BYTES) and the doorbell; obs holds cfg.observation_dim
+ * floats and sid the session id of the request being decided; counters are written by the thread
+ * that calls decide / run.
+ */
+struct fer_intake {
+    struct fer_intake_config cfg;
+    struct fer_intake_counters counters;
+    struct fer_core *core;
+    struct fer_take take;
+    float *obs;
+    uint32_t sid_len;                    /* the validated request's session id, as rclpy sees it */
+    char sid[FER_SESSION_ID_MAX];
+};
+
+static const char *const REASON_NAMES[FER_REASONS] = {
+    "", "model_unavailable", "session_id_empty", "session_id_too_long", "model_digest_mismatch",
+    "dims_mismatch", "observation_length", "observation_not_finite", "remaining_nfe_zero",
+    "remaining_nfe_above_max", "retry_reason_unknown", "time_invalid", "core_refused",
+    "input_missing", "input_unexpected", "input_duplicate", "input_dtype", "input_shape",
+    "input_bytes", "input_not_finite", "input_bool_value", "request_too_large",
+    "request_malformed",
+};
+
+const char *fer_intake_reason_name(uint32_t r)
+{
+    return r >= 1 && r < FER_REASONS ? REASON_NAMES[r] : "";
+}
+
+struct fer_intake_counters *fer_intake_counters(struct fer_intake *in)
+{
+    return in ? &in->counters : NULL;
+}
+
+/* relaxed: a counter has one writer; readers only report it */
+static void bump(uint64_t *counter)
+{
+    __atomic_store_n(counter, *counter + 1, __ATOMIC_RELAXED);
+}
+
+/* ---- create / destroy -------------------------------------------------------------------------- */
+
+static uint64_t model_itemsize(const struct fer_input_spec *s)
+{
+    static const uint8_t wire[] = {4, 1, 8, 4, 2, 1}; /* by FER_DTYPE_* */
+    return s->scale != NULL ? sizeof(float) : wire[s->dtype];
+}
+
+static int config_valid(const struct fer_intake_config *cfg, uint32_t payload_bytes)
+{
+    uint32_t i, k;
+
+    if (cfg->digest_len > FER_INTAKE_DIGEST_MAX || cfg->n_inputs > FER_INTAKE_INPUTS_MAX ||
+        cfg->observation_dim > FER_INTAKE_OBSERVATION_MAX || cfg->max_nfe == 0)
+        return 0;
+    for (i = 0; i < cfg->n_inputs; i++) {
+        const struct fer_input_spec *s = &cfg->inputs[i];
+        uint64_t count = 1, end;
+
+        if (s->name_len > FER_INTAKE_NAME_MAX || s->dtype > FER_DTYPE_BOOL ||
+            s->ndim > FER_INTAKE_NDIM_MAX || (s->scale == NULL) != (s->shift == NULL))
+            return 0;
+        for (k = 0; k < s->ndim; k++)
+            count = fer_sat_mul(count, s->shape[k]);
+        end = fer_sat_add(s->offset, fer_sat_mul(count, model_itemsize(s)));
+        if (count != s->count || end > payload_bytes)
+            return 0;
+    }
+    return 1;
+}
+
+static void take_one(void *ctx, const uint8_t *cdr, uint64_t len);
+
+int fer_intake_create(struct fer_core *core, const struct fer_intake_config *cfg,
+                      struct fer_intake **out)
+{
+    struct fer_intake *in;
+    int rc;
+
+    if (out == NULL)
+        return FER_EINVAL;
+    *out = NULL;
+    if (core == NULL || cfg == NULL || !config_valid(cfg, core->cfg.payload_bytes) ||
+        (cfg->n_inputs == 0 && cfg->model_ok && cfg->observation_dim != core->cfg.obs_dim))
+        return FER_EINVAL;
+    in = calloc(1, sizeof(*in));
+    if (in == NULL)
+        return FER_ENOMEM;
+    in->cfg = *cfg;
+    in->core = core;
+    in->obs = calloc((size_t)cfg->observation_dim + 1, sizeof(float));
+    rc = fer_take_init(&in->take, fer_sat_add(cfg->max_request_bytes, FER_INTAKE_SLACK_BYTES),
+                       take_one, in);
+    if (in->obs == NULL || rc != FER_OK) {
+        fer_intake_destroy(in);
+        return rc != FER_OK ? rc : FER_ENOMEM;
+    }
+    *out = in;
+    return FER_OK;
+}
+
+void fer_intake_destroy(struct fer_intake *in)
+{
+    if (in == NULL)
+        return;
+    fer_take_fini(&in->take);
+    free(in->obs);
+    free(in);
+}
+
+/* ---- session ids as rclpy reads them ---------------------------------------------------------- */
+
+/* The range of the k-th byte (k >= 1) after UTF-8 lead byte `lead` (Unicode, Table 3-7). */
+static int continues(uint8_t lead, uint32_t k, uint8_t b)
+{
+    uint8_t lo = 0x80, hi = 0xbf;
+
+    if (k == 1) {
+        if (lead == 0xe0) lo = 0xa0;
+        else if (lead == 0xed) hi = 0x9f;
+        else if (lead == 0xf0) lo = 0x90;
+        else if (lead == 0xf4) hi = 0x8f;
+    }
+    return b >= lo && b <= hi;
+}
+
+/*
+ * src[0..n) decoded as UTF-8 with every maximal invalid subpart replaced by U+FFFD, re-encoded
+ * into dst (cap bytes): exactly the bytes of rclpy's str for the field (rosidl decodes strings with
+ * errors="replace") encoded back, which is what the Python intake keys a session by. Returns the
+ * length, or cap + 1 if it does not fit.
+ */
+static uint32_t utf8_as_rclpy(const uint8_t *src, uint32_t n, char *dst, uint32_t cap)
+{
+    static const uint8_t fffd[3] = {0xef, 0xbf, 0xbd};
+    uint32_t i = 0, out = 0;
+
+    while (i < n) {
+        uint8_t b = src[i];
+        uint32_t need = b >= 0xc2 && b <= 0xdf ? 1 : b >= 0xe0 && b <= 0xef ? 2
+                        : b >= 0xf0 && b <= 0xf4 ? 3 : 0;
+        const uint8_t *piece = &src[i];
+        uint32_t len = 1, k = 1;
+
+        if (b >= 0x80) {
+            while (need && k <= need && i + k < n && continues(b, k, src[i + k]))
+                k++;
+            if (need && k > need) {
+                len = need + 1;            /* a whole, valid sequence */
+            } else {
+                piece = fffd;              /* lead byte + the continuation bytes that matched */
+                len = 3;
+                i += k - 1;
+            }
+        }
+        if (out + len > cap)
+            return cap + 1;
+        memcpy(dst + out, piece, len);
+        out += len;
+        i += piece == fffd ? 1 : len;
+    }
+    return out;
+}
+
+/* ---- validation (validation.py's order) ------------------------------------------------------- */
+
+static uint16_t load_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static uint32_t load_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t load_u64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static int f32_finite(uint32_t bits) { return (bits & 0x7f800000u) != 0x7f800000u; }
+static int f16_finite(uint16_t bits) { return (bits & 0x7c00u) != 0x7c00u; }
+
+/* IEEE half -> float, exactly (every half is a float). */
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    uint32_t bits;
+    float f;
+
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else { /* subnormal: normalize */
+        exp = 113;
+        while (!(man & 0x400u)) {
+            man <<= 1;
+            exp--;
+        }
+        bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/*
+ * The normalized value of element i, as numpy computes `value * scale + shift` into float32
+ * (policy.Normalization.apply): integer types wider than 16 bits meet float32 in float64 (numpy's
+ * type promotion), the rest in float32; the product is rounded to float32, then the shift added.
+ */
+static float normalized(const struct fer_input_spec *s, const uint8_t *data, uint64_t i)
+{
+    float scale = s->scale[i], v;
+
+    switch (s->dtype) {
+    case FER_DTYPE_FLOAT32: memcpy(&v, data + 4 * i, 4); v = v * scale; break;
+    case FER_DTYPE_FLOAT16: v = f16_to_f32(load_u16(data + 2 * i)) * scale; break;
+    case FER_DTYPE_INT32: v = (float)((double)(int32_t)load_u32(data + 4 * i) * (double)scale); break;
+    case FER_DTYPE_INT64: v = (float)((double)(int64_t)load_u64(data + 8 * i) * (double)scale); break;
+    default: v = (float)data[i] * scale; break; /* UINT8, BOOL */
+    }
+    return v + s->shift[i];
+}
+
+/* One tensor against its spec, then copied (normalized) into the payload: policy intake's
+ * per-tensor checks, in its order. */
+static uint32_t take_tensor(const struct fer_input_spec *s, const struct fer_tensor_view *t,
+                            uint8_t *payload)
+{
+    static const uint8_t wire[] = {4, 1, 8, 4, 2, 1};
+    uint64_t i, n = s->count;
+    uint32_t k;
+
+    if (t->dtype != s->dtype)
+        return FER_REASON_INPUT_DTYPE;
+    if (t->ndim != s->ndim)
+        return FER_REASON_INPUT_SHAPE;
+    for (k = 0; k < s->ndim; k++)
+        if (load_u32(t->shape + 4 * k) != s->shape[k])
+            return FER_REASON_INPUT_SHAPE;
+    if (t->data_len != n * wire[s->dtype])
+        return FER_REASON_INPUT_BYTES;
+    if (s->dtype == FER_DTYPE_FLOAT32) {
+        for (i = 0; i < n; i++)
+            if (!f32_finite(load_u32(t->data + 4 * i)))
+                return FER_REASON_INPUT_NOT_FINITE;
+    } else if (s->dtype == FER_DTYPE_FLOAT16) {
+        for (i = 0; i < n; i++)
+            if (!f16_finite(load_u16(t->data + 2 * i)))
+                return FER_REASON_INPUT_NOT_FINITE;
+    } else if (s->dtype == FER_DTYPE_BOOL) {
+        for (i = 0; i < n; i++)
+            if (t->data[i] > 1)
+                return FER_REASON_INPUT_BOOL_VALUE;
+    }
+    if (s->scale == NULL) {
+        memcpy(payload + s->offset, t->data, t->data_len);
+    } else {
+        float *dst = (float *)(void *)(payload + s->offset);
+
+        for (i = 0; i < n; i++)
+            dst[i] = normalized(s, t->data, i);
+    }
+    return FER_REASON_NONE;
+}
+
+/* A package request's tensors (policy intake): every declared input exactly once. */
+static uint32_t take_tensors(struct fer_intake *in, const struct fer_request_view *v)
+{
+    const struct fer_intake_config *cfg = &in->cfg;
+    uint32_t seen = 0; /* bit per declared input */
+    uint8_t *payload;
+    uint64_t i;
+    int slot;
+
+    if (v->n_tensors > 2ull * cfg->n_inputs + 1)
+        return FER_REASON_INPUT_UNEXPECTED;
+    if (v->tensor_bytes > cfg->max_request_bytes)
+        return FER_REASON_REQUEST_TOO_LARGE;
+    slot = fer_core_staging_slot(in->core);
+    payload = slot < 0 ? NULL : fer_core_payload(in->core, (uint32_t)slot);
+    if (payload == NULL)
+        return FER_REASON_CORE_REFUSED;
+    for (i = 0; i < v->n_tensors; i++) {
+        const struct fer_tensor_view *t = &v->tensors[i];
+        uint32_t k, rc;
+
+        for (k = 0; k < cfg->n_inputs; k++)
+            if (cfg->inputs[k].name_len == t->name_len &&
+                memcmp(cfg->inputs[k].name, t->name, t->name_len) == 0)
+                break;
+        if (k == cfg->n_inputs)
+            return FER_REASON_INPUT_UNEXPECTED;
+        if (seen & (1u << k))
+            return FER_REASON_INPUT_DUPLICATE;
+        seen |= 1u << k;
+        rc = take_tensor(&cfg->inputs[k], t, payload);
+        if (rc != FER_REASON_NONE)
+            return rc;
+    }
+    return seen == (1u << cfg->n_inputs) - 1u ? FER_REASON_NONE : FER_REASON_INPUT_MISSING;
+}
+
+static int stamp_ok(int32_t sec, uint32_t nanosec)
+{
+    return sec >= 0 && nanosec < NS_PER_S;
+}
+
+/* validation.Validator._check over a parsed request; fills in->obs for a single-vector model. */
+static uint32_t validate(struct fer_intake *in, const struct fer_request_view *v)
+{
+    const struct fer_intake_config *cfg = &in->cfg;
+    uint64_t i;
+
+    if (!cfg->model_ok)
+        return FER_REASON_MODEL_UNAVAILABLE;
+    if (v->session_id_len == 0)
+        return FER_REASON_SESSION_ID_EMPTY;
+    in->sid_len = utf8_as_rclpy(v->session_id, v->session_id_len, in->sid, FER_SESSION_ID_MAX);
+    if (in->sid_len > FER_SESSION_ID_MAX)
+        return FER_REASON_SESSION_ID_TOO_LONG;
+    if (v->model_digest_len != cfg->digest_len ||
+        memcmp(v->model_digest, cfg->digest, cfg->digest_len) != 0)
+        return FER_REASON_DIGEST_MISMATCH;
+    if (v->observation_dim != cfg->observation_dim || v->action_dim != cfg->action_dim ||
+        v->action_horizon != cfg->action_horizon)
+        return FER_REASON_DIMS_MISMATCH;
+    if (v->remaining_nfe == 0)
+        return FER_REASON_NFE_ZERO;
+    if (v->remaining_nfe > cfg->max_nfe)
+        return FER_REASON_NFE_ABOVE_MAX;
+    if (v->retry_reason >= FER_RETRY_REASONS)
+        return FER_REASON_RETRY_REASON_UNKNOWN;
+    if (!stamp_ok(v->deadline_sec, v->deadline_nanosec) ||
+        !stamp_ok(v->origin_sec, v->origin_nanosec))
+        return FER_REASON_TIME_INVALID;
+    if (v->observation_len != cfg->observation_dim ||
+        v->observation_len > FER_INTAKE_OBSERVATION_MAX)
+        return FER_REASON_OBSERVATION_LENGTH;
+    if (cfg->n_inputs)
+        return take_tensors(in, v);
+    if (v->n_tensors)
+        return FER_REASON_INPUT_UNEXPECTED; /* the single-vector model declares no tensors */
+    for (i = 0; i < v->observation_len; i++) {
+        uint32_t bits = load_u32(v->observation + 4 * i);
+
+        if (!f32_finite(bits))
+            return FER_REASON_OBSERVATION_NOT_FINITE;
+        memcpy(&in->obs[i], &bits, 4);
+    }
+    return FER_REASON_NONE;
+}
+
+/* ---- clocks (timebase.py) ---------------------------------------------------------------------- */
+
+static uint64_t stamp_ns(int32_t sec, uint32_t nanosec)
+{
+    return (uint64_t)(uint32_t)sec * NS_PER_S + nanosec; /* sec >= 0 and < 2^31: fits */
+}
+
+/* timebase.deadline_to_monotonic: 0 stays 0 (none); passed maps to 1 */
+static uint64_t deadline_mono(uint64_t deadline_ros, int64_t now_ros, uint64_t now_mono)
+{
+    if (deadline_ros == 0)
+        return 0;
+    if (now_ros >= 0 && deadline_ros <= (uint64_t)now_ros)
+        return 1;
+    return fer_sat_add(now_mono, deadline_ros - (uint64_t)(now_ros > 0 ? now_ros : 0));
+}
+
+/* timebase.origin_to_monotonic: unset or in the future means now (age 0) */
+static uint64_t origin_mono(uint64_t origin_ros, int64_t now_ros, uint64_t now_mono)
+{
+    if (origin_ros == 0 || now_ros < 0 || origin_ros >= (uint64_t)now_ros)
+        return now_mono;
+    return fer_sat_sub(now_mono, (uint64_t)now_ros - origin_ros);
+}
+
+/* ---- one message ------------------------------------------------------------------------------- */
+
+static int discard(struct fer_intake *in, uint32_t reason)
+{
+    bump(&in->counters.discarded[reason]);
+    return (int)reason;
+}
+
+int fer_intake_decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
+                      uint64_t now_mono, int64_t now_ros, int32_t *decision)
+{
+    struct fer_request_view v;
+    struct fer_request r;
+    uint64_t deadline_ros;
+    uint32_t reason;
+    int rc;
+
+    if (in == NULL || cdr == NULL || decision == NULL)
+        return FER_EINVAL;
+    *decision = -1;
+    bump(&in->counters.received);
+    if (fer_request_parse(cdr, len, &v) != 0)
+        return discard(in, FER_REASON_REQUEST_MALFORMED);
+    reason = validate(in, &v);
+    if (reason != FER_REASON_NONE)
+        return discard(in, reason);
+    deadline_ros = stamp_ns(v.deadline_sec, v.deadline_nanosec);
+    if (deadline_ros)
+        bump(&in->counters.deadlines_seen);
+    memset(&r, 0, sizeof(r));
+    memcpy(r.session_id, in->sid, in->sid_len);
+    r.session_id_len = in->sid_len;
+    r.retry_count = v.retry_count;
+    r.retry_reason = v.retry_reason;
+    r.remaining_nfe = v.remaining_nfe;
+    r.sequence = v.sequence;
+    r.generation = v.generation;
+    r.origin_ns = origin_mono(stamp_ns(v.origin_sec, v.origin_nanosec), now_ros, now_mono);
+    r.deadline_ns = deadline_mono(deadline_ros, now_ros, now_mono);
+    r.deadline_ros_ns = deadline_ros;
+    r.noise_seed = v.noise_seed;
+    r.observation = in->obs;
+    rc = fer_core_submit(in->core, &r, now_mono);
+    if (rc < 0)
+        return discard(in, FER_REASON_CORE_REFUSED);
+    if (rc < 8)
+        bump(&in->counters.decided[rc]);
+    *decision = rc;
+    return FER_REASON_NONE;
+}
+
+/* ---- the intake thread ------------------------------------------------------------------------- */
+
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+/* fer_take's handler: one message stamped with the clocks at take (the ROS clock is
+ * CLOCK_REALTIME with use_sim_time off), or one over the size limit. */
+static void take_one(void *ctx, const uint8_t *cdr, uint64_t len)
+{
+    struct fer_intake *in = ctx;
+    int32_t decision;
+
+    if (cdr == NULL) {
+        bump(&in->counters.received);
+        discard(in, FER_REASON_REQUEST_TOO_LARGE);
+        return;
+    }
+    fer_intake_decide(in, cdr, len, clock_ns(CLOCK_MONOTONIC), (int64_t)clock_ns(CLOCK_REALTIME),
+                      &decision);
+}
+
+int fer_intake_run(struct fer_intake *in, const struct fer_rcl_take *rcl,
+                   void *const *subscriptions, uint32_t n_subscriptions, uint64_t wait_ns)
+{
+    if (in == NULL)
+        return FER_EINVAL;
+    return fer_take_run(&in->take, rcl, subscriptions, n_subscriptions, wait_ns);
+}
+
+void fer_intake_stop(struct fer_intake *in)
+{
+    if (in != NULL)
+        fer_take_stop(&in->take);
+}
+
+void fer_intake_pause(struct fer_intake *in, uint32_t paused)
+{
+    if (in != NULL)
+        fer_take_pause(&in->take, paused);
+}
+
+void fer_intake_rearm(struct fer_intake *in)
+{
+    if (in != NULL)
+        fer_take_rearm(&in->take);
+}
+
+const struct fer_take_counters *fer_intake_take_counters(struct fer_intake *in)
+{
+    return in ? &in->take.counters : NULL;
+}

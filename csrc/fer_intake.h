@@ -1,0 +1,199 @@
+/*
+ * fer_intake.h - the request intake in C: take each InferenceRequest's CDR bytes from the rcl
+ * subscription, parse them, validate, convert the clocks and submit to the core, all without the
+ * Python interpreter.
+ *
+ * Why: with the intake in rclpy, the GIL sat on the path of every admission decision (about 31 us
+ * for rclpy's take and 30-34 us for the callback per message), it inherits no priority, and a
+ * producer's full publish rate outran it. Here a real-time intake thread decides in C; Python
+ * keeps parameters, diagnostics and setup (flowedge_relay/intake.py).
+ *
+ * What it decides is exactly what flowedge_relay/validation.py and policy intake decide, in the
+ * same order (docs/design.md §3, §4): test/test_intake.py checks the two give the same decision
+ * for every message of the stress campaign's corpus, invalid ones included. Tensors of a policy
+ * package are checked and copied, normalized, straight into the core's staging slot, as
+ * policy intake does (same float32 arithmetic: scale, then offset, each rounded).
+ *
+ * The wait and the take are fer_take.c's: the middleware rings an eventfd from one of its threads
+ * (rcl's on-new-message callback), the intake thread polls it and takes each message's CDR
+ * bytes; no lock is shared with the middleware's threads.
+ *
+ * Same rules as fer.h: read verbatim into the cdef (after fer_rcl.h), so declarations and plain
+ * integer #defines only. Threads: one intake thread runs fer_intake_run (it is the core's one
+ * submit producer while it runs); fer_intake_decide is for a thread that holds that role instead
+ * (tests, the bench); fer_intake_stop and the counters are for any thread.
+ */
+
+#define FER_INTAKE_INPUTS_MAX 16      /* declared inputs of a package the C intake serves */
+#define FER_INTAKE_NAME_MAX 64        /* bytes of an input name */
+#define FER_INTAKE_NDIM_MAX 8         /* dimensions of an input (without batch) */
+#define FER_INTAKE_TENSORS_MAX 64     /* tensors of a request kept for checking (>= 2 x inputs + 1) */
+#define FER_INTAKE_DIGEST_MAX 80      /* validation.MODEL_DIGEST_MAX_CHARS */
+#define FER_INTAKE_OBSERVATION_MAX 65536 /* validation.OBSERVATION_MAX_LEN */
+/* The serialized buffer holds max_request_bytes plus this much for everything else (the strings,
+ * an observation of FER_INTAKE_OBSERVATION_MAX floats): a larger message is request_too_large
+ * before it is parsed. */
+#define FER_INTAKE_SLACK_BYTES 2097152
+
+/* Why a request was discarded: validation.Reason, in this order (fer_intake_reason_name gives the
+ * diagnostics key). FER_REASON_NONE: valid. */
+#define FER_REASON_NONE 0
+#define FER_REASON_MODEL_UNAVAILABLE 1
+#define FER_REASON_SESSION_ID_EMPTY 2
+#define FER_REASON_SESSION_ID_TOO_LONG 3
+#define FER_REASON_DIGEST_MISMATCH 4
+#define FER_REASON_DIMS_MISMATCH 5
+#define FER_REASON_OBSERVATION_LENGTH 6
+#define FER_REASON_OBSERVATION_NOT_FINITE 7
+#define FER_REASON_NFE_ZERO 8
+#define FER_REASON_NFE_ABOVE_MAX 9
+#define FER_REASON_RETRY_REASON_UNKNOWN 10
+#define FER_REASON_TIME_INVALID 11
+#define FER_REASON_CORE_REFUSED 12
+#define FER_REASON_INPUT_MISSING 13
+#define FER_REASON_INPUT_UNEXPECTED 14
+#define FER_REASON_INPUT_DUPLICATE 15
+#define FER_REASON_INPUT_DTYPE 16
+#define FER_REASON_INPUT_SHAPE 17
+#define FER_REASON_INPUT_BYTES 18
+#define FER_REASON_INPUT_NOT_FINITE 19
+#define FER_REASON_INPUT_BOOL_VALUE 20
+#define FER_REASON_REQUEST_TOO_LARGE 21
+#define FER_REASON_REQUEST_MALFORMED 22 /* CDR bytes that are not an InferenceRequest */
+#define FER_REASONS 23
+
+/* Tensor.dtype codes (msg/Tensor.msg) */
+#define FER_DTYPE_FLOAT32 0
+#define FER_DTYPE_UINT8 1
+#define FER_DTYPE_INT64 2
+#define FER_DTYPE_INT32 3
+#define FER_DTYPE_FLOAT16 4
+#define FER_DTYPE_BOOL 5
+
+/* One declared input of a policy package: what a request's tensor must be, and where its
+ * (normalized) values go in the slot payload. scale / shift are count floats each (the
+ * normalization broadcast to the input's shape), or both NULL for a copy of the wire bytes. They
+ * are the caller's and must outlive the intake. */
+struct fer_input_spec {
+    char name[FER_INTAKE_NAME_MAX];
+    uint32_t name_len;
+    uint32_t dtype;
+    uint32_t ndim;
+    uint32_t shape[FER_INTAKE_NDIM_MAX];
+    uint64_t count;                      /* prod(shape) elements */
+    uint64_t offset;                     /* bytes into the slot payload */
+    const float *scale;
+    const float *shift;
+};
+
+/* What a request must match (validation.ModelContract and the limits). n_inputs 0: a
+ * single-vector model (the observation field); else a package served through `inputs`. */
+struct fer_intake_config {
+    uint32_t model_ok;                   /* 0: every request is model_unavailable */
+    uint32_t digest_len;
+    char digest[FER_INTAKE_DIGEST_MAX];
+    uint32_t observation_dim;
+    uint32_t action_dim;
+    uint32_t action_horizon;
+    uint32_t max_nfe;
+    uint64_t max_request_bytes;
+    uint32_t n_inputs;
+    struct fer_input_spec inputs[FER_INTAKE_INPUTS_MAX];
+};
+
+/* Counted by the intake thread (the one writer); any thread may read them (relaxed, each field
+ * one aligned word: a reader sees a value that was current, never a torn one). */
+struct fer_intake_counters {
+    uint64_t received;                   /* messages taken (or handed to decide) */
+    uint64_t deadlines_seen;             /* of those, valid ones that carried a deadline */
+    uint64_t discarded[FER_REASONS];     /* by reason ([0] unused) */
+    uint64_t decided[8];                 /* valid ones by fer_core_submit's decision */
+};
+
+struct fer_intake;
+
+/* create: checks cfg (digest_len <= FER_INTAKE_DIGEST_MAX, n_inputs <= FER_INTAKE_INPUTS_MAX,
+ *   each spec's name_len, ndim, dtype, and offset + count x model itemsize within the core's
+ *   payload_bytes) and allocates everything the intake will use: the serialized buffer
+ *   (max_request_bytes + FER_INTAKE_SLACK_BYTES) and the doorbell. FER_OK and *out, FER_EINVAL,
+ *   or FER_ENOMEM.
+ * destroy: frees it; accepts NULL. Not while fer_intake_run runs. */
+int fer_intake_create(struct fer_core *core, const struct fer_intake_config *cfg,
+                      struct fer_intake **out);
+void fer_intake_destroy(struct fer_intake *in);
+
+/*
+ * One message: parse the CDR bytes, validate them against the config in validation.py's order,
+ * copy a package's tensors into the core's staging slot, convert the stamps with (now_mono,
+ * now_ros) as timebase.py does, and submit. Returns the discard reason (FER_REASON_*, counted),
+ * FER_REASON_NONE with *decision = fer_core_submit's decision, or FER_EINVAL for a NULL
+ * argument. Call it only from the thread that is the core's submit producer.
+ */
+int fer_intake_decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
+                      uint64_t now_mono, int64_t now_ros, int32_t *decision);
+
+/*
+ * The intake thread's loop over n_subscriptions (at most 16) rcl subscriptions (fer_take_run):
+ * until fer_intake_stop, take every waiting message and decide it stamped with the clocks at
+ * take (CLOCK_MONOTONIC; CLOCK_REALTIME, the ROS clock with use_sim_time off); a message over the
+ * buffer is counted as request_too_large. FER_OK; FER_EINVAL for a bad argument; FER_ENOTSUP if
+ * the middleware refuses the on-new-message callback (nothing was taken: use the rclpy intake).
+ * Allocates nothing (rmw does, for a message over the buffer, given back at once).
+ */
+int fer_intake_run(struct fer_intake *in, const struct fer_rcl_take *rcl,
+                   void *const *subscriptions, uint32_t n_subscriptions, uint64_t wait_ns);
+/* Ask fer_intake_run to return (any thread, also before it started: it then returns at once). */
+void fer_intake_stop(struct fer_intake *in);
+/* Clear a stop, so that the intake can run again. */
+void fer_intake_rearm(struct fer_intake *in);
+/* DRILLS AND TESTS ONLY: while paused (nonzero), fer_intake_run leaves the subscriptions alone,
+ * as if the intake thread were held (any thread). */
+void fer_intake_pause(struct fer_intake *in, uint32_t paused);
+
+struct fer_intake_counters *fer_intake_counters(struct fer_intake *in);
+const struct fer_take_counters *fer_intake_take_counters(struct fer_intake *in);
+/* The diagnostics key of reason r (validation.Reason's value), or "" outside 1..FER_REASONS-1. */
+const char *fer_intake_reason_name(uint32_t r);
+
+/* ---- the CDR of flowedge_relay_msgs/InferenceRequest (fer_request_cdr.c) ------------------------
+ * A parsed request: pointers into the caller's buffer (valid while it is), nothing copied.
+ * Strings end at their first NUL (as rosidl's C strings do) and exclude it. */
+struct fer_tensor_view {
+    const uint8_t *name;
+    uint32_t name_len;
+    uint32_t dtype;
+    uint32_t ndim;
+    const uint8_t *shape;                /* ndim little-endian uint32 */
+    const uint8_t *data;
+    uint64_t data_len;
+};
+
+struct fer_request_view {
+    const uint8_t *session_id;
+    uint32_t session_id_len;
+    uint32_t retry_count;
+    uint32_t retry_reason;
+    uint32_t remaining_nfe;
+    uint64_t sequence;
+    uint64_t generation;
+    int32_t origin_sec;
+    uint32_t origin_nanosec;
+    int32_t deadline_sec;
+    uint32_t deadline_nanosec;
+    const uint8_t *model_digest;
+    uint32_t model_digest_len;
+    uint32_t observation_dim;
+    uint32_t action_dim;
+    uint32_t action_horizon;
+    const uint8_t *observation;          /* observation_len little-endian float32 */
+    uint64_t observation_len;
+    uint64_t noise_seed;
+    uint64_t n_tensors;                  /* in the message; the first FER_INTAKE_TENSORS_MAX kept */
+    uint64_t tensor_bytes;               /* sum of every tensor's data length */
+    struct fer_tensor_view tensors[FER_INTAKE_TENSORS_MAX];
+};
+
+/* Parse len bytes (with the 4-byte encapsulation header, CDR little endian) into *v. 0 when the
+ * bytes are a whole InferenceRequest (trailing padding allowed), -1 when not (truncated, a length
+ * past the end, big endian or another encapsulation). Reads nothing past len. */
+int fer_request_parse(const uint8_t *buf, uint64_t len, struct fer_request_view *v);

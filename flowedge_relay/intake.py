@@ -1,0 +1,248 @@
+"""The request intake in C: take, parse, validate and submit each request without the GIL.
+
+csrc/fer_intake.h does the work on the relay's intake thread: it waits on the request
+subscriptions (rcl's on-new-message callback rings an eventfd), takes each message's CDR bytes
+through the rcl that rclpy loaded, checks it exactly as validation.py and policy intake do, copies
+a package's tensors into the core's staging slot and submits it. A real-time intake thread then
+never waits for the interpreter, and a producer's full publish rate is taken at C speed.
+
+This module builds the C side's configuration from the loaded model, runs the loop on the calling
+thread and reads its counters. The rclpy intake (node.py's request callback) stays as the
+fallback, for use_sim_time and where this cannot run; both give the same decision for every
+message (test/test_intake.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from flowedge_relay import policy as policy_mod
+from flowedge_relay.core import Core, Decision, NotSupported, Request, check, ffi, lib
+from flowedge_relay.rcl_abi import RclUnavailable, take_functions
+from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, stamp_ns
+from flowedge_relay.validation import ModelContract, Reason, Validator
+
+#: the doorbell wait: how soon the intake thread sees a stop
+WAIT_NS = 100_000_000
+#: discard keys in the C intake's order (index = FER_REASON_*); validation.Reason's values
+REASON_KEYS = tuple(ffi.string(lib.fer_intake_reason_name(i)).decode()
+                    for i in range(lib.FER_REASONS))
+
+
+class IntakeUnavailable(RuntimeError):
+    """The C intake cannot serve this relay; the message says why (the rclpy intake does)."""
+
+
+def _spec(spec: policy_mod.InputSpec, offset: int, out, keep: list) -> None:
+    name = spec.name.encode()
+    if len(name) > lib.FER_INTAKE_NAME_MAX or len(spec.shape) > lib.FER_INTAKE_NDIM_MAX:
+        raise IntakeUnavailable(f"input {spec.name!r}: name or rank beyond what the C intake "
+                                f"takes ({lib.FER_INTAKE_NAME_MAX} bytes, "
+                                f"{lib.FER_INTAKE_NDIM_MAX} dimensions)")
+    out.name[0:len(name)] = name
+    out.name_len = len(name)
+    out.dtype = spec.code
+    out.ndim = len(spec.shape)
+    for k, d in enumerate(spec.shape):
+        out.shape[k] = d
+    out.count = int(np.prod(spec.shape, dtype=np.int64))
+    out.offset = offset
+    if spec.normalization is not None:
+        scale = np.ascontiguousarray(spec.normalization.scale, np.float32).reshape(-1)
+        shift = np.ascontiguousarray(spec.normalization.offset, np.float32).reshape(-1)
+        keep += [scale, shift]
+        out.scale = ffi.from_buffer("float[]", scale)
+        out.shift = ffi.from_buffer("float[]", shift)
+
+
+def _config(model: ModelContract | None, max_nfe: int, max_request_bytes: int):
+    cfg = ffi.new("struct fer_intake_config *")
+    keep: list[np.ndarray] = []
+    cfg.max_nfe = max_nfe
+    cfg.max_request_bytes = max_request_bytes
+    if model is None:
+        return cfg, keep  # model_ok 0: every request is model_unavailable
+    digest = model.digest.encode()
+    if len(digest) > lib.FER_INTAKE_DIGEST_MAX:
+        raise IntakeUnavailable(f"model digest longer than {lib.FER_INTAKE_DIGEST_MAX} bytes")
+    cfg.model_ok = 1
+    cfg.digest[0:len(digest)] = digest
+    cfg.digest_len = len(digest)
+    cfg.observation_dim = model.observation_dim
+    cfg.action_dim = model.action_dim
+    cfg.action_horizon = model.action_horizon
+    if model.policy is not None:
+        inputs = model.policy.inputs
+        if len(inputs) > lib.FER_INTAKE_INPUTS_MAX:
+            raise IntakeUnavailable(f"{len(inputs)} declared inputs: the C intake takes "
+                                    f"{lib.FER_INTAKE_INPUTS_MAX}")
+        layout = policy_mod.payload_layout(model.policy)
+        cfg.n_inputs = len(inputs)
+        for i, spec in enumerate(inputs):
+            _spec(spec, layout.offsets[spec.name], cfg.inputs[i], keep)
+    return cfg, keep
+
+
+class NativeIntake:
+    """The C intake of one core. `run` is the intake thread's body; `decide` is the same
+    decision for one message's CDR bytes, for a thread that is the core's submit producer
+    instead (tests, the bench)."""
+
+    def __init__(self, core: Core, model: ModelContract | None, max_nfe: int,
+                 max_request_bytes: int) -> None:
+        self._cfg, self._keep = _config(model, max_nfe, max_request_bytes)
+        out = ffi.new("struct fer_intake **")
+        check(lib.fer_intake_create(core.ptr, self._cfg, out))
+        self._in = ffi.gc(out[0], lib.fer_intake_destroy)
+        self._core = core  # outlives the intake
+        self._counters = lib.fer_intake_counters(self._in)
+        self._decision = ffi.new("int32_t *")
+
+    @staticmethod
+    def functions():
+        """rcl's take / set-callback / reset-error functions, or RclUnavailable."""
+        return take_functions()
+
+    @staticmethod
+    def probe(subscriptions) -> None:
+        """NotSupported unless the middleware lets the intake wait on these subscriptions
+        (rcl_subscription_set_on_new_message_callback, unset again at once)."""
+        fns = take_functions()
+        for sub in subscriptions:
+            with sub.handle:
+                rc = fns.set_callback(ffi.cast("void *", sub.handle.pointer), ffi.NULL, ffi.NULL)
+            if rc != lib.FER_RCL_OK:
+                fns.reset_error()
+                raise NotSupported(lib.FER_ENOTSUP, f"the middleware refused the on-new-message "
+                                   f"callback (rcl status {rc})")
+
+    def decide(self, cdr: bytes, now_mono: int, now_ros: int) -> tuple[str | None, Decision | None]:
+        """(discard key, None) or (None, the core's decision) for one serialized request."""
+        reason = check(lib.fer_intake_decide(self._in, cdr, len(cdr), now_mono, now_ros,
+                                             self._decision))
+        if reason:
+            return REASON_KEYS[reason], None
+        return None, Decision(self._decision[0])
+
+    def run(self, subscriptions, functions=None) -> None:
+        """The intake thread: until stop(). `subscriptions` are rclpy Subscriptions; their handles
+        are held (not destroyed) while the loop uses them. NotSupported if the middleware refuses
+        the on-new-message callback."""
+        fns = functions if functions is not None else take_functions()
+        handles = [s.handle for s in subscriptions]
+        for h in handles:
+            h.__enter__()
+        try:
+            ptrs = ffi.new("void *[]", [ffi.cast("void *", h.pointer) for h in handles])
+            check(lib.fer_intake_run(self._in, fns, ptrs, len(handles), WAIT_NS))
+        finally:
+            for h in reversed(handles):
+                h.__exit__(None, None, None)
+
+    def stop(self) -> None:
+        lib.fer_intake_stop(self._in)
+
+    def pause(self, paused: bool) -> None:
+        """DRILLS AND TESTS ONLY: while paused, the loop takes nothing (see IntakePause)."""
+        lib.fer_intake_pause(self._in, int(paused))
+
+    def rearm(self) -> None:
+        """Clear a stop, so that `run` can be called again."""
+        lib.fer_intake_rearm(self._in)
+
+    # -- counters (any thread) -------------------------------------------------------------------
+
+    @property
+    def received(self) -> int:
+        return int(self._counters.received)
+
+    @property
+    def deadlines_seen(self) -> int:
+        return int(self._counters.deadlines_seen)
+
+    @property
+    def take_errors(self) -> int:
+        return int(lib.fer_intake_take_counters(self._in).take_errors)
+
+    def discarded(self) -> dict[str, int]:
+        """Discards by reason key (every key, zeros included)."""
+        counts = self._counters.discarded
+        return {REASON_KEYS[i]: int(counts[i]) for i in range(1, lib.FER_REASONS)}
+
+
+class IntakePause:
+    """DRILLS AND TESTS ONLY: while set, the relay's intake takes no request, as if its thread
+    were held; requests wait in the middleware (docs/design.md §3: what it then drops is
+    counted as middleware_lost). The threading.Event interface, also read by the C loop."""
+
+    def __init__(self, native: NativeIntake | None) -> None:
+        self._event = threading.Event()
+        self._native = native
+
+    def set(self) -> None:
+        self._event.set()
+        if self._native is not None:
+            self._native.pause(True)
+
+    def clear(self) -> None:
+        self._event.clear()
+        if self._native is not None:
+            self._native.pause(False)
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+class PythonIntake:
+    """The rclpy intake's decision for one InferenceRequest: validation.py, the clocks, the core.
+
+    The fallback of NativeIntake (use_sim_time, no rcl symbols) and its reference: both decide
+    every message alike. `ros_now` reads the ROS clock, only once a request passed validation
+    (a discard costs no clock read). Not thread-safe: the request thread's own.
+    """
+
+    def __init__(self, core: Core, validator: Validator, ros_now: Callable[[], int]) -> None:
+        self.core, self.validator, self._ros_now = core, validator, ros_now
+        self.received = 0
+        self.deadlines_seen = 0
+        self.last_refusal: Exception | None = None  # what the core said, for the node's log
+
+    def decide(self, msg, now_mono: int,
+               now_ros: int | None = None) -> tuple[Reason | None, Decision | None]:
+        """(discard reason, None), or (None, the core's decision). A request the core refuses
+        counts as core_refused and is returned as such (validation missed a case)."""
+        self.received += 1
+        reason, sid, obs = self.validator.check(msg)
+        if reason is not None:
+            return reason, None
+        if now_ros is None:
+            now_ros = self._ros_now()
+        deadline_ros = stamp_ns(msg.deadline)
+        if deadline_ros:
+            self.deadlines_seen += 1
+        request = Request(
+            session_id=sid,
+            sequence=msg.sequence,
+            generation=msg.generation,
+            retry_count=msg.retry_count,
+            retry_reason=msg.retry_reason,
+            origin_ns=origin_to_monotonic(stamp_ns(msg.origin_stamp), now_ros, now_mono),
+            deadline_ns=deadline_to_monotonic(deadline_ros, now_ros, now_mono),
+            deadline_ros_ns=deadline_ros,
+            remaining_nfe=msg.remaining_nfe,
+            noise_seed=msg.noise_seed,
+            observation=obs,
+        )
+        try:
+            return None, self.core.submit(request, now_mono)
+        except Exception as exc:  # one hostile message must never kill the request thread
+            self.validator.discarded[Reason.CORE_REFUSED] += 1
+            self.last_refusal = exc
+            return Reason.CORE_REFUSED, None
+
+
+__all__ = ["PythonIntake", "IntakeUnavailable", "NativeIntake", "NotSupported", "RclUnavailable",
+           "REASON_KEYS", "WAIT_NS"]
