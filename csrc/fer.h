@@ -316,10 +316,13 @@ int fer_core_submit(struct fer_core *core, const struct fer_request *req, uint64
  *   waits; 0 releases it and wakes the workers. A new core does not hold.
  * reserve_lanes_until: admission (§5) counts every lane busy until at least until_ns, as if
  *   work ran on it till then (0: no reserve): a swapped-in model's core while the old one drains.
- * drain_bound: when every request the core holds (queued and running) would be done, started now
- *   under the lane simulation at the cost in use (§5.2) with every remaining NFE and pending
- *   prefix counted (no deadline test): now when it holds nothing; FER_SAT (UINT64_MAX) when the
- *   sum overflows or no lane is alive while work is held.
+ * drain_bound: when every request the core holds (queued and running) will be done: the lane
+ *   simulation started now, every remaining NFE and pending prefix counted (no deadline test), at
+ *   the cost in use (§5.2) or the cost measured over the window if more; when all held work has
+ *   a deadline, no later than the latest deadline plus one NFE (work stops by its deadline). now
+ *   when it holds nothing. With no cost known (nfe_ns 0, nothing measured): the latest deadline,
+ *   or FER_SAT (UINT64_MAX) if work without a deadline is held; FER_SAT too when the sum
+ *   overflows or no lane is alive while work is held.
  * Each returns FER_OK or FER_EINVAL (NULL core); drain_bound returns 0 for a NULL core. */
 int fer_core_set_accepting(struct fer_core *core, uint32_t accepting);
 int fer_core_hold_dispatch(struct fer_core *core, uint32_t held);

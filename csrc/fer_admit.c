@@ -224,16 +224,25 @@ int fer_core_reserve_lanes_until(struct fer_core *c, uint64_t until_ns)
     return FER_OK;
 }
 
+/* The ns per unit (NFE, prefix pass) a drain bound assumes: what admission uses, or what the
+ * workers measured over the cost window if more (with admission off, nfe_ns = 0, that alone). */
+static uint64_t drain_unit(const struct fer_cost *k, uint64_t in_use)
+{
+    return k->tail > in_use ? k->tail : in_use;
+}
+
 uint64_t fer_core_drain_bound(struct fer_core *c, uint64_t now)
 {
-    uint64_t nfe, prefix, end = now, finish;
-    uint32_t nlanes, i, l, best;
+    uint64_t nfe, prefix, end = now, finish, latest = 0;
+    uint32_t nlanes, i, l, best, held = 0, open = 0;
 
     if (c == NULL)
         return 0;
     pthread_mutex_lock(&c->mu);
-    nfe = fer_nfe_in_use(c, now);
-    prefix = fer_prefix_in_use(c, now);
+    fer_cost_age(&c->cost, now);
+    fer_cost_age(&c->prefix_cost, now);
+    nfe = drain_unit(&c->cost, fer_nfe_in_use(c, now));
+    prefix = c->cfg.two_phase ? drain_unit(&c->prefix_cost, fer_prefix_in_use(c, now)) : 0;
     /* running work: its own remaining cost (cancelled work: the unit in flight) */
     for (i = 0; i < c->nlanes; i++) {
         const struct fer_lane *ln = &c->lanes[i];
@@ -242,6 +251,10 @@ uint64_t fer_core_drain_bound(struct fer_core *c, uint64_t now)
         if (!ln->alive || ln->slot == FER_NONE)
             continue;
         s = &c->slots[ln->slot];
+        held++;
+        open |= s->deadline_ns == 0 && !s->cancelled;
+        if (s->deadline_ns > latest)
+            latest = s->deadline_ns;
         finish = s->cancelled ? fer_sat_add(now, s->prefix_pending ? prefix : nfe)
                               : fer_work_finish(now, s->prefix_pending, prefix, s->remaining_nfe,
                                                 nfe);
@@ -251,9 +264,13 @@ uint64_t fer_core_drain_bound(struct fer_core *c, uint64_t now)
     /* queued work, in EDF order, on the lane that frees first (no deadline test) */
     nlanes = lane_starts(c, NULL, FER_NONE, now, nfe, prefix);
     for (i = 0; i < c->qlen; i++) {
+        held++;
+        open |= c->qjobs[i].deadline_ns == 0;
+        if (c->qjobs[i].deadline_ns > latest)
+            latest = c->qjobs[i].deadline_ns;
         if (nlanes == 0) {
             end = FER_SAT; /* nothing alive will ever run it */
-            break;
+            continue;
         }
         for (best = 0, l = 1; l < nlanes; l++)
             if (c->lane_start[l] < c->lane_start[best])
@@ -265,5 +282,14 @@ uint64_t fer_core_drain_bound(struct fer_core *c, uint64_t now)
             end = finish;
     }
     pthread_mutex_unlock(&c->mu);
+    if (held == 0)
+        return now;
+    /* Work with a deadline ends by it: it expires at dispatch or stops at the first step
+     * boundary after it (one unit late at most). Without a known unit cost only that bounds it;
+     * work without a deadline then has no bound. */
+    if (nfe == 0)
+        return open ? FER_SAT : (latest > now ? latest : now);
+    if (!open && fer_sat_add(latest, nfe) < end)
+        return fer_sat_add(latest, nfe);
     return end;
 }

@@ -435,7 +435,8 @@ class Core:
         _check(lib.fer_core_reserve_lanes_until(self.ptr, until_ns))
 
     def drain_bound(self, now: int) -> int:
-        """When everything the core holds would be done, started now at the cost in use."""
+        """When everything the core holds will be done (csrc/fer.h: the lane simulation, capped
+        by the deadlines); `now` when idle, UINT64_MAX when no bound is known."""
         return int(lib.fer_core_drain_bound(self.ptr, now))
 
     # ---- request thread ------------------------------------------------------------------------

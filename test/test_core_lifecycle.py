@@ -88,3 +88,28 @@ def test_drain_bound_is_the_lane_simulation_of_what_the_core_holds():
         assert c.drain_bound(T) == T + 5 * MS
         c.reserve_lanes_until(T + 10 * MS)  # queued work cannot start before the reserve:
         assert c.drain_bound(T) == T + 13 * MS  # seq 2 on a lane from T + 10 ms, seq 3 beside it
+
+
+def test_drain_bound_of_work_with_deadlines_is_at_most_the_latest_deadline_plus_one_nfe():
+    """Work with a deadline ends by it (expired at dispatch, or stopped at the first boundary
+    after it), however slow the NFEs became since it was admitted."""
+    with make(nfe_ns=MS) as c:
+        assert sub(c, seq=1, nfe=4, deadline=T + 5 * MS) == Decision.ACCEPTED
+        assert sub(c, seq=2, nfe=4, deadline=T + 9 * MS) == Decision.ACCEPTED
+        assert c.drain_bound(T) == T + 8 * MS  # the simulation: 4 + 4 NFE
+        c.set_calibration(10 * MS, 0)  # NFEs got ten times slower
+        assert c.drain_bound(T) == T + 9 * MS + 10 * MS  # not T + 80 ms
+        assert sub(c, seq=3, nfe=1) == Decision.ACCEPTED  # no deadline: the simulation
+        assert c.drain_bound(T) == T + 90 * MS
+
+
+def test_drain_bound_with_admission_off_uses_the_measured_nfe_or_the_deadlines():
+    with make() as c:  # nfe_ns 0, nothing measured yet
+        sub(c, seq=1, nfe=4, deadline=T + 7 * MS)
+        assert c.drain_bound(T) == T + 7 * MS  # the deadline is all that is known
+        sub(c, seq=2, nfe=4)
+        assert c.drain_bound(T) == 2**64 - 1  # and no deadline: no bound
+        c.dispatch(0, T)
+        assert c.step(0, T + 2 * MS, 2 * MS) == Step.CONTINUE  # one NFE measured: 2 ms
+        # seq 1 has 3 NFE left (6 ms), then seq 2's 4 (8 ms), at the measured cost
+        assert c.drain_bound(T + 2 * MS) == T + 16 * MS
