@@ -167,6 +167,10 @@ class RelayNode(LifecycleNodeMixin, Node):
     """
 
     serving: Serving | None = None
+    # what stop() and destroy_node() read, also of a node whose __init__ failed (rclpy 9's
+    # context shutdown destroys every node it created, half-built ones too)
+    _draining: list[Serving] | tuple = ()
+    _pending_swap: Serving | None = None
     _stopped = False
     _core_closed = False
     _request_thread: threading.Thread | None = None
