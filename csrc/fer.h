@@ -210,6 +210,7 @@ struct fer_stats {
     uint64_t lanes_alive;                /* gauge: lanes (W x B while every worker lives) */
     uint64_t oldest_queued_arrival_ns;   /* gauge, 0 if empty */
     uint64_t busy_ns;                    /* sum of measured NFE and prefix time, all lanes */
+    uint64_t rejected_inactive;          /* REJECTED_CAPACITY while not accepting (lifecycle) */
 };
 
 /* The cost model (docs/design.md §5.2) at one instant: what NFEs measured lately cost, and what
@@ -305,6 +306,28 @@ int fer_core_get_config(struct fer_core *core, struct fer_config *out);
  * Rejections and any displaced / pruned / drained work are pushed to ring 0. With no alive lane,
  * a request is REJECTED_CAPACITY (REJECTED_DEADLINE if the admission test would judge it). */
 int fer_core_submit(struct fer_core *core, const struct fer_request *req, uint64_t now);
+
+/* ---- lifecycle and model swap (docs/design.md §9), any thread ---------------------------------
+ * set_accepting: 0 makes every request that reaches step 3 of §4 (valid, not a duplicate of
+ *   queued or running work) REJECTED_CAPACITY at once, changing nothing (counted as
+ *   rejected_inactive): an inactive relay answers without computing. 1 (a new core's state)
+ *   restores §4. Work already queued or running is served either way.
+ * hold_dispatch: while held (1) no worker dispatches: waits report no work and queued work
+ *   waits; 0 releases it and wakes the workers. A new core does not hold.
+ * reserve_lanes_until: admission (§5) counts every lane busy until at least until_ns, as if
+ *   work ran on it till then (0: no reserve): a swapped-in model's core while the old one drains.
+ * drain_bound: when every request the core holds (queued and running) will be done: the lane
+ *   simulation started now, every remaining NFE and pending prefix counted (no deadline test), at
+ *   the cost in use (§5.2) or the cost measured over the window if more; when all held work has
+ *   a deadline, no later than the latest deadline plus one NFE (work stops by its deadline). now
+ *   when it holds nothing. With no cost known (nfe_ns 0, nothing measured): the latest deadline,
+ *   or FER_SAT (UINT64_MAX) if work without a deadline is held; FER_SAT too when the sum
+ *   overflows or no lane is alive while work is held.
+ * Each returns FER_OK or FER_EINVAL (NULL core); drain_bound returns 0 for a NULL core. */
+int fer_core_set_accepting(struct fer_core *core, uint32_t accepting);
+int fer_core_hold_dispatch(struct fer_core *core, uint32_t held);
+int fer_core_reserve_lanes_until(struct fer_core *core, uint64_t until_ns);
+uint64_t fer_core_drain_bound(struct fer_core *core, uint64_t now);
 /* The staging slot (>= 0): the slot the next accepted submit occupies. The request thread writes
  * the request's payload into fer_core_payload(core, staging slot), then calls fer_core_submit; on
  * FER_ACCEPTED the slot is queued and a new staging slot is taken, on any other decision the same

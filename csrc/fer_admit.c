@@ -151,13 +151,14 @@ struct admission_state {
  * (already, or by x) = now + the unit in flight (one NFE, or the prefix pass while it is
  * pending: prefix_done then stops it); any other running lane = now + its remaining cost
  * (a pending prefix, then its remaining NFE). O(lanes + queue), mostly contiguous copies. */
-static void build_admission_state(struct fer_core *c, const struct fer_request *r, uint32_t si,
-                                  uint32_t victim, uint64_t now, uint64_t nfe, uint64_t prefix,
-                                  struct admission_state *st)
+/* c->lane_start for the alive lanes (how many): what each frees at, as build_admission_state
+ * says, with the work r (of session si) would cancel counted as cancelled (r NULL: none), and
+ * no lane free before c->reserved_until (reserve_lanes_until). */
+static uint32_t lane_starts(struct fer_core *c, const struct fer_request *r, uint32_t si,
+                            uint64_t now, uint64_t nfe, uint64_t prefix)
 {
-    uint32_t i;
+    uint32_t i, n = 0;
 
-    st->nlanes = 0;
     for (i = 0; i < c->nlanes; i++) {
         const struct fer_lane *l = &c->lanes[i];
         const struct fer_slot *s;
@@ -167,17 +168,28 @@ static void build_admission_state(struct fer_core *c, const struct fer_request *
             /* §5.1: a free batch slot of a worker that is stepping other rows joins at that
              * worker's next step boundary, at most one step (nfe) away; a worker holding
              * nothing waits for work and takes it now. With B = 1 every idle lane is now. */
-            c->lane_start[st->nlanes++] = fer_worker_stepping(c, i / c->cfg.batch_slots)
-                                              ? fer_sat_add(now, nfe) : now;
-            continue;
+            c->lane_start[n] = fer_worker_stepping(c, i / c->cfg.batch_slots)
+                                   ? fer_sat_add(now, nfe) : now;
+        } else {
+            s = &c->slots[l->slot];
+            if (s->cancelled || (r != NULL && fer_cancels(s, si, r->generation)))
+                c->lane_start[n] = fer_sat_add(now, s->prefix_pending ? prefix : nfe);
+            else
+                c->lane_start[n] = fer_work_finish(now, s->prefix_pending, prefix,
+                                                   s->remaining_nfe, nfe);
         }
-        s = &c->slots[l->slot];
-        if (s->cancelled || fer_cancels(s, si, r->generation))
-            c->lane_start[st->nlanes++] = fer_sat_add(now, s->prefix_pending ? prefix : nfe);
-        else
-            c->lane_start[st->nlanes++] = fer_work_finish(now, s->prefix_pending, prefix,
-                                                          s->remaining_nfe, nfe);
+        if (c->lane_start[n] < c->reserved_until)
+            c->lane_start[n] = c->reserved_until;
+        n++;
     }
+    return n;
+}
+
+static void build_admission_state(struct fer_core *c, const struct fer_request *r, uint32_t si,
+                                  uint32_t victim, uint64_t now, uint64_t nfe, uint64_t prefix,
+                                  struct admission_state *st)
+{
+    st->nlanes = lane_starts(c, r, si, now, nfe, prefix);
     /* x arrives last: it goes after every entry it does not precede. */
     st->njobs = queue_jobs(c, r, si, victim,
                            fer_queue_position(c, r->deadline_ns, c->arrival_seq + 1), &st->xpos);
@@ -201,4 +213,83 @@ int fer_admission_test(struct fer_core *c, const struct fer_request *r, uint32_t
     return fer_admit_first_miss(c->lane_start, st.nlanes, c->jobs, st.njobs, st.xpos,
                                 nfe, prefix, c->cfg.admission_reserve_ns,
                                 c->lane_scratch) == st.njobs;
+}
+
+int fer_core_reserve_lanes_until(struct fer_core *c, uint64_t until_ns)
+{
+    FER_CHECK_ARGS(c != NULL);
+    pthread_mutex_lock(&c->mu);
+    c->reserved_until = until_ns;
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
+}
+
+/* The ns per unit (NFE, prefix pass) a drain bound assumes: what admission uses, or what the
+ * workers measured over the cost window if more (with admission off, nfe_ns = 0, that alone). */
+static uint64_t drain_unit(const struct fer_cost *k, uint64_t in_use)
+{
+    return k->tail > in_use ? k->tail : in_use;
+}
+
+uint64_t fer_core_drain_bound(struct fer_core *c, uint64_t now)
+{
+    uint64_t nfe, prefix, end = now, finish, latest = 0;
+    uint32_t nlanes, i, l, best, held = 0, open = 0;
+
+    if (c == NULL)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    fer_cost_age(&c->cost, now);
+    fer_cost_age(&c->prefix_cost, now);
+    nfe = drain_unit(&c->cost, fer_nfe_in_use(c, now));
+    prefix = c->cfg.two_phase ? drain_unit(&c->prefix_cost, fer_prefix_in_use(c, now)) : 0;
+    /* running work: its own remaining cost (cancelled work: the unit in flight) */
+    for (i = 0; i < c->nlanes; i++) {
+        const struct fer_lane *ln = &c->lanes[i];
+        const struct fer_slot *s;
+
+        if (!ln->alive || ln->slot == FER_NONE)
+            continue;
+        s = &c->slots[ln->slot];
+        held++;
+        open |= s->deadline_ns == 0 && !s->cancelled;
+        if (s->deadline_ns > latest)
+            latest = s->deadline_ns;
+        finish = s->cancelled ? fer_sat_add(now, s->prefix_pending ? prefix : nfe)
+                              : fer_work_finish(now, s->prefix_pending, prefix, s->remaining_nfe,
+                                                nfe);
+        if (finish > end)
+            end = finish;
+    }
+    /* queued work, in EDF order, on the lane that frees first (no deadline test) */
+    nlanes = lane_starts(c, NULL, FER_NONE, now, nfe, prefix);
+    for (i = 0; i < c->qlen; i++) {
+        held++;
+        open |= c->qjobs[i].deadline_ns == 0;
+        if (c->qjobs[i].deadline_ns > latest)
+            latest = c->qjobs[i].deadline_ns;
+        if (nlanes == 0) {
+            end = FER_SAT; /* nothing alive will ever run it */
+            continue;
+        }
+        for (best = 0, l = 1; l < nlanes; l++)
+            if (c->lane_start[l] < c->lane_start[best])
+                best = l;
+        finish = fer_work_finish(c->lane_start[best], c->qjobs[i].prefix_pending, prefix,
+                                 c->qjobs[i].remaining_nfe, nfe);
+        c->lane_start[best] = finish;
+        if (finish > end)
+            end = finish;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (held == 0)
+        return now;
+    /* Work with a deadline ends by it: it expires at dispatch or stops at the first step
+     * boundary after it (one unit late at most). Without a known unit cost only that bounds it;
+     * work without a deadline then has no bound. */
+    if (nfe == 0)
+        return open ? FER_SAT : (latest > now ? latest : now);
+    if (!open && fer_sat_add(latest, nfe) < end)
+        return fer_sat_add(latest, nfe);
+    return end;
 }

@@ -13,16 +13,14 @@
 #define NS_PER_S 1000000000ull
 
 /*
- * Invariants: cfg is the caller's config, checked at create; take owns the serialized buffer
- * (max_request_bytes + FER_INTAKE_SLACK_BYTES) and the doorbell; obs holds cfg.observation_dim
- * floats and sid the session id of the request being decided; counters are written by the thread
- * that calls decide / run.
+ * Invariants: cfg is the caller's config, checked at create; obs holds cfg.observation_dim floats
+ * and sid the session id of the request being decided; counters are written by the one thread
+ * that decides (the loop's, or a caller of decide).
  */
 struct fer_intake {
     struct fer_intake_config cfg;
     struct fer_intake_counters counters;
     struct fer_core *core;
-    struct fer_take take;
     float *obs;
     uint32_t sid_len;                    /* the validated request's session id, as rclpy sees it */
     char sid[FER_SESSION_ID_MAX];
@@ -84,13 +82,10 @@ static int config_valid(const struct fer_intake_config *cfg, uint32_t payload_by
     return 1;
 }
 
-static void take_one(void *ctx, const uint8_t *cdr, uint64_t len);
-
 int fer_intake_create(struct fer_core *core, const struct fer_intake_config *cfg,
                       struct fer_intake **out)
 {
     struct fer_intake *in;
-    int rc;
 
     if (out == NULL)
         return FER_EINVAL;
@@ -104,11 +99,9 @@ int fer_intake_create(struct fer_core *core, const struct fer_intake_config *cfg
     in->cfg = *cfg;
     in->core = core;
     in->obs = calloc((size_t)cfg->observation_dim + 1, sizeof(float));
-    rc = fer_take_init(&in->take, fer_sat_add(cfg->max_request_bytes, FER_INTAKE_SLACK_BYTES),
-                       take_one, in);
-    if (in->obs == NULL || rc != FER_OK) {
+    if (in->obs == NULL) {
         fer_intake_destroy(in);
-        return rc != FER_OK ? rc : FER_ENOMEM;
+        return FER_ENOMEM;
     }
     *out = in;
     return FER_OK;
@@ -118,7 +111,6 @@ void fer_intake_destroy(struct fer_intake *in)
 {
     if (in == NULL)
         return;
-    fer_take_fini(&in->take);
     free(in->obs);
     free(in);
 }
@@ -437,6 +429,19 @@ int fer_intake_decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
 
 /* ---- the intake thread ------------------------------------------------------------------------- */
 
+/*
+ * Invariants: take owns the serialized buffer (max_request_bytes + FER_INTAKE_SLACK_BYTES) and
+ * the doorbell; route is the intake that decides what the loop takes (any thread stores it,
+ * release; the loop loads it once per message, acquire) and outlives its use: the caller routes
+ * elsewhere, and so waits at most one message, before destroying an intake; unrouted counts the
+ * messages taken while route was NULL (dropped, no model to decide them).
+ */
+struct fer_intake_loop {
+    struct fer_take take;
+    struct fer_intake *route;
+    uint64_t unrouted;
+};
+
 static uint64_t clock_ns(clockid_t id)
 {
     struct timespec ts;
@@ -446,12 +451,17 @@ static uint64_t clock_ns(clockid_t id)
 }
 
 /* fer_take's handler: one message stamped with the clocks at take (the ROS clock is
- * CLOCK_REALTIME with use_sim_time off), or one over the size limit. */
+ * CLOCK_REALTIME with use_sim_time off), or one over the size limit, for the routed intake. */
 static void take_one(void *ctx, const uint8_t *cdr, uint64_t len)
 {
-    struct fer_intake *in = ctx;
+    struct fer_intake_loop *loop = ctx;
+    struct fer_intake *in = __atomic_load_n(&loop->route, __ATOMIC_ACQUIRE);
     int32_t decision;
 
+    if (in == NULL) {
+        bump(&loop->unrouted);
+        return;
+    }
     if (cdr == NULL) {
         bump(&in->counters.received);
         discard(in, FER_REASON_REQUEST_TOO_LARGE);
@@ -461,33 +471,75 @@ static void take_one(void *ctx, const uint8_t *cdr, uint64_t len)
                       &decision);
 }
 
-int fer_intake_run(struct fer_intake *in, const struct fer_rcl_take *rcl,
-                   void *const *subscriptions, uint32_t n_subscriptions, uint64_t wait_ns)
+int fer_intake_loop_create(uint64_t max_request_bytes, struct fer_intake_loop **out)
 {
-    if (in == NULL)
+    struct fer_intake_loop *loop;
+    int rc;
+
+    if (out == NULL)
         return FER_EINVAL;
-    return fer_take_run(&in->take, rcl, subscriptions, n_subscriptions, wait_ns);
+    *out = NULL;
+    loop = calloc(1, sizeof(*loop));
+    if (loop == NULL)
+        return FER_ENOMEM;
+    rc = fer_take_init(&loop->take, fer_sat_add(max_request_bytes, FER_INTAKE_SLACK_BYTES),
+                       take_one, loop);
+    if (rc != FER_OK) {
+        fer_intake_loop_destroy(loop);
+        return rc;
+    }
+    *out = loop;
+    return FER_OK;
 }
 
-void fer_intake_stop(struct fer_intake *in)
+void fer_intake_loop_destroy(struct fer_intake_loop *loop)
 {
-    if (in != NULL)
-        fer_take_stop(&in->take);
+    if (loop == NULL)
+        return;
+    fer_take_fini(&loop->take);
+    free(loop);
 }
 
-void fer_intake_pause(struct fer_intake *in, uint32_t paused)
+int fer_intake_loop_route(struct fer_intake_loop *loop, struct fer_intake *in)
 {
-    if (in != NULL)
-        fer_take_pause(&in->take, paused);
+    if (loop == NULL)
+        return FER_EINVAL;
+    __atomic_store_n(&loop->route, in, __ATOMIC_RELEASE);
+    return FER_OK;
 }
 
-void fer_intake_rearm(struct fer_intake *in)
+int fer_intake_loop_run(struct fer_intake_loop *loop, const struct fer_rcl_take *rcl,
+                        void *const *subscriptions, uint32_t n_subscriptions, uint64_t wait_ns)
 {
-    if (in != NULL)
-        fer_take_rearm(&in->take);
+    if (loop == NULL)
+        return FER_EINVAL;
+    return fer_take_run(&loop->take, rcl, subscriptions, n_subscriptions, wait_ns);
 }
 
-const struct fer_take_counters *fer_intake_take_counters(struct fer_intake *in)
+void fer_intake_loop_stop(struct fer_intake_loop *loop)
 {
-    return in ? &in->take.counters : NULL;
+    if (loop != NULL)
+        fer_take_stop(&loop->take);
+}
+
+void fer_intake_loop_pause(struct fer_intake_loop *loop, uint32_t paused)
+{
+    if (loop != NULL)
+        fer_take_pause(&loop->take, paused);
+}
+
+void fer_intake_loop_rearm(struct fer_intake_loop *loop)
+{
+    if (loop != NULL)
+        fer_take_rearm(&loop->take);
+}
+
+const struct fer_take_counters *fer_intake_loop_counters(const struct fer_intake_loop *loop)
+{
+    return loop ? &loop->take.counters : NULL;
+}
+
+uint64_t fer_intake_loop_unrouted(const struct fer_intake_loop *loop)
+{
+    return loop ? __atomic_load_n(&loop->unrouted, __ATOMIC_RELAXED) : 0;
 }

@@ -19,9 +19,10 @@
  * bytes; no lock is shared with the middleware's threads.
  *
  * Same rules as fer.h: read verbatim into the cdef (after fer_rcl.h), so declarations and plain
- * integer #defines only. Threads: one intake thread runs fer_intake_run (it is the core's one
- * submit producer while it runs); fer_intake_decide is for a thread that holds that role instead
- * (tests, the bench); fer_intake_stop and the counters are for any thread.
+ * integer #defines only. Threads: one intake thread runs fer_intake_loop_run and decides through
+ * the intake it is routed to (that intake's core's one submit producer while it runs);
+ * fer_intake_decide is for a thread that holds that role instead (tests, the bench); routing,
+ * stop, pause and the counters are for any thread.
  */
 
 #define FER_INTAKE_INPUTS_MAX 16      /* declared inputs of a package the C intake serves */
@@ -114,10 +115,9 @@ struct fer_intake;
 
 /* create: checks cfg (digest_len <= FER_INTAKE_DIGEST_MAX, n_inputs <= FER_INTAKE_INPUTS_MAX,
  *   each spec's name_len, ndim, dtype, and offset + count x model itemsize within the core's
- *   payload_bytes) and allocates everything the intake will use: the serialized buffer
- *   (max_request_bytes + FER_INTAKE_SLACK_BYTES) and the doorbell. FER_OK and *out, FER_EINVAL,
+ *   payload_bytes) and allocates everything the intake will use. FER_OK and *out, FER_EINVAL,
  *   or FER_ENOMEM.
- * destroy: frees it; accepts NULL. Not while fer_intake_run runs. */
+ * destroy: frees it; accepts NULL. Not while a loop is routed to it. */
 int fer_intake_create(struct fer_core *core, const struct fer_intake_config *cfg,
                       struct fer_intake **out);
 void fer_intake_destroy(struct fer_intake *in);
@@ -133,25 +133,33 @@ int fer_intake_decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
                       uint64_t now_mono, int64_t now_ros, int32_t *decision);
 
 /*
- * The intake thread's loop over n_subscriptions (at most 16) rcl subscriptions (fer_take_run):
- * until fer_intake_stop, take every waiting message and decide it stamped with the clocks at
- * take (CLOCK_MONOTONIC; CLOCK_REALTIME, the ROS clock with use_sim_time off); a message over the
- * buffer is counted as request_too_large. FER_OK; FER_EINVAL for a bad argument; FER_ENOTSUP if
- * the middleware refuses the on-new-message callback (nothing was taken: use the rclpy intake).
- * Allocates nothing (rmw does, for a message over the buffer, given back at once).
+ * The intake thread's loop (fer_take_run over n_subscriptions, at most 16, rcl subscriptions),
+ * apart from the intakes that decide: it takes every waiting message into its buffer
+ * (max_request_bytes + FER_INTAKE_SLACK_BYTES; a larger message is request_too_large) and hands
+ * it, stamped with the clocks at take (CLOCK_MONOTONIC; CLOCK_REALTIME, the ROS clock with
+ * use_sim_time off), to the intake `route` names: a model swap (docs/design.md §9) switches the
+ * core requests go to between two messages, on the one thread that takes them.
+ * create: FER_OK and *out, FER_EINVAL, FER_ENOMEM or FER_ESYS. destroy: not while run runs.
+ * route: any thread; NULL drops what is taken (counted, unrouted). An intake routed to must live
+ *   until routed away and one more message's decision, or the loop stopped.
+ * run: until stop. FER_OK; FER_EINVAL; FER_ENOTSUP if the middleware refuses the on-new-message
+ *   callback (nothing was taken: use the rclpy intake). Allocates nothing (rmw does, for a
+ *   message over the buffer, given back at once).
+ * stop, pause (drills and tests: take nothing while paused), rearm (clear a stop): any thread.
  */
-int fer_intake_run(struct fer_intake *in, const struct fer_rcl_take *rcl,
-                   void *const *subscriptions, uint32_t n_subscriptions, uint64_t wait_ns);
-/* Ask fer_intake_run to return (any thread, also before it started: it then returns at once). */
-void fer_intake_stop(struct fer_intake *in);
-/* Clear a stop, so that the intake can run again. */
-void fer_intake_rearm(struct fer_intake *in);
-/* DRILLS AND TESTS ONLY: while paused (nonzero), fer_intake_run leaves the subscriptions alone,
- * as if the intake thread were held (any thread). */
-void fer_intake_pause(struct fer_intake *in, uint32_t paused);
+struct fer_intake_loop;
+int fer_intake_loop_create(uint64_t max_request_bytes, struct fer_intake_loop **out);
+void fer_intake_loop_destroy(struct fer_intake_loop *loop);
+int fer_intake_loop_route(struct fer_intake_loop *loop, struct fer_intake *in);
+int fer_intake_loop_run(struct fer_intake_loop *loop, const struct fer_rcl_take *rcl,
+                        void *const *subscriptions, uint32_t n_subscriptions, uint64_t wait_ns);
+void fer_intake_loop_stop(struct fer_intake_loop *loop);
+void fer_intake_loop_pause(struct fer_intake_loop *loop, uint32_t paused);
+void fer_intake_loop_rearm(struct fer_intake_loop *loop);
+const struct fer_take_counters *fer_intake_loop_counters(const struct fer_intake_loop *loop);
+uint64_t fer_intake_loop_unrouted(const struct fer_intake_loop *loop);
 
 struct fer_intake_counters *fer_intake_counters(struct fer_intake *in);
-const struct fer_take_counters *fer_intake_take_counters(struct fer_intake *in);
 /* The diagnostics key of reason r (validation.Reason's value), or "" outside 1..FER_REASONS-1. */
 const char *fer_intake_reason_name(uint32_t r);
 

@@ -295,6 +295,11 @@ struct fer_core {
     uint32_t nlanes;
     uint32_t lanes_alive;
 
+    /* lifecycle and model swap (fer.h): under mu */
+    uint32_t refusing;          /* set_accepting(0): valid arrivals are REJECTED_CAPACITY */
+    uint32_t dispatch_held;     /* hold_dispatch(1): no worker dispatches */
+    uint64_t reserved_until;    /* admission counts every lane busy until then (0: none) */
+
     struct fer_ring **rings;    /* workers + 1: ring 0 = admission, ring w + 1 = worker w's lanes */
     uint32_t nrings;
     struct fer_doorbell bell;

@@ -34,7 +34,8 @@ static uint32_t free_lane(const struct fer_core *c, uint32_t w)
  * free to take it (mu held). */
 static int work_ready(const struct fer_core *c, uint32_t w)
 {
-    return c->qlen > 0 && !atomic_load_explicit(&c->shutdown, memory_order_relaxed) &&
+    return c->qlen > 0 && !c->dispatch_held &&
+           !atomic_load_explicit(&c->shutdown, memory_order_relaxed) &&
            (w == FER_NONE || free_lane(c, w) != FER_NONE);
 }
 
@@ -65,6 +66,17 @@ int fer_core_worker_wait(struct fer_core *c, uint32_t w, uint64_t timeout_ns)
 {
     FER_CHECK_ARGS(FER_WORKER_OK(c, w));
     return wait_work(c, w, timeout_ns);
+}
+
+int fer_core_hold_dispatch(struct fer_core *c, uint32_t held)
+{
+    FER_CHECK_ARGS(c != NULL);
+    pthread_mutex_lock(&c->mu);
+    c->dispatch_held = held != 0;
+    if (!held)
+        pthread_cond_broadcast(&c->work_cv);
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
 }
 
 int fer_core_queued(struct fer_core *c)
@@ -150,7 +162,7 @@ int fer_core_dispatch(struct fer_core *c, uint32_t lane, uint64_t now, struct fe
         pthread_mutex_unlock(&c->mu);
         return FER_ESTATE;
     }
-    got = dispatch_locked(c, lane, now, out, &rang);
+    got = c->dispatch_held ? 0 : dispatch_locked(c, lane, now, out, &rang);
     fer_unlock_and_ring(c, rang);
     return got;
 }
@@ -164,7 +176,7 @@ int fer_core_dispatch_worker(struct fer_core *c, uint32_t w, uint64_t now, struc
                    (c->cfg.obs_dim == 0 || out->observation != NULL));
     pthread_mutex_lock(&c->mu);
     lane = free_lane(c, w);
-    if (lane != FER_NONE && c->qlen > 0)
+    if (lane != FER_NONE && c->qlen > 0 && !c->dispatch_held)
         got = dispatch_locked(c, lane, now, out, &rang);
     fer_unlock_and_ring(c, rang);
     return got;

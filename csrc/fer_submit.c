@@ -4,6 +4,7 @@
  *
  *   1. validate (the node did; the core refuses what slipped through, uncounted)
  *   2. duplicate of a queued or running (session_id, sequence) -> coalesce
+ *      not accepting (lifecycle: inactive, deactivating)       -> REJECTED_CAPACITY
  *   3. older than the session's accepted generation             -> REJECTED_STALE
  *   4. deadline already passed                                  -> EXPIRED
  *   5. retry / age gate                                         -> REJECTED_DEADLINE
@@ -76,6 +77,16 @@ static int step_coalesce(struct fer_core *c, struct arrival *a)
         return 1;
     }
     return 0;
+}
+
+/* Not accepting (§9: the relay is inactive or deactivating): answered at once, no compute. */
+static int gate_inactive(struct fer_core *c, struct arrival *a)
+{
+    (void)a;
+    if (!c->refusing)
+        return FER_ACCEPTED;
+    c->st.rejected_inactive++;
+    return FER_REJECTED_CAPACITY;
 }
 
 /* 3. Older than the session's accepted generation. */
@@ -167,7 +178,7 @@ static int gate_admission(struct fer_core *c, struct arrival *a)
 }
 
 static const fer_gate gates[] = {
-    gate_stale, gate_expired, gate_age, gate_queue_full, gate_no_lane, gate_session_room,
+    gate_inactive, gate_stale, gate_expired, gate_age, gate_queue_full, gate_no_lane, gate_session_room,
     gate_admission,
 };
 
@@ -252,6 +263,15 @@ static int submit_locked(struct fer_core *c, struct arrival *a)
     }
     accept(c, a);
     return FER_ACCEPTED;
+}
+
+int fer_core_set_accepting(struct fer_core *c, uint32_t accepting)
+{
+    FER_CHECK_ARGS(c != NULL);
+    pthread_mutex_lock(&c->mu);
+    c->refusing = !accepting;
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
 }
 
 int fer_core_submit(struct fer_core *c, const struct fer_request *r, uint64_t now)

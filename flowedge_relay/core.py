@@ -246,6 +246,7 @@ class Stats:
     lanes_alive: int
     oldest_queued_arrival_ns: int
     busy_ns: int
+    rejected_inactive: int = 0  # REJECTED_CAPACITY while the relay was not accepting (§9)
 
 
 @dataclass(frozen=True)
@@ -418,6 +419,25 @@ class Core:
         if self._core is None:
             raise InvalidState(lib.FER_ESTATE, "core is closed")
         return self._core
+
+    # ---- lifecycle and model swap (any thread; fer.h says what each means) --------------------
+
+    def set_accepting(self, accepting: bool) -> None:
+        """False: every valid arrival is REJECTED_CAPACITY at once (an inactive relay)."""
+        _check(lib.fer_core_set_accepting(self.ptr, int(accepting)))
+
+    def hold_dispatch(self, held: bool) -> None:
+        """True: no worker dispatches until released (a swapped-in core while the old drains)."""
+        _check(lib.fer_core_hold_dispatch(self.ptr, int(held)))
+
+    def reserve_lanes_until(self, until_ns: int) -> None:
+        """Admission counts every lane busy until until_ns (0: no reserve)."""
+        _check(lib.fer_core_reserve_lanes_until(self.ptr, until_ns))
+
+    def drain_bound(self, now: int) -> int:
+        """When everything the core holds will be done (csrc/fer.h: the lane simulation, capped
+        by the deadlines); `now` when idle, UINT64_MAX when no bound is known."""
+        return int(lib.fer_core_drain_bound(self.ptr, now))
 
     # ---- request thread ------------------------------------------------------------------------
 

@@ -4,12 +4,13 @@ Shaped like ros/diagnostics' diagnostic_updater (name "node: task", a stable har
 level per status, key/value pairs) but published directly, because diagnostic_updater is not
 available as a wheel. One status per concern: admission, queue, workers, model, output.
 
-Levels (docs/design.md §9): WARN for requests lost in the middleware before the relay saw
-them, calibration misses, dropped outputs, admission off while deadlines arrive, cost drift
-(the measured NFE tail above what admission assumes, docs/design.md §5.2), or a real-time
-setting the OS refused (docs/robot-computer.md), for as long as it holds; ERROR for a model
-that failed to load or a dead/stalled worker. A WARN caused by a counter increase is held for
-`hold_s` seconds so a 1 Hz viewer cannot miss it.
+Levels (docs/design.md §9): WARN for a relay that does not serve (unconfigured: the model status;
+inactive: the admission status, valid requests answered REJECTED_CAPACITY), requests lost in the
+middleware before the relay saw them, calibration misses, dropped outputs, admission off while
+deadlines arrive, cost drift (the measured NFE tail above what admission assumes, docs/design.md
+§5.2), or a real-time setting the OS refused (docs/robot-computer.md), for as long as it holds;
+ERROR for a model that failed to load or a dead/stalled worker. A WARN caused by a counter
+increase is held for `hold_s` seconds so a 1 Hz viewer cannot miss it.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ class Snapshot:
     #: hold now, with why (the workers status is WARN while there is one)
     realtime: dict[str, object] = field(default_factory=dict)
     realtime_refused: list[str] = field(default_factory=list)
+    #: the lifecycle state (docs/design.md §9): lifecycle_msgs/State id and label
+    lifecycle_id: int = 3
+    lifecycle_label: str = "active"
 
     @property
     def oldest_queue_age_ms(self) -> float:
@@ -220,6 +224,8 @@ class DiagnosticsBuilder:
         misses = self._hold.recent("calibration_misses", c.calibration_misses, s.now_ns)
         blind = s.nfe_ns == 0 and self._hold.recent("deadlines", s.deadlines_seen, s.now_ns)
         values = {
+            "lifecycle_state": s.lifecycle_label,
+            "rejected_inactive": c.rejected_inactive,
             "admission": "on" if s.nfe_ns > 0 else "off",
             "nfe_ns": s.nfe_ns,
             "admission_reserve_ns": s.admission_reserve_ns,
@@ -239,7 +245,10 @@ class DiagnosticsBuilder:
             "nfe_total": c.nfe_total,
             "nfe_wasted": c.nfe_wasted,
         }
-        if lost:
+        if s.lifecycle_label != "active" and s.model_ok:
+            level, msg = WARN, (f"not serving ({s.lifecycle_label}): valid requests are "
+                                "answered REJECTED_CAPACITY")
+        elif lost:
             level, msg = WARN, "requests lost in the middleware before the relay saw them"
         elif misses:
             level, msg = WARN, "calibration misses: admitted work missed its deadline"
@@ -306,9 +315,13 @@ class DiagnosticsBuilder:
         return self._drift[1] if age_s == 0 else f"{self._drift[1]} ({age_s:.1f} s ago)"
 
     def _model(self, s: Snapshot) -> DiagnosticStatus:
-        values = {"model_path": s.model_path, "model_digest": s.model_digest}
+        values = {"model_path": s.model_path, "model_digest": s.model_digest,
+                  "lifecycle_state": s.lifecycle_label}
         if not s.model_ok:
             values["error"] = s.model_error
+            if not s.model_error:  # unconfigured by choice: waiting for a lifecycle manager
+                return self._status("model", WARN, "not configured: no model loaded (lifecycle "
+                                    f"state {s.lifecycle_label})", values)
             return self._status("model", ERROR, f"model failed to load: {s.model_error}", values)
         values.update(s.model)
         values.update(_prefix_values(s))
@@ -398,4 +411,6 @@ def stats_message(s: Snapshot, stamp):
         mean_rows_per_step=float(s.mean_rows_per_step),
         step_ns_p99_full=_step_p99(s, s.batch_slots),
         step_ns_p99_one_row=_step_p99(s, 1),
+        lifecycle_state=s.lifecycle_id,
+        rejected_inactive=c.rejected_inactive,
     )

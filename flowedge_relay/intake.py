@@ -87,9 +87,9 @@ def _config(model: ModelContract | None, max_nfe: int, max_request_bytes: int):
 
 
 class NativeIntake:
-    """The C intake of one core. `run` is the intake thread's body; `decide` is the same
-    decision for one message's CDR bytes, for a thread that is the core's submit producer
-    instead (tests, the bench)."""
+    """The C intake's decision for one core (csrc/fer_intake.h): what an IntakeLoop routed to it
+    decides, and `decide` for one message's CDR bytes, for a thread that is the core's submit
+    producer instead (tests, the bench)."""
 
     def __init__(self, core: Core, model: ModelContract | None, max_nfe: int,
                  max_request_bytes: int) -> None:
@@ -101,23 +101,10 @@ class NativeIntake:
         self._counters = lib.fer_intake_counters(self._in)
         self._decision = ffi.new("int32_t *")
 
-    @staticmethod
-    def functions():
-        """rcl's take / set-callback / reset-error functions, or RclUnavailable."""
-        return take_functions()
-
-    @staticmethod
-    def probe(subscriptions) -> None:
-        """NotSupported unless the middleware lets the intake wait on these subscriptions
-        (rcl_subscription_set_on_new_message_callback, unset again at once)."""
-        fns = take_functions()
-        for sub in subscriptions:
-            with sub.handle:
-                rc = fns.set_callback(ffi.cast("void *", sub.handle.pointer), ffi.NULL, ffi.NULL)
-            if rc != lib.FER_RCL_OK:
-                fns.reset_error()
-                raise NotSupported(lib.FER_ENOTSUP, f"the middleware refused the on-new-message "
-                                   f"callback (rcl status {rc})")
+    @property
+    def ptr(self):
+        """The struct fer_intake * an IntakeLoop is routed to."""
+        return self._in
 
     def decide(self, cdr: bytes, now_mono: int, now_ros: int) -> tuple[str | None, Decision | None]:
         """(discard key, None) or (None, the core's decision) for one serialized request."""
@@ -126,32 +113,6 @@ class NativeIntake:
         if reason:
             return REASON_KEYS[reason], None
         return None, Decision(self._decision[0])
-
-    def run(self, subscriptions, functions=None) -> None:
-        """The intake thread: until stop(). `subscriptions` are rclpy Subscriptions; their handles
-        are held (not destroyed) while the loop uses them. NotSupported if the middleware refuses
-        the on-new-message callback."""
-        fns = functions if functions is not None else take_functions()
-        handles = [s.handle for s in subscriptions]
-        for h in handles:
-            h.__enter__()
-        try:
-            ptrs = ffi.new("void *[]", [ffi.cast("void *", h.pointer) for h in handles])
-            check(lib.fer_intake_run(self._in, fns, ptrs, len(handles), WAIT_NS))
-        finally:
-            for h in reversed(handles):
-                h.__exit__(None, None, None)
-
-    def stop(self) -> None:
-        lib.fer_intake_stop(self._in)
-
-    def pause(self, paused: bool) -> None:
-        """DRILLS AND TESTS ONLY: while paused, the loop takes nothing (see IntakePause)."""
-        lib.fer_intake_pause(self._in, int(paused))
-
-    def rearm(self) -> None:
-        """Clear a stop, so that `run` can be called again."""
-        lib.fer_intake_rearm(self._in)
 
     # -- counters (any thread) -------------------------------------------------------------------
 
@@ -163,14 +124,83 @@ class NativeIntake:
     def deadlines_seen(self) -> int:
         return int(self._counters.deadlines_seen)
 
-    @property
-    def take_errors(self) -> int:
-        return int(lib.fer_intake_take_counters(self._in).take_errors)
-
     def discarded(self) -> dict[str, int]:
         """Discards by reason key (every key, zeros included)."""
         counts = self._counters.discarded
         return {REASON_KEYS[i]: int(counts[i]) for i in range(1, lib.FER_REASONS)}
+
+
+class IntakeLoop:
+    """The intake thread's loop in C: it takes every request from the subscriptions and hands
+    it to the NativeIntake it is routed to, so a model swap changes the core requests go to
+    between two messages, on the one thread that takes them. `run` is the thread's body."""
+
+    def __init__(self, max_request_bytes: int) -> None:
+        out = ffi.new("struct fer_intake_loop **")
+        check(lib.fer_intake_loop_create(max_request_bytes, out))
+        self._loop = ffi.gc(out[0], lib.fer_intake_loop_destroy)
+        self._route: NativeIntake | None = None  # kept alive while routed to
+
+    @staticmethod
+    def functions():
+        """rcl's take / set-callback / reset-error functions, or RclUnavailable."""
+        return take_functions()
+
+    @staticmethod
+    def probe(subscriptions) -> None:
+        """NotSupported unless the middleware lets the loop wait on these subscriptions
+        (rcl_subscription_set_on_new_message_callback, unset again at once)."""
+        fns = take_functions()
+        for sub in subscriptions:
+            with sub.handle:
+                rc = fns.set_callback(ffi.cast("void *", sub.handle.pointer), ffi.NULL, ffi.NULL)
+            if rc != lib.FER_RCL_OK:
+                fns.reset_error()
+                raise NotSupported(lib.FER_ENOTSUP, f"the middleware refused the on-new-message "
+                                   f"callback (rcl status {rc})")
+
+    def route(self, intake: NativeIntake | None) -> NativeIntake | None:
+        """Decide what is taken from the next message on through `intake`; returns the one
+        routed to before, which the caller keeps alive until the loop has moved on (it has once
+        one more message was taken, or the loop stopped)."""
+        before, self._route = self._route, intake
+        check(lib.fer_intake_loop_route(self._loop, intake.ptr if intake else ffi.NULL))
+        return before
+
+    def run(self, subscriptions, functions=None) -> None:
+        """The intake thread: until stop(). `subscriptions` are rclpy Subscriptions; their handles
+        are held (not destroyed) while the loop uses them. NotSupported if the middleware refuses
+        the on-new-message callback."""
+        fns = functions if functions is not None else take_functions()
+        handles = [s.handle for s in subscriptions]
+        for h in handles:
+            h.__enter__()
+        try:
+            ptrs = ffi.new("void *[]", [ffi.cast("void *", h.pointer) for h in handles])
+            check(lib.fer_intake_loop_run(self._loop, fns, ptrs, len(handles), WAIT_NS))
+        finally:
+            for h in reversed(handles):
+                h.__exit__(None, None, None)
+
+    def stop(self) -> None:
+        lib.fer_intake_loop_stop(self._loop)
+
+    def pause(self, paused: bool) -> None:
+        """DRILLS AND TESTS ONLY: while paused, the loop takes nothing (see IntakePause)."""
+        lib.fer_intake_loop_pause(self._loop, int(paused))
+
+    def rearm(self) -> None:
+        """Clear a stop, so that `run` can be called again."""
+        lib.fer_intake_loop_rearm(self._loop)
+
+    @property
+    def take_errors(self) -> int:
+        return int(lib.fer_intake_loop_counters(self._loop).take_errors)
+
+    @property
+    def unrouted(self) -> int:
+        """Messages taken while routed nowhere (dropped: no model to decide them)."""
+        return int(lib.fer_intake_loop_unrouted(self._loop))
 
 
 class IntakePause:
@@ -178,7 +208,7 @@ class IntakePause:
     were held; requests wait in the middleware (docs/design.md §3: what it then drops is
     counted as middleware_lost). The threading.Event interface, also read by the C loop."""
 
-    def __init__(self, native: NativeIntake | None) -> None:
+    def __init__(self, native: IntakeLoop | None) -> None:
         self._event = threading.Event()
         self._native = native
 
@@ -244,5 +274,5 @@ class PythonIntake:
             return Reason.CORE_REFUSED, None
 
 
-__all__ = ["PythonIntake", "IntakeUnavailable", "NativeIntake", "NotSupported", "RclUnavailable",
-           "REASON_KEYS", "WAIT_NS"]
+__all__ = ["REASON_KEYS", "WAIT_NS", "IntakeLoop", "IntakeUnavailable", "NativeIntake",
+           "NotSupported", "PythonIntake", "RclUnavailable"]

@@ -1,4 +1,5 @@
-"""The relay node `flowedge_relay`: ROS 2 in and out, the C core and the workers in between.
+"""The relay node `flowedge_relay`: a managed (lifecycle) node, ROS 2 in and out, the C core and
+the workers in between.
 
 A request travels top to bottom through this file:
 
@@ -8,8 +9,10 @@ A request travels top to bottom through this file:
 
 Threads: the intake thread takes, checks and submits requests (in C, without the GIL; where that
 cannot run, a request executor spins only the request callback group: _on_request); the main
-executor runs timers and parameter services; W workers run the model; one publisher thread
-drains the outcome rings. See docs/design.md §4-9 and docs/core-api.md.
+executor runs timers, parameter and lifecycle services; W workers run the model; one publisher
+thread drains the outcome rings. What serves one model (its core, workers, intakes, publisher) is
+a serving.Serving: the lifecycle's configure builds it, cleanup ends it, and a model swap builds
+the next one beside it (docs/design.md §9). See docs/design.md §4-9 and docs/core-api.md.
 """
 
 from __future__ import annotations
@@ -19,42 +22,40 @@ import time
 from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray
-from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
+from flowedge_relay_msgs.msg import (
+    ActionMessage,
+    InferenceRequest,
+    RelayStats,
+    ServedModel,
+    Tensor,
+)
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.event_handler import SubscriptionEventCallbacks, UnsupportedEventTypeError
 from rclpy.executors import ExternalShutdownException
+from rclpy.lifecycle import LifecycleNodeMixin, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import serialize_message
 
 from flowedge_relay import parameters
-from flowedge_relay import policy as policy_mod
-from flowedge_relay.core import AgeGate, Core, CoreConfig, CostModel, Decision, NotSupported
-from flowedge_relay.diagnostics import (
-    DiagnosticsBuilder,
-    Snapshot,
-    model_description,
-    stats_message,
-)
+from flowedge_relay.core import AgeGate, Decision, NotSupported, Stats
+from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_message
 from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until, take_waiting
-from flowedge_relay.intake import (
-    IntakePause,
-    IntakeUnavailable,
-    NativeIntake,
-    PythonIntake,
-    RclUnavailable,
-)
-from flowedge_relay.model import ModelError, ModelInfo, default_model_path
-from flowedge_relay.publisher import ActionPublisher
-from flowedge_relay.realtime import ThreadRoles, ThreadSettings
-from flowedge_relay.validation import ModelContract, Reason, Validator
-from flowedge_relay.workers import SlotInputs, WorkerPool, p50_p99
+from flowedge_relay.intake import IntakeLoop, IntakePause, RclUnavailable
+from flowedge_relay.model import ModelError
+from flowedge_relay.realtime import ThreadRoles
+from flowedge_relay.ros_compat import destroy_lifecycle_node
+from flowedge_relay.serving import Serving, cost_fields, load_policy, thread_settings
+from flowedge_relay.timebase import UINT64_MAX, ros_time
+from flowedge_relay.validation import Reason
+from flowedge_relay.workers import p50_p99
 
 NODE_NAME = "flowedge_relay"
 ACTIONS_TOPIC = "flowedge/actions"
 STATS_TOPIC = "flowedge/stats"
+MODEL_TOPIC = "flowedge/model"
 DIAGNOSTICS_TOPIC = "/diagnostics"
 MS = 1_000_000
 DISCARD_LOG_PERIOD_NS = 5_000_000_000  # at most one "discarding invalid request" line per 5 s
@@ -131,32 +132,62 @@ class _BusyWindow:
         return value
 
 
-def _cost_fields(p: dict) -> dict[str, int]:
-    """The cost-model parameters (docs/design.md §5.2) as the core's config fields."""
-    return {
-        "cost_model": CostModel[p["cost_model"].upper()],
-        "cost_window_ns": p["cost_window_ms"] * MS,
-        "cost_quantile_ppm": round(p["cost_quantile"] * 1_000_000),
-    }
+#: A retired core's gauges are not summed into the relay's totals (the counters are).
+_GAUGES = frozenset({"queue_depth", "sessions", "lanes_busy", "lanes_alive",
+                     "oldest_queued_arrival_ns"})
+#: How long past a core's drain bound a drain is waited for before it is given up (a stalled
+#: worker): the drain bound is the lane simulation's, at the cost in use.
+DRAIN_MARGIN_NS = 5_000_000_000
+DRAIN_POLL_S = 0.002
 
 
-class RelayNode(Node):
-    """Deadline-aware EDF inference relay (docs/design.md)."""
+def _plus(live: Stats, retired: Stats | None) -> Stats:
+    """live's counters plus a retired core's (the totals since start); live's gauges."""
+    if retired is None:
+        return live
+    values = {}
+    for name in live.__dataclass_fields__:
+        a, b = getattr(live, name), getattr(retired, name)
+        if name in _GAUGES:
+            values[name] = a
+        elif isinstance(a, list):
+            values[name] = [x + y for x, y in zip(a, b, strict=True)]
+        else:
+            values[name] = a + b
+    return Stats(**values)
 
-    # Defaults that let stop()/destroy_node() run whatever point __init__ reached.
-    core: Core | None = None
-    pool: WorkerPool | None = None
+
+class RelayNode(LifecycleNodeMixin, Node):
+    """Deadline-aware EDF inference relay (docs/design.md), a managed (lifecycle) node.
+
+    unconfigured: every request is discarded as model_unavailable (no model); configure loads
+    and warms the model (serving.Serving), activate admits, deactivate answers new arrivals
+    REJECTED_CAPACITY while admitted work finishes, cleanup releases the model. With
+    `autostart` (the default) the node configures and activates itself at start.
+    """
+
+    serving: Serving | None = None
+    # what stop() and destroy_node() read, also of a node whose __init__ failed (rclpy 9's
+    # context shutdown destroys every node it created, half-built ones too)
+    _draining: list[Serving] | tuple = ()
+    _pending_swap: Serving | None = None
     _stopped = False
     _core_closed = False
     _request_thread: threading.Thread | None = None
-    _publisher_thread: threading.Thread | None = None
-    _output: ActionPublisher | None = None
+    _intake_loop: IntakeLoop | None = None
 
     def __init__(self, **kwargs) -> None:
-        # the timers read the core; destroy_node closes it: one holds this while the other runs
+        # the timers read the serving core; a swap's retirement and destroy_node close cores:
+        # one holds this while the other runs
         self._core_use = threading.Lock()
         self._intake_stop = threading.Event()  # stops the request thread (first)
-        super().__init__(NODE_NAME, **kwargs)
+        self._swap_lock = threading.Lock()  # one model swap at a time
+        #: set by the shutdown transition: the process then exits as on SIGINT (cli)
+        self.finalized = threading.Event()
+        Node.__init__(self, NODE_NAME, **kwargs)
+        # The lifecycle services run in a group of their own, so a deactivate that waits for
+        # admitted work to finish holds neither the timers nor the parameter services.
+        LifecycleNodeMixin.__init__(self, callback_group=MutuallyExclusiveCallbackGroup())
         p = parameters.declare_all(self)
         for name in ("solver", "nfe_loop", "publisher_loop", "intake_loop", "age_gate",
                      "request_topics", "request_qos_history", "cost_model", "execution_providers",
@@ -174,174 +205,312 @@ class RelayNode(Node):
         # Written only by the request thread (the rclpy intake's callback): the Python intake's
         # counters, the throttles and validator.discarded; the native intake's counters by the
         # intake thread (fer_intake.h). _middleware_lost by the request group's MESSAGE_LOST
-        # handler. Written only by the publisher thread: the latency window (publisher.py). Any
-        # other thread (timers, tools through counters()) only reads them: each is a Python int,
-        # one float slot replaced whole under the GIL or one aligned C word, so a reader sees a
-        # value that was current, never a torn one (diagnostics are 1 Hz reports).
+        # handler. `serving` and the retired totals by the lifecycle and parameter callbacks
+        # (the main executor), one reference replaced whole. Written only by the publisher
+        # thread: the latency window (publisher.py). Any other thread only reads them: each is
+        # a Python int or reference, one float slot replaced whole under the GIL or one aligned
+        # C word, so a reader sees a value that was current, never a torn one.
         self._middleware_lost = 0  # requests the middleware reported lost before the callback
         self._lost_reported = True  # False where the RMW cannot report MESSAGE_LOST
         self._discard_log = _Throttle(DISCARD_LOG_PERIOD_NS)
         self._refused_log = _Throttle(DISCARD_LOG_PERIOD_NS)
-
-        # Model: a failure is an ERROR diagnostic, not a crash loop; requests are then discarded
-        # as model_unavailable and the node stays up to say why. `policy` describes what is
-        # served (a single .onnx file or a policy package, docs/design.md §10); `model` is
-        # what the rest of the relay reads dims from (ModelInfo for a single file, else the
-        # Policy, which has the same names).
-        self.model_path = p["model_path"] or default_model_path()
-        self.execution_providers = tuple(p["execution_providers"])
-        self.policy: policy_mod.Policy | None = None
-        self.model: ModelInfo | policy_mod.Policy | None = None
-        self.model_error = ""
-        try:
-            policy_mod.check_providers(self.execution_providers)
-            self.policy = policy_mod.load(self.model_path)
-            self.model = _model_of(self.policy)
-        except ModelError as exc:  # policy.ProviderUnavailable is one too
-            self.policy, self.model_error = None, str(exc)
-            self.get_logger().error(f"model failed to load: {exc}")
-        package = self.policy is not None and self.policy.kind != "onnx"
-        two_phase = package and self.policy.two_phase
-        payload_bytes = policy_mod.payload_layout(self.policy).nbytes if package else 0
-        # Two-phase / payload fields only where they are used: a single .onnx file configures
-        # the core exactly as before.
-        package_fields = (
-            {"two_phase": int(two_phase), "payload_bytes": payload_bytes} if package else {}
-        )
-
-        self.core = Core(
-            CoreConfig(
-                workers=p["workers"],
-                batch_slots=p["batch_slots"],
-                queue_capacity=p["queue_capacity"],
-                max_sessions=p["max_sessions"],
-                max_nfe=p["max_nfe"],
-                obs_dim=self.model.obs_dim if self.model else 1,
-                action_len=self.model.action_len if self.model else 1,
-                ring_capacity=p["output_ring_capacity"],
-                nfe_ns=p["nfe_ns"],
-                admission_reserve_ns=p["admission_reserve_ns"],
-                prefix_ns=p["prefix_ns"],
-                reject_if_retry_count_gte=p["reject_if_retry_count_gte"],
-                age_gate=AgeGate[p["age_gate"].upper()],
-                reject_if_queue_age_ns_gte=p["reject_if_queue_age_ms_gte"] * MS,
-                queue_timeout_ns=p["queue_timeout_ms"] * MS,
-                session_idle_ns=p["session_idle_ms"] * MS,
-                **_cost_fields(p),
-                **package_fields,
-            )
-        )
-        # A package's request tensors go straight into the core's staging slot (one copy).
-        self.slot_inputs = None
-        if package:
-            self.slot_inputs = SlotInputs(self.policy, self.core.payload_view)
-            self.slot_inputs.prepare(range(self.core.slots))  # views + OrtValues, once per slot
-        contract = ModelContract.of(self.policy) if self.policy is not None else None
-        self.validator = Validator(
-            contract, p["max_nfe"],
-            intake_target=self._staging_inputs if package else None,
-            max_request_bytes=p["max_request_bytes"],
-        )
-        self._python_intake = PythonIntake(self.core, self.validator,
-                                           lambda: self.get_clock().now().nanoseconds)
-        self._native_intake, self.intake_note = self._make_native_intake(contract)
         self._native_discards_logged = 0
         self._native_refused_logged = 0
-        self.pool = None
-        self._yield_after_accept = False
-        if self.model is not None:
-            self.pool = WorkerPool(
-                self.core,
-                self.policy if package else self.model,
-                workers=p["workers"],
-                intra_op_threads=p["intra_op_threads"],
-                solver=p["solver"],
-                execution_providers=self.execution_providers,
-                slot_inputs=self.slot_inputs,
-                cpu_affinity=p["worker_cpu_affinity"],
-                rt_priority=p["worker_rt_priority"],
-                output_wait_ns=p["action_output_wait_ms"] * MS,
-                stall_ns=p["worker_stall_ms"] * MS,
-                fault_nfe_delay_ns=int(p["fault_nfe_delay_ms"] * MS),
-                nfe_loop=p["nfe_loop"],
-                logger=self.get_logger(),
-                thread_roles=self.thread_roles,
-            )
-            self.pool.start()
-            # A worker on the Python loop needs the GIL to take an accepted request (a native
-            # one serves it in C): only then does the request thread hand it over at once.
-            self._yield_after_accept = any(
-                info["nfe_loop"] == "python" for info in self.pool.worker_info())
-        else:
-            # No model, no workers: the lanes are gone, so calibrated admission cannot promise.
-            for lane in range(self.core.lanes):
-                self.core.disable_lane(lane, time.monotonic_ns())
+        # what retired servings counted (a swap's old model, a cleaned-up one): the totals since
+        # start are these plus the serving one's
+        self._retired_stats: Stats | None = None
+        self._retired_intake = {"received": 0, "deadlines_seen": 0, "discarded": {}}
+        self._draining: list[Serving] = []
+        self._pending_swap: Serving | None = None
 
-        # Callback groups. request_group protects the core's single submit producer (ring 0):
-        # only the request executor thread runs it. Everything else (timers, parameter services)
-        # is in the default group on the main executor.
+        self.actions_publisher = self.create_publisher(
+            ActionMessage, ACTIONS_TOPIC, _reliable(p["action_qos_depth"]))
+        self._stats_pub = self.create_publisher(RelayStats, STATS_TOPIC, 10)
+        self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
+        # latched: a producer that starts later still learns what is served
+        self._model_pub = self.create_publisher(ServedModel, MODEL_TOPIC, QoSProfile(
+            depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        self._diagnostics = DiagnosticsBuilder(self.get_fully_qualified_name().lstrip("/"))
+
+        # The intake: subscriptions for the node's lifetime (an unconfigured relay counts what
+        # arrives as model_unavailable). request_group protects the core's single submit
+        # producer (ring 0): only the request thread runs it.
         self.request_group = MutuallyExclusiveCallbackGroup()
         request_qos = _request_qos(p["request_qos_history"], p["request_qos_depth"])
         self._request_subs = [
             self._subscribe_requests(topic, request_qos) for topic in p["request_topics"]
         ]
-        if self._native_intake is not None and not self._native_callback_supported():
-            self._native_intake = None
+        self._intake_loop, self.intake_note = self._make_intake_loop()
         #: DRILLS AND TESTS ONLY: while set, the intake takes no request (intake.IntakePause).
-        self.fault_pause_intake = IntakePause(self._native_intake)
-        self._actions_pub = self.create_publisher(
-            ActionMessage, ACTIONS_TOPIC, _reliable(p["action_qos_depth"])
-        )
-        self._stats_pub = self.create_publisher(RelayStats, STATS_TOPIC, 10)
-        self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
-        self._diagnostics = DiagnosticsBuilder(self.get_fully_qualified_name().lstrip("/"))
-        self._model_values = (
-            model_description(self.policy, self.execution_providers)
-            if self.policy is not None else {}
-        )
+        self.fault_pause_intake = IntakePause(self._intake_loop)
+
         self._dead_lanes: list[int] = []
         self._stalled_lanes: list[int] = []
         # one utilisation window per consumer, so the 10 Hz stats and 1 Hz diagnostics each
         # report their own period
         self._util_windows = {"stats": _BusyWindow(), "diagnostics": _BusyWindow()}
-        self.create_timer(1.0, self._publish_diagnostics)
-        self.create_timer(1.0 / p["stats_rate_hz"], self._publish_stats)
-        self.create_timer(0.1, self._poll_health)
+        timers = MutuallyExclusiveCallbackGroup()
+        self.create_timer(1.0, self._publish_diagnostics, callback_group=timers)
+        self.create_timer(1.0 / p["stats_rate_hz"], self._publish_stats, callback_group=timers)
+        self.create_timer(0.1, self._poll_health, callback_group=timers)
         self.add_on_set_parameters_callback(self._validate_parameters)
         self.add_post_set_parameters_callback(self._apply_parameters)
 
-        self._output = ActionPublisher(self, self.core, self._actions_pub, self.model,
-                                       native=p["publisher_loop"] != "python")  # fmt: skip
-        #: DRILLS AND TESTS ONLY: while set, the publisher thread stops draining the outcome rings,
-        #: as if the action consumer stopped (docs/design.md §8: full rings drop and count).
-        self.fault_pause_output = self._output.pause
-        self._publisher_thread = threading.Thread(
-            target=self._run_publisher, name="flowedge-publisher", daemon=True
-        )
-        self._publisher_thread.start()
-        self._request_thread: threading.Thread | None = None
-        if self.policy is not None and package:
-            self.get_logger().info(
-                f"serving policy package {self.policy.name!r} ({self.policy.kind_text}): inputs "
-                f"{self.policy.describe_inputs()}, actions {self.policy.action_horizon} x "
-                f"{self.policy.action_dim}, solver {self.policy.solver} (from the manifest), "
-                f"providers {list(self.execution_providers)}"
-            )
+        self._replace(self._unconfigured(""))
+        self._announce()
         self.get_logger().info(
             f"relay up: model={self.model_path} workers={p['workers']} "
             f"queue_capacity={p['queue_capacity']} nfe_ns={p['nfe_ns']} "
             f"(admission {'on' if p['nfe_ns'] else 'off'}) topics={list(p['request_topics'])}"
+            + ("" if p["autostart"] else "; autostart off: waiting unconfigured")
         )
+        if p["autostart"] and self.trigger_configure() == TransitionCallbackReturn.SUCCESS:
+            self.trigger_activate()
 
-    # -- request path (request executor thread only) -------------------------------------------
+    # -- what is served ------------------------------------------------------------------------
+
+    @property
+    def core(self):
+        return self.serving.core
+
+    @property
+    def pool(self):
+        return self.serving.pool
+
+    @property
+    def model(self):
+        return self.serving.model
+
+    @property
+    def policy(self):
+        return self.serving.policy
+
+    @property
+    def validator(self):
+        return self.serving.validator
+
+    @property
+    def model_path(self) -> str:
+        return self.serving.model_path
+
+    @property
+    def model_error(self) -> str:
+        return self.serving.model_error
+
+    @property
+    def fault_pause_output(self):
+        """DRILLS AND TESTS ONLY: while set, the publisher thread stops draining the outcome
+        rings, as if the action consumer stopped (docs/design.md §8: full rings drop and
+        count)."""
+        return self.serving.output.pause
+
+    @property
+    def lifecycle_state(self) -> tuple[int, str]:
+        """(lifecycle_msgs/State id, label) of the node now."""
+        state_id, label = self._state_machine.current_state
+        return int(state_id), str(label)
+
+    def _unconfigured(self, error: str) -> Serving:
+        """What an unconfigured relay serves: no model, every request model_unavailable;
+        `error` says why configure failed ("" before any configure)."""
+        return Serving(self, self._p, None, model_path=self._p["model_path"], model_error=error)
+
+    def _load(self, model_path: str, calibration: dict | None = None,
+              hold: bool = False) -> Serving:
+        """A Serving of the model at model_path, built, warmed and its threads started, not
+        accepting yet; ModelError naming why it cannot be served."""
+        policy = load_policy(model_path, self._p["execution_providers"])
+        serving = Serving(self, self._p, policy, model_path=model_path, calibration=calibration,
+                          accepting=False, hold=hold)
+        if self._intake_loop is not None and serving.native_intake is None:
+            serving.stop()
+            serving.close()
+            raise ModelError(f"the C request intake cannot take this model's requests "
+                             f"({serving.intake_note}); set intake_loop: python to serve it")
+        serving.start()
+        return serving
+
+    def _route(self, serving: Serving) -> None:
+        """The switch point: from the next request on, `serving` decides (the C intake loop's
+        route, or the rclpy callback's, one reference each)."""
+        self.serving = serving
+        if self._intake_loop is not None:
+            self._intake_loop.route(serving.native_intake)
+
+    def _replace(self, new: Serving) -> None:
+        """Serve `new` from now on (started here if it was not); the one before, which holds
+        no work (unconfigured, or inactive and drained), is retired at once."""
+        old = self.serving
+        if new.started_ns == 0:
+            new.start()
+        self._route(new)
+        if old is not None:
+            self._retire(old)
+
+    def _retire(self, old: Serving) -> None:
+        """Stop a serving the intake no longer routes to and fold its counts into the totals."""
+        old.stop()
+        with self._core_use:
+            self._retired_stats = _plus(old.core.stats(), self._retired_stats)
+            intake = self._intake_counts(old)
+            self._retired_intake["received"] += intake["received"]
+            self._retired_intake["deadlines_seen"] += intake["deadlines_seen"]
+            for key, count in intake["discarded"].items():
+                self._retired_intake["discarded"][key] = (
+                    self._retired_intake["discarded"].get(key, 0) + count)
+            old.close()
+
+    def _wait_idle(self, serving: Serving) -> bool:
+        """Wait until `serving` holds no work, at most DRAIN_MARGIN_NS past its drain bound (the
+        first one known: with admission off and nothing measured yet, work without a deadline
+        has none until its first NFE is measured)."""
+        give_up = None
+        while not serving.idle():
+            now = time.monotonic_ns()
+            if give_up is None:
+                bound = serving.core.drain_bound(now)
+                give_up = bound + DRAIN_MARGIN_NS if bound < UINT64_MAX else None
+            if self._stopped or (give_up is not None and now > give_up):
+                self.get_logger().error("admitted work did not drain by its bound; going on")
+                return False
+            time.sleep(DRAIN_POLL_S)
+        return True
+
+    def _announce(self) -> None:
+        """What is served now, on the latched flowedge/model (nothing: empty digest)."""
+        s = self.serving
+        msg = ServedModel(stamp=ros_time(s.started_ns), model_path=s.model_path,
+                          nfe_ns=s.p["nfe_ns"], prefix_ns=s.p["prefix_ns"],
+                          admission_reserve_ns=s.p["admission_reserve_ns"])
+        if s.policy is not None:
+            v = s.model_values
+            msg.model_digest = s.policy.digest
+            msg.model_kind = str(v["model_kind"])
+            msg.inputs = [Tensor(name=i.name, dtype=i.code, shape=list(i.shape))
+                          for i in s.policy.inputs]
+            msg.observation_dim = s.policy.observation_dim
+            msg.action_dim = s.policy.action_dim
+            msg.action_horizon = s.policy.action_horizon
+            msg.solver = str(v["solver"])
+            msg.time_convention = str(v["time_convention"])
+            msg.execution_providers = list(s.execution_providers)
+        self._model_pub.publish(msg)
+
+    # -- lifecycle transitions (docs/design.md §9) ---------------------------------------------
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Load and check the model, build the core, start and warm the workers. A model that
+        cannot be served: FAILURE, still unconfigured, the model status ERROR naming why."""
+        try:
+            serving = self._load(self._p["model_path"])
+        except ModelError as exc:
+            self.get_logger().error(f"model failed to load: {exc}")
+            self._replace(self._unconfigured(str(exc)))
+            return TransitionCallbackReturn.FAILURE
+        self._replace(serving)
+        self._announce()
+        self._log_serving()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Requests are admitted from now on."""
+        self.serving.core.set_accepting(True)
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """New arrivals are answered REJECTED_CAPACITY; admitted work keeps its promise. Returns
+        once the core holds no work (bounded by its drain bound)."""
+        self.serving.core.set_accepting(False)
+        for draining in list(self._draining):  # a swap's old model first
+            self._wait_idle(draining)
+        self._wait_idle(self.serving)
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop the workers and release the model."""
+        self._replace(self._unconfigured(""))
+        self._announce()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """As cleanup, from any state; then the process exits as on SIGINT (spin_relay)."""
+        if self.serving is not None:
+            self.serving.core.set_accepting(False)
+        result = self.on_cleanup(state)
+        self.finalized.set()
+        return result
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.get_logger().error(f"lifecycle error in {state.label}: releasing the model")
+        return self.on_cleanup(state)
+
+    def _log_serving(self) -> None:
+        s = self.serving
+        if s.package:
+            self.get_logger().info(
+                f"serving policy package {s.policy.name!r} ({s.policy.kind_text}): inputs "
+                f"{s.policy.describe_inputs()}, actions {s.policy.action_horizon} x "
+                f"{s.policy.action_dim}, solver {s.policy.solver} (from the manifest), "
+                f"providers {list(s.execution_providers)}"
+            )
+        self.get_logger().info(f"model configured: {s.model_path} ({s.policy.digest})")
+
+    # -- model swap (docs/design.md §9) --------------------------------------------------------
+
+    def _prepare_swap(self, params: list[Parameter]) -> str | None:
+        """A set of model_path while configured: load and warm the new model beside the one that
+        serves (its workers held); the reason it cannot be served, or None."""
+        names = {param.name: param.value for param in params}
+        if not self._swap_lock.acquire(blocking=False):
+            return "a model swap is in progress"
+        try:
+            if self._draining:
+                return "the previous model swap is still draining"
+            calibration = {k: names[k] for k in ("nfe_ns", "prefix_ns", "admission_reserve_ns")
+                           if k in names}
+            try:
+                self._pending_swap = self._load(names["model_path"], calibration, hold=True)
+            except ModelError as exc:
+                return f"model_path {names['model_path']!r} cannot be served: {exc}"
+            return None
+        finally:
+            self._swap_lock.release()
+
+    def _switch(self, new: Serving) -> None:
+        """The swap's one atomic point: `new` admits from the next request on (its lanes
+        reserved until the old model's drain bound, its workers held until the old one is
+        idle); the old one finishes what it admitted, then is released."""
+        old = self.serving
+        now = time.monotonic_ns()
+        bound = old.core.drain_bound(now)
+        new.core.reserve_lanes_until(bound if bound > now else 0)
+        new.core.set_accepting(self.lifecycle_state[1] == "active")
+        self._draining.append(old)
+        self._route(new)
+        self._announce()
+        self.get_logger().info(f"model swapped: now serving {new.model_path} ({new.policy.digest})")
+        threading.Thread(target=self._finish_swap, args=(old, new),
+                         name="flowedge-swap", daemon=True).start()
+
+    def _finish_swap(self, old: Serving, new: Serving) -> None:
+        self._wait_idle(old)
+        new.core.hold_dispatch(False)
+        new.core.reserve_lanes_until(0)
+        if not self._stopped:
+            self._retire(old)
+            self._draining.remove(old)
+
+    # -- request path (request thread only) ----------------------------------------------------
 
     def _subscribe_requests(self, topic: str, qos: QoSProfile):
         """One request subscription, with a MESSAGE_LOST handler where the RMW supports it.
 
-        The handler is in the request group, so the request thread runs it and owns the
-        counter. Fast DDS reports samples its reader will never get (a reliable writer dropped
-        them unacknowledged, a best-effort gap); it cannot report a KEEP_LAST reader
-        overwriting its own unread samples, which is why keep_all is the default.
+        The handler is in the request group (the main executor runs it when the C intake takes
+        the requests, the request thread otherwise) and owns the counter. Fast DDS reports
+        samples its reader will never get (a reliable writer dropped them unacknowledged, a
+        best-effort gap); it cannot report a KEEP_LAST reader overwriting its own unread
+        samples, which is why keep_all is the default.
         """
         subs = []
 
@@ -385,25 +554,21 @@ class RelayNode(Node):
         while self.fault_pause_intake.is_set() and not self._intake_stop.is_set():
             time.sleep(0.01)  # drills and tests: the request thread is held
         now_mono = time.monotonic_ns()
-        reason, decision = self._python_intake.decide(msg, now_mono)
+        serving = self.serving  # one reference: a swap switches between two requests
+        reason, decision = serving.python_intake.decide(msg, now_mono)
         if reason is not None:
             if reason is Reason.CORE_REFUSED:
                 if self._refused_log.ready(now_mono):
                     self.get_logger().error(
                         f"the core refused a validated request "
-                        f"({self._python_intake.last_refusal!r}): validation misses a case")
+                        f"({serving.python_intake.last_refusal!r}): validation misses a case")
             elif self._discard_log.ready(now_mono):
                 self._log_discard(reason.value)
             return
-        if decision == Decision.ACCEPTED and self._yield_after_accept:
+        if decision == Decision.ACCEPTED and serving.yield_after_accept:
             # Hand the GIL to a Python-loop worker waking for this request now, instead of after
             # the rest of the executor's Python bookkeeping (~0.4 ms here): sleep(0) releases it.
             time.sleep(0)
-
-    def _staging_inputs(self) -> policy_mod.InputBuffers:
-        """Where the validator copies a package request's tensors: the core's staging slot,
-        the slot the next submit enqueues (request thread only)."""
-        return self.slot_inputs[self.core.staging_slot()]
 
     def _log_discard(self, reason: str, suppressed: int | None = None) -> None:
         if suppressed is None:
@@ -413,48 +578,38 @@ class RelayNode(Node):
             f"discarding invalid request ({reason}){more}; counts in /diagnostics"
         )
 
-    # -- the native intake -------------------------------------------------------------------
+    # -- the native intake -----------------------------------------------------------------------
 
-    def _make_native_intake(self, contract) -> tuple[NativeIntake | None, str]:
-        """The C intake, or None and why not (the rclpy callback decides then)."""
+    def _make_intake_loop(self) -> tuple[IntakeLoop | None, str]:
+        """The C intake's loop, or None and why not (the rclpy callback decides then)."""
         if self._p["intake_loop"] == "python":
             return None, "intake_loop: python requested"
         if self.get_parameter("use_sim_time").value:
             return None, "use_sim_time: requests must be judged against the node's clock"
         try:
-            NativeIntake.functions()
-            return NativeIntake(self.core, contract, self._p["max_nfe"],
-                                self._p["max_request_bytes"]), ""
-        except (IntakeUnavailable, RclUnavailable) as exc:
-            return None, f"not in C: {exc}"
-
-    def _native_callback_supported(self) -> bool:
-        """Whether the middleware offers the on-new-message callback the C intake waits on
-        (rcl_subscription_set_on_new_message_callback; unset again at once)."""
-        try:
-            NativeIntake.probe(self._request_subs)
-            return True
+            IntakeLoop.functions()
+            IntakeLoop.probe(self._request_subs)
         except (NotSupported, RclUnavailable) as exc:
-            self.intake_note = f"not in C: {exc}"
-            return False
+            return None, f"not in C: {exc}"
+        return IntakeLoop(self._p["max_request_bytes"]), ""
 
     @property
     def intake_loop(self) -> str:
         """Which intake decides requests: native (C) or python (the rclpy callback)."""
-        return "native" if self._native_intake is not None else "python"
+        return "native" if self._intake_loop is not None else "python"
 
     def main_executor_exclusions(self) -> tuple[list, list]:
         """(callback groups, entities) the main executor must leave alone: the request group
         for the rclpy intake (its own thread spins it); for the native intake only the request
         subscriptions, whose MESSAGE_LOST handlers the main executor then runs."""
-        if self._native_intake is not None:
+        if self._intake_loop is not None:
             return [], list(self._request_subs)
         return [self.request_group], []
 
     def _log_native_discards(self, now_mono: int) -> None:
         """The native intake counts discards in C; log them here, as rate-limited as the rclpy
         intake's line (main executor)."""
-        counts = self._native_intake.discarded()
+        counts = self.counters().discarded
         total = sum(counts.values())
         new = total - self._native_discards_logged
         if new <= 0 or not self._discard_log.ready(now_mono):
@@ -471,19 +626,19 @@ class RelayNode(Node):
     def start_request_executor(self, context=None) -> None:
         """Start the request intake's thread: the C intake's loop, or (the rclpy intake) the
         request group spun on a dedicated single-threaded executor."""
-        native = self._native_intake
-        if native is None:
+        loop = self._intake_loop
+        if loop is None:
             executor = RequestExecutor([self], [self.request_group],
                                        context=context or self.context)
 
         def run() -> None:
-            self.thread_roles.apply("request", _thread_settings(self._p, "executor"),
+            self.thread_roles.apply("request", thread_settings(self._p, "executor"),
                                     self.get_logger().warning)  # fmt: skip
-            if native is None:
+            if loop is None:
                 spin_until(executor, self._intake_stop)
                 return
             try:
-                native.run(self._request_subs)
+                loop.run(self._request_subs)
             except Exception as exc:  # the middleware refused the callback after all: say so
                 self.get_logger().error(f"the C request intake stopped: {exc!r}")
 
@@ -494,41 +649,38 @@ class RelayNode(Node):
         # stop() and closed the core under running workers
         self._request_thread = thread
 
-    def _run_publisher(self) -> None:
-        """The publisher thread: its real-time settings, then the outcome rings until stop."""
-        self.thread_roles.apply("publisher", _thread_settings(self._p, "publisher"),
-                                self.get_logger().warning)  # fmt: skip
-        self._output.run()
-
     # -- health, diagnostics and stats (main executor) -----------------------------------------
 
     def _poll_health(self) -> None:
         now = time.monotonic_ns()
-        if self._native_intake is not None:
+        if self._intake_loop is not None:
             self._log_native_discards(now)
-        if self.pool is None:
+        pool = self.serving.pool
+        if pool is None:
+            self._dead_lanes, self._stalled_lanes = [], []
             return
-        health = self.pool.poll_health(now)
+        health = pool.poll_health(now)
         self._dead_lanes = sorted(health.dead)
         self._stalled_lanes = sorted(health.stalled)
 
     def snapshot(self, window: str = "external") -> Snapshot:
         """Everything diagnostics and stats report; `window` names whose utilisation period."""
         now = time.monotonic_ns()
-        stats = self.core.stats()
+        s = self.serving
+        stats = _plus(s.core.stats(), self._retired_stats)
         intake = self.counters()
-        p50, p99, samples = self.pool.nfe_percentiles() if self.pool else (0.0, 0.0, 0)
-        busy = stats.busy_ns + (self.pool.inflight_ns(now) if self.pool else 0)
+        pool = s.pool
+        p50, p99, samples = pool.nfe_percentiles() if pool else (0.0, 0.0, 0)
+        busy = stats.busy_ns + (pool.inflight_ns(now) if pool else 0)
         meter = self._util_windows.setdefault(window, _BusyWindow())
         utilisation = meter.update(now, busy, stats.lanes_alive)
-        lat50, lat99 = p50_p99(self._output.latencies_ms())
-        two_phase = self.policy is not None and self.policy.two_phase
-        pre50, pre99, pre_n = (
-            self.pool.prefix_percentiles() if self.pool and two_phase else (0.0, 0.0, 0)
-        )
-        batch = self.pool.batch_stats() if self.pool else {}
+        lat50, lat99 = p50_p99(s.output.latencies_ms())
+        two_phase = s.policy is not None and s.policy.two_phase
+        pre50, pre99, pre_n = pool.prefix_percentiles() if pool and two_phase else (0.0, 0.0, 0)
+        batch = pool.batch_stats() if pool else {}
         # /proc read back: for the 1 Hz diagnostics and tools, not the 10 Hz stats
         realtime, refused = self.thread_roles.report() if window != "stats" else ({}, [])
+        state_id, label = self.lifecycle_state
         return Snapshot(
             now_ns=now,
             received=intake.received,
@@ -545,46 +697,48 @@ class RelayNode(Node):
             workers=self._p["workers"],
             dead_lanes=self._dead_lanes,
             stalled_lanes=self._stalled_lanes,
-            model_ok=self.model is not None,
-            model_error=self.model_error,
-            model_path=self.model_path,
-            model_digest=self.model.digest if self.model else "",
+            model_ok=s.model is not None,
+            model_error=s.model_error,
+            model_path=s.model_path,
+            model_digest=s.model.digest if s.model else "",
             latency_p50_ms=lat50,
             latency_p99_ms=lat99,
             utilisation=utilisation,
-            cost=self.core.cost_stats(now),
-            model=self._model_values,
+            cost=s.core.cost_stats(now),
+            model=s.model_values,
             two_phase=two_phase,
             prefix_ns=self._p["prefix_ns"],
             prefix_p50_ns=pre50,
             prefix_p99_ns=pre99,
             prefix_samples=pre_n,
-            extra=self._loop_values(),
+            extra=self._loop_values(s),
             batch_slots=self._p["batch_slots"],
             slots_in_use=list(batch.get("slots_in_use", [])),
             mean_rows_per_step=float(batch.get("mean_rows_per_step", 0.0)),
             step_ns_by_rows=dict(batch.get("step_ns_by_rows", {})),
             realtime=realtime,
             realtime_refused=refused,
+            lifecycle_id=state_id,
+            lifecycle_label=label,
         )
 
-    def _loop_values(self) -> dict[str, object]:
-        """Which NFE loop the workers run and which loop publishes (native / python), and why
-        a python one does."""
-        infos = self.pool.worker_info() if self.pool else []
+    def _loop_values(self, s: Serving) -> dict[str, object]:
+        """Which NFE loop the workers run, which loops publish and take requests (native /
+        python), and why a python one does."""
+        infos = s.pool.worker_info() if s.pool else []
         loops = sorted({str(i["nfe_loop"]) for i in infos if i["nfe_loop"]})
         notes = sorted({str(i["nfe_loop_note"]) for i in infos if i["nfe_loop_note"]})
         values: dict[str, object] = {"nfe_loop": ",".join(loops) or "none"}
         if notes:
             values["nfe_loop_note"] = "; ".join(notes)
-        values["publisher_loop"] = self._output.loop
+        values["publisher_loop"] = s.output.loop
         values["intake_loop"] = self.intake_loop
         if self.intake_note:
             values["intake_loop_note"] = self.intake_note
-        if self._output.note:
-            values["publisher_loop_note"] = self._output.note
-        if self._output.failed:
-            values["publish_failures"] = self._output.failed
+        if s.output.note:
+            values["publisher_loop_note"] = s.output.note
+        if s.output.failed:
+            values["publish_failures"] = s.output.failed
         return values
 
     def _publish_diagnostics(self) -> None:
@@ -606,53 +760,69 @@ class RelayNode(Node):
     # -- live parameters -----------------------------------------------------------------------
 
     def _validate_parameters(self, params: list[Parameter]) -> SetParametersResult:
-        """Reject values rclpy's ranges cannot express (enums); ranges are enforced by rclpy."""
+        """Reject values rclpy's ranges cannot express (enums); ranges are enforced by rclpy. A
+        model_path set while configured is a model swap: the new model is loaded and warmed
+        here, and the set refused with the loader's message if it cannot be served."""
         for param in params:
             problem = parameters.check_value(param.name, param.value)
+            if problem:
+                return SetParametersResult(successful=False, reason=problem)
+        if any(param.name == "model_path" for param in params) and \
+                self.lifecycle_state[1] in ("active", "inactive"):
+            problem = self._prepare_swap(params)
             if problem:
                 return SetParametersResult(successful=False, reason=problem)
         return SetParametersResult(successful=True)
 
     def _apply_parameters(self, params: list[Parameter]) -> None:
-        """Push accepted live values into the core and workers (cached values follow)."""
+        """Push accepted live values into the core and workers (cached values follow); switch
+        to a model the validation loaded."""
         names = {param.name for param in params}
         get = lambda name: self.get_parameter(name).value  # noqa: E731
-        if names & {"nfe_ns", "admission_reserve_ns", "prefix_ns"}:
-            self.core.set_calibration(get("nfe_ns"), get("admission_reserve_ns"), get("prefix_ns"))
+        for name in names:
+            self._p[name] = get(name)
+        pending, self._pending_swap = self._pending_swap, None
+        if pending is not None:
+            self._switch(pending)  # the new core already has the set's calibration
+        core, pool = self.serving.core, self.serving.pool
+        if names & {"nfe_ns", "admission_reserve_ns", "prefix_ns"} and pending is None:
+            core.set_calibration(get("nfe_ns"), get("admission_reserve_ns"), get("prefix_ns"))
         if names & {"reject_if_retry_count_gte", "age_gate", "reject_if_queue_age_ms_gte",
                     "queue_timeout_ms"}:
-            self.core.set_policy(
+            core.set_policy(
                 get("reject_if_retry_count_gte"),
                 AgeGate[get("age_gate").upper()],
                 get("reject_if_queue_age_ms_gte") * MS,
                 get("queue_timeout_ms") * MS,
             )
         if names & {"cost_model", "cost_window_ms", "cost_quantile"}:
-            k = _cost_fields({n: get(n) for n in ("cost_model", "cost_window_ms",
-                                                  "cost_quantile")})
-            self.core.set_cost_model(k["cost_model"], k["cost_window_ns"],
-                                     k["cost_quantile_ppm"])
-        if "fault_nfe_delay_ms" in names and self.pool is not None:
-            self.pool.fault_nfe_delay_ns = int(get("fault_nfe_delay_ms") * MS)
-        for name in names:
-            self._p[name] = get(name)
+            k = cost_fields({n: get(n) for n in ("cost_model", "cost_window_ms",
+                                                 "cost_quantile")})
+            core.set_cost_model(k["cost_model"], k["cost_window_ns"], k["cost_quantile_ppm"])
+        if "fault_nfe_delay_ms" in names and pool is not None:
+            pool.fault_nfe_delay_ns = int(get("fault_nfe_delay_ms") * MS)
 
     # -- what tools may read (drill, stress, bench, tests): the node's public surface ----------
 
-    def counters(self) -> IntakeCounters:
-        """A snapshot of the intake counters, both intakes summed (only one takes from the
-        subscriptions; see the ownership note in __init__)."""
-        py, native = self._python_intake, self._native_intake
-        discarded = {r.value: c for r, c in self.validator.discarded.items()}
-        received, deadlines = py.received, py.deadlines_seen
-        if native is not None:
-            for key, count in native.discarded().items():
+    def _intake_counts(self, s: Serving) -> dict:
+        """What one serving's intakes counted (both: only one takes from the subscriptions)."""
+        discarded = {r.value: c for r, c in s.validator.discarded.items()}
+        received, deadlines = s.python_intake.received, s.python_intake.deadlines_seen
+        if s.native_intake is not None:
+            for key, count in s.native_intake.discarded().items():
                 discarded[key] += count
-            received += native.received
-            deadlines += native.deadlines_seen
+            received += s.native_intake.received
+            deadlines += s.native_intake.deadlines_seen
+        return {"received": received, "deadlines_seen": deadlines, "discarded": discarded}
+
+    def counters(self) -> IntakeCounters:
+        """A snapshot of the intake counters since start (see the ownership note in __init__)."""
+        now = self._intake_counts(self.serving)
+        base = self._retired_intake
+        discarded = {k: v + base["discarded"].get(k, 0) for k, v in now["discarded"].items()}
         return IntakeCounters(
-            received=received,
-            deadlines_seen=deadlines,
+            received=now["received"] + base["received"],
+            deadlines_seen=now["deadlines_seen"] + base["deadlines_seen"],
             middleware_lost=self._middleware_lost,
             middleware_lost_reported=self._lost_reported,
             discarded=discarded,
@@ -660,11 +830,12 @@ class RelayNode(Node):
 
     def threads_alive(self) -> dict[str, bool]:
         """Whether each of the relay's own threads is running (workers by lane)."""
+        s = self.serving
         alive = {
             "request": bool(self._request_thread and self._request_thread.is_alive()),
-            "publisher": bool(self._publisher_thread and self._publisher_thread.is_alive()),
+            "publisher": s.publisher_alive,
         }
-        for info in self.pool.worker_info() if self.pool else []:
+        for info in s.pool.worker_info() if s.pool else []:
             alive[f"worker{info['lane']}"] = bool(info["alive"])
         return alive
 
@@ -675,14 +846,14 @@ class RelayNode(Node):
         The intake thread is the core's single submit producer: call this only while it is not
         running (before start_request_executor, or after stop()).
         """
-        if self._native_intake is None:
+        if self._intake_loop is None:
             self._on_request(msg)
             return
         self.handle_serialized(serialize_message(msg))
 
     def handle_serialized(self, cdr: bytes) -> None:
         """One request's CDR bytes through the C intake (as handle_request; native only)."""
-        self._native_intake.decide(cdr, time.monotonic_ns(), time.time_ns())
+        self.serving.native_intake.decide(cdr, time.monotonic_ns(), time.time_ns())
 
     # -- teardown ------------------------------------------------------------------------------
 
@@ -698,51 +869,31 @@ class RelayNode(Node):
             return
         self._stopped = True
         self._intake_stop.set()
-        if self._native_intake is not None:
-            self._native_intake.stop()
+        if self._intake_loop is not None:
+            self._intake_loop.stop()
         # nested: whatever fails, every later stage still runs (a later stop() is a no-op, and
-        # destroy_node then closes the core: nothing may still be running on it)
+        # destroy_node then closes the cores: nothing may still be running on them)
         try:
             if self._request_thread is not None:
                 self._request_thread.join(timeout=1.0)
         finally:
-            try:
-                if self.pool is not None:
-                    self.pool.stop()
-            finally:
-                if self._output is not None:
-                    self._output.stop()
-                if self.core is not None:
-                    self.core.shutdown()
-                if self._publisher_thread is not None:
-                    self._publisher_thread.join(timeout=5.0)
+            for s in [*self._draining, *filter(None, [self._pending_swap, self.serving])]:
+                s.stop()
 
     def destroy_node(self) -> None:
         self.stop()
         with self._core_use:  # after a timer callback that is reading the core, before the next
             self._core_closed = True
-            if self.core is not None:
-                self.core.close()  # idempotent
-        super().destroy_node()
-
-
-def _thread_settings(p: dict, prefix: str) -> ThreadSettings:
-    """A thread role's settings from its `<prefix>_cpu_affinity` / `<prefix>_rt_priority`."""
-    return ThreadSettings(tuple(p[f"{prefix}_cpu_affinity"]), p[f"{prefix}_rt_priority"])
-
-
-def _model_of(p: policy_mod.Policy) -> ModelInfo | policy_mod.Policy:
-    """ModelInfo for a single .onnx file (what its path always used), else the Policy."""
-    if p.kind != "onnx":
-        return p
-    return ModelInfo(p.path, p.digest, p.obs_dim, p.action_horizon, p.action.dim,
-                     p.graphs["velocity"].data)
+            for s in [*self._draining, *filter(None, [self._pending_swap, self.serving])]:
+                s.close()  # idempotent
+        destroy_lifecycle_node(self)  # the node and its lifecycle state machine
 
 
 def spin_relay(node: RelayNode, extra_nodes=(), context=None,
                stop: threading.Event | None = None) -> None:
     """Spin the relay (and optional co-located nodes) until `stop` is set (cli, run_demo: a
-    signal sets it) or the context shuts down (the harness)."""
+    signal sets it), the relay is finalized (lifecycle shutdown: the transition's answer still
+    goes out, the executor's shutdown waits for it) or the context shuts down (the harness)."""
     node.start_request_executor(context)
     groups, entities = node.main_executor_exclusions()
     executor = MainExecutor(groups, excluded_entities=entities, context=context or node.context)
@@ -754,7 +905,7 @@ def spin_relay(node: RelayNode, extra_nodes=(), context=None,
             executor.spin()
         else:
             ctx = executor.context
-            while not stop.is_set() and ctx.ok():
+            while not (stop.is_set() or node.finalized.is_set()) and ctx.ok():
                 executor.spin_once(timeout_sec=0.1)
     except ExternalShutdownException:
         pass

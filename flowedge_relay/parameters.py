@@ -56,7 +56,15 @@ SPECS: tuple[Spec, ...] = (
         "model_path",
         "",
         "ONNX policy file or policy package directory (policy.yaml); empty = the bundled "
-        "policy_small.onnx",
+        "policy_small.onnx. Set while configured: a model swap (loaded and warmed beside the "
+        "model it replaces, refused with the loader's message if it cannot be served)",
+        read_only=False,
+    ),
+    Spec(
+        "autostart",
+        True,
+        "configure and activate at start (false: wait unconfigured for a lifecycle manager: "
+        "ros2 lifecycle set, nav2's lifecycle_manager or launch_ros lifecycle events)",
     ),
     Spec("solver", "euler", "ODE solver for the flow: euler (1 NFE/step) or midpoint (2 NFE/step)"),
     Spec("workers", 1, "worker threads = EDF lanes, each with its own ONNX Runtime session", 1, 64),

@@ -2,8 +2,9 @@
 
 Why: a robot-side producer should not hand-assemble Tensor messages (dtype codes, shapes without
 the batch dimension, little-endian bytes) or guess the digest and dims. It learns what a relay
-serves (the relay's diagnostics advertise the model digest, its inputs with dtype and shape, and
-its action dims; or locally from `policy.load`) and calls `build_request`:
+serves (the relay's latched `flowedge/model` topic carries the model digest, its inputs with
+dtype and shape, and its action dims: `ServedModel.from_message`; or locally from
+`policy.load`) and calls `build_request`:
 
     served = ServedModel.from_policy(policy.load("flowedge_relay/models/policy_vision"))
     req = build_request(served, {"image": img_u8, "state": pos_f32},
@@ -64,6 +65,20 @@ class ServedModel:
             action_horizon=policy.action_horizon,
             observation_dim=policy.observation_dim,
         )
+
+    @classmethod
+    def from_message(cls, msg) -> ServedModel | None:
+        """From the relay's latched `flowedge/model` (a flowedge_relay_msgs ServedModel); None
+        while the relay serves nothing (unconfigured: an empty digest). Subscribe with reliable,
+        transient-local QoS to get the current one at once, and a new one at each model swap."""
+        if not msg.model_digest:
+            return None
+        inputs = tuple(
+            InputDecl(t.name, DTYPES[t.dtype][0], tuple(int(d) for d in t.shape))
+            for t in msg.inputs
+        )
+        return cls(msg.model_digest, inputs, int(msg.action_dim), int(msg.action_horizon),
+                   int(msg.observation_dim))
 
     @classmethod
     def from_description(

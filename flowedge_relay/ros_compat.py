@@ -11,13 +11,22 @@ Differences, and where they are handled:
   on rclpy 9, whose MultiThreadedExecutor also shuts its thread pool down there (rclpy 7 leaves
   the pool to the interpreter's exit): `shutdown_executor()` does both the same way everywhere.
 
+The same gap on both, filled here:
+- rclpy's LifecycleNodeMixin never destroys its state machine, which holds the node's handle:
+  after `destroy_node` the node stays in the graph, with its services, until the garbage
+  collector frees it (a later node of the same name then shares the graph with a ghost, whose
+  services answer `wait_for_service`). `destroy_lifecycle_node()` destroys it too.
+
 The same on both, checked and used directly:
 - MultiThreadedExecutor hands a callback still queued in its pool to the pool again on every
   spin (rclpy issue 1452), and keeps the private fields `executors.MainExecutor` relies on.
 - `SubscriptionEventCallbacks(message_lost=...)` and `UnsupportedEventTypeError`.
 - rcl's serialized publish, which `csrc/fer_publish.c` binds from the librcl rclpy loaded: the
   same signature and `rcl_serialized_message_t` in rcl 9.2 and 10.1 (test/test_publish.py).
-- `rclpy.lifecycle`, parameter descriptors and the pre/post set-parameters callbacks.
+- `rclpy.lifecycle`: `LifecycleNodeMixin(callback_group=...)` (the relay's lifecycle services in
+  a group of their own), `TransitionCallbackReturn`, the `~/change_state` / `~/get_state`
+  services and `~/transition_event`; parameter descriptors, the on-set (validate) and post-set
+  parameters callbacks (a model swap loads in the first and switches in the second).
 
 What is identical on both is used directly and listed here only so a reader knows it was
 checked. Nothing here decides by version number: a colcon workspace on a system install has no
@@ -74,3 +83,14 @@ def shutdown_executor(executor: Executor, timeout_sec: float | None = None,
         pool.shutdown(wait=wait_for_threads)
     return Executor.shutdown(executor, timeout_sec)
 
+
+
+def destroy_lifecycle_node(node) -> None:
+    """`node.destroy_node()` for a node with rclpy's LifecycleNodeMixin, then its lifecycle state
+    machine, so the node leaves the graph now (see the module docstring)."""
+    from rclpy.node import Node
+
+    Node.destroy_node(node)
+    machine = getattr(node, "_state_machine", None)  # LifecycleNodeMixin's, rclpy 7 and 9
+    if machine is not None:
+        machine.destroy_when_not_in_use()

@@ -44,12 +44,13 @@ declare -A ARGS=(
     [nfe-breakdown]=""
     [intake]=""
     [overhead]="--compare-loops"
+    [swap]=""
 )
 # report name -> subcommand, where they differ
 declare -A SUBCOMMAND=(
     [overload-noise]=overload
 )
-ORDER=(model admission intake calibrate overload overload-noise batching nfe-breakdown overhead)
+ORDER=(model admission intake calibrate overload overload-noise batching nfe-breakdown overhead swap)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
 REGISTERED=" $(python -c 'from flowedge_relay.tooling.bench.__main__ import available; print(*available())') "

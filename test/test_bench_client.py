@@ -40,4 +40,4 @@ def test_parse_action_reads_what_rclpy_wrote(m, received):
     assert key == (m.session_id, m.sequence)
     stamp = m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec
     assert ans == Answer(m.code, received, stamp, m.nfe_done, m.remaining_nfe, m.queue_ns,
-                         m.compute_ns)  # fmt: skip
+                         m.compute_ns, m.model_digest.encode())  # fmt: skip

@@ -2,8 +2,9 @@
 
 It cannot be executed here, so check what a real `ros2 launch` depends on: it parses, every
 launch argument is declared with a description, it starts our executable under the contract's
-node name and loads the package's relay.yaml, which setup.py installs; and it declares the relay
-once, adding the optional nfe_ns override only when the argument is given.
+node name as a launch_ros LifecycleNode and loads the package's relay.yaml, which setup.py
+installs; and it declares the relay once, adding the optional nfe_ns override only when the
+argument is given and passing the autostart argument on as the node's parameter.
 """
 
 import ast
@@ -37,7 +38,7 @@ def test_launch_file_declares_described_arguments():
         desc = _kw(call, "description")
         assert desc is not None and len(desc.value) > 10, name
         args[name] = desc.value
-    assert set(args) == {"config", "namespace", "nfe_ns"}
+    assert set(args) == {"config", "namespace", "nfe_ns", "autostart"}
 
 
 def test_launch_file_starts_the_relay_with_the_package_yaml():
@@ -58,8 +59,9 @@ def _function_defs(tree: ast.AST) -> dict[str, ast.FunctionDef]:
 def test_launch_file_declares_exactly_one_node():
     """One Node, not one per combination of optional arguments (issue 13 item 5)."""
     tree = ast.parse(LAUNCH.read_text())
-    nodes = _calls(tree, "Node")
-    assert len(nodes) == 1, f"{len(nodes)} Node(...) calls"
+    nodes = _calls(tree, "LifecycleNode")
+    assert len(nodes) == 1, f"{len(nodes)} LifecycleNode(...) calls"
+    assert not _calls(tree, "Node"), "a plain Node cannot be driven by lifecycle events"
     node = nodes[0]
     assert _kw(node, "condition") is None  # it always starts
     assert not _calls(tree, "PythonExpression") and not _calls(tree, "IfCondition")
@@ -74,7 +76,7 @@ def test_nfe_ns_override_is_added_only_when_given():
     assert len(opaque) == 1
     fn_name = _kw(opaque[0], "function").id
     fn = _function_defs(tree)[fn_name]
-    node = _calls(fn, "Node")
+    node = _calls(fn, "LifecycleNode")
     assert node, "the Node is built inside the OpaqueFunction's function"
     # the parameter list starts with the YAML ...
     assigns = [n for n in ast.walk(fn) if isinstance(n, ast.Assign)
@@ -98,3 +100,23 @@ def test_nfe_ns_override_is_added_only_when_given():
                  if _calls(c.func.value, "LaunchConfiguration")
                  and c.func.value.args[0].value == "nfe_ns"]
     assert performed, "nfe_ns is read from the launch context, not string-built"
+
+
+def test_autostart_argument_becomes_the_node_parameter():
+    """The managed relay configures and activates itself only when autostart says so; launch's
+    own ChangeState events and ros2 lifecycle drive it otherwise (issue 29 item 4). The argument
+    is parsed strictly at launch time and lands in the parameter list after the YAML."""
+    tree = ast.parse(LAUNCH.read_text())
+    fn = _function_defs(tree)["relay_node"]
+    params = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
+              and isinstance(n.value, ast.List) and _calls(n.value, "ParameterFile")][0]
+    assert isinstance(params.elts[0], ast.Call) and params.elts[0].func.id == "ParameterFile"
+    autostart = [e for e in params.elts if isinstance(e, ast.Dict)
+                 and e.keys[0].value == "autostart"]
+    assert len(autostart) == 1
+    parser = _function_defs(tree)[autostart[0].values[0].func.id]
+    performed = [c for c in _calls(parser, "perform")
+                 if c.func.value.args[0].value == "autostart"]
+    assert performed and _calls(parser, "ValueError")
+    default = [c for c in _calls(tree, "DeclareLaunchArgument") if c.args[0].value == "autostart"]
+    assert _kw(default[0], "default_value").value == "true"

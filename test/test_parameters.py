@@ -31,6 +31,7 @@ def test_live_parameters_are_exactly_the_tunable_ones():
         "nfe_ns", "admission_reserve_ns", "prefix_ns", "reject_if_retry_count_gte", "age_gate",
         "reject_if_queue_age_ms_gte", "queue_timeout_ms", "fault_nfe_delay_ms",
         "cost_model", "cost_window_ms", "cost_quantile",
+        "model_path",  # a model swap (docs/design.md §9)
     }
 
 

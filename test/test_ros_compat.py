@@ -159,3 +159,39 @@ def test_lifecycle_and_parameter_callbacks_exist_on_this_distro():
         dir(LifecycleNode))
     assert TransitionCallbackReturn.SUCCESS and State
     assert hasattr(Node, "add_post_set_parameters_callback")
+    assert hasattr(Node, "add_on_set_parameters_callback")
+    # the relay gives its lifecycle services a callback group of their own (node.py)
+    from rclpy.lifecycle.node import LifecycleNodeMixin
+
+    assert "callback_group" in inspect.signature(LifecycleNodeMixin.__init__).parameters
+
+
+def _graph_names(timeout: float = 3.0) -> set[str]:
+    """Node names another participant sees, after discovery has had `timeout` s."""
+    with ros_context() as ctx:
+        probe = rclpy.create_node("compat_graph_probe", context=ctx)
+        time.sleep(timeout)
+        names = {name for name, _ in probe.get_node_names_and_namespaces()}
+        probe.destroy_node()
+    return names - {"compat_graph_probe"}
+
+
+@pytest.mark.ros
+def test_a_destroyed_lifecycle_node_stays_in_the_graph_unless_its_state_machine_goes_too():
+    """The gap destroy_lifecycle_node() fills: with only destroy_node (and the node kept
+    referenced, as a spinning relay's callbacks keep it) the node is still announced; with the
+    helper it is gone. If the first half fails, rclpy destroys the state machine itself now."""
+    from rclpy.lifecycle import LifecycleNode
+
+    kept = []
+    with ros_context() as ctx:
+        node = LifecycleNode("compat_lifecycle_plain", context=ctx)
+        node.destroy_node()
+        kept.append(node)
+    with ros_context() as ctx:
+        node = LifecycleNode("compat_lifecycle_helper", context=ctx)
+        ros_compat.destroy_lifecycle_node(node)
+        kept.append(node)
+    names = _graph_names()
+    assert "compat_lifecycle_plain" in names
+    assert "compat_lifecycle_helper" not in names

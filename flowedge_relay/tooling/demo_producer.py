@@ -16,10 +16,12 @@ is sometimes retried with retry_count + 1 (same sequence, origin). It prints a o
 each second: sent, admitted by the relay, answered, per outcome code, p99 latency of INFERENCE
 answers, relay queue depth.
 
-It drives either kind of model (`model_path`, the same parameter as the relay's): each request
-carries one of 16 seeded detour scenes (harness.scene_inputs), built by producer.build_request
-through harness.build_request: the observation vector for a single .onnx policy, the rendered
-image and the robot state for the two-phase package (`make run RUN_ARGS="--model vision"`).
+It drives whatever the relay serves, learnt from the relay's latched `flowedge/model`
+(producer.ServedModel.from_message), and follows a model swap: each request carries one of 16
+seeded detour scenes (harness.scene_inputs), built by producer.build_request through
+harness.build_request: the observation vector for a single .onnx policy, the rendered image and
+the robot state for the two-phase package (`make run RUN_ARGS="--model vision"`). While the
+relay serves nothing (unconfigured) it waits.
 """
 
 from __future__ import annotations
@@ -31,15 +33,16 @@ from dataclasses import dataclass
 
 import numpy as np
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats
+from flowedge_relay_msgs.msg import ServedModel as ServedModelMsg
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.core import Code
-from flowedge_relay.model import ModelError, default_model_path
+from flowedge_relay.producer import ServedModel
 from flowedge_relay.timebase import ros_time
-from flowedge_relay.tooling.harness import build_request, load_served, scene_inputs, served_model
+from flowedge_relay.tooling.harness import build_request, scene_inputs
 
 # the summary line's short names: inference, stale, deadline, capacity, expired
 CODE_NAMES = {code.value: code.key.removeprefix("rejected_") for code in Code}
@@ -89,16 +92,14 @@ class DemoProducer(Node):
         self.burst_nfe = param("burst_nfe", 64, "remaining_nfe of burst requests (long jobs)")
         self.retry_probability = param("retry_probability", 0.3, "chance to retry a rejection")
         self.quiet = param("quiet", False, "do not print the per-second summary")
-        model_path = param("model_path", "", "model whose digest and dims to use; empty=bundled")
-        seed = param("seed", 7, "random seed of the traffic mix")
+        self.seed = param("seed", 7, "random seed of the traffic mix")
 
-        self.rng = random.Random(seed)
-        self.model = None
-        try:
-            self.model = served_model(load_served(model_path or default_model_path()))
-            self.scenes = [scene_inputs(self.model, seed + i) for i in range(SCENES)]
-        except ModelError as exc:
-            self.get_logger().error(f"cannot read the model's digest, inputs and dims: {exc}")
+        self.rng = random.Random(self.seed)
+        self.model: ServedModel | None = None  # what the relay serves (flowedge/model)
+        self.scenes: list[dict[str, np.ndarray]] = []
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.create_subscription(ServedModelMsg, "flowedge/model", self._on_model, latched)
         qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         self.pub = self.create_publisher(InferenceRequest, "flowedge/requests", qos)
         self.create_subscription(ActionMessage, "flowedge/actions", self._on_action, qos)
@@ -189,6 +190,18 @@ class DemoProducer(Node):
 
     # -- receiving -----------------------------------------------------------------------------
 
+    def _on_model(self, msg: ServedModelMsg) -> None:
+        model = ServedModel.from_message(msg)
+        if model == self.model:
+            return
+        self.model = model
+        if model is None:
+            self.get_logger().info("the relay serves no model (unconfigured): waiting")
+            return
+        self.scenes = [scene_inputs(model, self.seed + i) for i in range(SCENES)]
+        self.get_logger().info(f"the relay serves {msg.model_kind} {model.digest[:19]}: "
+                               f"requests follow it")
+
     def _on_action(self, msg: ActionMessage) -> None:
         self.answered[CODE_NAMES.get(msg.code, str(msg.code))] += 1
         pending = self.pending.pop((msg.session_id, msg.sequence, msg.retry_count), None)
@@ -206,6 +219,8 @@ class DemoProducer(Node):
         elif (
             msg.retry_count == 0
             and msg.code in RETRY_REASON
+            and self.model is not None
+            and pending.request.model_digest == self.model.digest  # not after a swap
             and self.rng.random() < self.retry_probability
         ):
             retry = pending.request

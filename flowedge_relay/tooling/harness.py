@@ -27,13 +27,20 @@ if TYPE_CHECKING:
 
 @contextmanager
 def ros_context() -> Iterator[Context]:
-    """A private rclpy context, shut down on exit, so tests do not share global state."""
+    """A private rclpy context, shut down on exit, so tests do not share global state.
+
+    Destroyed too (its DDS participant with it, once the nodes in it are): a participant that
+    outlives its test until the garbage collector finds it still announces that test's nodes,
+    and a later relay of the same name would share the graph with its ghost (a service client
+    would find the ghost's server and send to it).
+    """
     ctx = Context()
     rclpy.init(context=ctx)
     try:
         yield ctx
     finally:
         ctx.try_shutdown()
+        ctx.destroy()
 
 
 @contextmanager

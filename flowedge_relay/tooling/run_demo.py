@@ -4,8 +4,9 @@ Where `ros2 launch` is installed, `ros2 launch flowedge_relay relay.launch.py` s
 alone; this module is the no-ROS-install equivalent plus a producer to talk to (manual
 composition: both nodes share one process; the relay keeps its dedicated request thread).
 
-`--model vision` (or small, bench, a path) sets `model_path` for both nodes: the relay serves that
-model and the producer builds its requests for it (the vision package: image + state tensors).
+`--model vision` (or small, bench, a path) sets the relay's `model_path`; the producer learns what
+is served from the relay's `flowedge/model` and builds its requests for it (the vision package:
+image + state tensors), also after `ros2 param set /flowedge_relay model_path ...` swaps it.
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop after this many seconds (0 = until Ctrl-C)")
     parser.add_argument("--params-file", default=str(CONFIG / "demo.yaml"),
                         help="YAML with parameters for both nodes (default config/demo.yaml)")
-    parser.add_argument("--model", help="what both nodes use (default: the YAML's, else the "
+    parser.add_argument("--model", help="what the relay serves (default: the YAML's, else the "
                         "relay's default): small, bench, vision (the two-phase package) or a path")
     args, ros_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     model_args = []
     if args.model:
         from flowedge_relay.tooling.harness import model_path
 
-        model_args = ["-p", f"model_path:={model_path(args.model)}"]
+        model_args = ["-p", f"flowedge_relay:model_path:={model_path(args.model)}"]
 
     from flowedge_relay.ros_compat import distro
 

@@ -40,6 +40,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "nfe-breakdown": ("flowedge_relay.tooling.bench.nfe_breakdown",
                       "worker NFE time split (ORT / GIL / solver / step), light vs overload, "
                       "with candidate fixes"),
+    "swap": ("flowedge_relay.tooling.bench.swap",
+             "a model swap under steady load: the pause, and nothing lost or duplicated"),
 }  # fmt: skip
 
 

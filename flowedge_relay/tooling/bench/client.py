@@ -81,6 +81,7 @@ class Answer:
     remaining_nfe: int
     queue_ns: int
     compute_ns: int
+    model_digest: bytes = b""  # the echo: the digest of the model that computed it
 
 
 _STAMP = struct.Struct("<iI")
@@ -107,7 +108,9 @@ def parse_action(raw: bytes, received_ns: int) -> tuple[tuple[str, int], Answer]
     pos = _aligned(pos + 4 + n, 8)
     sequence, _generation = _U64X2.unpack_from(raw, pos)
     pos += 20  # sequence, generation, retry_count
-    pos += 4 + _U32.unpack_from(raw, pos)[0]  # model_digest
+    n = _U32.unpack_from(raw, pos)[0]  # model_digest, with its NUL
+    digest = raw[pos + 4:pos + 3 + n]
+    pos += 4 + n
     pos = _aligned(pos, 4)
     remaining_nfe = _DIMS_NFE.unpack_from(raw, pos)[5]
     pos += _DIMS_NFE.size
@@ -115,7 +118,7 @@ def parse_action(raw: bytes, received_ns: int) -> tuple[tuple[str, int], Answer]
     nfe_done = _U32.unpack_from(raw, pos)[0]
     queue_ns, compute_ns = _U64X2.unpack_from(raw, _aligned(pos + 4, 8))
     ans = Answer(code, received_ns, sec * 1_000_000_000 + nanosec, nfe_done, remaining_nfe,
-                 queue_ns, compute_ns)  # fmt: skip
+                 queue_ns, compute_ns, digest)  # fmt: skip
     return (session_id, sequence), ans
 
 
@@ -141,9 +144,19 @@ class BenchClient:
         self.answers: dict[tuple[str, int], Answer] = {}
         self.extra_answers = 0  # a second answer for one key: would break "exactly one"
         self._cv = threading.Condition()
-        # 16 detour scenes, cycled by sequence: an observation vector or a package's tensors
+        self.serve(model)
+
+    def serve(self, model) -> None:
+        """Build requests for `model` from now on (harness.served_model: a Policy, ModelInfo or
+        producer.ServedModel): its digest, and 16 detour scenes cycled by sequence, an
+        observation vector or a package's tensors."""
         self._served = served_model(model)
         self._inputs = [scene_inputs(self._served, 12345 + i) for i in range(16)]
+
+    @property
+    def digest(self) -> str:
+        """The digest the requests are built with."""
+        return self._served.digest
 
     def _on_action(self, msg: bytes) -> None:
         """Record the answer, then the answers already waiting, without an executor trip each
@@ -458,6 +471,7 @@ class RemoteStats:
     received: int = 0  # requests the relay's intake took (valid or not)
     middleware_lost: int = 0  # requests the middleware reported lost before the intake
     outputs_dropped: int = 0  # answers dropped at a full outcome ring (rejection + action)
+    invalid_discarded: int = 0  # requests discarded by validation (every reason)
 
 
 class RemoteRelay:
@@ -555,16 +569,23 @@ class RemoteRelay:
             nfe_ns_in_use=m.nfe_ns_in_use, step_ns_p99_full=m.step_ns_p99_full,
             received=m.received, middleware_lost=m.middleware_lost,
             outputs_dropped=m.rejection_outputs_dropped + m.action_outputs_dropped,
+            invalid_discarded=m.invalid_discarded,
         )  # fmt: skip
 
-    def set_parameters(self, params) -> list:
-        future = self._params.set_parameters(params)
+    def set_parameters(self, params, atomically: bool = False) -> list:
+        """Set live parameters through the relay's parameter service: the results (one, if
+        atomically: all or none, as `ros2 param load` does with one file)."""
+        if atomically:
+            future = self._params.set_parameters_atomically(params)
+        else:
+            future = self._params.set_parameters(params)
         end = time.monotonic() + 20.0
         while not future.done() and time.monotonic() < end:
             time.sleep(0.005)
         if not future.done():
             raise TimeoutError("the relay did not answer set_parameters")
-        return list(future.result().results)
+        result = future.result()
+        return [result.result] if atomically else list(result.results)
 
     def _window(self, start_ns: int, end_ns: int) -> list[tuple]:
         """The history rows stamped between two wall times."""
