@@ -277,3 +277,47 @@ def test_vision_policy_learned_the_task(eval_obs):
         assert policy["mean_goal_error"] * 10 <= baselines[name]["mean_goal_error"], name
     left, right = float((scored.side > 0).mean()), float((scored.side < 0).mean())
     assert left >= 0.2 and right >= 0.2, (left, right)
+
+
+# ---------------------------------------------------------------- the closed-loop detour task
+
+
+def test_closed_loop_demonstrations_are_safe_and_consistent_in_time():
+    """The closed-loop task's demonstrations never touch the obstacle, move at their speed, pass
+    on the side they were given, and re-planning from any point of one gives its rest (so a
+    chunk planned earlier and one planned now agree on the rows they share)."""
+    rng = np.random.default_rng(8)
+    obs, actions = task.closed_loop_demonstrations(rng, 5000)
+    path = np.concatenate(
+        [obs[:, None, :2], task.closed_loop_positions(obs[:, :2], actions)], axis=1
+    )
+    assert (task.segment_distance(path, obs[:, 4:6].astype(np.float64)) > 0.3).all()
+    steps = np.linalg.norm(actions.reshape(-1, 8, 2), axis=2) / task.CL_ACTION_SCALE
+    moving = steps > 1e-6  # rows past the goal stay put
+    assert (steps[moving] <= task.CL_SPEED[1] + 1e-6).all() and moving.mean() > 0.5
+
+    starts = task.closed_loop_starts(rng, 500).astype(np.float64)
+    goal, obstacle = starts[:, 2:4], starts[:, 4:]
+    side = rng.choice([-1.0, 1.0], size=500)
+    way = task.Detour.plan(starts[:, :2], goal, obstacle, np.full(500, 0.47), side)
+    speed = 0.09
+    full = way.at(np.arange(40)[None].repeat(500, 0) * speed)
+    assert np.abs(full[:, -1] - goal).max() < 1e-9  # resting at the goal
+    assert (task.chunk_side(full, goal, obstacle) == side).all()
+    later = task.Detour.plan(full[:, 5], goal, obstacle, np.full(500, 0.47), side)
+    rest = later.at(np.arange(20)[None].repeat(500, 0) * speed)
+    assert np.abs(rest - full[:, 5:25]).max() < 1e-6
+    straight = task.closed_loop_positions(starts[:, :2], _StraightToGoal().sample(starts, None, 1))
+    assert (task.chunk_side(straight, goal, obstacle) == 0).all()
+
+
+class _StraightToGoal:
+    """A baseline without a policy: every row one step of 0.095 straight at the goal."""
+
+    horizon, dim = 8, 2
+
+    def sample(self, obs, seeds, total_nfe, mode=None, prefixes=None, frozen=0):
+        delta = obs[:, 2:4].astype(np.float64) - obs[:, :2]
+        step = delta / np.maximum(np.linalg.norm(delta, axis=1, keepdims=True) / 0.095, 1.0)
+        rows = np.repeat(step[:, None], 8, axis=1) * task.CL_ACTION_SCALE
+        return rows.reshape(len(obs), -1).astype(np.float32)
