@@ -40,6 +40,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "nfe-breakdown": ("flowedge_relay.tooling.bench.nfe_breakdown",
                       "worker NFE time split (ORT / GIL / solver / step), light vs overload, "
                       "with candidate fixes"),
+    "rtc": ("flowedge_relay.tooling.bench.rtc",
+            "real-time chunking on the closed-loop detour task: success, seam jump and mode "
+            "flips of synchronous, naive, inpaint and training-time RTC at delays 0-4"),
 }  # fmt: skip
 
 
