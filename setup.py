@@ -18,6 +18,9 @@ setup(
             "models/policy_vision/*.onnx",
             "models/policy_vision/*.yaml",
             "models/policy_vision/*.json",
+            "models/policy_rtc/*.onnx",
+            "models/policy_rtc/*.yaml",
+            "models/policy_rtc/*.json",
         ]
     },
     data_files=[

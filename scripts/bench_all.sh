@@ -34,6 +34,7 @@ mkdir -p "$OUT"
 # (edf_admission and edf_adaptive side by side); overload-noise runs the EDF policies again with
 # a CPU-hog neighbour (bench/noise.py, busy 50 ms / sleep 50 ms) during the trace. batching
 # measures saturated capacity at batch_slots 1-16 per model and the 2x trace at B = 8 vs B = 1.
+# rtc runs the closed-loop detour task at inference delays 0-4 (nothing timed: deterministic).
 declare -A ARGS=(
     [model]=""
     [admission]=""
@@ -45,12 +46,13 @@ declare -A ARGS=(
     [intake]=""
     [overhead]="--compare-loops"
     [swap]=""
+    [rtc]=""
 )
 # report name -> subcommand, where they differ
 declare -A SUBCOMMAND=(
     [overload-noise]=overload
 )
-ORDER=(model admission intake calibrate overload overload-noise batching nfe-breakdown overhead swap)
+ORDER=(model admission intake calibrate overload overload-noise batching nfe-breakdown overhead swap rtc)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
 REGISTERED=" $(python -c 'from flowedge_relay.tooling.bench.__main__ import available; print(*available())') "

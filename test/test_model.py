@@ -277,3 +277,167 @@ def test_vision_policy_learned_the_task(eval_obs):
         assert policy["mean_goal_error"] * 10 <= baselines[name]["mean_goal_error"], name
     left, right = float((scored.side > 0).mean()), float((scored.side < 0).mean())
     assert left >= 0.2 and right >= 0.2, (left, right)
+
+
+# ---------------------------------------------------------------- real-time chunking (policy_rtc)
+
+RTC_EPISODES = 1000  # seeded closed-loop episodes per strategy at the target delay
+
+
+@pytest.fixture(scope="module")
+def rtc_policy():
+    from flowedge_relay.tooling import rtc_rollout as rr
+
+    return rr.load_rtc_policy()
+
+
+def test_rtc_package_declares_training_time_rtc(rtc_policy):
+    """policy_rtc: one velocity graph whose time input is per action row, the rtc: block, and
+    the sidecar of the run that trained it."""
+    import yaml
+
+    from flowedge_relay import rtc
+
+    root = Path(rtc_policy.path)
+    raw = yaml.safe_load((root / "policy.yaml").read_text())
+    assert raw["rtc"] == {"mode": "training_time", "time_input": "t", "max_delay": 4}
+    assert rtc_policy.spec == rtc.RtcSpec("training_time", 4, "t")
+    assert raw["graphs"] == {"velocity": "policy.onnx"} and raw["flow"]["time"] == "0_to_1"
+    inputs = {i.name: i.shape for i in rtc_policy.session.get_inputs()}
+    assert inputs == {"x": ["batch", 8, 2], "t": ["batch", 8], "observation": ["batch", 6]}
+    sidecar = json.loads((root / "training.json").read_text())
+    assert sidecar["digest"] == rtc_policy.digest
+    assert sidecar["recipe"]["max_delay"] == 4 and sidecar["recipe"]["seed"] > 0
+
+
+def test_rtc_without_a_prefix_is_todays_result(small, small_sampler, rtc_policy, eval_obs):
+    """An empty prefix (d = 0) changes nothing: on policy_small the RTC solver (unconditioned or
+    inpaint with no rows) gives FlowSampler's actions bit for bit; on policy_rtc training_time
+    with d = 0 is a plain Euler loop with the solver's time on every row."""
+    from flowedge_relay.model import integrator_plan
+    from flowedge_relay.tooling import rtc_rollout as rr
+
+    sampler = rr.RtcSampler(make_session(small, 1))
+    for i, obs in enumerate(eval_obs[:5]):
+        today = small_sampler.sample(obs, 700 + i, EVAL_NFE)
+        for mode in (None, "inpaint"):
+            got = sampler.sample(obs[None], np.array([700 + i]), EVAL_NFE, mode, [np.zeros(0)], 0)
+            assert got[0].tobytes() == today.tobytes(), mode
+    with pytest.raises(ValueError, match="training_time"):
+        sampler.sample(eval_obs[:1], np.array([1]), EVAL_NFE, "training_time", [np.zeros(0)], 0)
+
+    obs = task.closed_loop_starts(np.random.default_rng(4), 3)
+    plain = rr.RtcSampler(rtc_policy.session).sample(obs, np.arange(3), EVAL_NFE)
+    times, _, dt = integrator_plan("euler", np.float32(1), EVAL_NFE)
+    for i in range(3):
+        x = np.random.default_rng(i).standard_normal(16, dtype=np.float32)
+        for t in times:
+            (v,) = rtc_policy.session.run(
+                ["velocity"],
+                {"x": x.reshape(1, 8, 2), "t": np.full((1, 8), t, np.float32),
+                 "observation": obs[i : i + 1]},
+            )  # fmt: skip
+            x = x + v.reshape(-1) * dt
+        assert plain[i].tobytes() == x.tobytes()
+        cond = rr.RtcSampler(rtc_policy.session).sample(
+            obs[i : i + 1], np.array([i]), EVAL_NFE, "training_time", [np.zeros(0)], 0
+        )
+        assert cond[0].tobytes() == x.tobytes()
+
+
+@pytest.mark.parametrize("mode", ["inpaint", "training_time"])
+def test_rtc_frozen_rows_are_the_prefix_bit_for_bit(rtc_policy, mode):
+    """Rows 0..d-1 of every answer are the prefix's bits (-0.0 and a subnormal included); the
+    rows after them are the policy's own (they differ from the unconditioned sample)."""
+    from flowedge_relay.tooling import rtc_rollout as rr
+
+    sampler = rr.RtcSampler(rtc_policy.session)
+    obs = task.closed_loop_starts(np.random.default_rng(6), 8)
+    old = sampler.sample(obs, np.arange(100, 108), EVAL_NFE)
+    prefixes = [row[8:].copy() for row in old]  # rows 4..7 of the old chunks
+    prefixes[0][:2] = [-0.0, 1e-45]
+    free = sampler.sample(obs, np.arange(8), EVAL_NFE)
+    for d in range(0, 5):
+        new = sampler.sample(obs, np.arange(8), EVAL_NFE, mode, prefixes, d)
+        for i in range(8):
+            assert new[i, : 2 * d].tobytes() == prefixes[i][: 2 * d].tobytes(), (d, i)
+        if d:
+            assert not np.array_equal(new[:, 2 * d :], free[:, 2 * d :])
+
+
+def test_closed_loop_demonstrations_are_safe_and_consistent_in_time():
+    """The closed-loop task's demonstrations never touch the obstacle, move at their speed, pass
+    on the side they were given, and re-planning from any point of one gives its rest (so a
+    chunk planned earlier and one planned now agree on the rows they share)."""
+    rng = np.random.default_rng(8)
+    obs, actions = task.closed_loop_demonstrations(rng, 5000)
+    path = np.concatenate(
+        [obs[:, None, :2], task.closed_loop_positions(obs[:, :2], actions)], axis=1
+    )
+    assert (task.segment_distance(path, obs[:, 4:6].astype(np.float64)) > 0.3).all()
+    steps = np.linalg.norm(actions.reshape(-1, 8, 2), axis=2) / task.CL_ACTION_SCALE
+    moving = steps > 1e-6  # rows past the goal stay put
+    assert (steps[moving] <= task.CL_SPEED[1] + 1e-6).all() and moving.mean() > 0.5
+
+    starts = task.closed_loop_starts(rng, 500).astype(np.float64)
+    goal, obstacle = starts[:, 2:4], starts[:, 4:]
+    side = rng.choice([-1.0, 1.0], size=500)
+    way = task.Detour.plan(starts[:, :2], goal, obstacle, np.full(500, 0.47), side)
+    speed = 0.09
+    full = way.at(np.arange(40)[None].repeat(500, 0) * speed)
+    assert np.abs(full[:, -1] - goal).max() < 1e-9  # resting at the goal
+    assert (task.chunk_side(full, goal, obstacle) == side).all()
+    later = task.Detour.plan(full[:, 5], goal, obstacle, np.full(500, 0.47), side)
+    rest = later.at(np.arange(20)[None].repeat(500, 0) * speed)
+    assert np.abs(rest - full[:, 5:25]).max() < 1e-6
+    straight = task.closed_loop_positions(starts[:, :2], _StraightToGoal().sample(starts, None, 1))
+    assert (task.chunk_side(straight, goal, obstacle) == 0).all()
+
+
+class _StraightToGoal:
+    """A baseline without a policy: every row one step of 0.095 straight at the goal."""
+
+    horizon, dim = 8, 2
+
+    def sample(self, obs, seeds, total_nfe, mode=None, prefixes=None, frozen=0):
+        delta = obs[:, 2:4].astype(np.float64) - obs[:, :2]
+        step = delta / np.maximum(np.linalg.norm(delta, axis=1, keepdims=True) / 0.095, 1.0)
+        rows = np.repeat(step[:, None], 8, axis=1) * task.CL_ACTION_SCALE
+        return rows.reshape(len(obs), -1).astype(np.float32)
+
+
+def test_rtc_closed_loop_targets(rtc_policy):
+    """The closed-loop detour task executed asynchronously with inference taking d = 3 periods
+    (of 8-row chunks, a request every 4 rows), the same seeded episodes and noise for every
+    strategy (tooling/rtc_rollout.py). Targets: training-time RTC's success within 3 points of
+    synchronous and at least naive switching's; its mean seam jump at most a quarter of naive
+    switching's; inpaint's in between. Controls: the policy learned the task (synchronous >= 95%
+    where going straight at the goal never succeeds); conditioned answers hold the prefix bit
+    for bit; at d = 0 every strategy is the synchronous one."""
+    from flowedge_relay.tooling import rtc_rollout as rr
+
+    sampler = rr.RtcSampler(rtc_policy.session)
+    max_delay = rtc_policy.spec.max_delay
+    starts = task.closed_loop_starts(np.random.default_rng(2024), RTC_EPISODES)
+    runs = {s: rr.rollout(sampler, starts, s, rr.TARGET_DELAY, max_delay, 5) for s in rr.STRATEGIES}
+    at = {s: r.summary() for s, r in runs.items()}
+    print(f"\npolicy_rtc closed loop, d = {rr.TARGET_DELAY}, {RTC_EPISODES} episodes:")
+    for s, r in at.items():
+        print(f"  {s:14s} success {r['success_rate']:.3f} seam jump {r['seam_jump_mean']:.4f} "
+              f"mode flips/episode {r['mode_flips_per_episode']:.3f}")  # fmt: skip
+    checks = rr.targets(at)
+    for name, t in checks.items():
+        print(f"  {name}: {t['target']}; measured {t['measured']}")
+    assert {name: t["met"] for name, t in checks.items()} == dict.fromkeys(checks, True), checks
+    assert at["synchronous"]["success_rate"] >= 0.95
+    straight = rr.rollout(_StraightToGoal(), starts, "synchronous", 0, max_delay)
+    assert straight.success.mean() == 0.0 and straight.collided.all()
+    assert runs["inpaint"].frozen_mismatches == runs["training_time"].frozen_mismatches == 0
+    assert at["training_time"]["mode_flips_per_episode"] <= at["naive"]["mode_flips_per_episode"]
+
+    few = starts[:100]
+    sync = rr.rollout(sampler, few, "synchronous", 0, max_delay, 5)
+    for s in rr.STRATEGIES[1:]:
+        r = rr.rollout(sampler, few, s, 0, max_delay, 5)
+        assert np.array_equal(r.success, sync.success), s
+        assert r.seam_jumps.tobytes() == sync.seam_jumps.tobytes(), s

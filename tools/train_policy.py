@@ -22,12 +22,22 @@ obstacle drawn around the robot) and `state` (float32 [2], the robot's position)
 layers of 256). Actions are trained normalized (mean/std of the demonstrations) and padded from
 2 to 4 columns (`output_dim: 2`), so de-normalization and truncation are exercised for real.
 
-Cost: about 1.5 min (small, 6000 Adam steps) + 2.5 min (bench, 1200 steps) on 2 idle cores;
-policy_vision 4000 steps: 8.5 min on 2 cores shared with other jobs (less when idle).
-Each model's JSON sidecar records the task, dims, recipe (seed included), the final training
-loss and a task evaluation of the exported file run through `flowedge_relay.model`.
+A fourth, policy_rtc, is a package for training-time real-time chunking (flowedge_relay/rtc.py,
+docs/policy-packages.md): one velocity graph whose time input `t` is per action row
+[batch, 8], trained on the closed-loop detour task (detour_task.closed_loop_*) with the delay d
+drawn uniformly in 0..4 per sample: rows < d are the clean demonstration at time 1 and carry no
+loss. The graph rotates its vectors into the frame of the obstacle -> goal line and the velocity
+back (the task does not depend on the heading); the exported weights are an EMA.
 
-Usage: python tools/train_policy.py [--model small|bench|vision|all] [--out-dir DIR] [--steps N]
+Cost: about 1.5 min (small, 6000 Adam steps) + 2.5 min (bench, 1200 steps) on 2 idle cores;
+policy_vision 4000 steps: 8.5 min on 2 cores shared with other jobs (less when idle);
+policy_rtc 16000 steps: about 3 min idle, 6.5 min on 2 shared cores.
+Each model's JSON sidecar records the task, dims, recipe (seed included), the final training
+loss and a task evaluation of the exported file run through `flowedge_relay.model` (policy_rtc:
+the closed-loop rollouts of flowedge_relay/tooling/rtc_rollout.py at d = 3).
+
+Usage: python tools/train_policy.py [--model small|bench|vision|rtc|all] [--out-dir DIR]
+       [--steps N]
 """
 
 from __future__ import annotations
@@ -84,12 +94,14 @@ def features(x: np.ndarray, t: np.ndarray, obs: np.ndarray) -> np.ndarray:
     return np.concatenate([x, t, np.sin(ft), np.cos(ft), obs], axis=1).astype(np.float32)
 
 
-def init_params(r: Recipe, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def init_params(
+    r: Recipe, rng: np.random.Generator, in_dim: int = IN_DIM
+) -> dict[str, np.ndarray]:
     def dense(fan_in: int, fan_out: int, scale: float = 1.0) -> np.ndarray:
         std = scale / np.sqrt(fan_in)
         return (rng.standard_normal((fan_in, fan_out)) * std).astype(np.float32)
 
-    p = {"in.W": dense(IN_DIM, r.width), "in.b": np.zeros(r.width, np.float32)}
+    p = {"in.W": dense(in_dim, r.width), "in.b": np.zeros(r.width, np.float32)}
     for i in range(r.dense_layers):
         p[f"h{i}.W"] = dense(r.width, r.width)
         p[f"h{i}.b"] = np.zeros(r.width, np.float32)
@@ -150,21 +162,37 @@ def flow_batch(rng: np.random.Generator, n: int):
     return features(xt, t, obs), x1 - x0
 
 
-def train(r: Recipe, log_every: int = 250) -> tuple[dict[str, np.ndarray], float]:
-    """Adam with warm-up and cosine decay; returns the params and the mean loss of the last 10%."""
+def train(
+    r: Recipe, log_every: int = 250, batch_fn=None, in_dim: int = IN_DIM, ema: float = 0.0
+) -> tuple[dict[str, np.ndarray], float]:
+    """Adam with warm-up and cosine decay; returns the params and the mean loss of the last 10%.
+
+    batch_fn(rng, n) -> (input, target, mask) replaces flow_batch; the loss then covers only the
+    elements where mask is 1 (policy_rtc: the rows that are not frozen). ema > 0 returns the
+    exponential moving average of the params with that decay instead of the last ones (a
+    smoother velocity field: samples land nearer the demonstrations)."""
     rng = np.random.default_rng(r.seed)
-    p = init_params(r, rng)
+    p = init_params(r, rng, in_dim)
+    avg = {k: v.copy() for k, v in p.items()}
     m = {k: np.zeros_like(v) for k, v in p.items()}
     v2 = {k: np.zeros_like(v) for k, v in p.items()}
     b1, b2, eps, warm = 0.9, 0.999, 1e-8, min(200, r.steps // 10)
     tail: list[float] = []
     t0 = time.monotonic()
     for step in range(1, r.steps + 1):
-        inp, target = flow_batch(rng, r.batch)
-        out, cache, h_last = forward(r, p, inp)
-        err = out - target
-        loss = float(np.mean(err * err))
-        grads = backward(p, cache, h_last, (2.0 / err.size) * err)
+        if batch_fn is None:
+            inp, target = flow_batch(rng, r.batch)
+            out, cache, h_last = forward(r, p, inp)
+            err = out - target
+            loss = float(np.mean(err * err))
+            grads = backward(p, cache, h_last, (2.0 / err.size) * err)
+        else:
+            inp, target, mask = batch_fn(rng, r.batch)
+            out, cache, h_last = forward(r, p, inp)
+            err = (out - target) * mask
+            count = float(mask.sum())
+            loss = float(np.sum(err * err)) / count
+            grads = backward(p, cache, h_last, (2.0 / count) * err)
         norm = np.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
         clip = min(1.0, 1.0 / max(norm, 1e-12))
         lr = (
@@ -179,6 +207,8 @@ def train(r: Recipe, log_every: int = 250) -> tuple[dict[str, np.ndarray], float
             mhat = m[k] / (1 - b1**step)
             vhat = v2[k] / (1 - b2**step)
             p[k] = (p[k] - lr * mhat / (np.sqrt(vhat) + eps)).astype(np.float32)
+            if ema:
+                avg[k] = (ema * avg[k] + (1.0 - ema) * p[k]).astype(np.float32)
         if step > r.steps * 0.9:
             tail.append(loss)
         if step % log_every == 0 or step == r.steps:
@@ -190,17 +220,21 @@ def train(r: Recipe, log_every: int = 250) -> tuple[dict[str, np.ndarray], float
                 flush=True,
             )
     print(file=sys.stderr)
-    return p, float(np.mean(tail))
+    return (avg if ema else p), float(np.mean(tail))
 
 
 # ---------------------------------------------------------------- ONNX export
 
 
-def export_onnx(r: Recipe, p: dict[str, np.ndarray]) -> bytes:
-    """The same network as forward(), as an opset-17 graph with a dynamic `batch` dimension."""
+def export_onnx(r: Recipe, p: dict[str, np.ndarray], per_row_time: bool = False) -> bytes:
+    """The same network as forward(), as an opset-17 graph with a dynamic `batch` dimension.
+
+    per_row_time (policy_rtc): t is [batch, horizon], one flow time per action row, its features
+    as rtc_features() builds them, and the observation is the closed-loop one."""
     nodes: list[onnx.NodeProto] = []
     inits = [numpy_helper.from_array(v, k) for k, v in p.items()]
-    inits.append(numpy_helper.from_array(TIME_FREQS.reshape(1, -1), "time_freqs"))
+    freqs_shape = (1, 1, -1) if per_row_time else (1, -1)
+    inits.append(numpy_helper.from_array(TIME_FREQS.reshape(freqs_shape), "time_freqs"))
 
     def node(op: str, ins: list[str], out: str, **attrs) -> str:
         nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
@@ -211,41 +245,66 @@ def export_onnx(r: Recipe, p: dict[str, np.ndarray]) -> bytes:
         return node("Mul", [z, node("Sigmoid", [z], f"{tag}/sig")], f"{tag}/act")
 
     x_flat = node("Flatten", ["x"], "x_flat", axis=1)
-    ft = node("Mul", ["t", "time_freqs"], "t_freq")
-    sin, cos = node("Sin", [ft], "t_sin"), node("Cos", [ft], "t_cos")
-    h = node("Concat", [x_flat, "t", sin, cos, "observation"], "features", axis=1)
+    if per_row_time:  # [batch, H] -> [batch, H, 1] x [1, 1, F] -> sin/cos flattened row-major
+        inits.append(numpy_helper.from_array(np.array([2], np.int64), "row_axis"))
+        ft = node("Mul", [node("Unsqueeze", ["t", "row_axis"], "t_rows"), "time_freqs"], "t_freq")
+        sin = node("Flatten", [node("Sin", [ft], "t_sin3")], "t_sin", axis=1)
+        cos = node("Flatten", [node("Cos", [ft], "t_cos3")], "t_cos", axis=1)
+        for name, value in [("relative", RELATIVE), ("axis", AXIS), ("to_frame", TO_FRAME),
+                            ("from_frame", FROM_FRAME), ("sum_axis", np.array([1], np.int64)),
+                            ("pairs", np.array([-1, 2, 2], np.int64)),
+                            ("rows", np.array([-1, task.ACTION_HORIZON, 2], np.int64))]:
+            inits.append(numpy_helper.from_array(value, name))
+        axis = node("MatMul", ["observation", "axis"], "axis_vec")
+        norm = node("Sqrt", [node("ReduceSum", [node("Mul", [axis, axis], "axis_sq"), "sum_axis"],
+                                  "axis_ss", keepdims=1)], "axis_norm")
+        unit = node("Div", [axis, norm], "axis_unit")
+        to_frame = node("Reshape", [node("MatMul", [unit, "to_frame"], "to_frame4"), "pairs"],
+                        "to_frame_m")
+        from_frame = node("Reshape", [node("MatMul", [unit, "from_frame"], "from_frame4"),
+                                      "pairs"], "from_frame_m")
+        x_flat = node("Flatten", [node("MatMul", ["x", to_frame], "x_frame")], "x_frame_flat",
+                      axis=1)
+        rel = node("Reshape", [node("MatMul", ["observation", "relative"], "rel"), "pairs"],
+                   "rel_pairs")
+        obs = node("Flatten", [node("MatMul", [rel, to_frame], "rel_frame")], "rel_flat", axis=1)
+    else:
+        ft = node("Mul", ["t", "time_freqs"], "t_freq")
+        sin, cos = node("Sin", [ft], "t_sin"), node("Cos", [ft], "t_cos")
+        obs = "observation"
+    h = node("Concat", [x_flat, "t", sin, cos, obs], "features", axis=1)
     h = silu_layer(h, "in", "in")
     for i in range(r.dense_layers):
         h = silu_layer(h, f"h{i}", f"h{i}")
     for k in range(r.shared_repeats):
         h = node("Add", [h, silu_layer(h, "shared", f"shared{k}")], f"shared{k}/res")
     out = node("Add", [node("MatMul", [h, "out.W"], "out/mm"), "out.b"], "out/z")
-    node("Reshape", [out, node("Shape", ["x"], "x_shape")], "velocity")
+    if per_row_time:  # the velocity back from the frame to the world
+        rows = node("Reshape", [out, "rows"], "out_rows")
+        node("MatMul", [rows, from_frame], "velocity")
+    else:
+        node("Reshape", [out, node("Shape", ["x"], "x_shape")], "velocity")
 
     hd = [task.ACTION_HORIZON, task.ACTION_DIM]
+    obs_dim = task.CL_OBS_DIM if per_row_time else task.OBS_DIM
     graph = helper.make_graph(
         nodes,
         r.name,
         [
             helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", *hd]),
-            helper.make_tensor_value_info("t", TensorProto.FLOAT, ["batch", 1]),
             helper.make_tensor_value_info(
-                "observation", TensorProto.FLOAT, ["batch", task.OBS_DIM]
+                "t", TensorProto.FLOAT, ["batch", task.ACTION_HORIZON if per_row_time else 1]
             ),
+            helper.make_tensor_value_info("observation", TensorProto.FLOAT, ["batch", obs_dim]),
         ],
         [helper.make_tensor_value_info("velocity", TensorProto.FLOAT, ["batch", *hd])],
         inits,
     )
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", OPSET)],
-        producer_name="flowedge_relay/tools/train_policy.py",
-        producer_version="1",
-        doc_string=f"Flow-matching velocity field v(x, t, observation). {task.DESCRIPTION}",
-    )
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    return model.SerializeToString()
+    if per_row_time:
+        doc = "Velocity field v(x, t per action row, observation). " + task.CLOSED_LOOP_DESCRIPTION
+    else:
+        doc = f"Flow-matching velocity field v(x, t, observation). {task.DESCRIPTION}"
+    return _model(graph, doc)
 
 
 # ---------------------------------------------------------------- checks and main
@@ -675,6 +734,14 @@ def evaluate_vision(out_dir: Path, p, r: VisionRecipe, nfe: int = 10, n: int = 4
     return {"eval_nfe": nfe, "eval_samples": n, **{k: round(v, 4) for k, v in scores.items()}}
 
 
+def write_training_json(out_dir: Path, sidecar: dict) -> dict:
+    """A package's sidecar (training.json next to its graphs), summarized on stderr."""
+    (out_dir / "training.json").write_text(json.dumps(sidecar, indent=2) + "\n")
+    print(f"{sidecar['model']}: {sidecar['digest']}", file=sys.stderr)
+    print(f"  final loss {sidecar['final_loss']:.4f}; {sidecar['evaluation']}", file=sys.stderr)
+    return sidecar
+
+
 def build_vision(r: VisionRecipe, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     a_mean, a_std = action_stats(r.seed + 1)
@@ -697,20 +764,167 @@ def build_vision(r: VisionRecipe, out_dir: Path) -> dict:
         "final_loss": round(final_loss, 6),
         "evaluation": evaluate_vision(out_dir, params, r),
     }
-    (out_dir / "training.json").write_text(json.dumps(sidecar, indent=2) + "\n")
-    print(f"{r.name}: {digest}", file=sys.stderr)
-    print(f"  final loss {final_loss:.4f}; {sidecar['evaluation']}", file=sys.stderr)
-    return sidecar
+    return write_training_json(out_dir, sidecar)
+
+
+# ---------------------------------------------------------------- policy_rtc (training-time RTC)
+
+RTC = Recipe("policy_rtc", 256, 2, 0, steps=16000, batch=512, lr=2e-3, seed=20240614)
+RTC_MAX_DELAY = 4  # the largest d trained, of ACTION_HORIZON rows (the manifest's rtc.max_delay)
+RTC_EVAL_DELAY = 3
+RTC_EMA = 0.999  # the exported weights: their moving average over about the last 1000 steps
+# [current, goal, obstacle] @ RELATIVE = [goal - current, obstacle - current], @ AXIS = goal -
+# obstacle: what the robot has to do depends on what is around it, not on where it is.
+RELATIVE = np.array(
+    [[-1, 0, -1, 0], [0, -1, 0, -1], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]],
+    np.float32,
+)
+AXIS = np.array([[0, 0], [0, 0], [1, 0], [0, 1], [-1, 0], [0, -1]], np.float32)
+# unit axis (a_x, a_y) @ TO_FRAME = [[a_x, -a_y], [a_y, a_x]] (row vectors world -> frame),
+# @ FROM_FRAME = its transpose (frame -> world)
+TO_FRAME = np.array([[1, 0, 0, 1], [0, -1, 1, 0]], np.float32)
+FROM_FRAME = np.array([[1, 0, 0, 1], [0, 1, -1, 0]], np.float32)
+RTC_IN_DIM = ACTION_LEN + task.ACTION_HORIZON * (1 + 2 * TIME_FREQS.size) + RELATIVE.shape[1]
+
+
+def rtc_frames(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(world -> frame, frame -> world) rotations [n, 2, 2] for row vectors: the frame has the
+    obstacle -> goal line as its x axis, so the network learns the task once, not per heading
+    (the graph builds the same matrices and rotates x in and the velocity out)."""
+    axis = obs @ AXIS
+    unit = axis / np.sqrt((axis * axis).sum(axis=1, keepdims=True))
+    return (unit @ TO_FRAME).reshape(-1, 2, 2), (unit @ FROM_FRAME).reshape(-1, 2, 2)
+
+
+def rotate_rows(v: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Each (x, y) row of v [n, k * 2] times m [n, 2, 2]."""
+    return (v.reshape(len(v), -1, 2) @ m).reshape(len(v), -1).astype(np.float32)
+
+
+def rtc_features(x: np.ndarray, t_rows: np.ndarray, obs: np.ndarray) -> np.ndarray:
+    """[x, t per row, sin(f t) and cos(f t) per row and frequency, goal - current, obstacle -
+    current], vectors in the frame of rtc_frames: the graph's concat (export_onnx with
+    per_row_time). The network's output is the velocity in that frame."""
+    to_frame, _ = rtc_frames(obs)
+    ft = (t_rows[:, :, None] * TIME_FREQS[None, None, :]).reshape(len(x), -1)
+    rel = rotate_rows(obs @ RELATIVE, to_frame)
+    x_frame = rotate_rows(x, to_frame)
+    return np.concatenate([x_frame, t_rows, np.sin(ft), np.cos(ft), rel], axis=1).astype(
+        np.float32
+    )
+
+
+def rtc_batch(rng: np.random.Generator, n: int):
+    """A training-time RTC batch on closed-loop demonstrations: d uniform in 0..RTC_MAX_DELAY per
+    sample; its first d rows are the clean action at time 1 (what a frozen prefix looks like to
+    the graph) and carry no loss; the other rows are on the flow path at the sample's time."""
+    obs, x1 = task.closed_loop_demonstrations(rng, n)
+    x0 = rng.standard_normal(x1.shape, dtype=np.float32)
+    t = rng.uniform(0.0, 1.0, size=(n, 1)).astype(np.float32)
+    d = rng.integers(0, RTC_MAX_DELAY + 1, size=n)
+    frozen = np.arange(task.ACTION_HORIZON)[None, :] < d[:, None]
+    t_rows = np.where(frozen, np.float32(1.0), t).astype(np.float32)
+    t_el = np.repeat(t_rows, task.ACTION_DIM, axis=1)
+    xt = np.where(np.repeat(frozen, task.ACTION_DIM, axis=1), x1, (1.0 - t_el) * x0 + t_el * x1)
+    mask = np.repeat(~frozen, task.ACTION_DIM, axis=1).astype(np.float32)
+    target = rotate_rows(x1 - x0, rtc_frames(obs)[0])  # rotations keep each row's error
+    return rtc_features(xt.astype(np.float32), t_rows, obs), target, mask
+
+
+def rtc_manifest(r: Recipe) -> bytes:
+    """policy.yaml of policy_rtc: one velocity graph whose time input is per row, the rtc block."""
+    import yaml
+
+    doc = {
+        "format": "flowedge_policy",
+        "version": 1,
+        "name": r.name,
+        "description": (
+            "Closed-loop detour task (detour_task.closed_loop_*): observation [current, goal, "
+            f"obstacle]; actions: {task.ACTION_HORIZON} rows, each action period's displacement "
+            f"(dx, dy) x {task.CL_ACTION_SCALE:g}. Trained for training-time real-time chunking: "
+            "t is the flow time per action row."
+        ),
+        "inputs": [{"name": "observation", "dtype": "float32", "shape": [task.CL_OBS_DIM]}],
+        "action": {"dim": task.ACTION_DIM, "horizon": task.ACTION_HORIZON},
+        "graphs": {"velocity": "policy.onnx"},
+        "flow": {"time": "0_to_1", "solver": "euler", "x": "x", "t": "t", "velocity": "velocity"},
+        "rtc": {"mode": "training_time", "time_input": "t", "max_delay": RTC_MAX_DELAY},
+    }
+    return yaml.safe_dump(doc, sort_keys=False, width=100, default_flow_style=None).encode()
+
+
+def evaluate_rtc(out_dir: Path, p: dict[str, np.ndarray], r: Recipe, n: int = 300) -> dict:
+    """Exported graph == numpy network, then the closed-loop rollouts of every strategy at
+    d = RTC_EVAL_DELAY (flowedge_relay.tooling.rtc_rollout, as the test and the bench run them)."""
+    from flowedge_relay.tooling import rtc_rollout as rr
+
+    pol = rr.load_rtc_policy(out_dir)
+    rng = np.random.default_rng(7)
+    obs, _ = task.closed_loop_demonstrations(rng, 64)
+    x = rng.standard_normal((64, ACTION_LEN), dtype=np.float32)
+    t_rows = rng.uniform(0, 1, (64, task.ACTION_HORIZON)).astype(np.float32)
+    t_rows[:, :2] = 1.0
+    (onnx_v,) = pol.session.run(
+        ["velocity"],
+        {"x": x.reshape(64, task.ACTION_HORIZON, -1), "t": t_rows, "observation": obs},
+    )
+    np_v, _, _ = forward(r, p, rtc_features(x, t_rows, obs))
+    np_v = rotate_rows(np_v, rtc_frames(obs)[1])
+    max_diff = float(np.abs(onnx_v.reshape(64, -1) - np_v).max())
+    assert max_diff < 1e-3, f"ONNX export differs from the numpy network by {max_diff}"
+    sampler = rr.RtcSampler(pol.session, pol.time_convention)
+    starts = task.closed_loop_starts(np.random.default_rng(11), n)
+    rows = [
+        rr.rollout(sampler, starts, s, RTC_EVAL_DELAY, pol.spec.max_delay, seed=1000).summary()
+        for s in rr.STRATEGIES
+    ]
+    keep = ("success_rate", "collision_rate", "seam_jump_mean", "mode_flips_per_episode")
+    return {
+        "eval_nfe": rr.NFE,
+        "episodes": n,
+        "delay": RTC_EVAL_DELAY,
+        "execute_rows": rr.EXECUTE_ROWS,
+        **{row["strategy"]: {k: round(row[k], 4) for k in keep} for row in rows},
+    }
+
+
+def build_rtc(r: Recipe, out_dir: Path) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    params, final_loss = train(r, batch_fn=rtc_batch, in_dim=RTC_IN_DIM, ema=RTC_EMA)
+    graph = export_onnx(r, params, per_row_time=True)
+    manifest = rtc_manifest(r)
+    (out_dir / "policy.onnx").write_bytes(graph)
+    (out_dir / "policy.yaml").write_bytes(manifest)
+    from flowedge_relay.policy import package_digest
+
+    digest = package_digest(manifest, [("velocity", graph)])
+    sidecar = {
+        "model": r.name,
+        "digest": digest,
+        "task": task.CLOSED_LOOP_DESCRIPTION,
+        "objective": "rectified flow on closed-loop demonstrations with training-time action "
+        f"conditioning: d uniform in 0..{RTC_MAX_DELAY} per sample, rows < d clean at t = 1 and "
+        "out of the loss, the other rows x_t = (1-t) x0 + t x1, target x1 - x0",
+        "recipe": {**asdict(r), "max_delay": RTC_MAX_DELAY},
+        "final_loss": round(final_loss, 6),
+        "evaluation": evaluate_rtc(out_dir, params, r),
+    }
+    return write_training_json(out_dir, sidecar)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", choices=["small", "bench", "vision", "all"], default="all")
+    ap.add_argument("--model", choices=["small", "bench", "vision", "rtc", "all"], default="all")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "flowedge_relay" / "models")
     ap.add_argument("--steps", type=int, default=0, help="override training steps (experiments)")
     args = ap.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    for key in ["small", "bench", "vision"] if args.model == "all" else [args.model]:
+    for key in ["small", "bench", "vision", "rtc"] if args.model == "all" else [args.model]:
+        if key == "rtc":
+            rr = Recipe(**{**asdict(RTC), "steps": args.steps}) if args.steps else RTC
+            build_rtc(rr, args.out_dir / rr.name)
+            continue
         if key == "vision":
             vr = VISION
             if args.steps:
