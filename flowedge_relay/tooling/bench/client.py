@@ -427,6 +427,12 @@ def _ros_value(v: object) -> str:
     return str(v)
 
 
+def relay_ros_args(params: dict[str, object], namespace: str = "") -> list[str]:
+    """The `--ros-args` of a relay process with these parameter overrides (under `namespace`)."""
+    args = [a for k, v in params.items() for a in ("-p", f"{k}:={_ros_value(v)}")]
+    return args + ["-r", f"__ns:={namespace}"] if namespace else args
+
+
 #: the module `relay_process` runs: flowedge-relayd
 RELAY_MODULE = "flowedge_relay.cli"
 
@@ -441,10 +447,7 @@ def relay_process(env: dict[str, str] | None = None, switch_interval_s: float | 
     (e.g. /b8) both, so relays can run side by side; under `wrapper` (NodeProcess).
     `relay_module` runs the relay through another entry point (bench/nfe_probe.py: probed)."""
     info = load_served(params.get("model_path", default_model_path()))
-    ros_args = [a for k, v in params.items() for a in ("-p", f"{k}:={_ros_value(v)}")]
-    if namespace:
-        ros_args += ["-r", f"__ns:={namespace}"]
-    proc = NodeProcess(relay_module, ros_args, env=env,
+    proc = NodeProcess(relay_module, relay_ros_args(params, namespace), env=env,
                        switch_interval_s=switch_interval_s, wrapper=wrapper)  # fmt: skip
     with client_of(proc, info, namespace=namespace) as client:
         client.process = proc
