@@ -475,6 +475,7 @@ class RemoteStats:
     middleware_lost: int = 0  # requests the middleware reported lost before the intake
     outputs_dropped: int = 0  # answers dropped at a full outcome ring (rejection + action)
     invalid_discarded: int = 0  # requests discarded by validation (every reason)
+    decided: int = 0  # outcomes the relay decided, every code (one per answered request)
 
 
 class RemoteRelay:
@@ -573,6 +574,8 @@ class RemoteRelay:
             received=m.received, middleware_lost=m.middleware_lost,
             outputs_dropped=m.rejection_outputs_dropped + m.action_outputs_dropped,
             invalid_discarded=m.invalid_discarded,
+            decided=m.inference + m.rejected_stale + m.rejected_deadline + m.rejected_capacity
+            + m.expired,
         )  # fmt: skip
 
     def set_parameters(self, params, atomically: bool = False) -> list:
