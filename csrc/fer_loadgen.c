@@ -41,6 +41,9 @@ static void write_request(struct fer_cdr_writer *w, const struct fer_load *load,
     } else if (kind == FER_LOAD_REJECTED) {
         deadline = now_ros + (int64_t)load->rejected_slack_ns;
         nfe = load->rejected_nfe;
+    } else if (kind == FER_LOAD_DUE) {
+        deadline = now_ros + (int64_t)load->due_slack_ns;
+        nfe = load->due_nfe;
     }
     fer_cdr_begin(w);
     fer_cdr_string(w, sid, (uint32_t)sid_len);
@@ -81,7 +84,7 @@ static int load_valid(const struct fer_load *load)
         (load->observation_dim && load->observation == NULL))
         return 0;
     for (k = 0; k < load->n_pattern; k++)
-        if (load->pattern[k] > FER_LOAD_ADMITTED)
+        if (load->pattern[k] > FER_LOAD_DUE)
             return 0;
     return 1;
 }

@@ -12,6 +12,9 @@
 #define FER_LOAD_EXPIRED 0   /* deadline already passed when sent: EXPIRED on arrival */
 #define FER_LOAD_REJECTED 1  /* more NFE than fit before its deadline: REJECTED_DEADLINE */
 #define FER_LOAD_ADMITTED 2  /* no deadline, 1 NFE: accepted and computed (or queue full) */
+/* due_nfe NFE due due_slack_ns after the send: computed while it fits, else rejected (admission,
+ * queue full), or EXPIRED where it ran past its deadline once admitted */
+#define FER_LOAD_DUE 3
 #define FER_LOAD_PATTERN_MAX 16
 
 /* A load: count requests of sequences base_sequence.., sessions "lg<k>" (k = i % sessions),
@@ -32,6 +35,8 @@ struct fer_load {
     uint32_t n_pattern;
     uint32_t rejected_nfe;               /* FER_LOAD_REJECTED: this many NFE ... */
     uint64_t rejected_slack_ns;          /* ... due this long after the send */
+    uint32_t due_nfe;                    /* FER_LOAD_DUE: this many NFE ... */
+    uint64_t due_slack_ns;               /* ... due this long after the send */
 };
 
 struct fer_load_result {

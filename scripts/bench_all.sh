@@ -4,7 +4,7 @@
 # then docs/performance.md, docs/img/bench-*.png and the README's Performance section from them
 # (python -m flowedge_relay.tooling.bench.perfdoc), so no figure in the docs is typed by hand.
 #
-#   scripts/bench_all.sh                    # all of them (about 10-12 minutes on 2 cores); the
+#   scripts/bench_all.sh                    # all of them (about 15 minutes on 2 cores); the
 #                                           # run before is kept in out/bench.previous and its
 #                                           # headline figures shown next to this run's
 #   scripts/bench_all.sh overload overhead  # only these (the docs still list every JSON there)
@@ -32,15 +32,25 @@ mkdir -p "$OUT"
 # name and its full-size arguments; calibrate uses the bench model (~1 ms per NFE) like
 # overload and overhead, so the three describe the same workload. overload runs every policy
 # (edf_admission and edf_adaptive side by side); overload-noise runs the EDF policies again with
-# a CPU-hog neighbour (bench/noise.py, busy 50 ms / sleep 50 ms) during the trace. batching
-# measures saturated capacity at batch_slots 1-16 per model and the 2x trace at B = 8 vs B = 1.
-# rtc runs the closed-loop detour task at inference delays 0-4 (nothing timed: deterministic).
+# a CPU-hog neighbour (bench/noise.py, busy 50 ms / sleep 50 ms) during the trace. The
+# overload-rt-* reports run the EDF policies at 2x and 3x in the real-time deployment mode
+# (docs/robot-computer.md; the relay's threads at SCHED_FIFO, memory locked, Fast DDS's threads
+# from config/fastdds_realtime.xml) next to one (1hog) or two (2hogs: both cores of a 2-core host)
+# continuously spinning neighbours at normal priority; overload-normal-* run the same without the
+# mode, for the contrast. batching measures saturated capacity at batch_slots 1-16 per model and
+# the 2x trace at B = 8 vs B = 1. rtc runs the closed-loop detour task at inference delays
+# 0-4 (nothing timed: deterministic).
+RT_TRACE="--model bench --policies edf_admission edf_adaptive --loads 2 3 --noise continuous"
 declare -A ARGS=(
     [model]=""
     [admission]=""
     [calibrate]="--model bench"
     [overload]=""
     [overload-noise]="--policies edf_admission edf_adaptive --noise"
+    [overload-rt-1hog]="$RT_TRACE --realtime --rt-dds"
+    [overload-normal-1hog]="$RT_TRACE"
+    [overload-rt-2hogs]="$RT_TRACE --noise-hogs 2 --realtime --rt-dds"
+    [overload-normal-2hogs]="$RT_TRACE --noise-hogs 2"
     [batching]=""
     [nfe-breakdown]=""
     [intake]=""
@@ -51,8 +61,13 @@ declare -A ARGS=(
 # report name -> subcommand, where they differ
 declare -A SUBCOMMAND=(
     [overload-noise]=overload
+    [overload-rt-1hog]=overload
+    [overload-normal-1hog]=overload
+    [overload-rt-2hogs]=overload
+    [overload-normal-2hogs]=overload
 )
-ORDER=(model admission intake calibrate overload overload-noise batching nfe-breakdown overhead swap rtc)
+ORDER=(model admission intake calibrate overload overload-noise overload-rt-1hog overload-normal-1hog
+       overload-rt-2hogs overload-normal-2hogs batching nfe-breakdown overhead swap rtc)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
 REGISTERED=" $(python -c 'from flowedge_relay.tooling.bench.__main__ import available; print(*available())') "

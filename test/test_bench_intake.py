@@ -62,3 +62,33 @@ def test_over_dds_every_request_is_answered_once_and_the_ceiling_is_reported():
     assert codes["expired"] == {"expired"} and "inference" in codes["admitted"]
     assert codes["mixed"] >= {"expired", "inference"}
     assert "answered in full up to" in intake.table(report)
+
+
+def test_each_kind_of_the_load_generator_is_the_request_its_label_says():
+    """The C load generator's requests read back by rclpy: each kind's deadline and NFE, in
+    the pattern's order, with sequences and sessions as fer_loadgen.h says."""
+    import rclpy
+    from flowedge_relay_msgs.msg import InferenceRequest
+    from rclpy.serialization import deserialize_message
+
+    from flowedge_relay.model import default_model_path
+    from flowedge_relay.timebase import stamp_ns
+    from flowedge_relay.tooling.bench.loadgen import LoadGenerator
+    from flowedge_relay.tooling.harness import load_served, ros_context
+
+    now = 1_700_000_000_123_456_789
+    with ros_context() as ctx:
+        node = rclpy.create_node("flowedge_test_load", context=ctx)
+        gen = LoadGenerator(node, load_served(default_model_path()))
+        load = gen.load(["expired", "rejected", "admitted", "due"], 100.0, 8, sessions=3,
+                        rejected_nfe=40, rejected_slack_ns=7_000_000, due_nfe=5,
+                        due_slack_ns=30_000_000)  # fmt: skip
+        msgs = [deserialize_message(gen.request_bytes(load, i, now), InferenceRequest)
+                for i in range(8)]  # fmt: skip
+        node.destroy_node()
+    kinds = [(stamp_ns(m.deadline) - now if stamp_ns(m.deadline) else None, m.remaining_nfe)
+             for m in msgs]  # fmt: skip
+    assert kinds == [(-1_000_000, 1), (7_000_000, 40), (None, 1), (30_000_000, 5)] * 2
+    assert [m.sequence for m in msgs] == [load.base_sequence + i for i in range(8)]
+    assert [m.session_id for m in msgs] == [f"lg{i % 3}" for i in range(8)]
+    assert all(stamp_ns(m.origin_stamp) == now for m in msgs)

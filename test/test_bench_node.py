@@ -10,9 +10,11 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -302,6 +304,20 @@ def test_noise_spec_parsing():
     for bad in ("50", "x/y", "0/10", "10/-1"):
         with pytest.raises(ValueError):
             noise.parse(bad)
+
+
+def test_a_hog_that_died_is_reported():
+    """cpu_hog says whether every neighbour ran until the block ended: a bench or test that
+    claims two busy cores can check it had them."""
+    from flowedge_relay.tooling.bench import noise
+
+    with noise.cpu_hog("5/5", processes=2) as alive:
+        time.sleep(0.2)
+    assert alive["ran_throughout"] and len(alive["pids"]) == 2
+    with noise.cpu_hog("5/5", processes=2) as one_died:
+        os.kill(one_died["pids"][1], signal.SIGKILL)
+        time.sleep(0.2)
+    assert not one_died["ran_throughout"]
 
 
 @pytest.mark.ros

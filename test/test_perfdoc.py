@@ -82,7 +82,6 @@ def test_committed_readme_block_is_generated_from_the_committed_page():
     """Nobody typed the README's figures: they are docs/performance.md's, picked by README_ROWS,
     and the block stays at the README's prose width outside its table."""
     rows, machines = perfdoc.parse_page((perfdoc.ROOT / "docs" / "performance.md").read_text())
-    assert {m for m, _ in perfdoc.README_ROWS} <= {r["measure"] for r in rows}
     block = perfdoc.readme_block(rows, machines)
     assert block in (perfdoc.ROOT / "README.md").read_text()
     assert all(len(line) <= perfdoc.WIDTH for line in block.splitlines() if line[:1] != "|")
@@ -121,3 +120,131 @@ def test_one_run_without_previous(tmp_path):
     assert "previous run" not in block and "1.40" in block and "bbb222" not in block
     ratio_row = next(line for line in block.splitlines() if "rclpy echo round-trip p99" in line)
     assert ratio_row.rstrip(" |").endswith("yes")
+
+
+def _point(on_time: float, nfe_goodput: float, wasted: float, applied: dict | None = None) -> dict:
+    return {"on_time_ratio_admitted": on_time, "goodput_vs_capacity": 1.1,
+            "nfe_goodput_vs_capacity": nfe_goodput, "wasted_nfe_ratio": wasted,
+            "realtime_applied": applied or {}}  # fmt: skip
+
+
+RT_APPLIED = {"rt.worker0": "SCHED_FIFO 50, CPUs 1 (asked SCHED_FIFO 50, CPUs 1; tid 7)",
+              "rt.refused": "none", "memory_locked_kb": "1000"}
+
+
+def _intake(ceilings: dict[str, float], first_loss: dict[str, float | None]) -> dict:
+    return {"dds": [{"mix": mix, "ceiling_answered_per_s": c,
+                     "first_loss_offered_per_s": first_loss[mix]}
+                    for mix, c in ceilings.items()]}  # fmt: skip
+
+
+def _full_run() -> dict[str, dict]:
+    """Synthetic reports of every bench the headline reads (the shapes the benches write)."""
+    def edf(point: dict, *policies: str) -> dict:
+        return {"policies": {p: {"2.0": point, "3.0": point} for p in policies}}
+
+    good = _point(1.0, 0.97, 0.0, RT_APPLIED)
+    return {
+        "overload": edf(good, "edf_admission", "edf_adaptive", "expire_only", "queue_timeout"),
+        "overload-noise": edf(good, "edf_admission", "edf_adaptive"),
+        "overload-rt-1hog": edf(good, *perfdoc.EDF_POLICIES),
+        "overload-normal-1hog": edf(_point(0.97, 0.9, 0.02), *perfdoc.EDF_POLICIES),
+        "overload-rt-2hogs": edf(good, *perfdoc.EDF_POLICIES),
+        "overload-normal-2hogs": edf(_point(0.95, 0.8, 0.03), *perfdoc.EDF_POLICIES),
+        "intake": _intake({m: 12_000.0 for m in perfdoc.INTAKE_MIXES},
+                          {m: 15_000.0 for m in perfdoc.INTAKE_MIXES}),
+        "batching": {"results": [
+            {"model": "policy_small.onnx", "batch_slots": b, "nfe_per_s": n, "speedup_vs_b1": s,
+             "step_ns_p99": 100_000.0} for b, n, s in ((1, 100.0, 1.0), (8, 450.0, 4.5))]},
+        "nfe-breakdown": {"loads": {"over": 2.0, "light": 0.3},
+                          "variants": [{"variant": "baseline", "p99_over_vs_light": 0.9}]},
+        "overhead": _overhead(2_800_000, 2_000_000, 0.99, "c"),
+    }  # fmt: skip
+
+
+def test_every_readme_row_is_a_headline_row_of_a_full_run():
+    """README_ROWS names rows headline() writes (a run without one leaves it out of the README,
+    so a misspelt name would go unnoticed there)."""
+    rows = perfdoc.headline(_full_run())
+    assert {m for m, _ in perfdoc.README_ROWS} <= {r["measure"] for r in rows}
+    block = perfdoc.readme_block(perfdoc._shown(rows), ["test cpu, 2 cores"])
+    assert len(perfdoc.readme_rows(perfdoc._shown(rows))) == len(perfdoc.README_ROWS)
+    assert "| valid requests/s the intake answers exactly once, per mix" in block
+    assert all(len(line) <= perfdoc.WIDTH for line in block.splitlines() if line[:1] != "|")
+    assert len(block.splitlines()) <= 15
+
+
+def test_realtime_rows_put_each_mode_point_next_to_the_same_point_without_it():
+    """Per noise variant, policy and load: the mode's row, then normal scheduling's, both
+    against the real-time targets, the mode's figures with what its threads held."""
+    reports = _full_run()
+    reports["overload-rt-2hogs"]["policies"]["edf_adaptive"]["3.0"] = _point(0.9998, 0.97, 0.0)
+    rows = [r for r in perfdoc.headline(reports) if "hog" in r["measure"]]
+    assert len(rows) == 2 * 2 * 2 * 2  # variants x policies x loads x modes
+    assert rows[0]["measure"] == ("2x capacity, 1 continuous hog, edf_admission, real-time mode: "
+                                  + perfdoc.OVERLOAD_FIGURES)  # fmt: skip
+    assert rows[1]["measure"] == rows[0]["measure"].replace("real-time mode", "normal scheduling")
+    assert {r["target"] for r in rows} == {">= 99.99% / - / >= 95% / <= 0.5%"}
+    assert rows[0]["measured"] == "100.00% / 110.00% / 97.00% / 0.00% (worker0 F50@1 mlock)"
+    met = {r["measure"].split(":")[0]: r["met"] for r in rows}
+    assert met["2x capacity, 2 continuous hogs, edf_adaptive, real-time mode"] is True
+    assert met["3x capacity, 2 continuous hogs, edf_adaptive, real-time mode"] is False  # 99.98%
+    assert not any(v for k, v in met.items() if "normal scheduling" in k)  # 95%/90%, 2-3% waste
+    # a run without the mode's reports has none of these rows
+    assert not [r for r in perfdoc.headline({"overhead": reports["overhead"]}) if "hog" in
+                r["measure"]]
+
+
+def test_intake_ceiling_row_reads_every_mix():
+    (row,) = perfdoc._intake_rows(_intake(
+        {"expired": 12_500.4, "rejected": 11_000.0, "admitted": 9_800.0, "mixed": 10_400.0},
+        {"expired": None, "rejected": 40_000.0, "admitted": 15_000.0, "mixed": 20_000.0}))
+    assert row["measure"] == perfdoc.INTAKE_CEILING and row["target"] == ">= 10,000/s each"
+    assert row["measured"] == ("12500 / 11000 / 9800 / 10400 requests/s (first unanswered "
+                               "request at - / 40000 / 15000 / 20000 offered/s)")
+    assert row["met"] is False  # admitted: 9,800
+    (row,) = perfdoc._intake_rows(_intake({m: 10_000.0 for m in perfdoc.INTAKE_MIXES},
+                                          {m: None for m in perfdoc.INTAKE_MIXES}))
+    assert row["met"] is True
+    assert perfdoc._intake_rows({"rows": []}) == []  # per-message costs only (--no-dds)
+
+
+def _bench_all() -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """scripts/bench_all.sh's ARGS (with $RT_TRACE expanded), SUBCOMMAND and ORDER."""
+    import re
+
+    script = (perfdoc.ROOT / "scripts" / "bench_all.sh").read_text()
+    trace = re.search(r'^RT_TRACE="([^"]*)"', script, re.M).group(1)
+
+    def table(name: str) -> dict[str, str]:
+        body = script.split(f"declare -A {name}=(", 1)[1].split("\n)", 1)[0]
+        return {k: v.strip('"').replace("$RT_TRACE", trace)
+                for k, v in re.findall(r"^\s*\[([\w-]+)\]=(\S.*)$", body, re.M)}  # fmt: skip
+
+    order = script.split("\nORDER=(", 1)[1].split(")", 1)[0].split()
+    return table("ARGS"), table("SUBCOMMAND"), order
+
+
+def test_bench_all_runs_each_realtime_report_the_headline_reads():
+    """Every report of RT_VARIANTS is in bench_all.sh's ORDER, runs `bench overload` with
+    arguments its parser takes, the EDF policies at 2x and 3x: the mode's with --realtime, the
+    other the same without it, two hogs where the variant says so."""
+    import shlex
+
+    from flowedge_relay.tooling.bench.__main__ import build_parser
+
+    args, subcommand, order = _bench_all()
+    parser = build_parser()
+    for variant, by_mode in perfdoc.RT_VARIANTS:
+        parsed = {}
+        for mode, name in by_mode.items():
+            assert name in order and subcommand[name] == "overload", name
+            parsed[mode] = vars(parser.parse_args(["overload", *shlex.split(args[name])]))
+            assert parsed[mode]["policies"] == list(perfdoc.EDF_POLICIES)
+            assert parsed[mode]["loads"] == [2.0, 3.0] and parsed[mode]["model"] == "bench"
+            assert parsed[mode]["noise"] == "continuous"
+            assert parsed[mode]["noise_hogs"] == int(variant[0])
+        on, off = parsed["real-time mode"], parsed["normal scheduling"]
+        assert on["realtime"] and on["rt_dds"] and not off["realtime"]
+        assert {k: v for k, v in on.items() if not k.startswith(("realtime", "rt_"))} == {
+            k: v for k, v in off.items() if not k.startswith(("realtime", "rt_"))}

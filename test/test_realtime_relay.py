@@ -2,12 +2,14 @@
 
 Each relay is a `flowedge-relayd` process; the test talks to it only as a robot's nodes would
 (requests and answers, /diagnostics) and checks the relay's read-back against this test's own
-read of /proc/<tid> (a thread id names the thread system-wide). Three cases: the OS grants every
+read of /proc/<tid> (a thread id names the thread system-wide). Four cases: the OS grants every
 setting (root here: SCHED_FIFO at the asked priority on the asked CPUs for the workers, the
 request intake and the publisher, memory locked); the OS refuses them (prlimit and setpriv take
 CAP_SYS_NICE, CAP_IPC_LOCK and both rlimits away, and a CPU is asked that this machine lacks): the
-relay answers all the same and the workers status is WARN naming each refusal; and Fast DDS's
-own threads from config/fastdds_realtime.xml.
+relay answers all the same and the workers status is WARN naming each refusal; Fast DDS's own
+threads from config/fastdds_realtime.xml; and the promise on a busy computer: two CPU hogs and
+about twice the relay's compute offered, every request answered exactly once, with the mode as
+the OS grants it and refused (degraded).
 """
 
 from __future__ import annotations
@@ -16,12 +18,17 @@ import os
 import pathlib
 import re
 
+import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticStatus
-from rt_helpers import CPUS, REFUSING, needs_fifo, needs_refusing
+from rt_helpers import CPUS, REFUSING, fifo_refused, needs_fifo, needs_refusing
 
+from flowedge_relay.core import Code
 from flowedge_relay.realtime import MAX_CPU, parse_cpu_list
-from flowedge_relay.tooling.bench.client import INFERENCE, remote_relay
+from flowedge_relay.tooling.bench import noise
+from flowedge_relay.tooling.bench.client import INFERENCE, remote_relay, set_policy
+from flowedge_relay.tooling.bench.loadgen import relay_under_load
+from flowedge_relay.tooling.harness import model_path, wait_for
 
 pytestmark = pytest.mark.ros  # every test here starts a relay over DDS
 
@@ -139,3 +146,77 @@ def test_fast_dds_threads_take_their_class_from_the_shipped_profile():
     assert values["rt.refused"] == "none"  # the relay's own threads were not asked anything
     rest = {n: s for n, s in threads.items() if n not in on_path}
     assert all(re.match(r"dds\.(shm\.wdog|tls\.)", n) for n in rest), rest
+
+
+# -- the promise under two hogs ------------------------------------------------------------------
+
+#: the overload's requests, cycling, and every answer each may get once the queue is full and
+#: the hogs delay arrivals: expired when sent; more NFE than fit before the deadline (admission's
+#: REJECTED_DEADLINE, REJECTED_CAPACITY where a full queue holds nothing it may displace, EXPIRED
+#: where it reached the relay after its deadline); no deadline (computed, or displaced or turned
+#: away by a full queue); a deadline it fits when sent (any of those, or computed)
+MIX = ("expired", "rejected", "admitted", "due")
+TURNED_AWAY = {Code.REJECTED_DEADLINE, Code.REJECTED_CAPACITY, Code.EXPIRED}
+MAY_GET = {"expired": {Code.EXPIRED}, "rejected": TURNED_AWAY,
+           "admitted": {Code.INFERENCE, Code.REJECTED_CAPACITY},
+           "due": {Code.INFERENCE, *TURNED_AWAY}}
+#: requests offered per second: a seventh of what the C intake answers (> 10,000/s), so the
+#: intake is never the limit; the compute asked is made twice the relay's by the NFE per request
+RATE = 1500.0
+LOAD_S = 3.0
+MAX_NFE = 64  # the relay's default max_nfe
+
+
+@pytest.mark.parametrize("refused", [pytest.param(False, id="as_the_os_grants"),
+                                     pytest.param(True, id="refused", marks=needs_refusing)])
+def test_every_request_is_answered_once_under_two_hogs_and_twice_the_compute(refused):
+    """The exactly-once promise (invariant 1) on a busy robot computer: the relay as deployed
+    with every real-time setting asked (as the OS grants them, and refused by prlimit/setpriv:
+    degraded), two CPU hogs at normal priority from before the load until its last answer (both
+    cores busy), and the C load generator offering four kinds of valid request at RATE, their
+    NFE sized from the relay's own NFE cost under the hogs so the compute asked is about twice
+    what it can do. Every request is received (no middleware loss), decided once and answered
+    exactly once with an answer its kind may get, and the load really overran the relay.
+    Margins, not speeds: the rate is far below the intake's, and the answers get 30 s."""
+    with relay_under_load(wrapper=REFUSING if refused else (), model_path=model_path("bench"),
+                          workers=1, **ASKED) as (relay, gen, proc):
+        with noise.cpu_hog("continuous", processes=2) as hogs:
+            # the relay's NFE cost with both hogs running: its capacity here and now
+            gen.run(gen.load(["admitted"], 200.0, 100))
+            nfe_ns = relay.stats().nfe_ns_p50
+            per_cycle = round(2 * 1e9 / nfe_ns * len(MIX) / RATE)  # NFE per cycle of MIX at 2x
+            due_nfe = min(max(per_cycle - 1, 1), MAX_NFE)  # `admitted` is 1 NFE
+            overrun = RATE / len(MIX) * (1 + due_nfe) * nfe_ns / 1e9
+            assert overrun >= 1.5, f"this host computes too fast to overrun ({nfe_ns:.0f} ns)"
+            admission = int(2 * nfe_ns)  # admission on, with room for the hogs
+            set_policy(relay, nfe_ns=admission)
+            count = int(RATE * LOAD_S)
+            load = gen.load(list(MIX), RATE, count, rejected_nfe=MAX_NFE,
+                            rejected_slack_ns=MAX_NFE // 2 * admission, due_nfe=due_nfe,
+                            due_slack_ns=4 * due_nfe * admission)  # fmt: skip
+            before = relay.stats()
+            r = gen.run(load, drain_s=30.0)
+        # every request decided: the relay's counters have caught up
+        wait_for(lambda: relay.stats().decided - before.decided >= count, 10.0)
+        after = relay.stats()
+        level, message, values = relay.workers_status(timeout=10)
+    log = "".join(proc.lines[-20:])
+    assert hogs["processes"] == 2 and hogs["ran_throughout"], hogs
+    assert r.sent == count and r.publish_failed == 0
+    assert (r.answered_once, r.unanswered, r.duplicated, r.stray) == (count, 0, 0, 0), log
+    assert after.received - before.received == count  # the relay took every request ...
+    assert after.middleware_lost - before.middleware_lost == 0  # ... none lost before it
+    assert after.decided - before.decided == count  # one decision each
+    assert after.outputs_dropped - before.outputs_dropped == 0
+    kinds = np.arange(count) % len(MIX)
+    for k, kind in enumerate(MIX):
+        got = set(np.unique(r.codes[kinds == k]).tolist())
+        assert got <= MAY_GET[kind], (kind, got)
+    computing = r.codes[kinds >= MIX.index("admitted")]
+    # it overran: the computing kinds were both computed and turned away in the one load
+    assert (computing == Code.INFERENCE).any() and (computing != Code.INFERENCE).any()
+    # the mode ran as asked where the OS grants it, degraded and saying so where it refuses
+    if refused or fifo_refused() is not None:
+        assert level == ord(DiagnosticStatus.WARN) and values["rt.refused"] != "none", message
+    else:
+        assert values["rt.refused"] == "none", message

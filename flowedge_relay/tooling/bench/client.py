@@ -427,6 +427,12 @@ def _ros_value(v: object) -> str:
     return str(v)
 
 
+def relay_ros_args(params: dict[str, object], namespace: str = "") -> list[str]:
+    """The `--ros-args` of a relay process with these parameter overrides (under `namespace`)."""
+    args = [a for k, v in params.items() for a in ("-p", f"{k}:={_ros_value(v)}")]
+    return args + ["-r", f"__ns:={namespace}"] if namespace else args
+
+
 #: the module `relay_process` runs: flowedge-relayd
 RELAY_MODULE = "flowedge_relay.cli"
 
@@ -441,10 +447,7 @@ def relay_process(env: dict[str, str] | None = None, switch_interval_s: float | 
     (e.g. /b8) both, so relays can run side by side; under `wrapper` (NodeProcess).
     `relay_module` runs the relay through another entry point (bench/nfe_probe.py: probed)."""
     info = load_served(params.get("model_path", default_model_path()))
-    ros_args = [a for k, v in params.items() for a in ("-p", f"{k}:={_ros_value(v)}")]
-    if namespace:
-        ros_args += ["-r", f"__ns:={namespace}"]
-    proc = NodeProcess(relay_module, ros_args, env=env,
+    proc = NodeProcess(relay_module, relay_ros_args(params, namespace), env=env,
                        switch_interval_s=switch_interval_s, wrapper=wrapper)  # fmt: skip
     with client_of(proc, info, namespace=namespace) as client:
         client.process = proc
@@ -472,6 +475,7 @@ class RemoteStats:
     middleware_lost: int = 0  # requests the middleware reported lost before the intake
     outputs_dropped: int = 0  # answers dropped at a full outcome ring (rejection + action)
     invalid_discarded: int = 0  # requests discarded by validation (every reason)
+    decided: int = 0  # outcomes the relay decided, every code (one per answered request)
 
 
 class RemoteRelay:
@@ -570,6 +574,8 @@ class RemoteRelay:
             received=m.received, middleware_lost=m.middleware_lost,
             outputs_dropped=m.rejection_outputs_dropped + m.action_outputs_dropped,
             invalid_discarded=m.invalid_discarded,
+            decided=m.inference + m.rejected_stale + m.rejected_deadline + m.rejected_capacity
+            + m.expired,
         )  # fmt: skip
 
     def set_parameters(self, params, atomically: bool = False) -> list:

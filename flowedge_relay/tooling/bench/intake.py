@@ -253,68 +253,43 @@ def intake_costs(n: int, intake: str, bar: Progress | None = None) -> list[dict]
 def dds_ramp(mixes, rates, seconds: float, bar: Progress | None = None) -> list[dict]:
     """Each mix at each offered rate against one relay process; per step the answers tallied
     in C and what the relay counted lost (its flowedge/stats)."""
-    import rclpy
+    from flowedge_relay.tooling.bench.loadgen import EXPECTED_CODES, relay_under_load
 
-    from flowedge_relay.model import default_model_path
-    from flowedge_relay.tooling.bench.client import (
-        NodeProcess,
-        RemoteRelay,
-        load_served,
-        private_context,
-    )
-    from flowedge_relay.tooling.bench.loadgen import EXPECTED_CODES, LoadGenerator
-    from flowedge_relay.tooling.harness import spinning, wait_for, wait_for_subscribers
-
-    info = load_served(default_model_path())
     # admission on, one NFE "costing" a minute: a rejected request (due in 10 s) cannot fit,
     # however late it arrives, and no answer's code depends on the host's speed
-    params = {"workers": 1, "nfe_ns": 60_000_000_000}
-    proc = NodeProcess("flowedge_relay.cli",
-                       [a for k, v in params.items() for a in ("-p", f"{k}:={v}")])
     out = []
-    try:
-        with private_context() as ctx:
-            watch = rclpy.create_node("flowedge_bench_watch", context=ctx)
-            gen = LoadGenerator(rclpy.create_node("flowedge_bench_load", context=ctx), info)
-            with spinning(watch, context=ctx):
-                relay = RemoteRelay(watch, info, params["workers"])
-                wait_for_subscribers(gen.pub)
-                if not wait_for(lambda: gen.sub.get_publisher_count() >= 1, 10.0):
-                    raise TimeoutError("the load generator never matched the relay")
-                gen.run(gen.load(["admitted"], 100.0, 20), drain_s=5.0)  # warm up
-                for mix in mixes:
-                    steps = []
-                    for rate in rates:
-                        before = relay.stats()
-                        r = gen.run(gen.load(MIXES[mix], rate, max(1, int(rate * seconds))),
-                                    drain_s=3.0 + seconds)
-                        time.sleep(0.3)  # the relay's counters of the step's last messages
-                        after = relay.stats()
-                        answered = r.codes[r.answers > 0]
-                        expected = set().union(*(EXPECTED_CODES[k] for k in MIXES[mix]))
-                        steps.append({
-                            "offered_per_s": round(r.offered_per_s(), 1),
-                            "sent": r.sent,
-                            "publish_failed": r.publish_failed,
-                            "answered_once": r.answered_once,
-                            "unanswered": r.unanswered,
-                            "duplicated": r.duplicated,
-                            "answered_per_s": round(r.answered_per_s(), 1),
-                            "relay_received": after.received - before.received,
-                            "relay_middleware_lost": after.middleware_lost - before.middleware_lost,
-                            "relay_outputs_dropped": after.outputs_dropped - before.outputs_dropped,
-                            "codes": {CODE_NAMES[int(c)]: int((answered == c).sum())
-                                      for c in np.unique(answered)},
-                            "unexpected_codes": int(sum((answered == c).sum()
-                                                        for c in np.unique(answered)
-                                                        if int(c) not in expected)),
-                            "sender_behind_max_ms": round(r.behind_max_ns / 1e6, 1),
-                        })
-                        if bar:
-                            bar.advance(label=f"over DDS: {mix} at {rate:g}/s")
-                    out.append(_ceiling(mix, steps))
-    finally:
-        proc.stop()
+    with relay_under_load(workers=1, nfe_ns=60_000_000_000) as (relay, gen, _):
+        for mix in mixes:
+            steps = []
+            for rate in rates:
+                before = relay.stats()
+                r = gen.run(gen.load(MIXES[mix], rate, max(1, int(rate * seconds))),
+                            drain_s=3.0 + seconds)
+                time.sleep(0.3)  # the relay's counters of the step's last messages
+                after = relay.stats()
+                answered = r.codes[r.answers > 0]
+                expected = set().union(*(EXPECTED_CODES[k] for k in MIXES[mix]))
+                steps.append({
+                    "offered_per_s": round(r.offered_per_s(), 1),
+                    "sent": r.sent,
+                    "publish_failed": r.publish_failed,
+                    "answered_once": r.answered_once,
+                    "unanswered": r.unanswered,
+                    "duplicated": r.duplicated,
+                    "answered_per_s": round(r.answered_per_s(), 1),
+                    "relay_received": after.received - before.received,
+                    "relay_middleware_lost": after.middleware_lost - before.middleware_lost,
+                    "relay_outputs_dropped": after.outputs_dropped - before.outputs_dropped,
+                    "codes": {CODE_NAMES[int(c)]: int((answered == c).sum())
+                              for c in np.unique(answered)},
+                    "unexpected_codes": int(sum((answered == c).sum()
+                                                for c in np.unique(answered)
+                                                if int(c) not in expected)),
+                    "sender_behind_max_ms": round(r.behind_max_ns / 1e6, 1),
+                })
+                if bar:
+                    bar.advance(label=f"over DDS: {mix} at {rate:g}/s")
+            out.append(_ceiling(mix, steps))
     return out
 
 

@@ -4,26 +4,41 @@ An rclpy client takes ~30 us to build and publish a request and ~60 us to take a
 Python client, not the relay, would set the rate `bench intake` finds. Here one thread publishes
 on schedule and another takes and tallies every answer, both in C without the GIL, through the
 rcl of this process's rclpy (the same ABI slice the relay's C intake and publisher use).
+`relay_under_load` starts a relay process and a generator matched to it (`bench intake`, and the
+real-time test's overload under two hogs).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
+import rclpy
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.core import check, ffi, lib
+from flowedge_relay.model import default_model_path
 from flowedge_relay.rcl_abi import publish_functions, take_functions
+from flowedge_relay.tooling.bench.client import (
+    RELAY_MODULE,
+    NodeProcess,
+    RemoteRelay,
+    private_context,
+    relay_ros_args,
+)
+from flowedge_relay.tooling.harness import load_served, spinning, wait_for, wait_for_subscribers
 
 KINDS = {"expired": lib.FER_LOAD_EXPIRED, "rejected": lib.FER_LOAD_REJECTED,
-         "admitted": lib.FER_LOAD_ADMITTED}
-#: what each kind is built to be answered with (ActionMessage codes)
-EXPECTED_CODES = {"expired": {4}, "rejected": {2}, "admitted": {0, 3}}
+         "admitted": lib.FER_LOAD_ADMITTED, "due": lib.FER_LOAD_DUE}
+#: what each kind is built to be answered with (ActionMessage codes) on a relay whose queue has
+#: room: `due` may get any decision but REJECTED_STALE (it fits when sent, or not, or runs late)
+EXPECTED_CODES = {"expired": {4}, "rejected": {2}, "admitted": {0, 3}, "due": {0, 2, 3, 4}}
 BUFFER_BYTES = 65536
 WAIT_NS = 20_000_000
 
@@ -83,7 +98,8 @@ class LoadGenerator:
         self._next_sequence = 1
 
     def load(self, kinds: list[str], rate_per_s: float, count: int, *, sessions: int = 8,
-             rejected_nfe: int = 1, rejected_slack_ns: int = 10_000_000_000):
+             rejected_nfe: int = 1, rejected_slack_ns: int = 10_000_000_000, due_nfe: int = 1,
+             due_slack_ns: int = 1_000_000_000):  # fmt: skip
         """A struct fer_load for `count` requests cycling through `kinds`; fresh sequences."""
         m = self.model
         load = ffi.new("struct fer_load *")
@@ -100,6 +116,7 @@ class LoadGenerator:
             load.pattern[k] = KINDS[kind]
         load.n_pattern = len(kinds)
         load.rejected_nfe, load.rejected_slack_ns = rejected_nfe, rejected_slack_ns
+        load.due_nfe, load.due_slack_ns = due_nfe, due_slack_ns
         return load
 
     def request_bytes(self, load, i: int, now_ros: int) -> bytes:
@@ -151,3 +168,27 @@ class LoadGenerator:
             answers=answers.copy(), codes=codes.copy(), first_answer_ns=first.copy(),
             first_send_ns=int(result.first_ns), last_send_ns=int(result.last_ns),
             behind_max_ns=int(result.behind_max_ns), stray=int(lib.fer_tally_stray(tally)))
+
+
+@contextmanager
+def relay_under_load(wrapper: Sequence[str] = (), env: dict[str, str] | None = None,
+                     **params) -> Iterator[tuple[RemoteRelay, LoadGenerator, NodeProcess]]:
+    """`flowedge-relayd` in its own process (as deployed) with these parameters, a RemoteRelay
+    view of it (flowedge/stats, /diagnostics, its parameters) and a LoadGenerator matched to it
+    and warmed up; the process (under `wrapper`, with `env` added: NodeProcess) gets SIGINT on
+    exit."""
+    info = load_served(params.get("model_path", default_model_path()))
+    proc = NodeProcess(RELAY_MODULE, relay_ros_args(params), env=env, wrapper=wrapper)
+    try:
+        with private_context() as ctx:
+            watch = rclpy.create_node("flowedge_bench_watch", context=ctx)
+            gen = LoadGenerator(rclpy.create_node("flowedge_bench_load", context=ctx), info)
+            with spinning(watch, context=ctx):
+                relay = RemoteRelay(watch, info, int(params.get("workers", 1)))
+                wait_for_subscribers(gen.pub)
+                if not wait_for(lambda: gen.sub.get_publisher_count() >= 1, 10.0):
+                    raise TimeoutError("the load generator never matched the relay")
+                gen.run(gen.load(["admitted"], 100.0, 20), drain_s=5.0)  # warm up
+                yield relay, gen, proc
+    finally:
+        proc.stop()

@@ -63,7 +63,7 @@ def _cpu_seconds(pid: int) -> float:
 @contextmanager
 def cpu_hog(spec: str, processes: int = 1) -> Iterator[dict]:
     """Run `processes` neighbours while the block runs; the dict it yields gets their measured
-    CPU use (together)."""
+    CPU use (together) and whether every one was still running when the block ended."""
     busy_ms, sleep_ms = parse(spec)
     if processes < 1:
         raise ValueError(f"--noise-hogs wants at least 1 process, got {processes}")
@@ -73,7 +73,8 @@ def cpu_hog(spec: str, processes: int = 1) -> Iterator[dict]:
     ) for _ in range(processes)]  # fmt: skip
     info = {"spec": spec, "busy_ms": busy_ms, "sleep_ms": sleep_ms,
             "duty_cycle": busy_ms / (busy_ms + sleep_ms), "processes": processes,
-            "description": describe(busy_ms, sleep_ms, processes)}  # fmt: skip
+            "description": describe(busy_ms, sleep_ms, processes),
+            "pids": [proc.pid for proc in procs]}  # fmt: skip
     start = time.monotonic()
     try:
         yield info
@@ -81,6 +82,7 @@ def cpu_hog(spec: str, processes: int = 1) -> Iterator[dict]:
         info["cpu_seconds"] = sum(_cpu_seconds(proc.pid) for proc in procs)
         info["wall_seconds"] = time.monotonic() - start
         info["measured_cores"] = info["cpu_seconds"] / max(info["wall_seconds"], 1e-9)
+        info["ran_throughout"] = all(proc.poll() is None for proc in procs)
         for proc in procs:
             proc.terminate()
         for proc in procs:
