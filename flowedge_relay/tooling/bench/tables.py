@@ -24,10 +24,11 @@ def _cell(value) -> str:
 
 
 def format_rows(rows: list[dict], markdown: bool = False) -> str:
-    """Aligned columns (keys of the first row are the header); `markdown=True` for README use."""
+    """Aligned columns, the header every key any row has (in first-seen order; a row without a
+    key shows it empty); `markdown=True` for README use."""
     if not rows:
         return "(no rows)"
-    keys = list(rows[0])
+    keys = list(dict.fromkeys(k for r in rows for k in r))
     cells = [[_cell(r.get(k)) for k in keys] for r in rows]
     if markdown:
         lines = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
