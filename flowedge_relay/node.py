@@ -184,6 +184,9 @@ class RelayNode(LifecycleNodeMixin, Node):
         self._swap_lock = threading.Lock()  # one model swap at a time
         #: set by the shutdown transition: the process then exits as on SIGINT (cli)
         self.finalized = threading.Event()
+        #: set once the request thread is in its loop: from then on a request is taken as it
+        #: arrives (before, it waits in the middleware; the harness waits for this)
+        self.taking_requests = threading.Event()
         Node.__init__(self, NODE_NAME, **kwargs)
         # The lifecycle services run in a group of their own, so a deactivate that waits for
         # admitted work to finish holds neither the timers nor the parameter services.
@@ -634,6 +637,7 @@ class RelayNode(LifecycleNodeMixin, Node):
         def run() -> None:
             self.thread_roles.apply("request", thread_settings(self._p, "executor"),
                                     self.get_logger().warning)  # fmt: skip
+            self.taking_requests.set()
             if loop is None:
                 spin_until(executor, self._intake_stop)
                 return

@@ -181,12 +181,12 @@ def test_retry_of_a_queued_id_is_coalesced_and_answered_once():
     with running_relay(fault_nfe_delay_ms=HOLD_NFE_MS) as h:
         # holds the only worker (12.8 s) until released: "arm" certainly waits in the queue
         h.send(h.request(session_id="busy", sequence=1, remaining_nfe=HOLD_NFE))
-        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 30)
         first = h.request(session_id="arm", sequence=7, remaining_nfe=2, deadline_ms=60_000)
         h.send(first)
-        assert wait_for(lambda: h.relay.core.stats().queue_depth == 1, 10)
+        assert wait_for(lambda: h.relay.core.stats().queue_depth == 1, 30)
         h.send(_retry(h, first, 1, R.RETRY_TIMEOUT, 60_000))
-        assert wait_for(lambda: h.relay.core.stats().coalesced == 1, 10)
+        assert wait_for(lambda: h.relay.core.stats().coalesced == 1, 30)
         stats = h.relay.core.stats()
         assert stats.queue_depth == 1 and stats.lanes_busy == 1  # no second copy; still held
         _release(h)

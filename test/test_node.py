@@ -70,10 +70,10 @@ def test_admission_is_off_by_default():
 
 @pytest.mark.ros
 def test_calibrated_admission_rejects_what_cannot_finish():
-    # 100 ms per NFE: the first needs 800 ms but has 400 ms (ample for the trip: rejected at
-    # admission, not expired on arrival); the second needs 200 ms of its 10 s.
-    with running_relay(nfe_ns=100_000_000) as h:
-        h.send(h.request(sequence=1, remaining_nfe=8, deadline_ms=400))
+    # 1 s per NFE: the first needs 8 s but has 4 s (seconds to spare for the trip on a loaded
+    # host: rejected at admission, not expired on arrival); the second needs 2 s of its 10 s.
+    with running_relay(nfe_ns=1_000_000_000) as h:
+        h.send(h.request(sequence=1, remaining_nfe=8, deadline_ms=4_000))
         h.send(h.request(sequence=2, remaining_nfe=2, deadline_ms=10_000))
         first, second = h.answer_for(1), h.answer_for(2)
     assert first.code == A.REJECTED_DEADLINE and first.nfe_done == 0
@@ -350,11 +350,12 @@ def test_adaptive_relay_prices_the_slower_nfe_into_admission():
         assert h.answer_for(2).code == A.INFERENCE  # two NFEs of >= 50 ms measured
         assert wait_for(lambda: stats and stats[-1].nfe_ns_in_use >= SLOW_MS * 1e6, 10.0)
         last = stats[-1]
-        # 4 NFE due in 150 ms: fits at the configured 5 ms per NFE, not at the measured 50 ms
-        h.send(h.request(sequence=3, remaining_nfe=4, deadline_ms=150))
+        # 20 NFE due in 600 ms: fit at the configured 5 ms per NFE (100 ms), not at the measured
+        # 50 ms (1 s); the 600 ms leave the trip room on a loaded host
+        h.send(h.request(sequence=3, remaining_nfe=20, deadline_ms=600))
         adaptive = h.answer_for(3)
         assert h.relay.set_parameters([Parameter("cost_model", value="static")])[0].successful
-        h.send(h.request(sequence=4, remaining_nfe=4, deadline_ms=150))
+        h.send(h.request(sequence=4, remaining_nfe=20, deadline_ms=600))
         static = h.answer_for(4)
         bad = h.relay.set_parameters([Parameter("cost_model", value="sometimes")])
     assert last.cost_model_adaptive and last.nfe_ns_configured == NFE_NS

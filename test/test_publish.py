@@ -211,10 +211,11 @@ def test_loop_refuses_null_arguments():
 def _answers(loop: str) -> tuple[dict, dict, np.ndarray]:
     """A relay on `loop` answers three requests (INFERENCE, REJECTED_DEADLINE, EXPIRED):
     the answers by sequence, the workers diagnostic's values, the latency window."""
-    with running_relay(publisher_loop=loop, nfe_ns=100 * MS) as h:
+    # 1 s per NFE: 2 needs 8 s of its 3 s, seconds to spare for the trip on a loaded host
+    with running_relay(publisher_loop=loop, nfe_ns=1_000 * MS) as h:
         reqs = (h.request(session_id="arm", sequence=1, remaining_nfe=4, noise_seed=3,
-                          deadline_ms=5_000),
-                h.request(session_id="arm", sequence=2, remaining_nfe=8, deadline_ms=300),
+                          deadline_ms=30_000),
+                h.request(session_id="arm", sequence=2, remaining_nfe=8, deadline_ms=3_000),
                 h.request(session_id="leg", sequence=3, remaining_nfe=2, deadline_ms=-5))
         h.send(*reqs)
         answers = {a.sequence: a for a in h.wait_answers(3)}

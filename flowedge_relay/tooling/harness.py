@@ -326,5 +326,9 @@ def running_relay(**params) -> Iterator[RelayHarness]:
     ):
         harness = RelayHarness(ctx, relay, client)
         with spinning(client, context=ctx):
+            # the subscription matches at construction, the request thread starts later: a
+            # request sent in between waits in the middleware and its deadline runs meanwhile
             wait_for_subscribers(harness.pub)
+            if not relay.taking_requests.wait(30):
+                raise TimeoutError("the relay did not start taking requests within 30 s")
             yield harness
