@@ -36,7 +36,7 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleNodeMixin, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import serialize_message
 
 from flowedge_relay import parameters
@@ -45,6 +45,7 @@ from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_messa
 from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until, take_waiting
 from flowedge_relay.intake import IntakeLoop, IntakePause, RclUnavailable
 from flowedge_relay.model import ModelError
+from flowedge_relay.producer import MODEL_TOPIC, model_qos
 from flowedge_relay.realtime import ThreadRoles
 from flowedge_relay.ros_compat import destroy_lifecycle_node
 from flowedge_relay.serving import Serving, cost_fields, load_policy, thread_settings
@@ -55,7 +56,6 @@ from flowedge_relay.workers import p50_p99
 NODE_NAME = "flowedge_relay"
 ACTIONS_TOPIC = "flowedge/actions"
 STATS_TOPIC = "flowedge/stats"
-MODEL_TOPIC = "flowedge/model"
 DIAGNOSTICS_TOPIC = "/diagnostics"
 MS = 1_000_000
 DISCARD_LOG_PERIOD_NS = 5_000_000_000  # at most one "discarding invalid request" line per 5 s
@@ -231,9 +231,7 @@ class RelayNode(LifecycleNodeMixin, Node):
         self._stats_pub = self.create_publisher(RelayStats, STATS_TOPIC, 10)
         self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
         # latched: a producer that starts later still learns what is served
-        self._model_pub = self.create_publisher(ServedModel, MODEL_TOPIC, QoSProfile(
-            depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
-            durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        self._model_pub = self.create_publisher(ServedModel, MODEL_TOPIC, model_qos())
         self._diagnostics = DiagnosticsBuilder(self.get_fully_qualified_name().lstrip("/"))
 
         # The intake: subscriptions for the node's lifetime (an unconfigured relay counts what

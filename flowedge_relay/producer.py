@@ -25,9 +25,27 @@ from dataclasses import dataclass
 
 import numpy as np
 from flowedge_relay_msgs.msg import InferenceRequest, Tensor
+from flowedge_relay_msgs.msg import ServedModel as ServedModelMsg
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.policy import DTYPE_CODES, DTYPES, Policy
 from flowedge_relay.timebase import ros_time
+
+#: The relay's latched topic of what it serves (docs/design.md §9, §10).
+MODEL_TOPIC = "flowedge/model"
+
+
+def model_qos() -> QoSProfile:
+    """flowedge/model's QoS, on both sides: reliable and transient local with depth 1, so a
+    subscriber that starts late still gets what is served now, then each swap."""
+    return QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def follow_served_model(node, callback):
+    """Subscribe `node` to flowedge/model: `callback` gets each flowedge_relay_msgs ServedModel
+    (ServedModel.from_message reads it). Returns the subscription."""
+    return node.create_subscription(ServedModelMsg, MODEL_TOPIC, callback, model_qos())
 
 NANOSEC_PER_SEC = 1_000_000_000
 _DECL = re.compile(r"^\s*([^:;\s]+)\s*:\s*([a-z0-9]+)\s*\[\s*([0-9,\s]*)\]\s*$")

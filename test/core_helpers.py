@@ -14,7 +14,8 @@ MS = 1_000_000
 HANG_GUARD_S = 30.0  # a test that waits longer than this for outcomes fails instead of hanging
 U64 = 2**64 - 1
 
-__all__ = ["HANG_GUARD_S", "MS", "U64", "collect", "make_core", "request", "wait_for"]
+__all__ = ["HANG_GUARD_S", "MS", "TENSOR_CHANGES", "U64", "broken_tensors", "collect",
+           "make_core", "request", "wait_for"]
 
 
 def make_core(**config) -> Core:
@@ -52,3 +53,39 @@ def collect(core: Core, n: int) -> list:
         core.wait_outputs(20 * MS)
         got.extend(core.pop_outcomes())
     return got
+
+
+#: What broken_tensors can do to a request of the vision package (image, state), by name.
+TENSOR_CHANGES = ("shape", "missing", "extra", "duplicate", "dtype", "bytes", "not_finite",
+                  "many", "too_large", "observation")
+
+
+def broken_tensors(req, change: str):
+    """The vision package's request `req` (inputs image, state) broken one way, in place: each
+    change is a different discard reason of docs/design.md §3 (TENSOR_CHANGES)."""
+    from flowedge_relay_msgs.msg import Tensor
+
+    image, state = req.inputs
+    if change == "shape":
+        image.shape = [2, 16, 64]
+    elif change == "missing":
+        req.inputs = [image]
+    elif change == "extra":
+        req.inputs = [image, state, Tensor(name="depth", dtype=0, shape=[1], data=b"\0" * 4)]
+    elif change == "duplicate":
+        req.inputs = [image, state, state]
+    elif change == "dtype":
+        state.dtype = Tensor.INT32
+    elif change == "bytes":
+        state.data = state.data[:4]
+    elif change == "not_finite":
+        state.data = np.array([0.0, np.inf], np.float32).tobytes()
+    elif change == "many":
+        req.inputs = [image] * 6
+    elif change == "too_large":
+        image.data = bytes(len(image.data)) * 1024
+    elif change == "observation":
+        req.observation = [0.5]
+    else:
+        raise ValueError(f"unknown change {change!r}")
+    return req

@@ -16,6 +16,7 @@ import time
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Time
+from core_helpers import TENSOR_CHANGES, broken_tensors
 from flowedge_relay_msgs.msg import InferenceRequest, Tensor
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -213,33 +214,7 @@ def _vision_request(seed: int, **fields) -> InferenceRequest:
                          arrays=scene_inputs(served_model(VISION), seed), **fields)
 
 
-def _broken(req: InferenceRequest, change: str) -> InferenceRequest:
-    image, state = req.inputs
-    if change == "shape":
-        image.shape = [2, 16, 64]
-    elif change == "missing":
-        req.inputs = [image]
-    elif change == "extra":
-        req.inputs = [image, state, Tensor(name="depth", dtype=0, shape=[1], data=b"\0" * 4)]
-    elif change == "duplicate":
-        req.inputs = [image, state, state]
-    elif change == "dtype":
-        state.dtype = Tensor.INT32
-    elif change == "bytes":
-        state.data = state.data[:4]
-    elif change == "not_finite":
-        state.data = np.array([0.0, np.inf], np.float32).tobytes()
-    elif change == "many":
-        req.inputs = [image] * 6
-    elif change == "too_large":
-        image.data = bytes(len(image.data)) * 1024
-    elif change == "observation":
-        req.observation = [0.5]
-    return req
-
-
-CHANGES = ["valid", "shape", "missing", "extra", "duplicate", "dtype", "bytes", "not_finite",
-           "many", "too_large", "observation"]
+CHANGES = ["valid", *TENSOR_CHANGES]
 
 
 def test_the_c_intake_takes_a_package_request_into_the_same_staging_bytes():
@@ -250,7 +225,9 @@ def test_the_c_intake_takes_a_package_request_into_the_same_staging_bytes():
     try:
         for i in range(3 * len(CHANGES)):
             change = CHANGES[i % len(CHANGES)]
-            req = _broken(_vision_request(i, session_id=f"s{i}", sequence=i), change)
+            req = _vision_request(i, session_id=f"s{i}", sequence=i)
+            if change != "valid":
+                broken_tensors(req, change)
             py, c = pair.both(serialize_message(req), *_now())
             assert c == py, (change, c, py)
             seen.add(py[0])

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticStatus
 from flowedge_relay_msgs.msg import ActionMessage as A
-from flowedge_relay_msgs.msg import RelayStats, ServedModel
+from flowedge_relay_msgs.msg import RelayStats
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from relayd import observer, relayds
 from ros_helpers import running_relay, status_values, wait_for
 
 from flowedge_relay import policy, producer
+from flowedge_relay.producer import follow_served_model
 
 pytestmark = pytest.mark.ros  # every test here runs a relay over DDS
 
@@ -56,9 +56,7 @@ def _stats(h) -> list:
 def _served(h) -> list:
     """A late subscriber to the latched flowedge/model: it still gets what is served."""
     got: list = []
-    qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                     durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    h.client.create_subscription(ServedModel, "flowedge/model", got.append, qos)
+    follow_served_model(h.client, got.append)
     return got
 
 

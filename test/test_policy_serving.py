@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from core_helpers import broken_tensors
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, Tensor
 
 from flowedge_relay import policy as P
@@ -123,36 +124,18 @@ def test_a_slot_holds_its_request_while_the_next_is_staged(vision):
 
 
 def _mutated(vision: P.Policy, change: str) -> InferenceRequest:
-    req = _request(vision, _scene(3))
-    image, state = req.inputs
-    if change == "wrong_shape_image":
-        image.shape = [2, 16, 64]
-    elif change == "missing":
-        req.inputs = [image]
-    elif change == "extra":
-        req.inputs = [image, state, Tensor(name="depth", dtype=0, shape=[1], data=b"\0" * 4)]
-    elif change == "duplicate":
-        req.inputs = [image, state, state]
-    elif change == "wrong_dtype":
-        state.dtype = Tensor.INT32
-    elif change == "short_data":
-        state.data = state.data[:4]
-    elif change == "not_finite":
-        state.data = np.array([0.0, np.nan], np.float32).tobytes()
-    elif change == "observation":
-        req.observation = [0.5]
-    return req
+    return broken_tensors(_request(vision, _scene(3)), change)
 
 
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        ("wrong_shape_image", Reason.INPUT_SHAPE),
+        ("shape", Reason.INPUT_SHAPE),
         ("missing", Reason.INPUT_MISSING),
         ("extra", Reason.INPUT_UNEXPECTED),
         ("duplicate", Reason.INPUT_DUPLICATE),
-        ("wrong_dtype", Reason.INPUT_DTYPE),
-        ("short_data", Reason.INPUT_BYTES),
+        ("dtype", Reason.INPUT_DTYPE),
+        ("bytes", Reason.INPUT_BYTES),
         ("not_finite", Reason.INPUT_NOT_FINITE),
         ("observation", Reason.OBSERVATION_LENGTH),
     ],
@@ -231,7 +214,7 @@ def test_vision_package_served_over_dds_bit_identical_and_bad_tensors_counted(vi
         _send(h, served, arrays, 1)
         _send(h, served, arrays, 2)
         bad = {
-            3: "wrong_shape_image", 4: "missing", 5: "extra", 6: "wrong_dtype",
+            3: "shape", 4: "missing", 5: "extra", 6: "dtype",
         }
         for seq, change in bad.items():
             req = _mutated(vision, change)

@@ -14,10 +14,8 @@ import time
 import numpy as np
 import pytest
 from flowedge_relay_msgs.msg import ActionMessage as A
-from flowedge_relay_msgs.msg import ServedModel
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from ros_helpers import running_relay, wait_for
 
 from flowedge_relay import producer
@@ -28,6 +26,7 @@ from flowedge_relay.model import (
     load_model,
     make_session,
 )
+from flowedge_relay.producer import follow_served_model
 from flowedge_relay.tooling.harness import served_model
 
 pytestmark = pytest.mark.ros  # every test here runs a relay over DDS
@@ -47,9 +46,7 @@ def _set(h, **values):
 
 def _announced(h) -> list:
     got: list = []
-    qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                     durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    h.client.create_subscription(ServedModel, "flowedge/model", got.append, qos)
+    follow_served_model(h.client, got.append)
     return got
 
 

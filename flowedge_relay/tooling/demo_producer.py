@@ -37,10 +37,10 @@ from flowedge_relay_msgs.msg import ServedModel as ServedModelMsg
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.core import Code
-from flowedge_relay.producer import ServedModel
+from flowedge_relay.producer import ServedModel, follow_served_model
 from flowedge_relay.timebase import ros_time
 from flowedge_relay.tooling.harness import build_request, scene_inputs
 
@@ -97,9 +97,7 @@ class DemoProducer(Node):
         self.rng = random.Random(self.seed)
         self.model: ServedModel | None = None  # what the relay serves (flowedge/model)
         self.scenes: list[dict[str, np.ndarray]] = []
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.create_subscription(ServedModelMsg, "flowedge/model", self._on_model, latched)
+        follow_served_model(self, self._on_model)
         qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         self.pub = self.create_publisher(InferenceRequest, "flowedge/requests", qos)
         self.create_subscription(ActionMessage, "flowedge/actions", self._on_action, qos)

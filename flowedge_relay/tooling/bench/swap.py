@@ -32,11 +32,10 @@ import time
 
 from flowedge_relay_msgs.msg import ServedModel as ServedModelMsg
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.core import CODE_KEYS
 from flowedge_relay.model import bench_model_path, default_model_path
-from flowedge_relay.producer import ServedModel
+from flowedge_relay.producer import ServedModel, follow_served_model
 from flowedge_relay.tooling.bench.client import (
     INFERENCE,
     BenchClient,
@@ -76,9 +75,7 @@ class Announcements:
     def __init__(self, client: BenchClient) -> None:
         self._cv = threading.Condition()
         self.seen: list[tuple[int, ServedModel | None]] = []
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        client.node.create_subscription(ServedModelMsg, "flowedge/model", self._on_model, latched)
+        follow_served_model(client.node, self._on_model)
 
     def _on_model(self, msg: ServedModelMsg) -> None:
         with self._cv:
