@@ -38,6 +38,7 @@
 #define FER_SESSION_ID_MAX 64
 #define FER_MAX_WORKERS 64
 #define FER_MAX_BATCH 64 /* batch_slots per worker (docs/design.md §5.1) */
+#define FER_CEDE_MAX_NS 1000000000ull /* cede_ns and cede_every_ns (docs/design.md §5.3) */
 #define FER_MAX_QUEUE 65536
 #define FER_MAX_SESSIONS 65536
 #define FER_MAX_RING 1048576
@@ -88,7 +89,8 @@
  * 1 <= ring_capacity <= FER_MAX_RING (rounded up to a power of two), age_gate <= 2,
  * cost_model <= 1, cost_quantile_ppm <= 1000000 (cost_window_ns 0 = 1 s, cost_quantile_ppm 0 =
  * 900000; fer_core_get_config reports the effective values), two_phase <= 1,
- * payload_bytes <= FER_MAX_PAYLOAD, batch_slots <= FER_MAX_BATCH (0 = 1).
+ * payload_bytes <= FER_MAX_PAYLOAD, batch_slots <= FER_MAX_BATCH (0 = 1), cede_ns and
+ * cede_every_ns <= FER_CEDE_MAX_NS, cede_every_ns > 0 when cede_ns > 0.
  *
  * Batch slots (docs/design.md §5.1): with batch_slots = B each worker advances up to B requests
  * in lock step, one batched model call per step. nfe_ns is then the cost of one B-row step, and
@@ -129,6 +131,8 @@ struct fer_config {
     uint64_t prefix_ns;                  /* calibrated ns of one prefix pass (two_phase only) */
     uint32_t batch_slots;                /* B lanes per worker (§5.1); 0 = 1 */
     uint32_t _pad2;
+    uint64_t cede_ns;                    /* §5.3: a worker pauses this long after each */
+    uint64_t cede_every_ns;              /* cede_every_ns of compute; 0 = never (both <= 1 s) */
 };
 
 /* A validated request, times already on the monotonic clock. Copied into the core by submit. */

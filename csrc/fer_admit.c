@@ -211,7 +211,8 @@ int fer_admission_test(struct fer_core *c, const struct fer_request *r, uint32_t
      * or shortens it (cancelled lanes), and EDF list placement is monotone in that, so they
      * finish no later than they already would. */
     return fer_admit_first_miss(c->lane_start, st.nlanes, c->jobs, st.njobs, st.xpos,
-                                nfe, prefix, c->cfg.admission_reserve_ns,
+                                nfe, prefix,
+                                fer_sat_add(c->cfg.admission_reserve_ns, c->cfg.cede_ns),
                                 c->lane_scratch) == st.njobs;
 }
 

@@ -34,7 +34,8 @@ static int config_valid(const struct fer_config *cfg)
            cfg->max_sessions <= FER_MAX_SESSIONS && cfg->max_nfe >= 1 && cfg->ring_capacity >= 1 &&
            cfg->ring_capacity <= FER_MAX_RING && cfg->age_gate <= FER_AGE_GATE_ALL &&
            cfg->two_phase <= 1 && cfg->payload_bytes <= FER_MAX_PAYLOAD &&
-           cfg->batch_slots <= FER_MAX_BATCH &&
+           cfg->batch_slots <= FER_MAX_BATCH && cfg->cede_ns <= FER_CEDE_MAX_NS &&
+           cfg->cede_every_ns <= FER_CEDE_MAX_NS && (cfg->cede_ns == 0 || cfg->cede_every_ns > 0) &&
            fer_cost_config_valid(cfg); /* cost-model hook (fer_cost.c) */
 }
 

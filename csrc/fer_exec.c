@@ -270,7 +270,38 @@ static int report_ok(const struct fer_exec_report *r)
 {
     return r != NULL && r->nfe_ring != NULL && r->ring_len > 0 && r->nfe_count != NULL &&
            r->last_progress_ns != NULL && r->step_count != NULL &&
-           (r->probe == NULL || (r->probe_rows > 0 && r->probe_count != NULL));
+           (r->probe == NULL || (r->probe_rows > 0 && r->probe_count != NULL)) &&
+           (r->cede_ns == 0 || (r->cede_state != NULL && r->cede_every_ns > 0));
+}
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec d = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+
+    while (clock_nanosleep(CLOCK_MONOTONIC, 0, &d, &d) == EINTR)
+        ;
+}
+
+/* docs/design.md §5.3: a SCHED_FIFO worker that never leaves its CPU loses it for ~50 ms once a
+ * second, when the kernel hands normal tasks their reserved share (RT throttling, the fair
+ * server). Pausing cede_ns after every cede_every_ns of compute hands that share over in small
+ * slices instead; admission prices the pauses. Before a step, outside its timing. */
+static void cede(const struct fer_exec_report *r, uint32_t n_rows)
+{
+    uint64_t now, last, after, *state = r->cede_state;
+
+    if (r->cede_ns == 0)
+        return;
+    now = clock_ns(CLOCK_MONOTONIC);
+    last = __atomic_load_n(r->last_progress_ns, __ATOMIC_RELAXED);
+    if (state[0] == 0 || (now > last && now - last >= r->cede_ns))
+        state[0] = now; /* idle for at least a pause since the last step: a new stretch */
+    if (now - state[0] < r->cede_every_ns)
+        return;
+    sleep_ns(r->cede_ns);
+    after = clock_ns(CLOCK_MONOTONIC);
+    __atomic_store_n(&state[1], state[1] + (after - now) * n_rows, __ATOMIC_RELAXED);
+    state[0] = after;
 }
 
 int fer_exec_run(struct fer_exec *e, struct fer_core *core, struct fer_exec_row *rows,
@@ -289,6 +320,7 @@ int fer_exec_run(struct fer_exec *e, struct fer_core *core, struct fer_exec_row 
         for (r = 0; r < n_rows; r++)
             if (rows[r].next >= rows[r].total)  /* CONTINUE with no NFE left: core and plan differ */
                 return FER_EINVAL;
+        cede(rep, n_rows);
         probe_mark(rep, 0);
         start = clock_ns(CLOCK_MONOTONIC);
         for (r = 0; r < n_rows; r++)
@@ -305,11 +337,8 @@ int fer_exec_run(struct fer_exec *e, struct fer_core *core, struct fer_exec_row 
         }
         probe_mark(rep, 3);
         delay = fault_delay_ns != NULL ? __atomic_load_n(fault_delay_ns, __ATOMIC_RELAXED) : 0;
-        if (delay != 0) {
-            struct timespec d = {(time_t)(delay / 1000000000u), (long)(delay % 1000000000u)};
-            while (clock_nanosleep(CLOCK_MONOTONIC, 0, &d, &d) == EINTR)
-                ;
-        }
+        if (delay != 0)
+            sleep_ns(delay);
         end = clock_ns(CLOCK_MONOTONIC);
         step = __atomic_load_n(rep->step_count, __ATOMIC_RELAXED);
         rep->nfe_ring[step % rep->ring_len] = (int64_t)(end - start);

@@ -105,6 +105,11 @@ struct fer_exec_row {
  *   thread, or -1 for 0); row (*probe_count) % probe_rows per step, then *probe_count += 1.
  * Stores to *nfe_count, *step_count and *last_progress_ns are atomic (relaxed), so another thread
  * may read them while the run goes on.
+ * cede_ns, cede_every_ns (docs/design.md §5.3; 0 = never): before a step, once cede_every_ns of
+ *   compute have passed since the worker last paused (or last was idle for cede_ns), it sleeps
+ *   cede_ns, outside the step's timing. cede_state (NULL when it never cedes) is uint64[2]:
+ *   [when the current stretch of compute began, lane time ceded: ns x rows held (atomic
+ *   store)], kept across runs.
  */
 struct fer_exec_report {
     int64_t *nfe_ring;
@@ -118,6 +123,9 @@ struct fer_exec_report {
     uint64_t *probe_count;
     int32_t probe_fd;
     uint32_t _pad;
+    uint64_t cede_ns;
+    uint64_t cede_every_ns;
+    uint64_t *cede_state;
 };
 
 struct fer_exec;

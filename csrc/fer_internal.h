@@ -327,23 +327,40 @@ static inline uint32_t fer_lane_ring(const struct fer_core *c, int32_t lane)
 
 /* ---- what work costs (docs/design.md §5, §5.2), core->mu held ---------------------------- */
 
-/* ns per NFE admission and dispatch assume at now: static nfe_ns, adaptive max(nfe_ns, tail). */
+/* Wall time of ns of compute on a worker that cedes its CPU (docs/design.md §5.3): ns plus
+ * ceil(ns x cede_ns / cede_every_ns), saturating; ns itself when it never cedes. Summed over a
+ * lane's work this is within one cede_ns of the truth, which the admission reserve adds. */
+static inline uint64_t fer_with_cede(const struct fer_core *c, uint64_t ns)
+{
+    uint64_t cede = c->cfg.cede_ns, every = c->cfg.cede_every_ns;
+
+    if (cede == 0 || ns == 0) /* config_valid: cede_ns > 0 implies every in 1 .. 1 s */
+        return ns;
+    return fer_sat_add(ns, fer_sat_add(fer_sat_mul(ns / every, cede),
+                                       (ns % every * cede + every - 1) / every));
+}
+
+/* ns per NFE admission and dispatch assume at now: static nfe_ns, adaptive max(nfe_ns, tail),
+ * with the worker's ceded share. */
 static inline uint64_t fer_nfe_in_use(const struct fer_core *c, uint64_t now)
 {
-    return fer_cost_in_use(&c->cost, c->cfg.nfe_ns, now);
+    return fer_with_cede(c, fer_cost_in_use(&c->cost, c->cfg.nfe_ns, now));
 }
 
 /* ns per NFE the expiry check at dispatch assumes at now: static nfe_ns, adaptive
- * max(nfe_ns, quantile tail) (fer_cost_at_dispatch says why not the block mean). */
+ * max(nfe_ns, quantile tail) (fer_cost_at_dispatch says why not the block mean), ceded share
+ * included. */
 static inline uint64_t fer_nfe_at_dispatch(const struct fer_core *c, uint64_t now)
 {
-    return fer_cost_at_dispatch(&c->cost, c->cfg.nfe_ns, now);
+    return fer_with_cede(c, fer_cost_at_dispatch(&c->cost, c->cfg.nfe_ns, now));
 }
 
 /* ns per prefix pass admission and dispatch assume at now: 0 for single-graph models. */
 static inline uint64_t fer_prefix_in_use(const struct fer_core *c, uint64_t now)
 {
-    return c->cfg.two_phase ? fer_cost_in_use(&c->prefix_cost, c->cfg.prefix_ns, now) : 0;
+    return c->cfg.two_phase
+               ? fer_with_cede(c, fer_cost_in_use(&c->prefix_cost, c->cfg.prefix_ns, now))
+               : 0;
 }
 
 /* When work begun at start ends: its pending prefix (if any) then n NFEs, saturating. With no

@@ -171,6 +171,8 @@ class CoreConfig:
     payload_bytes: int = 0  # bytes of per-request payload in each slot; 0 = none
     prefix_ns: int = 0  # calibrated ns of one prefix pass; used only when two_phase
     batch_slots: int = 1  # B lanes per worker (docs/design.md §5.1): W x B lanes in all
+    cede_ns: int = 0  # §5.3: workers pause this long after each cede_every_ns of compute
+    cede_every_ns: int = 0  # (admission prices the pauses); 0 = they never do
 
 
 @dataclass

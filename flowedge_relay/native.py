@@ -23,6 +23,7 @@ and so the actions, are bit-identical (test/test_native.py).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -141,6 +142,39 @@ def _ptr(ctype: str, arr: np.ndarray):
     return ffi.cast(ctype, arr.ctypes.data)
 
 
+class Cede:
+    """One worker's pacing (docs/design.md §5.3): before a step, once `every_ns` of compute have
+    passed since it last paused (or last sat idle for `ns`), it sleeps `ns`. Both loops keep
+    `state` = [start of the current stretch of compute, lane time ceded: ns x rows held]
+    (uint64, csrc/fer_exec.h's cede_state), so a worker paces the same on either. The lanes are
+    held while it pauses, so their busy time (utilisation, capacity under load) counts it."""
+
+    def __init__(self, ns: int = 0, every_ns: int = 0) -> None:
+        if ns < 0 or every_ns < 0 or (ns > 0 and every_ns == 0):
+            raise ValueError(f"cede: {ns} ns every {every_ns} ns: both >= 0, every > 0 with a cede")
+        self.ns, self.every_ns = int(ns), int(every_ns)
+        self.state = np.zeros(2, np.uint64)
+
+    @property
+    def ceded_ns(self) -> int:
+        """Lane time ceded so far: ns x rows held."""
+        return int(self.state[1])
+
+    def before_step(self, last_step_end_ns: int, rows: int) -> None:
+        """The Python loop's side of fer_exec.c's cede(): the same rule, in Python."""
+        if self.ns == 0:
+            return
+        now = time.monotonic_ns()
+        if self.state[0] == 0 or now - last_step_end_ns >= self.ns:
+            self.state[0] = now
+        if now - int(self.state[0]) < self.every_ns:
+            return
+        time.sleep(self.ns * 1e-9)
+        after = time.monotonic_ns()
+        self.state[1] += np.uint64((after - now) * rows)
+        self.state[0] = after
+
+
 class Report:
     """Where one worker's native runs write what they measured (fer_exec_report).
 
@@ -148,11 +182,12 @@ class Report:
     at one row is one per NFE); `counters` holds [nfe_count, last_progress_ns, step_count] as
     uint64, written by C while the run goes on (atomic stores), read by the supervisor and the
     diagnostics. `step_rows` (int32, the ring's length, optional) gets each step's row count.
-    `probe` (bench only) is a workers.NfeProbeHook (set_nfe_probe_factory).
+    `probe` (bench only) is a workers.NfeProbeHook (set_nfe_probe_factory). `cede` is the
+    worker's Cede (docs/design.md §5.3), whose state the runs keep.
     """
 
     def __init__(self, nfe_ring: np.ndarray, counters: np.ndarray, probe=None,
-                 step_rows: np.ndarray | None = None) -> None:
+                 step_rows: np.ndarray | None = None, cede: Cede | None = None) -> None:
         if nfe_ring.dtype != np.int64 or not nfe_ring.flags.c_contiguous or nfe_ring.size < 1:
             raise ValueError("nfe_ring: expected a contiguous int64 array")
         if counters.dtype != np.uint64 or counters.ndim != 1 or counters.size < 3:
@@ -160,8 +195,11 @@ class Report:
         if step_rows is not None and (step_rows.dtype != np.int32 or step_rows.shape
                                       != nfe_ring.shape or not step_rows.flags.c_contiguous):
             raise ValueError("step_rows: expected a contiguous int32 array like nfe_ring")
-        self._keep = (nfe_ring, counters, probe, step_rows)
+        self._keep = (nfe_ring, counters, probe, step_rows, cede)
         r = self.c = ffi.new("struct fer_exec_report *")
+        if cede is not None and cede.ns > 0:
+            r.cede_ns, r.cede_every_ns = cede.ns, cede.every_ns
+            r.cede_state = _ptr("uint64_t *", cede.state)
         r.nfe_ring = _ptr("int64_t *", nfe_ring)
         r.ring_len = nfe_ring.size
         r.nfe_count = _ptr("uint64_t *", counters)

@@ -673,7 +673,8 @@ class RelayNode(LifecycleNodeMixin, Node):
         intake = self.counters()
         pool = s.pool
         p50, p99, samples = pool.nfe_percentiles() if pool else (0.0, 0.0, 0)
-        busy = stats.busy_ns + (pool.inflight_ns(now) if pool else 0)
+        # a worker's pauses (design.md §5.3) hold its lanes: busy time, as the NFEs are
+        busy = stats.busy_ns + (pool.inflight_ns(now) + pool.ceded_ns() if pool else 0)
         meter = self._util_windows.setdefault(window, _BusyWindow())
         utilisation = meter.update(now, busy, stats.lanes_alive)
         lat50, lat99 = p50_p99(s.output.latencies_ms())

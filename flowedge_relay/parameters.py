@@ -251,6 +251,23 @@ SPECS: tuple[Spec, ...] = (
         99,
     ),
     Spec(
+        "worker_rt_cede_us",
+        500,
+        "with worker_rt_priority: a worker pauses this long after each worker_rt_cede_every_us "
+        "of compute, handing normal tasks the CPU share the kernel reserves for them in slices "
+        "instead of one ~50 ms stop a second (docs/design.md §5.3); admission prices the "
+        "pauses; 0 = never pause",
+        0,
+        1_000_000,
+    ),
+    Spec(
+        "worker_rt_cede_every_us",
+        7_500,
+        "with worker_rt_priority and worker_rt_cede_us: compute between two pauses, us",
+        1,
+        1_000_000,
+    ),
+    Spec(
         "publisher_cpu_affinity",
         Parameter.Type.INTEGER_ARRAY,
         "CPUs for the publisher thread (outcome rings -> flowedge/actions); unset = no pinning",

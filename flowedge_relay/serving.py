@@ -24,6 +24,7 @@ from flowedge_relay.validation import ModelContract, Validator
 from flowedge_relay.workers import SlotInputs, WorkerPool
 
 MS = 1_000_000
+US = 1_000
 
 
 def cost_fields(p: dict) -> dict[str, int]:
@@ -33,6 +34,16 @@ def cost_fields(p: dict) -> dict[str, int]:
         "cost_window_ns": p["cost_window_ms"] * MS,
         "cost_quantile_ppm": round(p["cost_quantile"] * 1_000_000),
     }
+
+
+def cede_fields(p: dict) -> dict[str, int]:
+    """The workers' pacing (docs/design.md §5.3) as the core's config fields, which are also
+    the WorkerPool's arguments: only real-time workers cede (a normal-priority one shares its CPU
+    with normal tasks anyway)."""
+    if p["worker_rt_priority"] == 0 or p["worker_rt_cede_us"] == 0:
+        return {"cede_ns": 0, "cede_every_ns": 0}
+    return {"cede_ns": p["worker_rt_cede_us"] * US,
+            "cede_every_ns": p["worker_rt_cede_every_us"] * US}
 
 
 def thread_settings(p: dict, prefix: str) -> ThreadSettings:
@@ -111,7 +122,7 @@ class Serving:
             reject_if_queue_age_ns_gte=p["reject_if_queue_age_ms_gte"] * MS,
             queue_timeout_ns=p["queue_timeout_ms"] * MS,
             session_idle_ns=p["session_idle_ms"] * MS,
-            **cost_fields(p), **package_fields,
+            **cost_fields(p), **cede_fields(p), **package_fields,
         ))  # fmt: skip
         self.core.set_accepting(accepting)
         self.core.hold_dispatch(hold)
@@ -162,6 +173,7 @@ class Serving:
             cpu_affinity=p["worker_cpu_affinity"], rt_priority=p["worker_rt_priority"],
             output_wait_ns=p["action_output_wait_ms"] * MS, stall_ns=p["worker_stall_ms"] * MS,
             fault_nfe_delay_ns=int(p["fault_nfe_delay_ms"] * MS), nfe_loop=p["nfe_loop"],
+            **cede_fields(p),
             logger=self.node.get_logger(), thread_roles=self.node.thread_roles,
         )  # fmt: skip
 

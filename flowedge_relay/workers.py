@@ -209,6 +209,7 @@ class _Worker:
     intra_op_affinities: str = ""  # its sessions' pool threads' CPUs (realtime.ThreadRoles)
     nfe_loop: str = ""  # "native" or "python" once the thread has its sessions
     nfe_loop_note: str = ""  # why python, when native was not possible
+    cede: _native.Cede = field(default_factory=_native.Cede)  # its pacing (design.md §5.3)
 
     # each an int view of one of `counters` (the native loop's C code stores to them too)
     nfe_count = _Counter(0, "NFEs computed")
@@ -273,6 +274,8 @@ class WorkerPool:
         stall_ns: int = 2_000_000_000,
         wait_timeout_ns: int = 100_000_000,
         fault_nfe_delay_ns: int = 0,
+        cede_ns: int = 0,
+        cede_every_ns: int = 0,
         nfe_loop: str = "auto",
         ort_library: str | None = None,
         logger=None,
@@ -311,7 +314,8 @@ class WorkerPool:
         # worker w and its k - 1 ONNX Runtime pool threads take entries w*k .. w*k+k-1 (mod n)
         cpus, k = list(cpu_affinity or ()), intra_op_threads
         self._workers = [
-            _Worker(lane, tuple(cpus[(lane * k + j) % len(cpus)] for j in range(k)) if cpus else ())
+            _Worker(lane, tuple(cpus[(lane * k + j) % len(cpus)] for j in range(k))
+                    if cpus else (), cede=_native.Cede(cede_ns, cede_every_ns))
             for lane in range(workers)
         ]
         if _probe_factory is not None:  # bench only (set_nfe_probe_factory)
@@ -434,6 +438,10 @@ class WorkerPool:
                 total += max(now - w.last_progress_ns, 0) * max(w.slots_in_use, 1)
         return total
 
+    def ceded_ns(self) -> int:
+        """Lane time the workers have ceded (docs/design.md §5.3): held, so busy."""
+        return sum(w.cede.ceded_ns for w in self._workers)
+
     @property
     def nfe_count(self) -> int:
         return sum(w.nfe_count for w in self._workers)
@@ -472,6 +480,7 @@ class WorkerPool:
                 "nfe_count": w.nfe_count,
                 "nfe_loop": w.nfe_loop,
                 "nfe_loop_note": w.nfe_loop_note,
+                "ceded_ns": w.cede.ceded_ns,
                 "error": repr(w.error) if w.error else None,
             }
             for w in self._workers
@@ -556,7 +565,7 @@ class WorkerPool:
         rows.attach(nat)
         if prefix is not None:
             rows.attach_prefix(prefix)
-        w.report = _native.Report(w.nfe_ns, w.counters, w.probe, w.step_rows)
+        w.report = _native.Report(w.nfe_ns, w.counters, w.probe, w.step_rows, w.cede)
         w.nfe_loop = "native"
 
     def _make_rows(self, w: _Worker) -> BatchRows:
@@ -662,6 +671,7 @@ class WorkerPool:
         call with each row's solver update, then Core.step per row (the step's cost is each
         row's NFE cost: every slot advanced one NFE in it)."""
         core, n, probe = self.core, rows.n, w.probe
+        w.cede.before_step(w.last_progress_ns, n)
         t0 = time.monotonic_ns()
         if probe is not None:
             probe.mark(0)

@@ -9,6 +9,7 @@
 
 import heapq
 
+import pytest
 from core_helpers import request
 from flowedge_relay._fer_core import ffi, lib
 from hypothesis import given, settings
@@ -220,6 +221,49 @@ def test_core_single_lane_decision_is_prefix_sum(queued, running, x, reserve):
         fits = prefix_sum_first_miss(lane_start, jobs, pos, nfe, reserve) == len(jobs)
         got = c.submit(q_request(100, x[0], x[1], now), now)
         assert got == (Decision.ACCEPTED if fits else Decision.REJECTED_DEADLINE)
+
+
+def with_cede(ns: int, cede: int, every: int) -> int:
+    """docs/design.md §5.3: ns of compute on a worker that pauses `cede` per `every` of it."""
+    return ns + (ns * cede + every - 1) // every if cede else ns
+
+
+@settings(max_examples=300, deadline=None)
+@given(queued=st.lists(st.tuples(st.integers(0, 3000), st.integers(1, 8)), max_size=12),
+       running=st.integers(0, 8), x=st.tuples(st.integers(1, 3000), st.integers(1, 8)),
+       reserve=st.sampled_from([0, 30]), cede=st.sampled_from([0, 1, 7, 50]),
+       every=st.sampled_from([1, 60, 333, 10_000]))
+def test_core_prices_the_workers_pauses(queued, running, x, reserve, cede, every):
+    """With pacing (cede_ns per cede_every_ns of compute) the decision is the prefix-sum test at
+    the paced NFE cost, with one more pause in the reserve; stats show the paced cost."""
+    nfe, now = 100, 1_000_000
+    config = CoreConfig(workers=1, queue_capacity=64, obs_dim=1, action_len=0, cede_ns=cede,
+                        cede_every_ns=every)
+    paced = with_cede(nfe, cede, every)
+    with Core(config) as c:
+        lane_start = now
+        if running:
+            c.submit(q_request(99, 0, running, now), now)
+            c.dispatch(0, now)
+            lane_start = now + running * paced
+        for i, (rel, n) in enumerate(queued):   # admission off while the queue is built
+            assert c.submit(q_request(i, rel, n, now), now) == Decision.ACCEPTED
+        c.set_calibration(nfe, reserve)
+        assert c.cost_stats(now).in_use_ns == paced
+        q = [(item.deadline_ns, item.remaining_nfe) for item in c.queue_snapshot()]
+        xd = now + x[0]
+        pos = sum(1 for d, _ in q if d != 0 and d <= xd)
+        jobs = q[:pos] + [(xd, x[1])] + q[pos:]
+        fits = prefix_sum_first_miss(lane_start, jobs, pos, paced, reserve + cede) == len(jobs)
+        got = c.submit(q_request(100, x[0], x[1], now), now)
+        assert got == (Decision.ACCEPTED if fits else Decision.REJECTED_DEADLINE)
+
+
+def test_pacing_config_is_checked():
+    for bad in ({"cede_ns": 1, "cede_every_ns": 0}, {"cede_ns": 10**9 + 1, "cede_every_ns": 1},
+                {"cede_ns": 1, "cede_every_ns": 10**9 + 1}):
+        with pytest.raises(ValueError):
+            Core(CoreConfig(obs_dim=1, action_len=0, **bad))
 
 
 @settings(max_examples=300, deadline=None)

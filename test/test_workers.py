@@ -320,3 +320,29 @@ def test_p50_p99_is_numpys_percentile(values, floats):
     arr = np.asarray(values, np.float64 if floats else np.int64)
     want = tuple(float(v) for v in np.percentile(arr, [50, 99])) if arr.size else (0.0, 0.0)
     assert p50_p99(arr) == want
+
+
+@pytest.mark.parametrize("nfe_loop", ["auto", "python"])
+def test_a_pacing_worker_cedes_between_steps_on_either_loop(model, reference, nfe_loop):
+    """docs/design.md §5.3: with a cede every 1 ns of compute, each step after the first is
+    preceded by a pause of cede_ns (a sleep: never shorter), counted in ceded_ns and inside the
+    request's compute time; the actions are the same bits as without pacing."""
+    cede = 20 * MS
+    with make_core() as core, WorkerPool(core, model, workers=1, nfe_loop=nfe_loop,
+                                         cede_ns=cede, cede_every_ns=1) as pool:
+        submit(core, request(b"a", 1, nfe=4, seed=5))
+        (out,) = collect(core, 1)
+        (info,) = pool.worker_info()
+    assert info["nfe_loop"] == ("native" if nfe_loop == "auto" else "python")
+    assert out.code == Code.INFERENCE and out.nfe_done == 4
+    assert out.actions.tobytes() == reference.sample(OBS[1], 5, 4).tobytes()
+    assert info["ceded_ns"] >= 3 * cede and out.compute_ns >= 3 * cede
+
+
+def test_a_worker_that_never_cedes_counts_nothing(model):
+    with make_core() as core, WorkerPool(core, model, workers=1) as pool:
+        submit(core, request(b"a", 1, nfe=4))
+        collect(core, 1)
+        assert pool.worker_info()[0]["ceded_ns"] == 0
+    with pytest.raises(ValueError, match="every"):
+        WorkerPool(core, model, workers=1, cede_ns=1, cede_every_ns=0)
