@@ -36,11 +36,13 @@ mkdir -p "$OUT"
 # overload-rt-* reports run the EDF policies at 2x and 3x in the real-time deployment mode
 # (docs/robot-computer.md; the relay's threads at SCHED_FIFO, memory locked, Fast DDS's threads
 # from config/fastdds_realtime.xml) next to one (1hog) or two (2hogs: both cores of a 2-core host)
-# continuously spinning neighbours at normal priority; overload-normal-* run the same without the
-# mode, for the contrast. batching measures saturated capacity at batch_slots 1-16 per model and
+# continuously spinning neighbours at normal priority, running from before the inline calibration
+# (a robot is calibrated with its load on); overload-normal-* run the same without the mode, for
+# the contrast. batching measures saturated capacity at batch_slots 1-16 per model and
 # the 2x trace at B = 8 vs B = 1. rtc runs the closed-loop detour task at inference delays
 # 0-4 (nothing timed: deterministic).
-RT_TRACE="--model bench --policies edf_admission edf_adaptive --loads 2 3 --noise continuous"
+RT_TRACE="--model bench --policies edf_admission edf_adaptive --loads 2 3 --noise continuous
+          --calibrate-under-noise"
 declare -A ARGS=(
     [model]=""
     [admission]=""
@@ -79,7 +81,7 @@ for name in "${ORDER[@]}"; do
         continue
     fi
     plot=(--plot "$OUT/$name.png")
-    if [ "$sub" = nfe-breakdown ] || [ "$sub" = intake ]; then plot=(); fi  # tables, no plot
+    if [ "$sub" = nfe-breakdown ] || [ "$sub" = intake ] || [ "$sub" = swap ]; then plot=(); fi  # tables, no plot
     echo "== flowedge_relay_bench $sub ${ARGS[$name]:-} --json $OUT/$name.json ${plot[*]}" >&2
     # shellcheck disable=SC2086
     if python -m flowedge_relay.tooling.bench "$sub" ${ARGS[$name]:-} \

@@ -245,10 +245,21 @@ def test_overload_realtime_mode_with_two_hogs():
     beside each point, with the mode and the two hogs of --noise-hogs 2 in the header."""
     intake, worker = CPUS[0], CPUS[-1]
     argv = ["--quick", "--duration", "0.2", "--loads", "1", "--policies", "edf_admission",
-            "--noise", "10/90", "--noise-hogs", "2", "--realtime", "--rt-dds",
-            "--rt-intake-cpus", str(intake), "--rt-worker-cpus", str(worker)]
+            "--noise", "10/90", "--noise-hogs", "2", "--calibrate-under-noise", "--realtime",
+            "--rt-dds", "--rt-intake-cpus", str(intake), "--rt-worker-cpus", str(worker),
+            "--latency-probe-s", "0.5"]
     report = _roundtrip(overload.run(_args(overload, argv)))
     assert report["noise"]["processes"] == 2 and report["noise"]["cpu_seconds"] > 0
+    assert report["calibrated_under_noise"]
+    # the client runs as a robot's controller would, the probe measured the workers' CPU and
+    # the reserve covers the longest late wake-up it saw
+    latency = report["host_latency"]
+    assert latency["cpu"] == worker and latency["samples"] > 100
+    assert report["admission_reserve_ns"] >= latency["late_ns_max"]
+    if fifo_refused() is None:
+        assert report["client_mode"].startswith("SCHED_FIFO 45") and latency["priority"] == 51
+    else:
+        assert report["client_mode"].startswith("normal scheduling") and latency["refused"]
     assert report["mode"].startswith("real-time") and "Fast DDS threads 58" in report["mode"]
     asked = report["realtime"]["asked"]
     assert (asked["executor_rt_priority"], asked["publisher_rt_priority"],
@@ -271,6 +282,7 @@ def test_overload_realtime_mode_with_two_hogs():
     assert row["applied"] == overload.applied_short(point["realtime_applied"])
     table = overload.table(report)
     assert "mode: real-time" in table and "(2 hogs)" in table and row["applied"] in table
+    assert f"host latency on CPU {worker}" in table and "since before the calibration" in table
     with pytest.raises(ValueError, match="in-process"):
         overload.realtime_params(_args(overload, ["--realtime", "--in-process"]))
 

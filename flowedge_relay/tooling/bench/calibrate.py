@@ -40,7 +40,8 @@ Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-r
   recommended_nfe_ns               = ceil(margin x max(p99 of e2e ns per NFE,
                                                        p99 of loaded compute ns per NFE,
                                                        p99 of the step saturated and at 3x)), in us
-  recommended_admission_reserve_ns = ceil(margin x p99 of the fixed part), whole microseconds
+  recommended_admission_reserve_ns = ceil(margin x max(p99 of the fixed part, the longest stall
+                                                       a saturated request met)), whole us
   recommended_prefix_ns            = ceil(margin x max(p99 of the relay's prefix passes,
                                                        the same p99 under saturation)), in us
                                      (two-phase models; 0 otherwise: prefix_ns is unused)
@@ -300,6 +301,18 @@ def _per_nfe(total_ns: np.ndarray, nfe_done: np.ndarray, prefix_ns: float) -> np
     return np.maximum(total_ns - prefix_ns, 0) / np.maximum(nfe_done, 1)
 
 
+def _stall_max(samples: dict) -> float:
+    """The longest a saturated request's compute ran over its NFEs at the median per-NFE cost:
+    the largest stall (preemption, a hypervisor's steal, the kernel's share for normal tasks) one
+    request met while the relay was busy. A reserve below it lets an admitted request that meets
+    such a stall end late."""
+    compute, nfe_done = samples.get("loaded_compute_ns"), samples.get("loaded_nfe_done")
+    if compute is None or len(compute) == 0:
+        return 0.0
+    per_nfe = float(np.median(compute / np.maximum(nfe_done, 1)))
+    return float(max(np.max(compute - nfe_done * per_nfe), 0.0))
+
+
 def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
     """Percentiles and the recommendation (every value in ns)."""
     two_phase = "relay_prefix" in samples
@@ -333,7 +346,9 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
     bound = max(report["e2e_ns_per_nfe_p99"], report.get("loaded_compute_ns_per_nfe_p99", 0.0),
                 report["loaded_step_ns_p99"], report["overloaded_step_ns_p99"])
     report["recommended_nfe_ns"] = _us_ceil(margin * bound)
-    report["recommended_admission_reserve_ns"] = _us_ceil(margin * report["fixed_overhead_ns_p99"])
+    report["loaded_stall_ns_max"] = _stall_max(samples)
+    report["recommended_admission_reserve_ns"] = _us_ceil(
+        margin * max(report["fixed_overhead_ns_p99"], report["loaded_stall_ns_max"]))
     report["recommended_prefix_ns"] = 0
     if two_phase:
         # the relay's workers time each prefix pass; p50/p99 over its recent passes per phase
@@ -456,7 +471,8 @@ def table(report: dict) -> str:
         f"{report.get('overloaded_requests', 0)} sent) "
         f"{report.get('overloaded_step_ns_p99', 0.0) / 1e3:.0f} us",
         f"recommended admission_reserve_ns = {report['recommended_admission_reserve_ns']:>10d}"
-        "  (p99 fixed part x margin)",
+        f"  (max of the p99 fixed part and the longest stall of a saturated request, "
+        f"{report.get('loaded_stall_ns_max', 0.0) / 1e3:.0f} us, x margin)",
     ]
     command = (f"  flowedge-relayd --nfe-ns {report['recommended_nfe_ns']} "
                f"--admission-reserve-ns {report['recommended_admission_reserve_ns']}")

@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))  # may start ignored in a background job
+    # a neighbour at normal priority, whatever its parent runs at (overload --realtime's client
+    # is SCHED_FIFO, and a child inherits its parent's class)
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     try:
         spin(args.busy_ms, args.sleep_ms)
     except SystemExit:

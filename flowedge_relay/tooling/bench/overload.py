@@ -25,7 +25,8 @@ alike:
 sleep 50 ms) from after the inline calibration to the end of the trace: the host gets busier
 after calibration, which is what the adaptive cost model is for. It is recorded under `noise`.
 `--noise-hogs 2` runs two of them (on a 2-core host both cores busy at normal priority, as
-perception and planning keep a robot computer's cores busy).
+perception and planning keep a robot computer's cores busy). `--calibrate-under-noise` starts
+them before the inline calibration instead, as a robot is calibrated with its load running.
 
 `--realtime` starts the relay process in the real-time deployment mode (docs/robot-computer.md):
 the request intake and the publisher at SCHED_FIFO 60 and 55 on `--rt-intake-cpus` (default the
@@ -69,14 +70,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 from flowedge_relay.core import CODE_NAMES
-from flowedge_relay.tooling.bench import calibrate, noise
+from flowedge_relay.tooling.bench import calibrate, latency, noise
 from flowedge_relay.tooling.bench.client import (
     INFERENCE,
     collector_paused,
@@ -84,6 +87,7 @@ from flowedge_relay.tooling.bench.client import (
     parse_relay_params,
     percentiles,
     relay_for_bench,
+    saturate,
     set_policy,
     wait_idle,
     warm_up,
@@ -114,6 +118,10 @@ REPORT_CODES = CODE_NAMES
 #: --realtime's SCHED_FIFO priorities: config/relay.yaml's real-time example (intake above the
 #: publisher above the workers; Fast DDS's threads at 58 in config/fastdds_realtime.xml)
 RT_PRIORITIES = {"executor": 60, "publisher": 55, "worker": 50}
+#: --realtime: the client's SCHED_FIFO priority during the trace, below all of the relay's
+RT_CLIENT_PRIORITY = 45
+#: --realtime: seconds of the host latency probe (bench/latency.py) before the trace
+LATENCY_PROBE_S = 10.0
 FASTDDS_PROFILE = Path(__file__).resolve().parents[3] / "config" / "fastdds_realtime.xml"
 _ALLOWED = sorted(os.sched_getaffinity(0))
 
@@ -146,6 +154,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--noise-hogs", type=int, default=1, metavar="N",
                         help="with --noise: run N neighbour processes (2 on a 2-core host: both "
                              "cores busy at normal priority)")
+    parser.add_argument("--calibrate-under-noise", action="store_true",
+                        help="with --noise: start the neighbours before the inline calibration, "
+                             "as a robot computer is calibrated with its perception running "
+                             "(default: after it, to show the host getting busier)")
     parser.add_argument("--realtime", action="store_true",
                         help="start the relay in the real-time deployment mode: request intake "
                              f"and publisher at SCHED_FIFO {RT_PRIORITIES['executor']} / "
@@ -158,6 +170,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rt-worker-cpus", type=int, nargs="+", metavar="CPU",
                         default=[_ALLOWED[-1]],
                         help=f"--realtime: CPUs of the workers (default {_ALLOWED[-1]})")
+    parser.add_argument("--rt-client-priority", type=int, default=RT_CLIENT_PRIORITY,
+                        metavar="PRIO",
+                        help="--realtime: this process's threads (the producer "
+                             "and the answers' subscriber, its DDS threads included) run at "
+                             "SCHED_FIFO PRIO, as a robot runs the controller that waits for the "
+                             f"answers (default {RT_CLIENT_PRIORITY}; 0: normal scheduling, so a "
+                             "starved client shows as late answers the relay published in time)")
+    parser.add_argument("--latency-probe-s", type=float, default=LATENCY_PROBE_S, metavar="S",
+                        help="--realtime: after the inline calibration, measure the host's "
+                             "wake-up latency on the workers' CPU for S seconds with the relay "
+                             "saturated (bench/latency.py, like cyclictest) and admit with a "
+                             "reserve of at least its longest late wake-up (default "
+                             f"{LATENCY_PROBE_S:g}; 0: off)")
     parser.add_argument("--rt-dds", action="store_true",
                         help="--realtime: Fast DDS's own threads at SCHED_FIFO too, from "
                              "config/fastdds_realtime.xml")
@@ -301,9 +326,14 @@ def run(args: argparse.Namespace) -> dict:
     results: dict[str, dict[str, dict]] = {p: {} for p in args.policies}
     with Progress("overload", points + 1, unit=" points") as bar:
         bar.update(label="starting relay")
-        with relay_for_bench(args.in_process, env=env, **params) as (relay, client):
+        with (relay_for_bench(args.in_process, env=env, **params) as (relay, client),
+              realtime_client(args) as client_mode, contextlib.ExitStack() as hogs):
             warm_up(client)
             applied = applied_settings(relay)
+            hog = (noise.cpu_hog(args.noise, args.noise_hogs) if args.noise
+                   else contextlib.nullcontext())  # fmt: skip
+            if args.calibrate_under_noise:
+                noise_info = hogs.enter_context(hog)
             bar.update(label="inline calibration")
             cal = calibrate.inline(relay, client, spec.mean_nfe, cal_requests, cal_loaded_s)
             capacity, ns_per_nfe, service_ns = calibrate.capacity(cal, spec.mean_nfe,
@@ -313,6 +343,12 @@ def run(args: argparse.Namespace) -> dict:
             nfe_ns = args.nfe_ns or cal["recommended_nfe_ns"]
             reserve = (args.admission_reserve_ns if args.admission_reserve_ns is not None
                        else cal["recommended_admission_reserve_ns"])  # fmt: skip
+            host_latency = None
+            if args.realtime and args.latency_probe_s > 0:
+                bar.update(label="host latency")
+                host_latency = _host_latency(args, client, round(spec.mean_nfe))
+                if args.admission_reserve_ns is None:  # the calibration's, or the longest stall
+                    reserve = max(reserve, math.ceil(host_latency["late_ns_max"] / 1e3) * 1_000)
             prefix_ns = None
             if two_phase:
                 prefix_ns = (args.prefix_ns if args.prefix_ns is not None
@@ -322,11 +358,11 @@ def run(args: argparse.Namespace) -> dict:
             timeout_ms = args.queue_timeout_ms or max(1, round(median_slack_ms - mean_service_ms))
             bar.advance(label="trace")
             drain = spec.slack_max_ms / 1e3 + 2.0
-            hog = (noise.cpu_hog(args.noise, args.noise_hogs) if args.noise
-                   else contextlib.nullcontext())  # fmt: skip
-            with hog as noise_info:
-                _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, bar,
-                       results, _policy_params_for(nfe_ns, reserve, timeout_ms, prefix_ns))
+            if not args.calibrate_under_noise:
+                noise_info = hogs.enter_context(hog)
+            _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, bar,
+                   results, _policy_params_for(nfe_ns, reserve, timeout_ms, prefix_ns))
+            hogs.close()  # the noise's figures are final once it stopped
             nfe_p50, nfe_p99, _ = relay.pool.nfe_percentiles()
     cal_public = {k: v for k, v in cal.items() if not isinstance(v, list | dict)}
     report = {
@@ -355,6 +391,7 @@ def run(args: argparse.Namespace) -> dict:
         "nfe_ns": nfe_ns,
         "prefix_ns": prefix_ns or 0,
         "admission_reserve_ns": reserve,
+        "host_latency": host_latency,
         "queue_timeout_ms": timeout_ms,
         "worker_nfe_p50_ns": nfe_p50,
         "worker_nfe_p99_ns": nfe_p99,
@@ -362,7 +399,9 @@ def run(args: argparse.Namespace) -> dict:
         "relay": "in-process" if args.in_process else "flowedge-relayd process",
         "relay_params": parse_relay_params(args.relay_param),
         "noise": noise_info,
+        "calibrated_under_noise": bool(args.noise and args.calibrate_under_noise),
         "mode": _mode(args),
+        "client_mode": client_mode,
         "realtime": ({"asked": realtime_params(args), "env": env or {}} if args.realtime
                      else None),
         "realtime_applied": applied,
@@ -383,6 +422,58 @@ def realtime_params(args: argparse.Namespace) -> dict:
             "publisher_rt_priority": p["publisher"], "publisher_cpu_affinity": args.rt_intake_cpus,
             "worker_rt_priority": p["worker"], "worker_cpu_affinity": args.rt_worker_cpus,
             "lock_memory": True}  # fmt: skip
+
+
+def _latency_text(found: dict | None) -> str:
+    if not found:
+        return "host latency: not measured (--realtime only)"
+    return (f"host latency on CPU {found['cpu']} at SCHED_FIFO {found['priority']}, "
+            f"{found['seconds']:g} s saturated: late wake-up p99 {found['late_ns_p99'] / 1e3:.0f} "
+            f"us, max {found['late_ns_max'] / 1e6:.1f} ms, {found['over_1ms']} over 1 ms, steal "
+            f"{found['steal_ms']:.0f} ms" + (f"; {found['refused']}" if found["refused"] else ""))
+
+
+def _host_latency(args: argparse.Namespace, client, nfe: int) -> dict:
+    """--realtime: the wake-up latency on the workers' first CPU, one priority above them
+    (bench/latency.py), for --latency-probe-s while the relay is kept saturated, as the trace
+    will keep it. Its longest late wake-up is a stall an admitted request can meet."""
+    found: dict = {}
+    cpu, prio = args.rt_worker_cpus[0], RT_PRIORITIES["worker"] + 1
+    thread = threading.Thread(target=lambda: found.update(
+        latency.probe(cpu, prio, args.latency_probe_s)), name="bench-latency-probe")
+    thread.start()
+    saturate(client, args.workers, nfe, args.latency_probe_s + 0.5, "bench-latency")
+    thread.join()
+    return found
+
+
+@contextlib.contextmanager
+def realtime_client(args: argparse.Namespace):
+    """--realtime: every thread of this process (the client's executor, the sender threads the
+    calibration and the trace start from the main thread, and its DDS threads) at SCHED_FIFO
+    --rt-client-priority until exit; the hogs set themselves back to normal scheduling (noise.py).
+    Yields what it set, said in the report's client_mode."""
+    prio = getattr(args, "rt_client_priority", 0)
+    if not args.realtime or prio <= 0:
+        yield "normal scheduling"
+        return
+    tids = [int(t) for t in os.listdir("/proc/self/task")]
+    done = []
+    try:
+        for tid in tids:
+            try:
+                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(prio))
+                done.append(tid)
+            except OSError:
+                pass  # a thread that ended meanwhile, or no CAP_SYS_NICE: said below
+        yield (f"SCHED_FIFO {prio}, {len(done)} of {len(tids)} threads" if done
+               else f"normal scheduling (SCHED_FIFO {prio} refused)")
+    finally:
+        for tid in done:
+            try:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            except OSError:
+                pass
 
 
 def _realtime_env(args: argparse.Namespace) -> dict[str, str] | None:
@@ -558,8 +649,12 @@ def table(report: dict) -> str:
         + " (inline calibration; edf_adaptive admits with "
         f"max(nfe_ns, measured NFE tail)); queue_timeout: "
         f"queue_timeout_ms={report['queue_timeout_ms']}",
-        f"relay: {report.get('relay', '?')}; noise: {_noise_text(report.get('noise'))}",
-        f"mode: {report.get('mode', 'normal scheduling')}; applied at start (read back from the "
+        f"relay: {report.get('relay', '?')}; noise: {_noise_text(report.get('noise'))}"
+        + (" (running since before the calibration)" if report.get("calibrated_under_noise")
+           else ""),
+        _latency_text(report.get("host_latency")),
+        f"mode: {report.get('mode', 'normal scheduling')}; client: "
+        f"{report.get('client_mode', 'normal scheduling')}; applied at start (read back from the "
         f"relay's workers status): {applied_short(report.get('realtime_applied') or {})}",
         format_rows(report["rows"]),
     ]

@@ -425,8 +425,11 @@ def _section(name: str, report: dict, img: str | None) -> list[str]:
             f"{report['nfe_ns']}, admission_reserve_ns={report['admission_reserve_ns']}; "
             f"queue_timeout_ms={report['queue_timeout_ms']}. Relay: "
             f"{report.get('relay', 'in-process')}; noise: "
-            f"{(report.get('noise') or {}).get('description', 'none')}; scheduling: "
-            f"{report.get('mode', 'normal scheduling')}.",
+            f"{(report.get('noise') or {}).get('description', 'none')}"
+            f"{' (since before the calibration)' if report.get('calibrated_under_noise') else ''}"
+            "; scheduling: "
+            f"{report.get('mode', 'normal scheduling')}; the client: "
+            f"{report.get('client_mode', 'normal scheduling')}.",
             "",
         ]
     rows = report.get("rows")
