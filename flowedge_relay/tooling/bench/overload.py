@@ -121,7 +121,7 @@ RT_PRIORITIES = {"executor": 60, "publisher": 55, "worker": 50}
 #: --realtime: the client's SCHED_FIFO priority during the trace, below all of the relay's
 RT_CLIENT_PRIORITY = 45
 #: --realtime: seconds of the host latency probe (bench/latency.py) before the trace
-LATENCY_PROBE_S = 10.0
+LATENCY_PROBE_S = 30.0
 FASTDDS_PROFILE = Path(__file__).resolve().parents[3] / "config" / "fastdds_realtime.xml"
 _ALLOWED = sorted(os.sched_getaffinity(0))
 
