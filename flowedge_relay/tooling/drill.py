@@ -374,7 +374,7 @@ def run_drill(cond: Conditions, admission: dict, log: Callable[[str], None] = pr
         spinning,
         status_values,
         wait_for,
-        wait_for_subscribers,
+        wait_for_relay,
     )
 
     path = model_path(model)
@@ -388,9 +388,7 @@ def run_drill(cond: Conditions, admission: dict, log: Callable[[str], None] = pr
                              probe=lambda: {"lanes_busy": core.stats().lanes_busy})
         try:
             with spinning(client, context=h.ctx):
-                wait_for_subscribers(client.pub)
-                if not wait_for(lambda: client.actions_sub.get_publisher_count() >= 1, 10):
-                    raise TimeoutError("the drill client never matched flowedge/actions")
+                wait_for_relay(client.pub, client.actions_sub)
                 # Warm-up: one short request with no deadline, so the DDS path is hot.
                 warm = client.run_trial(Trial("warmup", "flowedge-drill-warmup", 1, 1, 0,
                                               10_000 * MS, 1, 10_000 * MS))

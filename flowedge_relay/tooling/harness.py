@@ -64,6 +64,13 @@ def wait_for_subscribers(publisher, count: int = 1, timeout: float = 10.0) -> No
         raise TimeoutError(f"no subscriber matched {publisher.topic_name} within {timeout} s")
 
 
+def wait_for_relay(requests_pub, answers_sub, timeout: float = 10.0) -> None:
+    """A client and a relay see each other both ways: requests reach it, answers come back."""
+    wait_for_subscribers(requests_pub, timeout=timeout)
+    if not wait_for(lambda: answers_sub.get_publisher_count() >= 1, timeout):
+        raise TimeoutError(f"no publisher matched {answers_sub.topic_name} within {timeout} s")
+
+
 # -- requests for whatever a relay serves ----------------------------------------------------
 
 MODEL_CHOICES = ("small (the relay's default), bench (~1 ms per NFE), vision (the bundled "
@@ -327,8 +334,11 @@ def running_relay(**params) -> Iterator[RelayHarness]:
         harness = RelayHarness(ctx, relay, client)
         with spinning(client, context=ctx):
             # the subscription matches at construction, the request thread starts later: a
-            # request sent in between waits in the middleware and its deadline runs meanwhile
+            # request sent in between waits in the middleware and its deadline runs meanwhile.
+            # Both directions: an answer published before the relay's writer has matched the
+            # client's reader is dropped, and a test waiting for it stalls.
             wait_for_subscribers(harness.pub)
+            wait_for_subscribers(relay.actions_publisher)
             if not relay.taking_requests.wait(30):
                 raise TimeoutError("the relay did not start taking requests within 30 s")
             yield harness

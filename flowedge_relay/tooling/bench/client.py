@@ -58,7 +58,7 @@ from flowedge_relay.tooling.harness import (
     served_model,
     spinning,
     wait_for,
-    wait_for_subscribers,
+    wait_for_relay,
 )
 
 INFERENCE = Code.INFERENCE
@@ -324,9 +324,7 @@ def bench_relay(**params) -> Iterator[tuple[object, BenchClient]]:
             raise RuntimeError(f"relay could not load its model: {relay.model_error}")
         client = BenchClient(node, relay.model)
         with spinning(node, context=ctx):
-            wait_for_subscribers(client.pub)
-            if not wait_for(lambda: client.sub.get_publisher_count() >= 1, 10.0):
-                raise TimeoutError("the client never matched the relay's actions publisher")
+            wait_for_relay(client.pub, client.sub)
             yield relay, client
 
 
@@ -395,9 +393,7 @@ def client_of(proc: NodeProcess, info: ModelInfo | Policy,
             try:
                 client = BenchClient(node, info)
                 with spinning(node, context=ctx):
-                    wait_for_subscribers(client.pub)
-                    if not wait_for(lambda: client.sub.get_publisher_count() >= 1, 10.0):
-                        raise TimeoutError(f"the client never matched {proc.module}")
+                    wait_for_relay(client.pub, client.sub)
                     yield client
             finally:
                 node.destroy_node()

@@ -32,7 +32,7 @@ from flowedge_relay.tooling.bench.client import (
     private_context,
     relay_ros_args,
 )
-from flowedge_relay.tooling.harness import load_served, spinning, wait_for, wait_for_subscribers
+from flowedge_relay.tooling.harness import load_served, spinning, wait_for_relay
 
 KINDS = {"expired": lib.FER_LOAD_EXPIRED, "rejected": lib.FER_LOAD_REJECTED,
          "admitted": lib.FER_LOAD_ADMITTED, "due": lib.FER_LOAD_DUE}
@@ -185,9 +185,7 @@ def relay_under_load(wrapper: Sequence[str] = (), env: dict[str, str] | None = N
             gen = LoadGenerator(rclpy.create_node("flowedge_bench_load", context=ctx), info)
             with spinning(watch, context=ctx):
                 relay = RemoteRelay(watch, info, int(params.get("workers", 1)))
-                wait_for_subscribers(gen.pub)
-                if not wait_for(lambda: gen.sub.get_publisher_count() >= 1, 10.0):
-                    raise TimeoutError("the load generator never matched the relay")
+                wait_for_relay(gen.pub, gen.sub)
                 gen.run(gen.load(["admitted"], 100.0, 20), drain_s=5.0)  # warm up
                 yield relay, gen, proc
     finally:

@@ -87,6 +87,8 @@ def measure_capacity(h, seconds: float = 4.0, nfe_mix=(1, 8), sessions: int = 8)
     elapsed = time.monotonic() - (counted_from or t_start)
     rate = (done[0] - done_from) / max(elapsed, 1e-9)
     wait_for(lambda: done[0] >= sent, 30.0)
+    if rate <= 0:
+        raise RuntimeError(f"no answers while measuring capacity ({done[0]} of {sent} answered)")
     p50, p99, _ = relay.pool.nfe_percentiles() if relay.pool else (0.0, 0.0, 0)
     return {"requests_per_s": round(rate, 1), "nfe_p50_ns": int(p50), "nfe_p99_ns": int(p99)}
 
