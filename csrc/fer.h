@@ -39,6 +39,7 @@
 #define FER_MAX_WORKERS 64
 #define FER_MAX_BATCH 64 /* batch_slots per worker (docs/design.md §5.1) */
 #define FER_CEDE_MAX_NS 1000000000ull /* cede_ns and cede_every_ns (docs/design.md §5.3) */
+#define FER_RTC_MAX_ROWS 4096 /* rtc_max_delay and a request's prefix_rows (§5.4) */
 #define FER_MAX_QUEUE 65536
 #define FER_MAX_SESSIONS 65536
 #define FER_MAX_RING 1048576
@@ -90,7 +91,8 @@
  * cost_model <= 1, cost_quantile_ppm <= 1000000 (cost_window_ns 0 = 1 s, cost_quantile_ppm 0 =
  * 900000; fer_core_get_config reports the effective values), two_phase <= 1,
  * payload_bytes <= FER_MAX_PAYLOAD, batch_slots <= FER_MAX_BATCH (0 = 1), cede_ns and
- * cede_every_ns <= FER_CEDE_MAX_NS, cede_every_ns > 0 when cede_ns > 0.
+ * cede_every_ns <= FER_CEDE_MAX_NS, cede_every_ns > 0 when cede_ns > 0,
+ * rtc_max_delay <= FER_RTC_MAX_ROWS.
  *
  * Batch slots (docs/design.md §5.1): with batch_slots = B each worker advances up to B requests
  * in lock step, one batched model call per step. nfe_ns is then the cost of one B-row step, and
@@ -130,12 +132,20 @@ struct fer_config {
     uint32_t payload_bytes;              /* per-request payload bytes in each slot; 0 = none */
     uint64_t prefix_ns;                  /* calibrated ns of one prefix pass (two_phase only) */
     uint32_t batch_slots;                /* B lanes per worker (§5.1); 0 = 1 */
-    uint32_t _pad2;
+    uint32_t rtc_max_delay;              /* §5.4: most frozen rows the policy was trained for;
+                                          * 0 = real-time chunking off (no prefix accepted) */
     uint64_t cede_ns;                    /* §5.3: a worker pauses this long after each */
     uint64_t cede_every_ns;              /* cede_every_ns of compute; 0 = never (both <= 1 s) */
 };
 
-/* A validated request, times already on the monotonic clock. Copied into the core by submit. */
+/* A validated request, times already on the monotonic clock. Copied into the core by submit.
+ *
+ * Real-time chunking (docs/design.md §5.4): prefix_rows > 0 says the robot executes the rows of
+ * its current chunk from prefix_start_ns on, one per action_period_ns, while this runs. Valid only
+ * with rtc_max_delay > 0, action_period_ns > 0 and prefix_rows <= FER_RTC_MAX_ROWS. Admission and
+ * expiry then use the earlier of deadline_ns and prefix_start_ns + min(prefix_rows,
+ * rtc_max_delay) x action_period_ns (the chunk is useless after that); deadline_ros_ns is still
+ * echoed untouched. prefix_rows = 0: a plain request, the other three fields ignored. */
 struct fer_request {
     char session_id[FER_SESSION_ID_MAX]; /* not NUL-terminated; session_id_len bytes */
     uint32_t session_id_len;             /* 0..FER_SESSION_ID_MAX */
@@ -148,12 +158,18 @@ struct fer_request {
     uint64_t deadline_ns;                /* monotonic; 0 = none */
     uint64_t deadline_ros_ns;            /* echoed back untouched */
     uint64_t noise_seed;
+    uint64_t prefix_start_ns;            /* monotonic: when prefix row 0 executes */
+    uint64_t prefix_start_ros_ns;        /* echoed back untouched (chunk_start) */
+    uint64_t action_period_ns;           /* time per action row */
+    uint32_t prefix_rows;                /* 0 = a plain request */
+    uint32_t _pad;
     const float *observation;            /* obs_dim floats; copied, not retained */
 };
 
 /* What a worker gets from dispatch. observation points at the caller's obs_dim-float buffer.
  * The slot's payload (fer_core_payload(core, slot)) stays valid and untouched by the core until the
- * lane's finish or STOP_* step / prefix_done. */
+ * lane's finish or STOP_* step / prefix_done. frozen_rows (§5.4): how many leading rows of the
+ * chunk the worker copies from the prefix (0 for a plain request), fixed here at dispatch. */
 struct fer_work {
     char session_id[FER_SESSION_ID_MAX];
     uint32_t session_id_len;
@@ -164,6 +180,8 @@ struct fer_work {
     uint64_t generation;
     uint64_t noise_seed;
     uint64_t deadline_ns;
+    uint32_t frozen_rows;
+    uint32_t _pad;
     float *observation;                  /* caller-owned, filled by dispatch */
 };
 
@@ -189,6 +207,9 @@ struct fer_outcome {
     uint64_t compute_ns;
     uint64_t arrival_ns;
     uint64_t finish_ns;                  /* when the outcome was decided */
+    uint64_t chunk_start_ros_ns;         /* §5.4: the request's prefix start, echoed; 0 = none */
+    uint32_t frozen_rows;                /* §5.4: fixed at dispatch; 0 unless code == INFERENCE */
+    uint32_t _pad;
 };
 
 /* Counters (monotonic) and gauges (marked). */

@@ -36,6 +36,7 @@ static int config_valid(const struct fer_config *cfg)
            cfg->two_phase <= 1 && cfg->payload_bytes <= FER_MAX_PAYLOAD &&
            cfg->batch_slots <= FER_MAX_BATCH && cfg->cede_ns <= FER_CEDE_MAX_NS &&
            cfg->cede_every_ns <= FER_CEDE_MAX_NS && (cfg->cede_ns == 0 || cfg->cede_every_ns > 0) &&
+           cfg->rtc_max_delay <= FER_RTC_MAX_ROWS &&
            fer_cost_config_valid(cfg); /* cost-model hook (fer_cost.c) */
 }
 

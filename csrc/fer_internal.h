@@ -211,6 +211,11 @@ struct fer_slot {
     uint64_t arrival_ns;
     uint64_t arrival_seq;
     uint64_t dispatch_ns;
+    uint64_t prefix_start_ns;     /* §5.4 real-time chunking; prefix_rows 0 = a plain request */
+    uint64_t prefix_start_ros_ns;
+    uint64_t action_period_ns;
+    uint32_t prefix_rows;
+    uint32_t frozen_rows;         /* fixed at dispatch (fer_lane.c) */
     float *obs;         /* obs_dim floats inside core->obs_slab */
 };
 

@@ -99,6 +99,31 @@ static int dispatch_expired(const struct fer_core *c, const struct fer_slot *s, 
                       s->deadline_ns);
 }
 
+/* §5.4: the rows of slot s's prefix the robot will have started by the time its chunk is done,
+ * as admission bounds that time: from now, the pending prefix pass and the remaining NFEs at the
+ * cost in use, plus the reserve (and the pause a pacing worker may take, as admission counts it).
+ * d = ceil((bound - prefix_start) / action_period), 0 if the bound is before prefix_start, and
+ * at most min(prefix_rows, rtc_max_delay): a bound past that instant is past the effective
+ * deadline, and such work is answered EXPIRED, never with a chunk. Admission off (nfe_ns 0, no
+ * bound): that maximum, the only bound the deadline itself gives. */
+static uint32_t frozen_rows_at(const struct fer_core *c, const struct fer_slot *s, uint64_t now)
+{
+    uint32_t most = s->prefix_rows < c->cfg.rtc_max_delay ? s->prefix_rows : c->cfg.rtc_max_delay;
+    uint64_t bound, rows;
+
+    if (s->prefix_rows == 0)
+        return 0;
+    if (c->cfg.nfe_ns == 0)
+        return most;
+    bound = fer_work_finish(now, s->prefix_pending, fer_prefix_in_use(c, now), s->remaining_nfe,
+                            fer_nfe_in_use(c, now));
+    bound = fer_sat_add(bound, fer_sat_add(c->cfg.admission_reserve_ns, c->cfg.cede_ns));
+    if (bound <= s->prefix_start_ns)
+        return 0;
+    rows = (bound - s->prefix_start_ns - 1) / s->action_period_ns + 1; /* ceil, no overflow */
+    return rows < most ? (uint32_t)rows : most;
+}
+
 /* Put queued slot id on lane and describe it in *out (observation copied into the caller's
  * buffer). */
 static void run_on_lane(struct fer_core *c, uint32_t lane, uint32_t id, uint64_t now,
@@ -114,9 +139,11 @@ static void run_on_lane(struct fer_core *c, uint32_t lane, uint32_t id, uint64_t
     s->state = FER_SLOT_RUNNING;
     s->lane = lane;
     s->dispatch_ns = now;
+    s->frozen_rows = frozen_rows_at(c, s, now);
     c->lanes[lane].slot = id;
     FER_SLOT_VIEW(out, c, id);
     out->lane = lane;
+    out->frozen_rows = s->frozen_rows;
     out->noise_seed = s->noise_seed;
     if (c->cfg.obs_dim)
         memcpy(out->observation, s->obs, (size_t)c->cfg.obs_dim * sizeof(float));

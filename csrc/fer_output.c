@@ -44,6 +44,7 @@ int fer_emit_request(struct fer_core *c, const struct fer_request *r, uint32_t c
     o.sequence = r->sequence;
     o.generation = r->generation;
     o.deadline_ros_ns = r->deadline_ros_ns;
+    o.chunk_start_ros_ns = r->prefix_rows ? r->prefix_start_ros_ns : 0;
     o.arrival_ns = now;
     o.finish_ns = now;
     return emit(c, 0, &o, NULL);
@@ -73,6 +74,8 @@ int fer_emit_slot(struct fer_core *c, uint32_t id, uint32_t code, uint64_t now, 
     o.sequence = s->sequence;
     o.generation = s->generation;
     o.deadline_ros_ns = s->deadline_ros_ns;
+    o.chunk_start_ros_ns = s->prefix_rows ? s->prefix_start_ros_ns : 0;
+    o.frozen_rows = code == FER_INFERENCE ? s->frozen_rows : 0;
     o.arrival_ns = s->arrival_ns;
     o.finish_ns = now;
     o.queue_ns = fer_sat_sub(ran ? s->dispatch_ns : now, s->arrival_ns);

@@ -159,6 +159,11 @@ uint32_t fer_slot_take(struct fer_core *c, const struct fer_request *r, uint32_t
     s->arrival_ns = now;
     s->arrival_seq = ++c->arrival_seq;
     s->dispatch_ns = 0;
+    s->prefix_rows = r->prefix_rows;
+    s->prefix_start_ns = r->prefix_start_ns;
+    s->prefix_start_ros_ns = r->prefix_start_ros_ns;
+    s->action_period_ns = r->action_period_ns;
+    s->frozen_rows = 0;
     if (c->cfg.obs_dim)
         memcpy(s->obs, r->observation, (size_t)c->cfg.obs_dim * sizeof(float));
     session_link(c, si, id);

@@ -41,7 +41,25 @@ static int request_valid(const struct fer_core *c, const struct fer_request *r)
 {
     return r->session_id_len <= FER_SESSION_ID_MAX && r->remaining_nfe >= 1 &&
            r->remaining_nfe <= c->cfg.max_nfe && r->retry_reason < FER_RETRY_REASONS &&
-           (c->cfg.obs_dim == 0 || r->observation != NULL);
+           (c->cfg.obs_dim == 0 || r->observation != NULL) &&
+           (r->prefix_rows == 0 || (c->cfg.rtc_max_delay > 0 && r->action_period_ns > 0 &&
+                                    r->prefix_rows <= FER_RTC_MAX_ROWS));
+}
+
+/* §5.4: a chunk is useless once the robot has executed min(prefix_rows, rtc_max_delay) rows of
+ * its prefix, so that instant is a deadline too; the earlier of the two is the one that counts
+ * for admission, dispatch and expiry (0 = none, as for deadline_ns). */
+static uint64_t effective_deadline(const struct fer_core *c, const struct fer_request *r)
+{
+    uint32_t rows = r->prefix_rows < c->cfg.rtc_max_delay ? r->prefix_rows : c->cfg.rtc_max_delay;
+    uint64_t used_up;
+
+    if (r->prefix_rows == 0)
+        return r->deadline_ns;
+    used_up = fer_sat_finish(r->prefix_start_ns, rows, r->action_period_ns);
+    if (used_up == 0)
+        used_up = 1; /* 0 means none; a window closed at the clock's origin has closed */
+    return r->deadline_ns != 0 && r->deadline_ns < used_up ? r->deadline_ns : used_up;
 }
 
 /* From step 1 on, a request is counted, retries by count (capped) and by reason. */
@@ -276,8 +294,9 @@ int fer_core_set_accepting(struct fer_core *c, uint32_t accepting)
 
 int fer_core_submit(struct fer_core *c, const struct fer_request *r, uint64_t now)
 {
+    struct fer_request eff;
     struct arrival a = {
-        .r = r, .now = now, .si = FER_NONE, .victim = FER_NONE, .evict = FER_NONE,
+        .r = &eff, .now = now, .si = FER_NONE, .victim = FER_NONE, .evict = FER_NONE,
     };
     int rc;
 
@@ -287,6 +306,8 @@ int fer_core_submit(struct fer_core *c, const struct fer_request *r, uint64_t no
         pthread_mutex_unlock(&c->mu);
         return FER_EINVAL;
     }
+    eff = *r;
+    eff.deadline_ns = effective_deadline(c, r);
     count_submitted(c, r);
     a.hash = fer_session_hash(r->session_id, r->session_id_len);
     a.si = fer_session_find(c, r->session_id, r->session_id_len, a.hash);

@@ -173,6 +173,7 @@ class CoreConfig:
     batch_slots: int = 1  # B lanes per worker (docs/design.md §5.1): W x B lanes in all
     cede_ns: int = 0  # §5.3: workers pause this long after each cede_every_ns of compute
     cede_every_ns: int = 0  # (admission prices the pauses); 0 = they never do
+    rtc_max_delay: int = 0  # §5.4: most frozen rows; 0 = real-time chunking off
 
 
 @dataclass
@@ -188,6 +189,12 @@ class Request:
     remaining_nfe: int
     noise_seed: int
     observation: np.ndarray
+    # §5.4 real-time chunking: the robot executes prefix_rows rows of its current chunk from
+    # prefix_start_ns (monotonic) on, one per action_period_ns; 0 rows = a plain request
+    prefix_rows: int = 0
+    prefix_start_ns: int = 0
+    prefix_start_ros_ns: int = 0
+    action_period_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -204,6 +211,7 @@ class Work:
     noise_seed: int
     deadline_ns: int
     observation: np.ndarray
+    frozen_rows: int = 0  # §5.4: leading chunk rows copied from the prefix, fixed at dispatch
 
 
 @dataclass(frozen=True)
@@ -223,6 +231,8 @@ class Outcome:
     finish_ns: int
     lane: int
     actions: np.ndarray | None
+    frozen_rows: int = 0  # §5.4: INFERENCE only
+    chunk_start_ros_ns: int = 0  # §5.4: the request's prefix start, echoed; 0 = none
 
 
 @dataclass(frozen=True)
@@ -323,7 +333,7 @@ def _work(w, observation: np.ndarray) -> Work:
                 session_id=ffi.unpack(w.session_id, w.session_id_len),
                 sequence=w.sequence, generation=w.generation,
                 remaining_nfe=w.remaining_nfe, noise_seed=w.noise_seed,
-                deadline_ns=w.deadline_ns, observation=observation)
+                deadline_ns=w.deadline_ns, observation=observation, frozen_rows=w.frozen_rows)
 
 
 class Core:
@@ -462,6 +472,10 @@ class Core:
         r.deadline_ros_ns = req.deadline_ros_ns
         r.remaining_nfe = req.remaining_nfe
         r.noise_seed = req.noise_seed
+        r.prefix_rows = req.prefix_rows
+        r.prefix_start_ns = req.prefix_start_ns
+        r.prefix_start_ros_ns = req.prefix_start_ros_ns
+        r.action_period_ns = req.action_period_ns
         if self.obs_dim:
             ffi.memmove(self._req_obs, np.ascontiguousarray(obs), 4 * self.obs_dim)
         return Decision(_check(lib.fer_core_submit(self.ptr, r, now)))
@@ -562,7 +576,8 @@ class Core:
                     retry_reason=o.retry_reason, deadline_ros_ns=o.deadline_ros_ns,
                     remaining_nfe=o.remaining_nfe, nfe_done=o.nfe_done, queue_ns=o.queue_ns,
                     compute_ns=o.compute_ns, arrival_ns=o.arrival_ns, finish_ns=o.finish_ns,
-                    lane=o.lane, actions=actions))
+                    lane=o.lane, actions=actions, frozen_rows=o.frozen_rows,
+                    chunk_start_ros_ns=o.chunk_start_ros_ns))
             if n < want:
                 break
         return result
