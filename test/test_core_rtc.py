@@ -12,6 +12,7 @@ from core_helpers import collect, make_core, request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flowedge_relay import rtc
 from flowedge_relay.core import Code, Decision, InvalidArgument, Step
 
 NOW = 10_000_000
@@ -25,14 +26,14 @@ def with_prefix(req, rows: int, start: int, period: int, start_ros: int = 0):
 
 
 def window_end(rows: int, max_delay: int, start: int, period: int) -> int:
-    """When the robot has executed every row the chunk could still freeze."""
-    return start + min(rows, max_delay) * period
+    """When the robot has executed every row the chunk could still freeze (the reference:
+    flowedge_relay.rtc, which producers and the evaluation use)."""
+    return rtc.deadline_of(start, rows, max_delay, period)
 
 
 def frozen_rows(bound: int, rows: int, max_delay: int, start: int, period: int) -> int:
-    """§5.4 reference: d = ceil((bound - start) / period), at least 0, at most the window."""
-    d = 0 if bound <= start else -(-(bound - start) // period)
-    return min(d, rows, max_delay)
+    """§5.4: d = ceil((bound - start) / period), at least 0, at most the window."""
+    return rtc.frozen_rows(bound, start, period, rows, max_delay)
 
 
 def run_to_end(c, lane: int, now: int, nfe: int) -> None:

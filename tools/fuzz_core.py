@@ -17,6 +17,8 @@ deadlines passed, saturating and absent, tiny rings that overflow) and checks af
   prefix is pending; the staging slot changes exactly when a submit is ACCEPTED and is never a
   queued or running slot; the payload bytes written into the staging slot before an accepted
   submit are the bytes found in that slot when it is dispatched;
+* real-time chunking (§5.4): prefixes of every size, start and period, valid or not; an
+  outcome's frozen_rows is 0 unless INFERENCE and never above rtc_max_delay;
 
 and at the end of each case, after driving every lane to completion and draining every ring,
 the exactly-once ledger: per (session_id, sequence), outcomes popped + outcomes dropped (counted)
@@ -82,6 +84,8 @@ class Case:
             prefix_ns=r.choice([0, 0, 1, 50, 10**6, U64]),
             # batch slots (docs/design.md §5.1): W x B lanes; 0 means 1, above 64 is refused
             batch_slots=r.choice([0, 1, 1, 2, 3]) if r.random() < 0.98 else r.choice([65, U32]),
+            # real-time chunking (§5.4): 0 = off, above FER_RTC_MAX_ROWS is refused
+            rtc_max_delay=r.choice([0, 0, 1, 8]) if r.random() < 0.98 else r.choice([4097, U32]),
         )
         self.nlanes = self.cfg["workers"] * max(self.cfg["batch_slots"], 1)
         self.now = r.choice([0, 1, 1_000, 10**18, U64 - 10_000, U64 - 1])
@@ -193,6 +197,11 @@ class Case:
                                   min(now + 10**7, U64), U64])
         q.deadline_ros_ns = r.randrange(U64)
         q.noise_seed = r.randrange(U64)
+        q.prefix_rows = r.choice([0, 0, 0, 1, 3, 4096]) if r.random() < 0.97 else r.choice(
+            [4097, U32])
+        q.prefix_start_ns = r.choice([0, now, max(now - 100, 0), min(now + 10**6, U64), U64])
+        q.prefix_start_ros_ns = r.randrange(U64)
+        q.action_period_ns = r.choice([1, 100, 10**6, U64]) if r.random() < 0.95 else 0
         for k in range(self.cfg["obs_dim"]):
             self.req_obs[k] = r.choice([0.0, -1.5, 3.4e38])
         staged = self.rc_ok("staging_slot", lib.fer_core_staging_slot(self.core))
@@ -213,8 +222,10 @@ class Case:
             if rc > lib.FER_COALESCED:
                 self.fail(f"submit returned unknown decision {rc}")
             self.expected[key] += 1
+        prefix_ok = q.prefix_rows == 0 or (self.cfg["rtc_max_delay"] > 0 and
+                                           q.action_period_ns > 0 and q.prefix_rows <= 4096)
         if rc == lib.FER_EINVAL and q.session_id_len <= 64 and q.retry_reason < 6 and (
-                1 <= q.remaining_nfe <= self.cfg["max_nfe"]):
+                1 <= q.remaining_nfe <= self.cfg["max_nfe"]) and prefix_ok:
             self.fail("submit refused a request that satisfies every documented precondition")
 
     def write_payload(self, slot: int) -> bytes:
@@ -312,6 +323,9 @@ class Case:
                 self.fail(f"popped a corrupt record: len {o.session_id_len} code {o.code}")
             if bool(o.has_actions) != (o.code == 0):
                 self.fail(f"has_actions {o.has_actions} with code {o.code}")
+            if o.frozen_rows > (self.cfg["rtc_max_delay"] if o.code == 0 else 0):
+                self.fail(f"frozen_rows {o.frozen_rows} with code {o.code}, "
+                          f"rtc_max_delay {self.cfg['rtc_max_delay']}")
             key = (bytes(self.ffi.buffer(o.session_id, o.session_id_len)), o.sequence)
             self.got[key] += 1
             self.coverage[f"outcome={o.code}"] += 1
