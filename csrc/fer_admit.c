@@ -212,7 +212,7 @@ int fer_admission_test(struct fer_core *c, const struct fer_request *r, uint32_t
      * finish no later than they already would. */
     return fer_admit_first_miss(c->lane_start, st.nlanes, c->jobs, st.njobs, st.xpos,
                                 nfe, prefix,
-                                fer_sat_add(c->cfg.admission_reserve_ns, c->cfg.cede_ns),
+                                fer_finish_reserve(c),
                                 c->lane_scratch) == st.njobs;
 }
 

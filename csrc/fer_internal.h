@@ -345,6 +345,20 @@ static inline uint64_t fer_with_cede(const struct fer_core *c, uint64_t ns)
                                        (ns % every * cede + every - 1) / every));
 }
 
+/* The reserve added to every finish time admission simulates: admission_reserve_ns, plus one
+ * pause of a pacing worker (§5.3). */
+static inline uint64_t fer_finish_reserve(const struct fer_core *c)
+{
+    return fer_sat_add(c->cfg.admission_reserve_ns, c->cfg.cede_ns);
+}
+
+/* §5.4: how many prefix rows a chunk can freeze at most, min(prefix_rows, rtc_max_delay); the
+ * window closes when the robot has executed that many. */
+static inline uint32_t fer_rtc_window_rows(const struct fer_core *c, uint32_t prefix_rows)
+{
+    return prefix_rows < c->cfg.rtc_max_delay ? prefix_rows : c->cfg.rtc_max_delay;
+}
+
 /* ns per NFE admission and dispatch assume at now: static nfe_ns, adaptive max(nfe_ns, tail),
  * with the worker's ceded share. */
 static inline uint64_t fer_nfe_in_use(const struct fer_core *c, uint64_t now)

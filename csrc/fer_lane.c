@@ -108,7 +108,7 @@ static int dispatch_expired(const struct fer_core *c, const struct fer_slot *s, 
  * bound): that maximum, the only bound the deadline itself gives. */
 static uint32_t frozen_rows_at(const struct fer_core *c, const struct fer_slot *s, uint64_t now)
 {
-    uint32_t most = s->prefix_rows < c->cfg.rtc_max_delay ? s->prefix_rows : c->cfg.rtc_max_delay;
+    uint32_t most = fer_rtc_window_rows(c, s->prefix_rows);
     uint64_t bound, rows;
 
     if (s->prefix_rows == 0)
@@ -117,7 +117,7 @@ static uint32_t frozen_rows_at(const struct fer_core *c, const struct fer_slot *
         return most;
     bound = fer_work_finish(now, s->prefix_pending, fer_prefix_in_use(c, now), s->remaining_nfe,
                             fer_nfe_in_use(c, now));
-    bound = fer_sat_add(bound, fer_sat_add(c->cfg.admission_reserve_ns, c->cfg.cede_ns));
+    bound = fer_sat_add(bound, fer_finish_reserve(c));
     if (bound <= s->prefix_start_ns)
         return 0;
     rows = (bound - s->prefix_start_ns - 1) / s->action_period_ns + 1; /* ceil, no overflow */

@@ -48,15 +48,12 @@ static int request_valid(const struct fer_core *c, const struct fer_request *r)
 
 /* §5.4: a chunk is useless once the robot has executed min(prefix_rows, rtc_max_delay) rows of
  * its prefix, so that instant is a deadline too; the earlier of the two is the one that counts
- * for admission, dispatch and expiry (0 = none, as for deadline_ns). */
+ * for admission, dispatch and expiry (0 = none, as for deadline_ns). r has prefix_rows > 0. */
 static uint64_t effective_deadline(const struct fer_core *c, const struct fer_request *r)
 {
-    uint32_t rows = r->prefix_rows < c->cfg.rtc_max_delay ? r->prefix_rows : c->cfg.rtc_max_delay;
-    uint64_t used_up;
+    uint64_t used_up = fer_sat_finish(r->prefix_start_ns, fer_rtc_window_rows(c, r->prefix_rows),
+                                      r->action_period_ns);
 
-    if (r->prefix_rows == 0)
-        return r->deadline_ns;
-    used_up = fer_sat_finish(r->prefix_start_ns, rows, r->action_period_ns);
     if (used_up == 0)
         used_up = 1; /* 0 means none; a window closed at the clock's origin has closed */
     return r->deadline_ns != 0 && r->deadline_ns < used_up ? r->deadline_ns : used_up;
@@ -296,7 +293,7 @@ int fer_core_submit(struct fer_core *c, const struct fer_request *r, uint64_t no
 {
     struct fer_request eff;
     struct arrival a = {
-        .r = &eff, .now = now, .si = FER_NONE, .victim = FER_NONE, .evict = FER_NONE,
+        .r = r, .now = now, .si = FER_NONE, .victim = FER_NONE, .evict = FER_NONE,
     };
     int rc;
 
@@ -306,8 +303,11 @@ int fer_core_submit(struct fer_core *c, const struct fer_request *r, uint64_t no
         pthread_mutex_unlock(&c->mu);
         return FER_EINVAL;
     }
-    eff = *r;
-    eff.deadline_ns = effective_deadline(c, r);
+    if (r->prefix_rows) { /* §5.4: decided on a copy with the window's deadline */
+        eff = *r;
+        eff.deadline_ns = effective_deadline(c, r);
+        a.r = &eff;
+    }
     count_submitted(c, r);
     a.hash = fer_session_hash(r->session_id, r->session_id_len);
     a.si = fer_session_find(c, r->session_id, r->session_id_len, a.hash);
