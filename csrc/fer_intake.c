@@ -32,7 +32,8 @@ static const char *const REASON_NAMES[FER_REASONS] = {
     "remaining_nfe_above_max", "retry_reason_unknown", "time_invalid", "core_refused",
     "input_missing", "input_unexpected", "input_duplicate", "input_dtype", "input_shape",
     "input_bytes", "input_not_finite", "input_bool_value", "request_too_large",
-    "request_malformed",
+    "request_malformed", "prefix_unsupported", "prefix_shape", "action_period_invalid",
+    "prefix_not_finite",
 };
 
 const char *fer_intake_reason_name(uint32_t r)
@@ -65,6 +66,11 @@ static int config_valid(const struct fer_intake_config *cfg, uint32_t payload_by
 
     if (cfg->digest_len > FER_INTAKE_DIGEST_MAX || cfg->n_inputs > FER_INTAKE_INPUTS_MAX ||
         cfg->observation_dim > FER_INTAKE_OBSERVATION_MAX || cfg->max_nfe == 0)
+        return 0;
+    if (cfg->rtc && (cfg->action_dim == 0 || cfg->prefix_offset % sizeof(float) != 0 ||
+                     fer_sat_add(cfg->prefix_offset,
+                                 fer_sat_mul((uint64_t)cfg->action_dim * cfg->action_horizon,
+                                             sizeof(float))) > payload_bytes))
         return 0;
     for (i = 0; i < cfg->n_inputs; i++) {
         const struct fer_input_spec *s = &cfg->inputs[i];
@@ -306,10 +312,42 @@ static int stamp_ok(int32_t sec, uint32_t nanosec)
     return sec >= 0 && nanosec < NS_PER_S;
 }
 
+/* Real-time chunking's prefix (docs/design.md §5.4), after everything else passed: refused unless
+ * the model takes one, whole rows of action_dim up to the horizon, a valid start, a positive
+ * period, finite values; then copied into the staging slot's payload (validation.py's order). */
+static uint32_t take_prefix(struct fer_intake *in, const struct fer_request_view *v)
+{
+    const struct fer_intake_config *cfg = &in->cfg;
+    uint8_t *payload;
+    uint64_t i;
+    int slot;
+
+    if (!cfg->rtc)
+        return FER_REASON_PREFIX_UNSUPPORTED;
+    if (v->prefix_len % cfg->action_dim != 0 ||
+        v->prefix_len / cfg->action_dim > cfg->action_horizon)
+        return FER_REASON_PREFIX_SHAPE;
+    if (!stamp_ok(v->prefix_start_sec, v->prefix_start_nanosec))
+        return FER_REASON_TIME_INVALID;
+    if (!stamp_ok(v->action_period_sec, v->action_period_nanosec) ||
+        (v->action_period_sec == 0 && v->action_period_nanosec == 0))
+        return FER_REASON_ACTION_PERIOD;
+    for (i = 0; i < v->prefix_len; i++)
+        if (!f32_finite(load_u32(v->prefix_actions + 4 * i)))
+            return FER_REASON_PREFIX_NOT_FINITE;
+    slot = fer_core_staging_slot(in->core);
+    payload = slot < 0 ? NULL : fer_core_payload(in->core, (uint32_t)slot);
+    if (payload == NULL)
+        return FER_REASON_CORE_REFUSED;
+    memcpy(payload + cfg->prefix_offset, v->prefix_actions, v->prefix_len * sizeof(float));
+    return FER_REASON_NONE;
+}
+
 /* validation.Validator._check over a parsed request; fills in->obs for a single-vector model. */
 static uint32_t validate(struct fer_intake *in, const struct fer_request_view *v)
 {
     const struct fer_intake_config *cfg = &in->cfg;
+    uint32_t reason;
     uint64_t i;
 
     if (!cfg->model_ok)
@@ -337,18 +375,23 @@ static uint32_t validate(struct fer_intake *in, const struct fer_request_view *v
     if (v->observation_len != cfg->observation_dim ||
         v->observation_len > FER_INTAKE_OBSERVATION_MAX)
         return FER_REASON_OBSERVATION_LENGTH;
-    if (cfg->n_inputs)
-        return take_tensors(in, v);
-    if (v->n_tensors)
-        return FER_REASON_INPUT_UNEXPECTED; /* the single-vector model declares no tensors */
-    for (i = 0; i < v->observation_len; i++) {
-        uint32_t bits = load_u32(v->observation + 4 * i);
+    if (cfg->n_inputs) {
+        reason = take_tensors(in, v);
+    } else if (v->n_tensors) {
+        reason = FER_REASON_INPUT_UNEXPECTED; /* the single-vector model declares no tensors */
+    } else {
+        reason = FER_REASON_NONE;
+        for (i = 0; i < v->observation_len; i++) {
+            uint32_t bits = load_u32(v->observation + 4 * i);
 
-        if (!f32_finite(bits))
-            return FER_REASON_OBSERVATION_NOT_FINITE;
-        memcpy(&in->obs[i], &bits, 4);
+            if (!f32_finite(bits))
+                return FER_REASON_OBSERVATION_NOT_FINITE;
+            memcpy(&in->obs[i], &bits, 4);
+        }
     }
-    return FER_REASON_NONE;
+    if (reason != FER_REASON_NONE || v->prefix_len == 0)
+        return reason;
+    return take_prefix(in, v);
 }
 
 /* ---- clocks (timebase.py) ---------------------------------------------------------------------- */
@@ -366,6 +409,15 @@ static uint64_t deadline_mono(uint64_t deadline_ros, int64_t now_ros, uint64_t n
     if (now_ros >= 0 && deadline_ros <= (uint64_t)now_ros)
         return 1;
     return fer_sat_add(now_mono, deadline_ros - (uint64_t)(now_ros > 0 ? now_ros : 0));
+}
+
+/* timebase.instant_to_monotonic: any instant, past or future, at least 1 */
+static uint64_t instant_mono(uint64_t t_ros, int64_t now_ros, uint64_t now_mono)
+{
+    uint64_t now = now_ros > 0 ? (uint64_t)now_ros : 0, mono;
+
+    mono = t_ros >= now ? fer_sat_add(now_mono, t_ros - now) : fer_sat_sub(now_mono, now - t_ros);
+    return mono ? mono : 1;
 }
 
 /* timebase.origin_to_monotonic: unset or in the future means now (age 0) */
@@ -418,6 +470,12 @@ int fer_intake_decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
     r.deadline_ros_ns = deadline_ros;
     r.noise_seed = v.noise_seed;
     r.observation = in->obs;
+    if (v.prefix_len) {
+        r.prefix_rows = (uint32_t)(v.prefix_len / in->cfg.action_dim);
+        r.prefix_start_ros_ns = stamp_ns(v.prefix_start_sec, v.prefix_start_nanosec);
+        r.prefix_start_ns = instant_mono(r.prefix_start_ros_ns, now_ros, now_mono);
+        r.action_period_ns = stamp_ns(v.action_period_sec, v.action_period_nanosec);
+    }
     rc = fer_core_submit(in->core, &r, now_mono);
     if (rc < 0)
         return discard(in, FER_REASON_CORE_REFUSED);

@@ -61,7 +61,12 @@
 #define FER_REASON_INPUT_BOOL_VALUE 20
 #define FER_REASON_REQUEST_TOO_LARGE 21
 #define FER_REASON_REQUEST_MALFORMED 22 /* CDR bytes that are not an InferenceRequest */
-#define FER_REASONS 23
+/* real-time chunking's prefix (docs/design.md §5.4) */
+#define FER_REASON_PREFIX_UNSUPPORTED 23 /* a prefix, and the model's rtc_mode resolves to off */
+#define FER_REASON_PREFIX_SHAPE 24       /* not whole rows of action_dim, or above the horizon */
+#define FER_REASON_ACTION_PERIOD 25      /* a prefix without a positive, valid action_period */
+#define FER_REASON_PREFIX_NOT_FINITE 26
+#define FER_REASONS 27
 
 /* Tensor.dtype codes (msg/Tensor.msg) */
 #define FER_DTYPE_FLOAT32 0
@@ -100,6 +105,10 @@ struct fer_intake_config {
     uint64_t max_request_bytes;
     uint32_t n_inputs;
     struct fer_input_spec inputs[FER_INTAKE_INPUTS_MAX];
+    uint32_t rtc;                        /* 1: a prefix is taken (rtc_mode not off) */
+    uint32_t _pad;
+    uint64_t prefix_offset;              /* bytes into the slot payload: action_horizon x
+                                          * action_dim floats, the prefix's rows */
 };
 
 /* Counted by the intake thread (the one writer); any thread may read them (relaxed, each field
@@ -199,6 +208,12 @@ struct fer_request_view {
     uint64_t n_tensors;                  /* in the message; the first FER_INTAKE_TENSORS_MAX kept */
     uint64_t tensor_bytes;               /* sum of every tensor's data length */
     struct fer_tensor_view tensors[FER_INTAKE_TENSORS_MAX];
+    const uint8_t *prefix_actions;       /* prefix_len little-endian float32 (§5.4) */
+    uint64_t prefix_len;
+    int32_t prefix_start_sec;
+    uint32_t prefix_start_nanosec;
+    int32_t action_period_sec;           /* builtin_interfaces/Duration */
+    uint32_t action_period_nanosec;
 };
 
 /* Parse len bytes (with the 4-byte encapsulation header, CDR little endian) into *v. 0 when the

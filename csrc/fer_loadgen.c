@@ -62,6 +62,9 @@ static void write_request(struct fer_cdr_writer *w, const struct fer_load *load,
     fer_cdr_put(w, load->observation, (uint64_t)load->observation_dim * sizeof(float), 4);
     fer_cdr_u64(w, load->base_sequence + i);              /* noise_seed */
     fer_cdr_u32(w, 0);                                    /* inputs: none */
+    fer_cdr_u32(w, 0);                                    /* prefix_actions: none */
+    fer_cdr_time(w, 0);                                   /* prefix_start */
+    fer_cdr_time(w, 0);                                   /* action_period (a Duration) */
 }
 
 uint64_t fer_load_request_cdr(const struct fer_load *load, uint32_t i, int64_t now_ros,

@@ -39,6 +39,9 @@ static void write_action(struct fer_cdr_writer *w, const struct fer_publisher *p
     fer_cdr_u64(w, o->queue_ns);
     fer_cdr_u64(w, o->compute_ns);
     fer_cdr_u8(w, (uint8_t)o->retry_reason);
+    fer_cdr_u32(w, o->frozen_rows);
+    fer_cdr_time(w, (int64_t)(o->chunk_start_ros_ns > INT64_MAX ? INT64_MAX
+                                                               : o->chunk_start_ros_ns));
 }
 
 uint64_t fer_action_cdr(const struct fer_publisher *p, const struct fer_outcome *o,

@@ -58,5 +58,10 @@ int fer_request_parse(const uint8_t *buf, uint64_t len, struct fer_request_view 
         get_tensor(&r, t);
         v->tensor_bytes = fer_sat_add(v->tensor_bytes, t->data_len);
     }
+    v->prefix_actions = fer_cdr_get_seq(&r, 4, 4, &v->prefix_len);
+    v->prefix_start_sec = (int32_t)fer_cdr_get_u32(&r);
+    v->prefix_start_nanosec = fer_cdr_get_u32(&r);
+    v->action_period_sec = (int32_t)fer_cdr_get_u32(&r);
+    v->action_period_nanosec = fer_cdr_get_u32(&r);
     return r.ok ? 0 : -1;
 }

@@ -22,7 +22,12 @@ import numpy as np
 from flowedge_relay import policy as policy_mod
 from flowedge_relay.core import Core, Decision, NotSupported, Request, check, ffi, lib
 from flowedge_relay.rcl_abi import RclUnavailable, take_functions
-from flowedge_relay.timebase import deadline_to_monotonic, origin_to_monotonic, stamp_ns
+from flowedge_relay.timebase import (
+    deadline_to_monotonic,
+    instant_to_monotonic,
+    origin_to_monotonic,
+    stamp_ns,
+)
 from flowedge_relay.validation import ModelContract, Reason, Validator
 
 #: the doorbell wait: how soon the intake thread sees a stop
@@ -58,7 +63,8 @@ def _spec(spec: policy_mod.InputSpec, offset: int, out, keep: list) -> None:
         out.shift = ffi.from_buffer("float[]", shift)
 
 
-def _config(model: ModelContract | None, max_nfe: int, max_request_bytes: int):
+def _config(model: ModelContract | None, max_nfe: int, max_request_bytes: int,
+            prefix_offset: int | None):
     cfg = ffi.new("struct fer_intake_config *")
     keep: list[np.ndarray] = []
     cfg.max_nfe = max_nfe
@@ -83,6 +89,9 @@ def _config(model: ModelContract | None, max_nfe: int, max_request_bytes: int):
         cfg.n_inputs = len(inputs)
         for i, spec in enumerate(inputs):
             _spec(spec, layout.offsets[spec.name], cfg.inputs[i], keep)
+    if prefix_offset is not None:  # real-time chunking on: the prefix's rows lie there
+        cfg.rtc = 1
+        cfg.prefix_offset = prefix_offset
     return cfg, keep
 
 
@@ -92,8 +101,8 @@ class NativeIntake:
     producer instead (tests, the bench)."""
 
     def __init__(self, core: Core, model: ModelContract | None, max_nfe: int,
-                 max_request_bytes: int) -> None:
-        self._cfg, self._keep = _config(model, max_nfe, max_request_bytes)
+                 max_request_bytes: int, prefix_offset: int | None = None) -> None:
+        self._cfg, self._keep = _config(model, max_nfe, max_request_bytes, prefix_offset)
         out = ffi.new("struct fer_intake **")
         check(lib.fer_intake_create(core.ptr, self._cfg, out))
         self._in = ffi.gc(out[0], lib.fer_intake_destroy)
@@ -253,6 +262,13 @@ class PythonIntake:
         deadline_ros = stamp_ns(msg.deadline)
         if deadline_ros:
             self.deadlines_seen += 1
+        rtc = {}
+        if len(msg.prefix_actions):  # validated: whole rows, a positive period (§5.4)
+            start = stamp_ns(msg.prefix_start)
+            rtc = {"prefix_rows": len(msg.prefix_actions) // self.validator.model.action_dim,
+                   "prefix_start_ns": instant_to_monotonic(start, now_ros, now_mono),
+                   "prefix_start_ros_ns": start,
+                   "action_period_ns": stamp_ns(msg.action_period)}  # fmt: skip
         request = Request(
             session_id=sid,
             sequence=msg.sequence,
@@ -265,6 +281,7 @@ class PythonIntake:
             remaining_nfe=msg.remaining_nfe,
             noise_seed=msg.noise_seed,
             observation=obs,
+            **rtc,
         )
         try:
             return None, self.core.submit(request, now_mono)

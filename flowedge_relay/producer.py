@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from builtin_interfaces.msg import Duration
 from flowedge_relay_msgs.msg import InferenceRequest, Tensor
 from flowedge_relay_msgs.msg import ServedModel as ServedModelMsg
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -73,6 +74,9 @@ class ServedModel:
     action_dim: int
     action_horizon: int
     observation_dim: int = 0  # > 0: the single-vector `observation` shorthand
+    #: real-time chunking as served: "training_time", "inpaint" or "off" (no prefix taken)
+    rtc_mode: str = "off"
+    rtc_max_delay: int = 0
 
     @classmethod
     def from_policy(cls, policy: Policy) -> ServedModel:
@@ -82,6 +86,8 @@ class ServedModel:
             action_dim=policy.action_dim,
             action_horizon=policy.action_horizon,
             observation_dim=policy.observation_dim,
+            rtc_mode=policy.rtc.mode if policy.rtc else "off",  # rtc_mode auto
+            rtc_max_delay=policy.rtc.max_delay if policy.rtc else 0,
         )
 
     @classmethod
@@ -96,7 +102,7 @@ class ServedModel:
             for t in msg.inputs
         )
         return cls(msg.model_digest, inputs, int(msg.action_dim), int(msg.action_horizon),
-                   int(msg.observation_dim))
+                   int(msg.observation_dim), msg.rtc_mode or "off", int(msg.rtc_max_delay))
 
     @classmethod
     def from_description(
@@ -154,8 +160,14 @@ def build_request(
     origin_ns: int = 0,
     retry_count: int = 0,
     retry_reason: int = InferenceRequest.RETRY_NONE,
+    prefix: tuple[np.ndarray, int] | None = None,
+    action_period_ns: int = 0,
 ) -> InferenceRequest:
-    """An InferenceRequest carrying exactly the model's declared inputs (ROS-time nanoseconds)."""
+    """An InferenceRequest carrying exactly the model's declared inputs (ROS-time nanoseconds).
+
+    Real-time chunking (docs/design.md §5.4): `prefix` = (the not yet executed rows of the
+    current chunk, [rows, action_dim] or flat, and when its row 0 executes), as
+    ChunkSplicer.prefix gives it, with the time per row; checked here against what is served."""
     names = [d.name for d in model.inputs]
     missing = [n for n in names if n not in arrays]
     extra = sorted(set(arrays) - set(names))
@@ -177,6 +189,8 @@ def build_request(
         action_horizon=model.action_horizon,
         noise_seed=int(noise_seed),
     )
+    if prefix is not None and len(prefix[0]):
+        _set_prefix(req, model, prefix, action_period_ns)
     if model.observation_dim > 0:  # the single-vector shorthand
         (decl,) = model.inputs
         obs = encode_tensor(decl, arrays[decl.name])  # checks shape and dtype
@@ -185,3 +199,20 @@ def build_request(
         return req
     req.inputs = [encode_tensor(d, arrays[d.name]) for d in model.inputs]
     return req
+
+
+def _set_prefix(req: InferenceRequest, model: ServedModel, prefix: tuple[np.ndarray, int],
+                action_period_ns: int) -> None:
+    rows = np.ascontiguousarray(prefix[0], np.float32).reshape(-1)
+    if model.rtc_mode == "off":
+        raise ValueError("prefix: the relay serves this model without real-time chunking "
+                         "(rtc_mode off): it would discard the request")
+    if len(rows) % model.action_dim or len(rows) // model.action_dim > model.action_horizon:
+        raise ValueError(f"prefix: {len(rows)} floats are not whole rows of action_dim "
+                         f"{model.action_dim}, at most action_horizon {model.action_horizon}")
+    if action_period_ns <= 0:
+        raise ValueError(f"action_period_ns must be > 0 with a prefix, got {action_period_ns}")
+    req.prefix_actions = array.array("f", rows.tobytes())
+    req.prefix_start = ros_time(int(prefix[1]))
+    req.action_period = Duration(sec=int(action_period_ns) // NANOSEC_PER_SEC,
+                                 nanosec=int(action_period_ns) % NANOSEC_PER_SEC)

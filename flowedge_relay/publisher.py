@@ -177,6 +177,8 @@ def action_message(o, stamp_ns: int, model) -> ActionMessage:
     msg.nfe_done = o.nfe_done
     msg.queue_ns = o.queue_ns
     msg.compute_ns = o.compute_ns
+    msg.frozen_rows = o.frozen_rows
+    msg.chunk_start = ros_time(o.chunk_start_ros_ns)
     if o.code == Code.INFERENCE and o.actions is not None:
         msg.actions = o.actions.tolist()
     return msg

@@ -41,6 +41,12 @@ def deadline_to_monotonic(deadline_ros_ns: int, now_ros_ns: int, now_mono_ns: in
     return min(now_mono_ns + (deadline_ros_ns - now_ros_ns), UINT64_MAX)
 
 
+def instant_to_monotonic(t_ros_ns: int, now_ros_ns: int, now_mono_ns: int) -> int:
+    """Any ROS-time instant, past or future (a chunk's prefix_start), on the monotonic clock,
+    saturating at 1 and UINT64_MAX (0 is kept for "unset")."""
+    return min(max(now_mono_ns + (t_ros_ns - max(now_ros_ns, 0)), 1), UINT64_MAX)
+
+
 def origin_to_monotonic(origin_ros_ns: int, now_ros_ns: int, now_mono_ns: int) -> int:
     """When the producer first issued the request, on the monotonic clock.
 

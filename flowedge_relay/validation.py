@@ -49,6 +49,11 @@ class Reason(enum.Enum):
     REQUEST_TOO_LARGE = _policy.REQUEST_TOO_LARGE
     # CDR bytes that are not an InferenceRequest: only the C intake sees raw bytes (intake.py)
     REQUEST_MALFORMED = "request_malformed"
+    # real-time chunking's prefix_actions (docs/design.md §5.4)
+    PREFIX_UNSUPPORTED = "prefix_unsupported"  # a prefix, and the rtc_mode resolves to off
+    PREFIX_SHAPE = "prefix_shape"  # not whole rows of action_dim, or more than the horizon
+    ACTION_PERIOD_INVALID = "action_period_invalid"  # a prefix without a positive period
+    PREFIX_NOT_FINITE = "prefix_not_finite"
 
 
 _INTAKE_REASON = {reason.value: reason for reason in Reason}
@@ -91,7 +96,9 @@ class Validator:
     is converted to float32 only once and handed back so the caller does not copy it again.
     For a policy package the request's tensors are validated and copied, normalized, in the same
     pass (policy.intake) into the buffers `intake_target()` names (the core's staging slot), the
-    only copy the request gets before the worker runs the model on it.
+    only copy the request gets before the worker runs the model on it. A real-time chunking
+    prefix (§5.4) is checked last and copied into `prefix_target()` (float32[horizon x
+    action_dim] in the staging slot); without a prefix_target a prefix is prefix_unsupported.
     """
 
     def __init__(
@@ -101,8 +108,10 @@ class Validator:
         *,
         intake_target: Callable[[], _policy.InputBuffers] | None = None,
         max_request_bytes: int = _policy.DEFAULT_MAX_REQUEST_BYTES,
+        prefix_target: Callable[[], np.ndarray] | None = None,
     ) -> None:
         self.model = model
+        self.prefix_target = prefix_target
         self.max_nfe = max_nfe
         self.intake_target = intake_target
         self.max_request_bytes = max_request_bytes
@@ -157,15 +166,36 @@ class Validator:
             )
             if key is not None:
                 return _INTAKE_REASON[key], sid, None
-            return None, sid, _EMPTY_OBS
-        if len(msg.inputs):  # the single-vector model declares no tensors
+            obs = _EMPTY_OBS
+        elif len(msg.inputs):  # the single-vector model declares no tensors
             return Reason.INPUT_UNEXPECTED, sid, None
-        obs = np.frombuffer(raw, dtype=np.float32) if _is_float_buffer(raw) else np.asarray(
-            raw, dtype=np.float32
-        )
-        if not np.isfinite(obs).all():
-            return Reason.OBSERVATION_NOT_FINITE, sid, None
+        else:
+            obs = _float32(raw)
+            if not np.isfinite(obs).all():
+                return Reason.OBSERVATION_NOT_FINITE, sid, None
+        if len(msg.prefix_actions):
+            reason = self._take_prefix(msg, model)
+            if reason is not None:
+                return reason, sid, None
         return None, sid, obs
+
+    def _take_prefix(self, msg, model: ModelContract) -> Reason | None:
+        """The prefix's checks, in fer_intake.c's order, then its copy into the staging slot."""
+        if self.prefix_target is None:
+            return Reason.PREFIX_UNSUPPORTED
+        n = len(msg.prefix_actions)
+        if n % model.action_dim or n // model.action_dim > model.action_horizon:
+            return Reason.PREFIX_SHAPE
+        if not _stamp_ok(msg.prefix_start):
+            return Reason.TIME_INVALID
+        period = msg.action_period
+        if not _stamp_ok(period) or (period.sec == 0 and period.nanosec == 0):
+            return Reason.ACTION_PERIOD_INVALID
+        prefix = _float32(msg.prefix_actions)
+        if not np.isfinite(prefix).all():
+            return Reason.PREFIX_NOT_FINITE
+        np.copyto(self.prefix_target()[:n], prefix)
+        return None
 
     def total_discarded(self) -> int:
         return sum(self.discarded.values())
@@ -175,6 +205,13 @@ def _stamp_ok(stamp) -> bool:
     """builtin_interfaces/Time: sec is int32 (a negative one has no uint64 nanosecond value);
     nanosec is defined in [0, 1e9)."""
     return stamp.sec >= 0 and stamp.nanosec < NANOSEC_PER_SEC
+
+
+def _float32(raw) -> np.ndarray:
+    """A float32[] field as a float32 array (a view when rclpy gave an array.array('f'))."""
+    return np.frombuffer(raw, dtype=np.float32) if _is_float_buffer(raw) else np.asarray(
+        raw, dtype=np.float32
+    )
 
 
 def _is_float_buffer(raw) -> bool:

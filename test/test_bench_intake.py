@@ -24,12 +24,13 @@ def _run(argv: list[str]) -> dict:
 
 def test_every_discard_reason_and_decided_outcome_is_measured_on_both_intakes():
     report = _run(["--quick", "--samples", "40", "--no-dds"])
-    # The bench drives the single-vector model: the tensor-intake reasons of a policy package
-    # (test/test_intake.py, test/test_policy_serving.py) are measured only where they apply to
-    # it (input_unexpected).
+    # The bench drives the single-vector model: the tensor-intake and real-time chunking
+    # reasons of a policy package (test/test_intake.py, test/test_policy_serving.py) are
+    # measured only where they apply to it (input_unexpected, prefix_unsupported).
     package_only = {Reason.INPUT_MISSING, Reason.INPUT_DUPLICATE, Reason.INPUT_DTYPE,
                     Reason.INPUT_SHAPE, Reason.INPUT_BYTES, Reason.INPUT_NOT_FINITE,
-                    Reason.INPUT_BOOL_VALUE, Reason.REQUEST_TOO_LARGE}
+                    Reason.INPUT_BOOL_VALUE, Reason.REQUEST_TOO_LARGE, Reason.PREFIX_SHAPE,
+                    Reason.ACTION_PERIOD_INVALID, Reason.PREFIX_NOT_FINITE}
     reasons = {f"discarded.{r.value}" for r in set(Reason) - package_only} - {
         "discarded.model_unavailable", "discarded.core_refused"}
     for name, rclpy_sees in (("c", set()), ("rclpy", {"discarded.request_malformed"})):

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from builtin_interfaces.msg import Time
+from builtin_interfaces.msg import Duration, Time
 from core_helpers import TENSOR_CHANGES, broken_tensors
 from flowedge_relay_msgs.msg import InferenceRequest, Tensor
 from hypothesis import given, settings
@@ -26,6 +26,8 @@ from flowedge_relay import policy as policy_mod
 from flowedge_relay.core import Core, CoreConfig, Decision, ffi, lib
 from flowedge_relay.intake import REASON_KEYS, NativeIntake, PythonIntake
 from flowedge_relay.model import default_model_path, load_model
+from flowedge_relay.rtc import RtcSpec
+from flowedge_relay.timebase import ros_time
 from flowedge_relay.tooling.harness import build_request, scene_inputs, served_model
 from flowedge_relay.tooling.stress import ProbeFactory, RequestBuilder
 from flowedge_relay.validation import ModelContract, Reason, Validator
@@ -47,26 +49,30 @@ class Pair:
 
     def __init__(self, policy: policy_mod.Policy, *, max_nfe: int = 16, queue_capacity: int = 8,
                  max_request_bytes: int = policy_mod.DEFAULT_MAX_REQUEST_BYTES,
-                 core_max_nfe: int | None = None, **core_fields) -> None:
+                 core_max_nfe: int | None = None, rtc: RtcSpec | None = None,
+                 **core_fields) -> None:
         package = policy.kind != "onnx"
         model = policy
         contract = ModelContract.of(policy)
+        layout = policy_mod.payload_layout(policy, rtc=rtc is not None) if package else None
 
         def core() -> Core:
-            extra = ({"two_phase": int(policy.two_phase),
-                      "payload_bytes": policy_mod.payload_layout(policy).nbytes}
+            extra = ({"two_phase": int(policy.two_phase), "payload_bytes": layout.nbytes,
+                      "rtc_max_delay": rtc.max_delay if rtc else 0}
                      if package else {})
             return Core(CoreConfig(obs_dim=model.obs_dim, action_len=model.action_len,
                                    queue_capacity=queue_capacity,
                                    max_nfe=core_max_nfe or max_nfe, **extra, **core_fields))
 
         self.py_core, self.c_core = core(), core()
-        self.slots = SlotInputs(policy, self.py_core.payload_view) if package else None
+        self.slots = SlotInputs(policy, self.py_core.payload_view, rtc) if package else None
         staging = (lambda: self.slots[self.py_core.staging_slot()]) if package else None
+        prefix = (lambda: self.slots.prefix(self.py_core.staging_slot())) if rtc else None
         self.validator = Validator(contract, max_nfe, intake_target=staging,
-                                   max_request_bytes=max_request_bytes)
+                                   max_request_bytes=max_request_bytes, prefix_target=prefix)
         self.py = PythonIntake(self.py_core, self.validator, time.time_ns)
-        self.c = NativeIntake(self.c_core, contract, max_nfe, max_request_bytes)
+        self.c = NativeIntake(self.c_core, contract, max_nfe, max_request_bytes,
+                              layout.prefix_offset if rtc else None)
         self.package = package
 
     def both(self, cdr: bytes, now_mono: int, now_ros: int):
@@ -121,7 +127,10 @@ def requests(draw) -> InferenceRequest:
         remaining_nfe=draw(U32), model_digest=draw(text), observation_dim=draw(U32),
         action_dim=draw(U32), action_horizon=draw(U32),
         observation=draw(st.lists(st.floats(width=32, allow_nan=False), max_size=8)),
-        noise_seed=draw(U64), inputs=tensors)
+        noise_seed=draw(U64), inputs=tensors,
+        prefix_actions=draw(st.lists(st.floats(width=32, allow_nan=False), max_size=8)),
+        prefix_start=Time(sec=draw(st.integers(-2**31, 2**31 - 1)), nanosec=draw(U32)),
+        action_period=Duration(sec=draw(st.integers(-2**31, 2**31 - 1)), nanosec=draw(U32)))
 
 
 @settings(max_examples=300, deadline=None)
@@ -147,6 +156,12 @@ def test_the_cdr_reader_reads_every_field_rclpy_serializes(msg):
         assert _bytes(tv.name, tv.name_len) == t.name.encode() and tv.dtype == t.dtype
         assert list(struct.unpack(f"<{tv.ndim}I", _bytes(tv.shape, 4 * tv.ndim))) == list(t.shape)
         assert _bytes(tv.data, tv.data_len) == bytes(t.data)
+    prefix = np.frombuffer(_bytes(v.prefix_actions, 4 * v.prefix_len), np.float32)
+    assert prefix.tolist() == np.asarray(msg.prefix_actions, np.float32).tolist()
+    assert (v.prefix_start_sec, v.prefix_start_nanosec) == (
+        msg.prefix_start.sec, msg.prefix_start.nanosec)
+    assert (v.action_period_sec, v.action_period_nanosec) == (
+        msg.action_period.sec, msg.action_period.nanosec)
 
 
 @settings(max_examples=300, deadline=None)
@@ -245,6 +260,76 @@ def test_the_c_intake_takes_a_package_request_into_the_same_staging_bytes():
     assert seen >= {None, "input_shape", "input_missing", "input_unexpected", "input_duplicate",
                     "input_dtype", "input_bytes", "input_not_finite", "request_too_large",
                     "observation_length"}
+
+
+RTC_POLICY = policy_mod.load(policy_mod.rtc_policy_path())
+#: a prefix request's variations (docs/design.md §5.4's validation), each a change to a valid one
+PREFIX_CHANGES = {
+    "valid": {},
+    "one row": {"rows": 1},
+    "whole horizon": {"rows": 8},
+    "window passed": {"start_s": -10.0},
+    "window too short": {"rows": 1, "start_s": 0.0, "period": Duration(nanosec=MS)},
+    "part of a row": {"extra": 1},
+    "above the horizon": {"rows": 9},
+    "nan": {"bad": float("nan")},
+    "inf": {"bad": float("-inf")},
+    "period zero": {"period": Duration()},
+    "period negative": {"period": Duration(sec=-1)},
+    "period nanosec": {"period": Duration(nanosec=1_000_000_000)},
+    "start invalid": {"start": Time(sec=-5)},
+}
+
+
+def _prefix_request(i: int, now_ros: int, *, rows: int = 4, extra: int = 0, bad=None,
+                    start_s: float = 0.05, start: Time | None = None,
+                    period: Duration | None = None) -> bytes:
+    g = np.random.default_rng(i)
+    prefix = g.standard_normal(2 * rows + extra).astype(np.float32)
+    if bad is not None:
+        prefix[len(prefix) // 2] = bad
+    req = build_request(RTC_POLICY, now_ros, session_id=f"s{i}", sequence=i, remaining_nfe=2,
+                        arrays={"observation": g.standard_normal(6).astype(np.float32)})
+    req.prefix_actions = prefix.tolist()
+    req.prefix_start = start or ros_time(now_ros + int(start_s * 1e9))
+    req.action_period = period or Duration(nanosec=20 * MS)
+    return serialize_message(req)
+
+
+@pytest.mark.parametrize("served", ["training_time", "off"])
+def test_a_prefix_is_decided_and_staged_alike_by_both_intakes(served):
+    """Real-time chunking's prefix: the same reason or decision from both intakes for each kind
+    of prefix, and a valid prefix's rows bit for bit in the same place of the staging slot.
+    With rtc off every prefix is prefix_unsupported; a plain request is served as before."""
+    rtc = RTC_POLICY.rtc if served != "off" else None
+    pair = Pair(RTC_POLICY, rtc=rtc, nfe_ns=MS, queue_capacity=64)
+    seen = {}
+    try:
+        for i in range(2 * len(PREFIX_CHANGES)):
+            change = list(PREFIX_CHANGES)[i % len(PREFIX_CHANGES)]
+            now_mono, now_ros = _now()
+            py, c = pair.both(_prefix_request(i, now_ros, **PREFIX_CHANGES[change]),
+                              now_mono, now_ros)
+            assert c == py, (change, c, py)
+            seen[change] = py[0] or py[1].name
+        plain = build_request(RTC_POLICY, time.time_ns(), session_id="plain",
+                              arrays={"observation": np.zeros(6, np.float32)})
+        py, c = pair.both(serialize_message(plain), *_now())
+        assert c == py == (None, Decision.ACCEPTED)
+        for slot in range(pair.c_core.slots):  # every queued request's payload, bit for bit
+            assert bytes(pair.py_core.payload_view(slot)) == bytes(pair.c_core.payload_view(slot))
+    finally:
+        pair.close()
+    if served == "off":
+        assert set(seen.values()) == {"prefix_unsupported"}
+        return
+    assert seen == {
+        "valid": "ACCEPTED", "one row": "ACCEPTED", "whole horizon": "ACCEPTED",
+        "window passed": "EXPIRED", "window too short": "REJECTED_DEADLINE",
+        "part of a row": "prefix_shape", "above the horizon": "prefix_shape",
+        "nan": "prefix_not_finite", "inf": "prefix_not_finite",
+        "period zero": "action_period_invalid", "period negative": "action_period_invalid",
+        "period nanosec": "action_period_invalid", "start invalid": "time_invalid"}
 
 
 # ---- normalization: numpy's arithmetic, for every dtype -----------------------------------------

@@ -104,6 +104,8 @@ def _discard_cases(builder, rng) -> list[tuple[str, str, dict]]:
         ("deadline_negative", "time_invalid", {"deadline": Time(sec=-5, nanosec=0)}),
         ("tensor_to_single_vector_model", "input_unexpected",
          {"inputs": [Tensor(name="image", dtype=Tensor.UINT8, shape=[4], data=[0, 1, 2, 3])]}),
+        ("prefix_to_model_without_rtc", "prefix_unsupported",
+         {"prefix_actions": [0.5] * m.action_dim}),
     ]
 
 
