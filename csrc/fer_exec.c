@@ -31,6 +31,10 @@ struct fer_exec {
     uint32_t max_rows;
     uint32_t n_inputs;
     uint64_t x_len;
+    uint32_t t_cols;     /* t floats per row: 1, or one per action row */
+    uint32_t rtc_mode;   /* FER_EXEC_RTC_* */
+    uint32_t action_dim;
+    float clean_time;
     float *x;
     float *t;
     float *v;
@@ -47,7 +51,7 @@ _Static_assert(offsetof(struct fer_exec, ort) == 0, "struct fer_ort first (fer_o
 static int config_ok(const void *arg)
 {
     const struct fer_exec_config *cfg = arg;
-    uint64_t xn, i;
+    uint64_t xn, tn, i;
 
     if (cfg->max_rows < 1 || cfg->max_rows > FER_EXEC_MAX_ROWS || cfg->intra_op_threads < 1 ||
         cfg->n_static > FER_EXEC_MAX_STATIC || cfg->state == NULL)
@@ -57,7 +61,14 @@ static int config_ok(const void *arg)
         cfg->v.dtype != FER_EXEC_FLOAT || cfg->v.ndim != cfg->x.ndim ||
         memcmp(cfg->v.dims, cfg->x.dims, cfg->x.ndim * sizeof(int64_t)) != 0)
         return 0;
-    if (fer_ort_tensor_elems(&cfg->t) != 1 || cfg->t.dtype != FER_EXEC_FLOAT)
+    tn = fer_ort_tensor_elems(&cfg->t);
+    if (tn == 0 || cfg->t.dtype != FER_EXEC_FLOAT || cfg->rtc_mode > FER_EXEC_RTC_INPAINT)
+        return 0;
+    if ((tn > 1 || cfg->rtc_mode != FER_EXEC_RTC_OFF) &&
+        (cfg->action_dim == 0 || xn % cfg->action_dim != 0 ||
+         (cfg->clean_time != 0.0f && cfg->clean_time != 1.0f)))
+        return 0;
+    if (tn > 1 && tn * cfg->action_dim != xn)
         return 0;
     for (i = 0; i < cfg->n_static; i++)
         if (fer_ort_tensor_elems(&cfg->statics[i]) == 0)
@@ -117,6 +128,10 @@ static int build(struct fer_ort *o, const void *arg)
     e->max_rows = cfg->max_rows;
     e->n_inputs = 2 + cfg->n_static;
     e->x_len = cfg->x.row_bytes / sizeof(float);
+    e->t_cols = (uint32_t)fer_ort_tensor_elems(&cfg->t);
+    e->rtc_mode = cfg->rtc_mode;
+    e->action_dim = cfg->action_dim;
+    e->clean_time = cfg->clean_time;
     e->x = cfg->x.data;
     e->t = cfg->t.data;
     e->v = cfg->v.data;
@@ -233,6 +248,63 @@ static void advance(float *restrict state, float *restrict x, const float *restr
     }
 }
 
+/* ---- real-time chunking (struct fer_exec_row; rtc.py's functions) ------------------------------- */
+
+/* rtc.hold_prefix: the first n floats of state and x become the prefix, bit for bit. */
+static void hold_prefix(float *restrict state, float *restrict x, const float *restrict prefix,
+                        uint64_t n)
+{
+    memcpy(state, prefix, n * sizeof(float));
+    memcpy(x, prefix, n * sizeof(float));
+}
+
+/* rtc.inpaint over the first n floats, the update having landed at flow time t. */
+static void inpaint(float *restrict state, float *restrict x, const float *restrict x0,
+                    const float *restrict prefix, uint64_t n, float t, float clean_time)
+{
+    float w = 1.0f - t, a = clean_time == 1.0f ? w : t, b = clean_time == 1.0f ? t : w;
+    uint64_t i;
+
+    for (i = 0; i < n; i++) {
+        float p = x0[i] * a;
+        float q = prefix[i] * b;
+        state[i] = p + q;
+        x[i] = state[i];
+    }
+}
+
+/* The row's time input before its NFE: the solver's t on every column (one, or one per action
+ * row); training_time: the frozen rows' state and x held to the prefix, their columns clean. */
+static void before_nfe(struct fer_exec *e, uint32_t r, const struct fer_exec_row *w)
+{
+    float *t = &e->t[(size_t)r * e->t_cols];
+    uint32_t c;
+
+    for (c = 0; c < e->t_cols; c++)
+        t[c] = w->times[w->next];
+    if (w->frozen == 0 || e->rtc_mode != FER_EXEC_RTC_TRAINING_TIME)
+        return;
+    hold_prefix(&e->state[r * e->x_len], &e->x[r * e->x_len], w->prefix,
+                (uint64_t)w->frozen * e->action_dim);
+    for (c = 0; c < w->frozen && c < e->t_cols; c++)
+        t[c] = e->clean_time;
+}
+
+/* After the row's update (next not yet advanced): inpaint's projection; after its last NFE, the
+ * hold that makes the answer's frozen rows the prefix's bits. */
+static void after_nfe(struct fer_exec *e, uint32_t r, const struct fer_exec_row *w)
+{
+    uint64_t n = (uint64_t)w->frozen * e->action_dim;
+    float *state = &e->state[r * e->x_len], *x = &e->x[r * e->x_len];
+
+    if (w->frozen == 0)
+        return;
+    if (e->rtc_mode == FER_EXEC_RTC_INPAINT)
+        inpaint(state, x, w->x0, w->prefix, n, w->land[w->next], e->clean_time);
+    if (w->next + 1 == w->total)
+        hold_prefix(state, x, w->prefix, n);
+}
+
 int fer_exec_time_runs(struct fer_exec *e, uint32_t n_rows, uint32_t runs, uint64_t *ns)
 {
     uint32_t i;
@@ -257,7 +329,14 @@ static int rows_ok(const struct fer_exec *e, const struct fer_core *core,
     if (core == NULL || rows == NULL || n < 1 || n > e->max_rows)
         return 0;
     for (r = 0; r < n; r++) {
-        if (rows[r].next >= rows[r].total || rows[r].times == NULL || rows[r].kinds == NULL)
+        const struct fer_exec_row *w = &rows[r];
+
+        if (w->next >= w->total || w->times == NULL || w->kinds == NULL)
+            return 0;
+        if (w->frozen != 0 &&
+            (e->rtc_mode == FER_EXEC_RTC_OFF || w->prefix == NULL ||
+             (uint64_t)w->frozen * e->action_dim >= e->x_len ||
+             (e->rtc_mode == FER_EXEC_RTC_INPAINT && (w->x0 == NULL || w->land == NULL))))
             return 0;
         for (q = 0; q < r; q++)
             if (rows[q].lane == rows[r].lane)
@@ -324,7 +403,7 @@ int fer_exec_run(struct fer_exec *e, struct fer_core *core, struct fer_exec_row 
         probe_mark(rep, 0);
         start = clock_ns(CLOCK_MONOTONIC);
         for (r = 0; r < n_rows; r++)
-            e->t[r] = rows[r].times[rows[r].next];
+            before_nfe(e, r, &rows[r]);
         probe_mark(rep, 1);
         if ((rc = run_rows(e, n_rows)) != FER_OK)
             return rc;
@@ -333,6 +412,7 @@ int fer_exec_run(struct fer_exec *e, struct fer_core *core, struct fer_exec_row 
             struct fer_exec_row *w = &rows[r];
             advance(&e->state[r * e->x_len], &e->x[r * e->x_len], &e->v[r * e->x_len], e->x_len,
                     w->kinds[w->next], w->dt, w->half_dt);
+            after_nfe(e, r, w);
             w->next++;
         }
         probe_mark(rep, 3);

@@ -38,6 +38,11 @@
 #define FER_EXEC_MID_HALF 1         /* x = state + half_dt * v; state unchanged */
 #define FER_EXEC_MID_FULL 2         /* state += dt * v; x = state (the midpoint's second NFE) */
 
+/* ---- real-time chunking (docs/design.md §5.4): how a row's frozen rows condition its solver --- */
+#define FER_EXEC_RTC_OFF 0
+#define FER_EXEC_RTC_TRAINING_TIME 1 /* before each NFE: frozen rows = prefix, their time clean */
+#define FER_EXEC_RTC_INPAINT 2       /* after each update: frozen rows = (1-t) x0 + t prefix */
+
 /* ---- why fer_exec_run returned (>= 0) --------------------------------------------------------- */
 #define FER_EXEC_ROWS_ENDED 1       /* some row's step result is not CONTINUE (see rows[].result) */
 #define FER_EXEC_STOPPED 2          /* *stop_flag was non-zero at a step boundary */
@@ -51,8 +56,11 @@
 /*
  * What fer_exec_create builds. Invariants: 1 <= max_rows <= FER_EXEC_MAX_ROWS; n_static <=
  * FER_EXEC_MAX_STATIC; x and v float32 with the same dims (x_len = prod(dims) floats a row);
- * t float32 with one element a row; state float32, max_rows x x_len (the ODE state, which the
- * midpoint's first NFE leaves unchanged while x moves); intra_op_threads >= 1.
+ * t float32 with one element a row, or one per action row (t_cols = x_len / action_dim: a graph
+ * trained for training-time real-time chunking; each row's time is written to all of them);
+ * state float32, max_rows x x_len (the ODE state, which the midpoint's first NFE leaves
+ * unchanged while x moves); intra_op_threads >= 1; rtc_mode a FER_EXEC_RTC_*, and with a mode
+ * or a per-action-row t, action_dim >= 1 dividing x_len and clean_time 1 (time 0_to_1) or 0.
  * Session options are the Python path's (model._session_options): intra_op_threads, inter-op 1,
  * sequential, ORT_ENABLE_ALL, log severity 3, and with intra_op_threads > 1 no pool spinning and,
  * where intra_op_affinities is not NULL or "", that string as session.intra_op_thread_affinities
@@ -70,6 +78,10 @@ struct fer_exec_config {
     struct fer_exec_tensor statics[FER_EXEC_MAX_STATIC]; /* other inputs, fixed per request */
     float *state;                        /* max_rows x x_len floats */
     const char *intra_op_affinities;     /* NULL or "": the pool threads inherit the caller's */
+    uint32_t rtc_mode;                   /* FER_EXEC_RTC_*: how frozen rows condition a row */
+    uint32_t action_dim;                 /* floats per action row (RTC, per-action-row t) */
+    float clean_time;                    /* the flow time of a clean action: 1 or 0 */
+    uint32_t _pad2;
 };
 
 /*
@@ -79,6 +91,16 @@ struct fer_exec_config {
  * the float32 values the Python integrator uses (dt signed, half_dt = float32(dt / 2)).
  * fer_exec_run advances next by one per step and sets result to the row's last fer_core_step
  * result (FER_STEP_*; FER_STEP_CONTINUE before its first step).
+ * Real-time chunking (docs/design.md §5.4): frozen = d > 0 only on an exec with an rtc_mode, with
+ * d x action_dim < x_len; prefix then holds d x action_dim floats, and for inpaint x0 the row's
+ * initial noise (x_len floats) and land the flow time each NFE's update lands at (total floats,
+ * rtc.landing_times). The conditioning is rtc.py's, operation for operation (-ffp-contract=off):
+ *   training_time, before each NFE: state and x's first d rows = prefix; the row's t is clean on
+ *     its first d action rows, the solver's time on the others;
+ *   inpaint, after each update landing at time t: w = 1 - t; each frozen element of the state =
+ *     (w x x0) + (t x prefix) for time 0_to_1, (t x x0) + (w x prefix) for 1_to_0; x = state;
+ *   both, after the last NFE: the state's first d rows = prefix (the answer's rows bit for bit).
+ * The pointers are the caller's and must stay valid while the row is stepped.
  */
 struct fer_exec_row {
     uint32_t lane;
@@ -89,6 +111,11 @@ struct fer_exec_row {
     float half_dt;
     const float *times;
     const int8_t *kinds;
+    uint32_t frozen;
+    uint32_t _pad;
+    const float *prefix;
+    const float *x0;
+    const float *land;
 };
 
 /*
@@ -153,10 +180,11 @@ const char *fer_exec_ort_version(const struct fer_exec *exec);
 /* ---- the step loop -----------------------------------------------------------------------------
  * Runs steps over rows[0..n_rows) (n_rows <= max_rows), each one:
  *   if *stop_flag != 0: return FER_EXEC_STOPPED (checked before every step, the first included);
- *   t[r] = times[next] for every row; start = now; one ORT Run over n_rows rows (x, t, statics
- *   -> v); per row the solver update of kinds[next] in float32, the operations in the order of
- *   model.FlowIntegrator._advance (compiled with -ffp-contract=off: bit-identical to numpy);
- *   next += 1; then, if fault_delay_ns is not NULL and *fault_delay_ns is not 0 (read at every
+ *   t[r] = times[next] for every row (training_time: the frozen rows conditioned, see struct
+ *   fer_exec_row); start = now; one ORT Run over n_rows rows (x, t, statics -> v); per row the
+ *   solver update of kinds[next] in float32, the operations in the order of
+ *   model.FlowIntegrator._advance (compiled with -ffp-contract=off: bit-identical to numpy),
+ *   inpaint's projection, and after the last NFE the frozen rows' hold; next += 1; then, if fault_delay_ns is not NULL and *fault_delay_ns is not 0 (read at every
  *   step, so a drill can change it mid-run), sleep that long (counted in the NFE); end = now;
  *   the report's ring entry (end - start, one per step) and per row fer_core_step(core, lane,
  *   end, end - start) -> result; *last_progress_ns = end.

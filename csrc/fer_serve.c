@@ -19,7 +19,8 @@
 
 /*
  * Invariants between calls: 0 <= n <= max_rows; rows[0..n) are the held requests, row r's plan
- * in buffer plan_of[r] (rows[r].times / kinds point into it); plan_of is a permutation of
+ * in buffer plan_of[r] (rows[r].times / kinds, and with RTC land and x0, point into it, and a
+ * frozen row's prefix into its slot's payload); plan_of is a permutation of
  * 0..max_rows-1, so a joiner always gets a buffer no held row uses; *cfg.rows_held == n.
  */
 struct fer_serve {
@@ -30,6 +31,8 @@ struct fer_serve {
     uint32_t n;
     float *times;       /* max_rows x max_nfe */
     int8_t *kinds;      /* max_rows x max_nfe */
+    float *land;        /* max_rows x max_nfe: inpaint's landing times (RTC only) */
+    float *x0;          /* max_rows x x_len: inpaint's initial noise (RTC only) */
     uint32_t *plan_of;  /* max_rows */
     float *obs_scratch; /* obs_dim floats: dispatch's observation when rows have none */
     float *actions;     /* n_actions floats */
@@ -98,7 +101,10 @@ static int config_ok(const struct fer_serve_config *c)
         c->x == NULL || c->state == NULL || c->n_moves > FER_SERVE_MAX_MOVES ||
         c->n_copies > FER_SERVE_MAX_COPIES || (c->action_offset == NULL) != (c->action_scale == NULL) ||
         (c->n_actions > 0 && c->action_index == NULL) || c->rows_held == NULL ||
-        c->prefix_ring == NULL || c->prefix_ring_len < 1 || c->prefix_count == NULL)
+        c->prefix_ring == NULL || c->prefix_ring_len < 1 || c->prefix_count == NULL ||
+        c->rtc_mode > FER_EXEC_RTC_INPAINT || (c->rtc_mode != FER_EXEC_RTC_OFF &&
+        (c->solver != FER_SERVE_EULER || (c->clean_time != 0.0f && c->clean_time != 1.0f) ||
+         c->prefix_offset % sizeof(float) != 0)))
         return 0;
     for (i = 0; i < c->n_moves; i++)
         if (!rowbuf_ok(&c->moves[i]))
@@ -132,6 +138,10 @@ int fer_serve_create(const struct fer_serve_config *cfg, struct fer_exec *exec,
     if (!__builtin_mul_overflow((size_t)cfg->max_rows, (size_t)cfg->max_nfe, &plan)) {
         s->times = calloc(plan, sizeof(*s->times));
         s->kinds = calloc(plan, sizeof(*s->kinds));
+        if (cfg->rtc_mode != FER_EXEC_RTC_OFF) {
+            s->land = calloc(plan, sizeof(*s->land));
+            s->x0 = calloc((size_t)cfg->max_rows * cfg->x_len, sizeof(*s->x0));
+        }
     }
     s->plan_of = calloc(cfg->max_rows, sizeof(*s->plan_of));
     s->obs_scratch = calloc(cfg->obs_dim ? cfg->obs_dim : 1u, sizeof(float));
@@ -139,7 +149,8 @@ int fer_serve_create(const struct fer_serve_config *cfg, struct fer_exec *exec,
     s->lanes = calloc(cfg->max_rows, sizeof(*s->lanes));
     s->results = calloc(cfg->max_rows, sizeof(*s->results));
     if (s->times == NULL || s->kinds == NULL || s->plan_of == NULL || s->obs_scratch == NULL ||
-        s->actions == NULL || s->lanes == NULL || s->results == NULL) {
+        s->actions == NULL || s->lanes == NULL || s->results == NULL ||
+        (cfg->rtc_mode != FER_EXEC_RTC_OFF && (s->land == NULL || s->x0 == NULL))) {
         fer_serve_destroy(s);
         return FER_ENOMEM;
     }
@@ -156,6 +167,8 @@ void fer_serve_destroy(struct fer_serve *s)
         return;
     free(s->times);
     free(s->kinds);
+    free(s->land);
+    free(s->x0);
     free(s->plan_of);
     free(s->obs_scratch);
     free(s->actions);
@@ -178,6 +191,31 @@ static void set_held(struct fer_serve *s, uint32_t n)
 static void *row_of(const struct fer_serve_rowbuf *b, uint32_t r)
 {
     return (char *)b->data + (size_t)r * b->row_bytes;
+}
+
+/* A joiner with frozen rows (docs/design.md §5.4): its prefix where the intake put it in the
+ * slot payload; for inpaint its x(0) and where each NFE lands (rtc.landing_times: NFE j lands
+ * where NFE j + 1 evaluates, the last at the clean time). */
+static int join_rtc(struct fer_serve *s, struct fer_core *core, uint32_t r,
+                    const struct fer_work *w)
+{
+    const struct fer_serve_config *c = &s->cfg;
+    struct fer_exec_row *row = &s->rows[r];
+    size_t at = (size_t)s->plan_of[r] * c->max_nfe;
+    const char *payload = fer_core_payload(core, w->slot);
+    uint32_t j;
+
+    if (c->rtc_mode == FER_EXEC_RTC_OFF || payload == NULL)
+        return FER_ESTATE; /* the core gave frozen rows to a serve without RTC */
+    row->prefix = (const float *)(const void *)(payload + c->prefix_offset);
+    row->x0 = &s->x0[(size_t)s->plan_of[r] * c->x_len];
+    row->land = &s->land[at];
+    memcpy(&s->x0[(size_t)s->plan_of[r] * c->x_len], &c->state[(size_t)r * c->x_len],
+           (size_t)c->x_len * sizeof(float));
+    for (j = 0; j + 1 < w->remaining_nfe; j++)
+        s->land[at + j] = s->times[at + j + 1];
+    s->land[at + w->remaining_nfe - 1] = c->clean_time;
+    return FER_OK;
 }
 
 /* Row r takes dispatched work w (BatchRows.join): x(0), plan, inputs, the row table entry. */
@@ -216,6 +254,9 @@ static int join(struct fer_serve *s, struct fer_core *core, uint32_t r, const st
     row->half_dt = half_dt;
     row->times = &s->times[at];
     row->kinds = &s->kinds[at];
+    row->frozen = w->frozen_rows;
+    if (w->frozen_rows != 0)
+        return join_rtc(s, core, r, w);
     return FER_OK;
 }
 

@@ -20,6 +20,8 @@
  *   inputs a single .onnx model's observation is dispatched straight into its row of the
  *          observation buffer; a policy package's tensors are copied from the dispatched slot's
  *          payload (the request thread normalized them there) into their rows;
+ *   RTC    frozen rows (fer_work.frozen_rows) point the row at the slot payload's prefix, which
+ *          stays valid until the lane finishes; inpaint keeps x(0) and the landing times;
  *   actions state values picked by action_index and, for a normalized action, (v - offset) /
  *          scale in float32 (policy.Normalization.invert's two operations).
  *
@@ -87,6 +89,12 @@ struct fer_serve_config {
     int64_t *prefix_ring;                /* one entry per prefix pass: its duration */
     uint64_t prefix_ring_len;
     uint64_t *prefix_count;              /* prefix passes measured */
+    /* Real-time chunking (docs/design.md §5.4), the exec's rtc_mode (FER_EXEC_RTC_OFF: none): a
+     * joiner with frozen rows gets its prefix from the dispatched slot's payload at
+     * prefix_offset, its initial noise kept (inpaint) and its update's landing times. */
+    uint32_t rtc_mode;
+    float clean_time;                    /* the exec's: 1 (time 0_to_1) or 0 */
+    uint64_t prefix_offset;
 };
 
 struct fer_serve;

@@ -34,8 +34,10 @@ import onnxruntime as ort
 
 from flowedge_relay import native as _native
 from flowedge_relay import policy as _policy
+from flowedge_relay import rtc as _rtc
 from flowedge_relay.core import Core, Step
 from flowedge_relay.model import KIND_MID_HALF, ModelInfo, half_step, integrator_plan
+from flowedge_relay.rtc import RtcSpec
 
 #: Tolerance of a row's actions against the batch-1 result (|a - b| <= ATOL + RTOL |b|): the
 #: batched model call may sum in another order (GEMM blocking by row count). Measured on the
@@ -69,9 +71,13 @@ class RowSpec:
     context: tuple[_Tensor, ...]
     sign: np.float32
     solver: str
+    #: real-time chunking as served (serving.rtc_of: the mode resolved from rtc_mode), or None
+    rtc: RtcSpec | None = None
+    time: str = "0_to_1"
 
     @classmethod
-    def of(cls, model: ModelInfo | _policy.Policy, solver: str) -> RowSpec:
+    def of(cls, model: ModelInfo | _policy.Policy, solver: str,
+           rtc: RtcSpec | None = None) -> RowSpec:
         """Single .onnx (ModelInfo): x, t, observation; a package: its manifest."""
         if isinstance(model, ModelInfo):
             obs = _Tensor("observation", (model.obs_dim,), np.dtype(np.float32))
@@ -86,7 +92,7 @@ class RowSpec:
         a = p.action
         return cls(a.horizon, a.dim, a.output_dim, a.normalization, p.x_name, p.t_name,
                    p.v_name, tuple(p.t_shape[1:]), step_in, prefix_in, context,
-                   np.float32(1.0 if p.time == "0_to_1" else -1.0), p.solver)
+                   np.float32(1.0 if p.time == "0_to_1" else -1.0), p.solver, rtc, p.time)
 
 
 class BatchRows:
@@ -119,9 +125,16 @@ class BatchRows:
         self._x_flat, self._v_flat = self.x_in.reshape(b, hd), self.v.reshape(b, hd)
         self._tmp = np.zeros((b, hd), np.float32)
         self.t = np.zeros((b, *spec.t_shape), np.float32)
-        if int(np.prod(spec.t_shape)) != 1:
-            raise ValueError(f"t must hold one value per row, not {spec.t_shape}")
-        self._t_flat = self.t.reshape(b)
+        # t is one value per row, or (a graph trained for training-time RTC, §5.4) one per
+        # action row: the solver's time is then broadcast over them before every NFE
+        self._t_rows = int(np.prod(spec.t_shape)) != 1
+        if self._t_rows and spec.t_shape != (spec.horizon,):
+            raise ValueError(f"t must hold one value per row or per action row, not "
+                             f"{spec.t_shape}")
+        self._t_flat = np.zeros(b, np.float32) if self._t_rows else self.t.reshape(b)
+        # real-time chunking, per row: d frozen rows, the prefix (answer space = model space:
+        # the loader refuses action normalization and padding), x(0) for inpaint
+        self._rtc = _RowsRtc(spec, b, max_nfe) if spec.rtc is not None else None
         self.inputs = {s.name: np.zeros((b, *s.shape), s.dtype) for s in spec.step_inputs}
         self.prefix_in = {s.name: np.zeros((b, *s.shape), s.dtype) for s in spec.prefix_inputs}
         self.context = {c.name: np.zeros((b, *c.shape), c.dtype) for c in spec.context}
@@ -197,8 +210,12 @@ class BatchRows:
             offset = np.broadcast_to(s.action_norm.offset, (h, od)).reshape(-1)
             scale = np.broadcast_to(s.action_norm.scale, (h, od)).reshape(-1)
         moves = (self.x_in, self.state, *self.inputs.values(), *self.context.values())
+        rtc = s.rtc.mode if s.rtc is not None else None
+        if rtc is not None and (layout is None or layout.prefix_offset is None):
+            raise ValueError("real-time chunking rows need a payload layout with the prefix")
         return _native.ServeRows(s.solver, 1 if s.sign > 0 else -1, observation, moves,
-                                 tuple(copies), index, offset, scale)  # fmt: skip
+                                 tuple(copies), index, offset, scale, rtc,
+                                 layout.prefix_offset if rtc else 0)  # fmt: skip
 
     def attach_prefix(self, prefix: _native.PrefixPass) -> None:
         """Run the prefix graph natively from now on: `prefix` is a native.PrefixPass over
@@ -208,9 +225,11 @@ class BatchRows:
         self.native_prefix = prefix
 
     def join(self, lane: int, slot: int, noise_seed: int, total_nfe: int,
-             inputs: np.ndarray | _policy.InputBuffers) -> int:
+             inputs: np.ndarray | _policy.InputBuffers, frozen_rows: int = 0,
+             prefix: np.ndarray | None = None) -> int:
         """Take a request into row n: its x(0) from the seed, its time grid, its inputs (an
-        observation for a single .onnx, a slot's InputBuffers for a package) copied once."""
+        observation for a single .onnx, a slot's InputBuffers for a package) copied once, and
+        with real-time chunking its frozen rows and their prefix (float32, >= d x dim)."""
         if self.n >= self.slots:
             raise RuntimeError("every batch slot is taken")
         if not 1 <= total_nfe <= self.max_nfe:
@@ -225,6 +244,10 @@ class BatchRows:
         self._mult[r, 0] = mult[0]  # euler: dt for every NFE (midpoint re-reads it per step)
         np.random.default_rng(noise_seed).standard_normal(dtype=np.float32, out=self.state[r])
         np.copyto(self._x_flat[r], self.state[r])
+        if self._rtc is not None:
+            self._rtc.join(r, frozen_rows, prefix, self.state[r], times)
+        elif frozen_rows:
+            raise ValueError("frozen rows on rows without real-time chunking")
         if isinstance(inputs, _policy.InputBuffers):
             for name, rows in self.inputs.items():
                 np.copyto(rows[r], inputs.arrays[name][0])
@@ -235,6 +258,8 @@ class BatchRows:
         self.lane[r], self.slot[r] = lane, slot
         if self.native is not None:
             self.native.set_row(r, lane, total_nfe, dt, half_dt, times, kinds)
+            if frozen_rows:
+                self._rtc.point(self.native, r)  # type: ignore[union-attr]
         self.n += 1
         return r
 
@@ -250,9 +275,13 @@ class BatchRows:
                         self.total, self.lane, self.slot, self._mult,
                         *self.inputs.values(), *self.context.values()):
                 arr[r] = arr[last]
-            self._idx[r] = r * self.max_nfe + done
+            if self._rtc is not None:
+                self._rtc.move(r, last)
             if self.native is not None:
                 self.native.move_row(r, last)
+                if self._rtc is not None and self._rtc.d[r]:
+                    self._rtc.point(self.native, r)  # the moved row's own buffers
+            self._idx[r] = r * self.max_nfe + done
         self.lane[last] = self.slot[last] = -1
         self.n = last
 
@@ -334,6 +363,11 @@ class BatchRows:
             return
         idx, t, v, tmp, state, x, mult, full, binding = self._views(n)
         np.take(self._gt, idx, out=t)
+        if self._t_rows:
+            np.copyto(self.t[:n], t[:, None])
+        rtc = self._rtc
+        if rtc is not None:
+            rtc.before_nfe(n, t, state, x, self.t)
         self.step_session.run_with_iobinding(binding)
         if self._euler:  # every update moves the state by the row's dt: Euler's three ops
             np.multiply(v, mult, out=tmp)
@@ -345,6 +379,8 @@ class BatchRows:
             np.multiply(v, mult, out=tmp)
             np.add(state, tmp, out=x)  # full: the new state; half: the midpoint input
             np.copyto(state, x, where=full)
+        if rtc is not None:
+            rtc.after_nfe(n, idx, state, x)
         idx += 1
 
     def result(self, r: int) -> Step:
@@ -361,6 +397,8 @@ class BatchRows:
         """Row r's actions, float32 [horizon * output_dim] (a view: copy it to keep it); the
         same arithmetic as FlowSampler.actions / PolicySampler.actions."""
         s = self.spec
+        if self._rtc is not None:  # the frozen rows become the prefix, bit for bit
+            self._rtc.hold(r, self.state[r])
         if s.action_norm is None and s.output_dim == s.dim:
             return self.state[r]
         cols = self.state[r].reshape(s.horizon, s.dim)[:, : s.output_dim]
@@ -369,3 +407,67 @@ class BatchRows:
         else:
             np.copyto(self._out, cols)
         return self._out_flat
+
+
+class _RowsRtc:
+    """Real-time chunking's conditioning of BatchRows' rows (docs/design.md §5.4), with rtc.py's
+    arithmetic row by row, as the evaluation (tooling/rtc_rollout.py) applies it:
+      training_time  before every NFE the frozen rows of the state (the model's x) are the
+                     prefix, and the per-row time is clean on them, the solver's elsewhere;
+      inpaint        after every update the frozen rows are the flow interpolation, at the time
+                     the update landed at, between the row's x(0) and its prefix;
+    and the answer's frozen rows are the prefix, bit for bit (`hold`). Rows with d = 0 run the
+    unconditioned solver. Only rows with d > 0 are touched, one numpy call or two each."""
+
+    def __init__(self, spec: RowSpec, b: int, max_nfe: int) -> None:
+        assert spec.rtc is not None
+        self.mode, self.time, self.dim = spec.rtc.mode, spec.time, spec.dim
+        hd = spec.horizon * spec.dim
+        self.d = np.zeros(b, np.int64)
+        self.prefix = np.zeros((b, hd), np.float32)
+        self.x0 = np.zeros((b, hd), np.float32)
+        self.land = np.zeros((b, max_nfe), np.float32)  # inpaint: where NFE j's update lands
+        self._tmp = np.zeros(hd, np.float32)
+        self._max_nfe = max_nfe
+
+    def join(self, r: int, d: int, prefix: np.ndarray | None, x0: np.ndarray,
+             times: np.ndarray) -> None:
+        self.d[r] = d
+        if not d:
+            return
+        n = d * self.dim
+        if prefix is None or len(prefix) < n:
+            raise ValueError(f"{d} frozen rows need a prefix of at least {n} floats")
+        np.copyto(self.prefix[r, :n], prefix[:n])
+        np.copyto(self.x0[r], x0)
+        self.land[r, : len(times)] = _rtc.landing_times(times, self.time)
+
+    def point(self, native: _native.NativeLoop, r: int) -> None:
+        """Row r of a native loop conditioned from these buffers' row r."""
+        native.set_frozen(r, int(self.d[r]), self.prefix[r], self.x0[r], self.land[r])
+
+    def move(self, r: int, last: int) -> None:
+        for arr in (self.d, self.prefix, self.x0, self.land):
+            arr[r] = arr[last]
+
+    def before_nfe(self, n: int, t_solver: np.ndarray, state: np.ndarray, x: np.ndarray,
+                   t_rows: np.ndarray) -> None:
+        if self.mode != "training_time":
+            return
+        for r in np.flatnonzero(self.d[:n]):
+            d = int(self.d[r])
+            _rtc.condition_training_time(state[r], t_rows[r], t_solver[r], self.prefix[r], d,
+                                         self.dim, self.time)  # fmt: skip
+            np.copyto(x[r, : d * self.dim], state[r, : d * self.dim])
+
+    def after_nfe(self, n: int, idx: np.ndarray, state: np.ndarray, x: np.ndarray) -> None:
+        if self.mode != "inpaint":
+            return
+        for r in np.flatnonzero(self.d[:n]):
+            d, j = int(self.d[r]), int(idx[r] - r * self._max_nfe)
+            _rtc.inpaint(state[r], self.land[r, j], self.x0[r], self.prefix[r], d, self.dim,
+                         self.time, self._tmp)  # fmt: skip
+            np.copyto(x[r, : d * self.dim], state[r, : d * self.dim])
+
+    def hold(self, r: int, state: np.ndarray) -> None:
+        _rtc.hold_prefix(state, self.prefix[r], int(self.d[r]), self.dim)

@@ -118,9 +118,10 @@ def _cost_values(k) -> dict[str, object]:
     }
 
 
-def model_description(policy, execution_providers) -> dict[str, object]:
+def model_description(policy, execution_providers, rtc=None) -> dict[str, object]:
     """The `model` status values a producer builds requests from (producer.ServedModel parses
-    model_inputs; the format is policy.Policy.describe_inputs': 'image:uint8[2,32,32]; ...')."""
+    model_inputs; the format is policy.Policy.describe_inputs': 'image:uint8[2,32,32]; ...');
+    `rtc` is real-time chunking as served (rtc.RtcSpec, None: off)."""
     return {
         "model_kind": policy.kind_text,
         "model_inputs": policy.describe_inputs(),
@@ -130,6 +131,8 @@ def model_description(policy, execution_providers) -> dict[str, object]:
         "solver": policy.solver if policy.kind != "onnx" else "parameter",
         "time_convention": policy.time,
         "execution_providers": ",".join(execution_providers),
+        "rtc_mode": rtc.mode if rtc is not None else "off",
+        "rtc_max_delay": rtc.max_delay if rtc is not None else 0,
     }
 
 

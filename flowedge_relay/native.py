@@ -109,6 +109,7 @@ class StepSpec:
     t: TensorSpec
     v_name: str
     statics: tuple[TensorSpec, ...]
+    time: str = "0_to_1"  # the flow's time convention (real-time chunking's clean time)
 
 
 def step_spec(model: ModelInfo | _policy.Policy) -> StepSpec:
@@ -132,10 +133,22 @@ def step_spec(model: ModelInfo | _policy.Policy) -> StepSpec:
             c = context[name]
             statics.append(TensorSpec(name, np.dtype(c.dtype), tuple(c.shape[1:])))
     t_row = tuple(model.t_shape[1:])
-    if int(np.prod(t_row, dtype=np.int64)) != 1:
-        raise NativeUnavailable(f"t shape {list(model.t_shape)}: one time per row expected")
+    if int(np.prod(t_row, dtype=np.int64)) not in (1, a.horizon):
+        raise NativeUnavailable(f"t shape {list(model.t_shape)}: one time per row or per "
+                                "action row expected")  # fmt: skip
     return StepSpec(TensorSpec(model.x_name, f32, (a.horizon, a.dim)),
-                    TensorSpec(model.t_name, f32, t_row), model.v_name, tuple(statics))  # fmt: skip
+                    TensorSpec(model.t_name, f32, t_row), model.v_name, tuple(statics),
+                    model.time)  # fmt: skip
+
+
+#: rtc.RtcSpec.mode -> FER_EXEC_RTC_* (csrc/fer_exec.h)
+RTC_CODES = {None: lib.FER_EXEC_RTC_OFF, "training_time": lib.FER_EXEC_RTC_TRAINING_TIME,
+             "inpaint": lib.FER_EXEC_RTC_INPAINT}
+
+
+def clean_time(time_convention: str) -> float:
+    """The flow time of a clean action (rtc.clean_time) as the C config takes it."""
+    return 1.0 if time_convention == "0_to_1" else 0.0
 
 
 def _ptr(ctype: str, arr: np.ndarray):
@@ -254,6 +267,7 @@ class NativeLoop:
         library: str | None = None,
         buffers: RowBuffers | None = None,
         intra_op_affinities: str = "",
+        rtc_mode: str | None = None,
     ) -> None:
         self.spec, self.max_rows = spec, max_rows
         self.library = default_library() if library is None else library
@@ -280,6 +294,10 @@ class NativeLoop:
         for i, s in enumerate(spec.statics):
             self._tensor(cfg.statics[i], s, self.statics[s.name])
         cfg.state = _ptr("float *", self.state)
+        # real-time chunking (docs/design.md §5.4): how a row's frozen rows condition it
+        cfg.rtc_mode = RTC_CODES[rtc_mode]
+        cfg.action_dim = spec.x.shape[-1]
+        cfg.clean_time = clean_time(spec.time)
         affinities = ffi.new("char[]", intra_op_affinities.encode())  # alive through create
         cfg.intra_op_affinities = affinities
         self._model = ffi.from_buffer(model_bytes)
@@ -332,6 +350,19 @@ class NativeLoop:
         r.lane, r.next, r.total, r.result = lane, done, total, int(Step.CONTINUE)
         r.dt, r.half_dt = float(dt), float(half_dt)
         r.times, r.kinds = self._plan_ptrs(times, kinds)
+        r.frozen = 0
+
+    def set_frozen(self, row: int, frozen: int, prefix: np.ndarray, x0: np.ndarray,
+                   land: np.ndarray) -> None:
+        """Real-time chunking for row `row` (struct fer_exec_row): `frozen` rows held to `prefix`;
+        `x0` and `land` (inpaint) its initial noise and landing times. Contiguous float32 arrays
+        the caller keeps alive and in place while the row is stepped."""
+        for arr in (prefix, x0, land):
+            if arr.dtype != np.float32 or not arr.flags.c_contiguous:
+                raise ValueError("real-time chunking rows: expected contiguous float32 arrays")
+        r = self.rows[row]
+        r.frozen = frozen
+        r.prefix, r.x0, r.land = (_ptr("float *", a) for a in (prefix, x0, land))
 
     def move_row(self, dst: int, src: int) -> None:
         """Row src's table entry into row dst (the caller moves the buffers' rows likewise)."""
@@ -485,6 +516,8 @@ class ServeRows:
     action_index: np.ndarray  # uint32 [action_len]: the state value of each action float
     action_offset: np.ndarray | None  # float32 [action_len]: de-normalization, or None
     action_scale: np.ndarray | None
+    rtc_mode: str | None = None  # real-time chunking as served (the loop's), or None
+    prefix_offset: int = 0  # where a request's prefix rows lie in its slot payload
 
 
 class Serve:
@@ -539,6 +572,8 @@ class Serve:
         c.rows_held = _ptr("uint64_t *", counters[3:])
         c.prefix_count = _ptr("uint64_t *", counters[4:])
         c.prefix_ring, c.prefix_ring_len = _ptr("int64_t *", prefix_ring), prefix_ring.size
+        c.rtc_mode, c.prefix_offset = RTC_CODES[rows.rtc_mode], rows.prefix_offset
+        c.clean_time = clean_time(loop.spec.time)
         self._keep = (loop, prefix, rows, index, norm, counters, prefix_ring)
         out = ffi.new("struct fer_serve **")
         check(lib.fer_serve_create(c, loop._exec, ffi.NULL if prefix is None else prefix._pass,

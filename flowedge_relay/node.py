@@ -396,6 +396,8 @@ class RelayNode(LifecycleNodeMixin, Node):
             msg.solver = str(v["solver"])
             msg.time_convention = str(v["time_convention"])
             msg.execution_providers = list(s.execution_providers)
+            msg.rtc_mode = str(v["rtc_mode"])
+            msg.rtc_max_delay = int(v["rtc_max_delay"])
         self._model_pub.publish(msg)
 
     # -- lifecycle transitions (docs/design.md §9) ---------------------------------------------

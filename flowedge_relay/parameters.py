@@ -16,6 +16,7 @@ from rclpy.parameter import Parameter
 
 from flowedge_relay.model import SOLVERS
 from flowedge_relay.realtime import MAX_CPU
+from flowedge_relay.rtc import RTC_MODES
 
 AGE_GATES = ("off", "retries", "all")
 COST_MODELS = ("static", "adaptive")
@@ -67,6 +68,13 @@ SPECS: tuple[Spec, ...] = (
         "ros2 lifecycle set, nav2's lifecycle_manager or launch_ros lifecycle events)",
     ),
     Spec("solver", "euler", "ODE solver for the flow: euler (1 NFE/step) or midpoint (2 NFE/step)"),
+    Spec(
+        "rtc_mode",
+        "auto",
+        "real-time chunking (docs/design.md §5.4): auto = what the policy declares (policy.yaml "
+        "rtc:), else off; training_time (a policy trained for it); inpaint (any flow package); "
+        "off: a request with prefix_actions is discarded as prefix_unsupported",
+    ),
     Spec("workers", 1, "worker threads = EDF lanes, each with its own ONNX Runtime session", 1, 64),
     Spec(
         "batch_slots",
@@ -318,6 +326,8 @@ def check_value(name: str, value: object) -> str | None:
         return f"cost_model must be one of {', '.join(COST_MODELS)}, got {value!r}"
     if name in ("nfe_loop", "publisher_loop", "intake_loop") and value not in NFE_LOOPS:
         return f"{name} must be one of {', '.join(NFE_LOOPS)}, got {value!r}"
+    if name == "rtc_mode" and value not in RTC_MODES:
+        return f"rtc_mode must be one of {', '.join(RTC_MODES)}, got {value!r}"
     if name == "solver" and value not in SOLVERS:
         return f"solver must be one of {', '.join(SOLVERS)}, got {value!r}"
     if name == "request_qos_history" and value not in QOS_HISTORIES:

@@ -237,6 +237,41 @@ def parse_rtc(raw: dict, where: str, horizon: int | None = None) -> RtcSpec:
     return RtcSpec(mode=mode, max_delay=max_delay, time_input=time_input)
 
 
+#: the relay's rtc_mode parameter
+RTC_MODES = ("auto", "training_time", "inpaint", "off")
+
+
+def resolve(declared: RtcSpec | None, requested: str, *, package: bool, solver: str,
+            horizon: int) -> RtcSpec | None:
+    """What the relay serves for rtc_mode `requested` on a policy that declares `declared`
+    (its manifest's rtc: block, or None): None = real-time chunking off (a request with a prefix
+    is discarded, prefix_unsupported).
+      auto           the declared mode, or off when nothing is declared;
+      training_time  needs a policy trained for it (declared training_time);
+      inpaint        any flow package (no retraining); max_delay the declared one, else
+                     horizon - 1 (one row at least left to generate);
+      off            off.
+    A mode that cannot be served raises RtcManifestError (the model's ERROR, never a silent
+    off): a single .onnx file has no slot payload for the prefix, and the conditioning follows
+    the Euler solver's states (tooling/rtc_rollout.py evaluates it)."""
+    if requested not in RTC_MODES:
+        raise RtcManifestError(f"rtc_mode: expected one of {list(RTC_MODES)}, found {requested!r}")
+    if requested == "off" or (requested == "auto" and declared is None):
+        return None
+    mode = declared.mode if requested == "auto" else requested  # type: ignore[union-attr]
+    if mode == "training_time" and (declared is None or declared.mode != "training_time"):
+        raise RtcManifestError("rtc_mode training_time: the policy declares no training-time "
+                               "conditioning (policy.yaml rtc.mode training_time)")
+    if not package or solver != "euler":
+        raise RtcManifestError(f"rtc_mode {mode}: real-time chunking needs a policy package on "
+                               f"the euler solver, found {'a package' if package else 'an .onnx'}"
+                               f" on {solver}")
+    if declared is not None and declared.mode == mode:
+        return declared
+    max_delay = declared.max_delay if declared is not None else horizon - 1
+    return RtcSpec(mode=mode, max_delay=max_delay)
+
+
 # ---------------------------------------------------------------- producer side
 
 
@@ -257,6 +292,9 @@ class ChunkSplicer:
         self.period_ns = int(action_period_ns)
         self.chunk = np.zeros((0, self.dim), np.float32)
         self.start_ns = 0
+        # the old chunk's row in progress when a splice's chunk starts later (its prefix began
+        # at the next row): executed until start_ns
+        self._bridge: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -266,6 +304,7 @@ class ChunkSplicer:
         """A chunk with nothing to splice (the first, or after a stop): row 0 due at start_ns."""
         self.chunk = np.array(actions, np.float32).reshape(-1, self.dim)
         self.start_ns = int(start_ns)
+        self._bridge = None
 
     def row_due(self, now_ns: int) -> int:
         """Index of the row being executed at now_ns: floor((now - start) / period); < 0 before
@@ -274,8 +313,11 @@ class ChunkSplicer:
 
     def action_at(self, now_ns: int) -> np.ndarray | None:
         """The action the robot executes at now_ns (a view), None before the start or after the
-        last row (nothing to execute: the robot holds)."""
+        last row (nothing to execute: the robot holds). In the period before a spliced chunk's
+        start, the old chunk's row that was in progress when its request was sent."""
         i = self.row_due(now_ns)
+        if i == -1 and self._bridge is not None:
+            return self._bridge
         return self.chunk[i] if 0 <= i < self.rows else None
 
     def prefix(self, now_ns: int) -> tuple[np.ndarray, int]:
@@ -304,4 +346,5 @@ class ChunkSplicer:
                 f"from prefix_start on, the answer {len(new)}"
             )
         new[:frozen_rows] = self.chunk[first : first + frozen_rows]
-        self.chunk, self.start_ns = new, int(prefix_start_ns)
+        bridge = self.chunk[first - 1].copy() if 0 < first <= self.rows else None
+        self.chunk, self.start_ns, self._bridge = new, int(prefix_start_ns), bridge

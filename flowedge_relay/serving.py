@@ -20,6 +20,8 @@ from flowedge_relay.intake import IntakeUnavailable, NativeIntake, PythonIntake
 from flowedge_relay.model import ModelInfo, default_model_path
 from flowedge_relay.publisher import ActionPublisher
 from flowedge_relay.realtime import ThreadSettings
+from flowedge_relay.rtc import RtcSpec
+from flowedge_relay.rtc import resolve as resolve_rtc
 from flowedge_relay.validation import ModelContract, Validator
 from flowedge_relay.workers import SlotInputs, WorkerPool
 
@@ -44,6 +46,13 @@ def cede_fields(p: dict) -> dict[str, int]:
         return {"cede_ns": 0, "cede_every_ns": 0}
     return {"cede_ns": p["worker_rt_cede_us"] * US,
             "cede_every_ns": p["worker_rt_cede_every_us"] * US}
+
+
+def rtc_of(policy: policy_mod.Policy, rtc_mode: str) -> RtcSpec | None:
+    """Real-time chunking as this policy is served with `rtc_mode` (rtc.resolve); RtcManifestError
+    (a ModelError) when the mode cannot be served."""
+    return resolve_rtc(policy.rtc, rtc_mode, package=policy.kind != "onnx",
+                       solver=policy.solver, horizon=policy.action_horizon)
 
 
 def thread_settings(p: dict, prefix: str) -> ThreadSettings:
@@ -86,6 +95,8 @@ class Serving:
         self.model_path = model_path or default_model_path()
         self.policy = policy
         self.model = model_of(policy) if policy is not None else None
+        #: real-time chunking as served (docs/design.md §5.4): rtc_mode resolved on the policy
+        self.rtc = rtc_of(policy, p["rtc_mode"]) if policy is not None else None
         self.model_error = model_error
         self.execution_providers = tuple(p["execution_providers"])
         self.intake_note = ""
@@ -96,7 +107,7 @@ class Serving:
         self._build_pool()
         self.output = ActionPublisher(node, self.core, node.actions_publisher, self.model,
                                       native=p["publisher_loop"] != "python")  # fmt: skip
-        self.model_values = (model_description(policy, self.execution_providers)
+        self.model_values = (model_description(policy, self.execution_providers, self.rtc)
                              if policy is not None else {})
 
     # -- stages ----------------------------------------------------------------------------------
@@ -109,8 +120,10 @@ class Serving:
         p, m = self.p, self.model
         package_fields = {}
         if self.package:  # a single .onnx file configures the core without payloads
+            layout = policy_mod.payload_layout(self.policy, rtc=self.rtc is not None)
             package_fields = {"two_phase": int(self.policy.two_phase),
-                              "payload_bytes": policy_mod.payload_layout(self.policy).nbytes}
+                              "payload_bytes": layout.nbytes,
+                              "rtc_max_delay": self.rtc.max_delay if self.rtc else 0}
         self.core = Core(CoreConfig(
             workers=p["workers"], batch_slots=p["batch_slots"],
             queue_capacity=p["queue_capacity"], max_sessions=p["max_sessions"],
@@ -132,20 +145,22 @@ class Serving:
         # A package's request tensors go straight into the core's staging slot (one copy).
         self.slot_inputs = None
         if self.package:
-            self.slot_inputs = SlotInputs(self.policy, self.core.payload_view)
+            self.slot_inputs = SlotInputs(self.policy, self.core.payload_view, self.rtc)
             self.slot_inputs.prepare(range(self.core.slots))  # views + OrtValues, once per slot
         contract = ModelContract.of(self.policy) if self.policy is not None else None
         self.validator = Validator(
             contract, p["max_nfe"],
             intake_target=self._staging_inputs if self.package else None,
             max_request_bytes=p["max_request_bytes"],
+            prefix_target=self._staging_prefix if self.rtc is not None else None,
         )
         self.python_intake = PythonIntake(self.core, self.validator, self._ros_now)
         self.native_intake = None
         if self.node.intake_loop == "native":
             try:
-                self.native_intake = NativeIntake(self.core, contract, p["max_nfe"],
-                                                  p["max_request_bytes"])
+                self.native_intake = NativeIntake(
+                    self.core, contract, p["max_nfe"], p["max_request_bytes"],
+                    self.slot_inputs.layout.prefix_offset if self.slot_inputs else None)
             except IntakeUnavailable as exc:  # served through the rclpy callback instead
                 self.intake_note = f"not in C: {exc}"
 
@@ -156,6 +171,11 @@ class Serving:
         """Where the validator copies a package request's tensors: the core's staging slot,
         the slot the next submit enqueues (request thread only)."""
         return self.slot_inputs[self.core.staging_slot()]
+
+    def _staging_prefix(self):
+        """Where the validator copies a request's real-time chunking prefix: the staging slot's
+        prefix rows (request thread only)."""
+        return self.slot_inputs.prefix(self.core.staging_slot())
 
     def _build_pool(self) -> None:
         p = self.p

@@ -63,6 +63,7 @@ from flowedge_relay.batch import BatchRows, RowSpec
 from flowedge_relay.core import Core, Step, ffi
 from flowedge_relay.model import SOLVERS, ModelInfo
 from flowedge_relay.realtime import ThreadRoles, ThreadSettings
+from flowedge_relay.rtc import RtcSpec
 
 NFE_HISTORY = 4096  # measured NFE durations kept per worker (a ring)
 NFE_LOOPS = ("auto", "python")  # auto: native where it can run, else python
@@ -121,10 +122,13 @@ class SlotInputs:
     """
 
     def __init__(
-        self, policy: _policy.Policy, payload_view: Callable[[int], np.ndarray]
+        self, policy: _policy.Policy, payload_view: Callable[[int], np.ndarray],
+        rtc: RtcSpec | None = None,
     ) -> None:
         self.policy = policy
-        self.layout = _policy.payload_layout(policy)
+        #: real-time chunking as served: each payload then also holds a request's prefix rows
+        self.rtc = rtc
+        self.layout = _policy.payload_layout(policy, rtc=rtc is not None)
         self._payload_view = payload_view
         self._by_slot: dict[int, _policy.InputBuffers] = {}
 
@@ -140,6 +144,14 @@ class SlotInputs:
             )
             self._by_slot[slot] = buffers
         return buffers
+
+    def prefix(self, slot: int) -> np.ndarray:
+        """float32 [horizon x action_dim] view of `slot`'s prefix rows (real-time chunking on)."""
+        off = self.layout.prefix_offset
+        if off is None:
+            raise ValueError("real-time chunking is off: the payload holds no prefix")
+        a = self.policy.action
+        return self._payload_view(slot)[off: off + 4 * a.horizon * a.output_dim].view(np.float32)
 
     def prepare(self, slots: Sequence[int] | range) -> None:
         """Build the views of these slots now instead of at their first request."""
@@ -300,6 +312,8 @@ class WorkerPool:
         if self.policy is not None and slot_inputs is None:
             raise ValueError("a policy package needs slot_inputs (the payload views per slot)")
         self.slot_inputs = slot_inputs
+        #: real-time chunking as served (docs/design.md §5.4), or None
+        self.rtc = slot_inputs.rtc if slot_inputs is not None else None
         self.execution_providers = tuple(execution_providers)
         self.core, self.model, self.solver = core, model, solver
         self.intra_op_threads, self.rt_priority = intra_op_threads, rt_priority
@@ -545,7 +559,8 @@ class WorkerPool:
         try:
             nat = _native.NativeLoop(data, _native.step_spec(m), self.intra_op_threads,
                                      rows.slots, self.ort_library, rows.row_buffers(),
-                                     w.intra_op_affinities)  # fmt: skip
+                                     w.intra_op_affinities,
+                                     self.rtc.mode if self.rtc else None)  # fmt: skip
         except _native.NativeUnavailable as exc:
             w.nfe_loop_note = str(exc)
             self.log.warning(f"worker {w.lane}: {exc}; its NFE loop runs in Python")
@@ -583,7 +598,7 @@ class WorkerPool:
             sessions = _policy.make_sessions(
                 self.policy, self.intra_op_threads, self.execution_providers,
                 w.intra_op_affinities)  # fmt: skip
-            spec = RowSpec.of(self.policy, self.policy.solver)
+            spec = RowSpec.of(self.policy, self.policy.solver, self.rtc)
             warm = _policy.InputBuffers(self.policy)
         rows = BatchRows(spec, sessions, self.batch_slots, self.core.config.max_nfe)
         self._make_native(w, rows)
@@ -653,7 +668,8 @@ class WorkerPool:
                 if work is None:
                     break
                 rows.join(work.lane, work.slot, work.noise_seed, work.remaining_nfe,
-                          slots[work.slot] if package else work.observation)
+                          slots[work.slot] if package else work.observation, work.frozen_rows,
+                          slots.prefix(work.slot) if work.frozen_rows else None)
                 w.last_progress_ns, w.slots_in_use = now, rows.n
         if rows.n == first or not (package and self.policy.two_phase):
             return

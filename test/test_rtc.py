@@ -352,6 +352,11 @@ def test_splicer_switches_at_row_d():
         assert executed[:7] == old[:7]  # the old chunk until the switch
         assert executed[7:] == answer[3:8].tolist()  # the new one from its row d
         assert s.start_ns == start and s.rows == H
+    s.start(_chunk(0), 0)
+    prefix, start = s.prefix(3 * P + 1)  # row 3 in progress: the prefix starts at row 4
+    s.splice(conditioned, 0, start)  # answered before row 4 is due: row 3 goes on until then
+    assert s.action_at(4 * P - 1).tolist() == _chunk(0)[3].tolist()
+    assert s.action_at(4 * P).tolist() == conditioned[0].tolist()
     with pytest.raises(ValueError, match="grid"):
         s.splice(naive, 0, start + 1)
     with pytest.raises(ValueError, match="frozen_rows"):

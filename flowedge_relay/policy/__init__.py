@@ -31,6 +31,7 @@ from flowedge_relay.policy.description import (
     InputSpec,
     Normalization,
     Policy,
+    rtc_policy_path,
     vision_policy_path,
 )
 from flowedge_relay.policy.intake import (
@@ -84,5 +85,5 @@ __all__ = [
     "ManifestError", "Normalization", "PayloadLayout", "Policy", "PolicyError", "PolicySampler",
     "ProviderUnavailable", "check_providers", "fill_buffers", "intake", "load", "load_package",
     "make_session", "make_sessions", "package_digest", "payload_layout", "request_bytes",
-    "vision_policy_path",
+    "rtc_policy_path", "vision_policy_path",
 ]

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from flowedge_relay.rtc import RtcSpec
+
 # Tensor.msg dtype constants -> (manifest name, little-endian numpy dtype, ONNX type string).
 DTYPES: dict[int, tuple[str, np.dtype, str]] = {
     0: ("float32", np.dtype("<f4"), "tensor(float)"),
@@ -141,6 +143,8 @@ class Policy:
     t_shape: tuple[int, ...] = (1, 1)
     context: tuple[ContextSpec, ...] = ()
     name: str = ""
+    #: the manifest's rtc: block (real-time chunking, docs/design.md §5.4); None: not declared
+    rtc: RtcSpec | None = None
 
     @property
     def two_phase(self) -> bool:
@@ -190,6 +194,11 @@ class Policy:
     def describe_inputs(self) -> str:
         """'image:uint8[1,32,32]; state:float32[4]': the diagnostics value producers parse."""
         return "; ".join(spec.describe() for spec in self.inputs)
+
+
+def rtc_policy_path() -> str:
+    """The bundled training-time real-time chunking package (train_policy.py --model rtc)."""
+    return str(Path(__file__).resolve().parent.parent / "models" / "policy_rtc")
 
 
 def vision_policy_path() -> str:

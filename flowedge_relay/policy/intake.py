@@ -106,16 +106,27 @@ class PayloadLayout:
     offsets: dict[str, int]
     sizes: dict[str, int]
     nbytes: int  # the payload size per slot (a multiple of PAYLOAD_ALIGN)
+    #: real-time chunking on: where a request's prefix rows lie (float32 [horizon x action_dim],
+    #: the answer's space, docs/design.md §5.4); None when off
+    prefix_offset: int | None = None
 
 
-def payload_layout(policy: Policy) -> PayloadLayout:
-    """Inputs in declaration order, each at a PAYLOAD_ALIGN-aligned offset."""
+def _aligned(size: int) -> int:
+    return -(-max(size, 1) // PAYLOAD_ALIGN) * PAYLOAD_ALIGN
+
+
+def payload_layout(policy: Policy, rtc: bool = False) -> PayloadLayout:
+    """Inputs in declaration order, each at a PAYLOAD_ALIGN-aligned offset; with `rtc`, room
+    for a full-horizon prefix after them."""
     offsets, sizes, off = {}, {}, 0
     for s in policy.inputs:
         size = math.prod(s.shape) * s.model_dtype.itemsize
         offsets[s.name], sizes[s.name] = off, size
-        off += -(-max(size, 1) // PAYLOAD_ALIGN) * PAYLOAD_ALIGN
-    return PayloadLayout(offsets, sizes, off)
+        off += _aligned(size)
+    if not rtc:
+        return PayloadLayout(offsets, sizes, off)
+    prefix = policy.action.horizon * policy.action.output_dim * 4
+    return PayloadLayout(offsets, sizes, off + _aligned(prefix), off)
 
 
 def request_bytes(msg: Any) -> int:

@@ -26,6 +26,7 @@ Every error names the field, what was expected and what was found (docs/policy-p
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Sequence
@@ -55,6 +56,7 @@ from flowedge_relay.policy.description import (
     Normalization,
     Policy,
 )
+from flowedge_relay.rtc import RtcSpec, parse_rtc
 
 MANIFEST = "policy.yaml"
 FORMAT = "flowedge_policy"
@@ -63,7 +65,7 @@ TIME_CONVENTIONS = ("0_to_1", "1_to_0")
 INPUT_NAME_MAX = 256
 #: the top-level keys of policy.yaml
 MANIFEST_KEYS = ("format", "version", "name", "description", "inputs", "action", "graphs",
-                 "flow", "source")
+                 "flow", "source", "rtc")
 
 
 class PolicyError(ModelError):
@@ -252,6 +254,24 @@ class _Flow:
     x: str
     t: str
     v: str
+    #: rtc training_time: t is the flow time per action row, [batch, horizon]
+    per_row_t: bool = False
+
+
+def _parse_rtc(raw: dict, flow: _Flow, action: ActionSpec) -> RtcSpec | None:
+    """The optional `rtc:` block (rtc.parse_rtc). The relay feeds training_time's per-row time
+    through flow.t (the usual export: one time input, [batch, horizon]), and conditions in the
+    answer's space, so it takes neither a separate time input nor action normalization or
+    padding (docs/policy-packages.md)."""
+    if raw.get("rtc") is None:
+        return None
+    spec = parse_rtc(raw["rtc"], "rtc", action.horizon)
+    if spec.mode == "training_time":
+        _expect(spec.time_input == flow.t, "rtc.time_input", f"flow.t ({flow.t!r})",
+                spec.time_input)
+    _expect(action.normalization is None and action.output_dim == action.dim, "rtc",
+            "a policy without action normalization or padded action dims", "either")
+    return spec
 
 
 def _check_header(raw: dict) -> None:
@@ -334,6 +354,10 @@ def _check_flow(c: _Checker, action: ActionSpec, flow: _Flow) -> tuple[int, ...]
         raise c.fail(f"input {t!r} (flow.t)", "an input named by flow.t", sorted(c.inputs))
     targ = c.inputs[t]
     tshape = list(targ.shape or [])
+    if flow.per_row_t:
+        c.tensor(targ, f"input {t!r}", "tensor(float)", (action.horizon,),
+                 "flow.t = rtc.time_input: the time per action row, [batch, action.horizon]")
+        return (1, action.horizon)
     if (
         targ.type != "tensor(float)"
         or len(tshape) not in (1, 2)
@@ -538,6 +562,9 @@ def load_package(path: str | os.PathLike) -> Policy:
     inputs = _parse_inputs(raw.get("inputs"))
     action = _parse_action(raw.get("action"))
     flow = _parse_flow(raw.get("flow"), inputs)
+    rtc = _parse_rtc(raw, flow, action)
+    if rtc is not None and rtc.mode == "training_time":
+        flow = dataclasses.replace(flow, per_row_t=True)
     files = _graph_files(root, raw.get("graphs"))
     loaded = {role: _load_graph(root, pkg, role, f) for role, f in files.items()}
     check = _check_velocity if "velocity" in files else _check_two_phase
@@ -560,6 +587,7 @@ def load_package(path: str | os.PathLike) -> Policy:
         t_shape=checked.t_shape,
         context=checked.context,
         name=str(raw.get("name", root.name)),
+        rtc=rtc,
     )
 
 

@@ -78,11 +78,13 @@ MODEL_CHOICES = ("small (the relay's default), bench (~1 ms per NFE), vision (th
 
 
 def model_path(choice: str) -> str:
-    """`small`, `bench`, `vision` or a path (an .onnx file or a policy package directory)."""
+    """`small`, `bench`, `vision`, `rtc` or a path (an .onnx file or a policy package
+    directory)."""
     from flowedge_relay.model import bench_model_path, default_model_path
-    from flowedge_relay.policy import vision_policy_path
+    from flowedge_relay.policy import rtc_policy_path, vision_policy_path
 
-    named = {"small": default_model_path, "bench": bench_model_path, "vision": vision_policy_path}
+    named = {"small": default_model_path, "bench": bench_model_path, "vision": vision_policy_path,
+             "rtc": rtc_policy_path}
     return named[choice]() if choice in named else choice
 
 

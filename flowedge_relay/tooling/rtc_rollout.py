@@ -45,7 +45,9 @@ TARGET_DELAY = 3  # the delay the targets are stated at (of 8 rows; the policy h
 
 def rtc_policy_path() -> str:
     """The bundled training-time RTC package (tools/train_policy.py --model rtc)."""
-    return str(Path(__file__).resolve().parents[1] / "models" / "policy_rtc")
+    from flowedge_relay.policy import rtc_policy_path as path
+
+    return path()
 
 
 # ---------------------------------------------------------------- the policy and its solver

@@ -7,6 +7,9 @@ composition: both nodes share one process; the relay keeps its dedicated request
 `--model vision` (or small, bench, a path) sets the relay's `model_path`; the producer learns what
 is served from the relay's `flowedge/model` and builds its requests for it (the vision package:
 image + state tensors), also after `ros2 param set /flowedge_relay model_path ...` swaps it.
+
+`--rtc` serves the bundled real-time chunking policy (models/policy_rtc) to simulated robots that
+keep executing their chunk while they ask for the next (tooling/rtc_demo_producer.py).
 """
 
 from __future__ import annotations
@@ -25,11 +28,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make run", description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=0.0,
                         help="stop after this many seconds (0 = until Ctrl-C)")
-    parser.add_argument("--params-file", default=str(CONFIG / "demo.yaml"),
-                        help="YAML with parameters for both nodes (default config/demo.yaml)")
+    parser.add_argument("--params-file", help="YAML with parameters for both nodes (default "
+                        "config/demo.yaml, with --rtc config/demo_rtc.yaml)")
     parser.add_argument("--model", help="what the relay serves (default: the YAML's, else the "
                         "relay's default): small, bench, vision (the two-phase package) or a path")
+    parser.add_argument("--rtc", action="store_true", help="real-time chunking: the bundled "
+                        "RTC policy and robots that execute while they ask (rtc_demo_producer)")
     args, ros_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if args.rtc:
+        args.model = args.model or "rtc"
+    args.params_file = args.params_file or str(CONFIG / ("demo_rtc.yaml" if args.rtc
+                                                         else "demo.yaml"))
     model_args = []
     if args.model:
         from flowedge_relay.tooling.harness import model_path
@@ -50,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         from flowedge_relay.node import RelayNode, spin_relay
         from flowedge_relay.ros_compat import initialized
         from flowedge_relay.tooling.demo_producer import DemoProducer
+        from flowedge_relay.tooling.rtc_demo_producer import RtcDemoProducer
 
         # --duration sets the same Event a signal sets, so it exercises the real teardown
         timer = threading.Timer(args.duration, stop.set)
@@ -60,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                             signal_handler_options=SignalHandlerOptions.NO):
                 relay = RelayNode()
                 try:
-                    producer = DemoProducer()
+                    producer = RtcDemoProducer() if args.rtc else DemoProducer()
                     try:
                         if args.duration > 0:
                             timer.start()
