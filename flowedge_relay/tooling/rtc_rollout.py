@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-import yaml
 
 from flowedge_relay import rtc
 from flowedge_relay.model import integrator_plan
 from flowedge_relay.models import detour_task as task
-from flowedge_relay.policy import make_session, package_digest
+from flowedge_relay.policy import load, make_session
 
 STRATEGIES = ("synchronous", "naive", "inpaint", "training_time")
 EXECUTE_ROWS = 4  # rows of a chunk executed before the next request is sent
@@ -55,7 +53,7 @@ def rtc_policy_path() -> str:
 
 @dataclass(frozen=True)
 class RtcPolicy:
-    """A single-graph package with an `rtc:` block, read without the relay's loader."""
+    """A single-graph package with an `rtc:` block and the session RtcSampler drives."""
 
     path: str
     digest: str
@@ -65,24 +63,20 @@ class RtcPolicy:
 
 
 def load_rtc_policy(path: str | os.PathLike | None = None) -> RtcPolicy:
-    """policy.yaml (its rtc: block through rtc.parse_rtc) and the velocity graph's session.
-
-    Until the relay's loader reads `rtc:` this is how the evaluation opens a package; it takes
-    the layout RtcSampler drives: graph inputs x, t, one observation; t the per-row time."""
-    root = Path(path or rtc_policy_path())
-    manifest = (root / "policy.yaml").read_bytes()
-    raw = yaml.safe_load(manifest)
-    spec = rtc.parse_rtc(raw.get("rtc"), f"{root}: rtc", raw["action"]["horizon"])
-    flow = {k: raw["flow"].get(k, k) for k in ("x", "t", "velocity")}
-    if flow != {"x": "x", "t": "t", "velocity": "velocity"} or spec.time_input not in (None, "t"):
-        raise ValueError(f"{root}: RtcSampler drives flow tensors x, t, velocity, found {flow}")
-    graph = (root / raw["graphs"]["velocity"]).read_bytes()
+    """The package through the relay's loader (policy.load: the manifest, its rtc: block, the
+    graph checked against them) and its velocity graph's session, in the layout RtcSampler
+    drives: graph inputs x, t, one observation; t the per-row time."""
+    policy = load(path or rtc_policy_path())
+    flow = (policy.x_name, policy.t_name, policy.v_name)
+    if policy.rtc is None or policy.two_phase or flow != ("x", "t", "velocity"):
+        raise ValueError(f"{policy.path}: RtcSampler drives one graph with an rtc: block and "
+                         f"flow tensors x, t, velocity, found {flow}")
     return RtcPolicy(
-        path=str(root),
-        digest=package_digest(manifest, [("velocity", graph)]),
-        spec=spec,
-        time_convention=raw["flow"]["time"],
-        session=make_session(graph, 1),
+        path=policy.path,
+        digest=policy.digest,
+        spec=policy.rtc,
+        time_convention=policy.time,
+        session=make_session(policy.graphs["velocity"].data, 1),
     )
 
 
