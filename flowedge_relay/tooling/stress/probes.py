@@ -143,6 +143,9 @@ class ProbeFactory:
             ("deadline_nanosec_overflow", lambda r, i: {"deadline": self._stamp(
                 r.randrange(0, INT32_MAX), r.randrange(10**9, UINT32_MAX + 1))}),
             ("origin_negative", lambda r, i: {"origin_stamp": self._stamp(-2**31, 0)}),
+            # a real-time chunking prefix to a model served without it (any length)
+            ("prefix_without_rtc", lambda r, i: {"prefix_actions": [0.5] * r.choice(
+                [1, m.action_dim, m.action_dim * m.action_horizon, 100_000])}),
         ]
         # The issue-14 flood: what a broken or hostile producer sends at a high rate.
         self.flood_invalid = [
@@ -307,6 +310,7 @@ INVALID_REASON = {
     "deadline_negative": "time_invalid",
     "deadline_nanosec_overflow": "time_invalid",
     "origin_negative": "time_invalid",
+    "prefix_without_rtc": "prefix_unsupported",
 }
 
 
