@@ -14,6 +14,14 @@ dtype and shape, and its action dims: `ServedModel.from_message`; or locally fro
 A model whose only input is the float vector `observation` (a single .onnx file) gets the
 `observation` shorthand (observation_dim > 0, no tensors), exactly as before. Mismatches raise
 ValueError here, on the producer, instead of being discarded silently by the relay.
+
+A robot running the served policy asynchronously (real-time chunking, docs/design.md §5.4)
+keeps its current chunk in a `ChunkSplicer` (rtc.py), sends the rows not yet executed with the
+next request, and switches to each answer at its `frozen_rows`:
+    splicer = ChunkSplicer(served.action_dim, period_ns)
+    req = build_request(served, arrays, ..., prefix=splicer.prefix(now_ns),
+                        action_period_ns=period_ns)
+    splicer.splice(answer.actions, answer.frozen_rows, stamp_ns(answer.chunk_start))
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from flowedge_relay_msgs.msg import ServedModel as ServedModelMsg
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.policy import DTYPE_CODES, DTYPES, Policy
+from flowedge_relay.rtc import ChunkSplicer
 from flowedge_relay.timebase import ros_time
 
 #: The relay's latched topic of what it serves (docs/design.md §9, §10).
@@ -216,3 +225,7 @@ def _set_prefix(req: InferenceRequest, model: ServedModel, prefix: tuple[np.ndar
     req.prefix_start = ros_time(int(prefix[1]))
     req.action_period = Duration(sec=int(action_period_ns) // NANOSEC_PER_SEC,
                                  nanosec=int(action_period_ns) % NANOSEC_PER_SEC)
+
+
+__all__ = ["MODEL_TOPIC", "ChunkSplicer", "InputDecl", "ServedModel", "build_request",
+           "encode_tensor", "follow_served_model", "model_qos", "parse_inputs"]

@@ -159,6 +159,33 @@ def test_make_run_demo_shows_every_outcome_and_stops_cleanly(run_args):
 
 
 @pytest.mark.ros
+def test_make_run_rtc_drives_robots_through_real_time_chunking():
+    """`make run RUN_ARGS="--rtc"`: the relay serves policy_rtc and the simulated robots splice
+    its answers at frozen_rows (rtc_demo_producer.py). The test waits until robots have reached
+    goals on spliced chunks (answers with d >= 1), however long a loaded host takes (bounded)."""
+    pattern = re.compile(r"episodes (\d+) \(reached (\d+)\) \| answers (\d+) .*"
+                         r"frozen_rows (.*?) \| late")
+
+    def progressed(line: str) -> bool:
+        m = pattern.search(line)
+        if m is None:
+            return False
+        frozen = dict(kv.split(":") for kv in m.group(4).split() if ":" in kv)
+        return int(m.group(2)) >= 2 and any(int(d) >= 1 for d in frozen)
+
+    proc = _Process("flowedge_relay.tooling.run_demo", "--rtc", ignore_sigint=True)
+    try:
+        proc.wait_line(progressed, timeout=120)
+        proc.proc.send_signal(signal.SIGINT)
+        out = proc.finish(timeout=30)
+    finally:
+        proc.kill()
+    _assert_clean_exit(proc, out)
+    assert "demo stopped cleanly" in out and "policy_rtc" in out
+    assert "discarding invalid request" not in out
+
+
+@pytest.mark.ros
 def test_demo_duration_stops_by_itself_when_started_in_the_background():
     """`make run RUN_ARGS="--duration N"` stops by itself even with SIGINT ignored at start."""
     proc = _Process("flowedge_relay.tooling.run_demo", "--duration", "2", ignore_sigint=True)

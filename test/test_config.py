@@ -52,7 +52,7 @@ def _with_value(text: str, name: str, value: object) -> str:
     return new
 
 
-@pytest.mark.parametrize("name", ["relay.yaml", "demo.yaml", "drill.yaml"])
+@pytest.mark.parametrize("name", ["relay.yaml", "demo.yaml", "demo_rtc.yaml", "drill.yaml"])
 def test_every_shipped_block_names_its_node_in_any_namespace(name):
     doc = yaml.safe_load((CONFIG / name).read_text())
     for key, block in doc.items():

@@ -31,8 +31,12 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.models import detour_task as task
-from flowedge_relay.producer import ServedModel, build_request, follow_served_model
-from flowedge_relay.rtc import ChunkSplicer
+from flowedge_relay.producer import (
+    ChunkSplicer,
+    ServedModel,
+    build_request,
+    follow_served_model,
+)
 from flowedge_relay.timebase import stamp_ns
 
 
