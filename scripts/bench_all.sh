@@ -40,7 +40,10 @@ mkdir -p "$OUT"
 # (a robot is calibrated with its load on); overload-normal-* run the same without the mode, for
 # the contrast. batching measures saturated capacity at batch_slots 1-16 per model and
 # the 2x trace at B = 8 vs B = 1. rtc runs the closed-loop detour task at inference delays
-# 0-4 (nothing timed: deterministic).
+# 0-4 (nothing timed: deterministic). overload-rtc serves the RTC policy (models/policy_rtc) and
+# gives every request of the EDF policies' 2x and 3x trace a real-time chunking prefix
+# (bench/overload_rtc.py): is each answer in by chunk_start + frozen_rows x period, and how tight
+# is frozen_rows.
 RT_TRACE="--model bench --policies edf_admission edf_adaptive --loads 2 3 --noise continuous
           --calibrate-under-noise"
 declare -A ARGS=(
@@ -53,6 +56,7 @@ declare -A ARGS=(
     [overload-normal-1hog]="$RT_TRACE"
     [overload-rt-2hogs]="$RT_TRACE --noise-hogs 2 --realtime --rt-dds"
     [overload-normal-2hogs]="$RT_TRACE --noise-hogs 2"
+    [overload-rtc]="--rtc --policies edf_admission edf_adaptive --loads 2 3"
     [batching]=""
     [nfe-breakdown]=""
     [intake]=""
@@ -67,9 +71,11 @@ declare -A SUBCOMMAND=(
     [overload-normal-1hog]=overload
     [overload-rt-2hogs]=overload
     [overload-normal-2hogs]=overload
+    [overload-rtc]=overload
 )
 ORDER=(model admission intake calibrate overload overload-noise overload-rt-1hog overload-normal-1hog
-       overload-rt-2hogs overload-normal-2hogs batching nfe-breakdown overhead swap rtc)
+       overload-rt-2hogs overload-normal-2hogs overload-rtc batching nfe-breakdown overhead swap
+       rtc)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
 REGISTERED=" $(python -c 'from flowedge_relay.tooling.bench.__main__ import available; print(*available())') "

@@ -82,11 +82,14 @@ class Answer:
     queue_ns: int
     compute_ns: int
     model_digest: bytes = b""  # the echo: the digest of the model that computed it
+    frozen_rows: int = 0  # real-time chunking: rows of the answer that are the prefix's (d)
+    chunk_start_ns: int = 0  # real-time chunking: the request's prefix_start, echoed
 
 
 _STAMP = struct.Struct("<iI")
 _U32, _U64X2 = struct.Struct("<I"), struct.Struct("<QQ")
 _DIMS_NFE = struct.Struct("<IIIiII")  # observation/action dims, horizon, deadline, remaining_nfe
+_RTC_TAIL = struct.Struct("<IiI")  # frozen_rows, chunk_start (sec, nanosec)
 
 
 def _aligned(pos: int, n: int) -> int:
@@ -96,7 +99,8 @@ def _aligned(pos: int, n: int) -> int:
 
 def parse_action(raw: bytes, received_ns: int) -> tuple[tuple[str, int], Answer]:
     """((session_id, sequence), Answer) straight from an ActionMessage's CDR bytes (XCDR1
-    little endian, as rmw_fastrtps_cpp sends it), reading only what the bench keeps: a few us
+    little endian, as rmw_fastrtps_cpp sends it), reading only what the bench keeps (the RTC
+    fields 0 where the message definition predates them): a few us
     where deserializing the whole message (actions list, digest) takes ~26 us, which at 2x
     overload is 1,700 messages/s in the client that measures the relay."""
     sec, nanosec = _STAMP.unpack_from(raw, 4)
@@ -116,9 +120,14 @@ def parse_action(raw: bytes, received_ns: int) -> tuple[tuple[str, int], Answer]
     pos += _DIMS_NFE.size
     pos += 4 + 4 * _U32.unpack_from(raw, pos)[0]  # actions
     nfe_done = _U32.unpack_from(raw, pos)[0]
-    queue_ns, compute_ns = _U64X2.unpack_from(raw, _aligned(pos + 4, 8))
+    pos = _aligned(pos + 4, 8)
+    queue_ns, compute_ns = _U64X2.unpack_from(raw, pos)
+    pos = _aligned(pos + 16 + 1, 4)  # after retry_reason
+    rtc = len(raw) >= pos + _RTC_TAIL.size
+    frozen, start_sec, start_nsec = _RTC_TAIL.unpack_from(raw, pos) if rtc else (0, 0, 0)
     ans = Answer(code, received_ns, sec * 1_000_000_000 + nanosec, nfe_done, remaining_nfe,
-                 queue_ns, compute_ns, digest)  # fmt: skip
+                 queue_ns, compute_ns, digest, frozen,
+                 start_sec * 1_000_000_000 + start_nsec)  # fmt: skip
     return (session_id, sequence), ans
 
 
@@ -158,6 +167,11 @@ class BenchClient:
         """The digest the requests are built with."""
         return self._served.digest
 
+    @property
+    def served(self):
+        """The producer.ServedModel the requests are built for (shape, rtc_mode, max delay)."""
+        return self._served
+
     def _on_action(self, msg: bytes) -> None:
         """Record the answer, then the answers already waiting, without an executor trip each
         (ANSWER_DRAIN_MAX at most, as the relay drains its requests): at 2x overload with
@@ -180,23 +194,40 @@ class BenchClient:
 
     def request(
         self, session: str, sequence: int, nfe: int, *, generation: int = 1,
-        deadline_ns: int = 0, noise_seed: int = 0,
+        deadline_ns: int = 0, noise_seed: int = 0, prefix: np.ndarray | None = None,
+        action_period_ns: int = 0,
     ) -> InferenceRequest:  # fmt: skip
-        req = build_request(
-            self._served, 0, arrays=self._inputs[sequence % len(self._inputs)],
-            session_id=session, sequence=sequence, generation=generation, remaining_nfe=nfe,
-            noise_seed=noise_seed,
-        )  # fmt: skip
+        """A request of the served model; with `prefix` (rows not yet executed) and
+        `action_period_ns` a real-time chunking one, built by producer.build_request (which
+        checks it against the served model), its prefix_start set by send()."""
+        arrays = self._inputs[sequence % len(self._inputs)]
+        if prefix is not None:
+            from flowedge_relay import producer
+
+            req = producer.build_request(
+                self._served, arrays, session_id=session, sequence=sequence,
+                generation=generation, remaining_nfe=nfe, noise_seed=noise_seed,
+                prefix=(prefix, 0), action_period_ns=action_period_ns,
+            )  # fmt: skip
+        else:
+            req = build_request(
+                self._served, 0, arrays=arrays, session_id=session, sequence=sequence,
+                generation=generation, remaining_nfe=nfe, noise_seed=noise_seed,
+            )  # fmt: skip
         if deadline_ns:
             req.deadline = ros_time(deadline_ns)
         return req
 
-    def send(self, req: InferenceRequest, slack_ns: int = 0) -> int:
-        """Publish now; with slack_ns the deadline is set to send time + slack. Returns send ns."""
+    def send(self, req: InferenceRequest, slack_ns: int = 0, grid_ns: int = 0) -> int:
+        """Publish now; with slack_ns the deadline is set to send time + slack; with grid_ns
+        the prefix_start is the first multiple of grid_ns (ROS time) at or after the send time:
+        the robot's next row boundary, from the same clock reading. Returns send ns."""
         now = time.time_ns()
         req.origin_stamp = ros_time(now)
         if slack_ns:
             req.deadline = ros_time(now + slack_ns)
+        if grid_ns:
+            req.prefix_start = ros_time(-(-now // grid_ns) * grid_ns)
         self.sent[(req.session_id, req.sequence)] = now
         self.pub.publish(req)
         return now

@@ -38,8 +38,14 @@ loads config/fastdds_realtime.xml (Fast DDS's reception, event and sender thread
 printed beside each point (`applied`) with the mode and the hogs in the table's header; where the
 OS refuses, the relay runs degraded and `applied` ends in REFUSED.
 
+`--rtc` serves the RTC policy (models/policy_rtc unless --model names another RTC package) and
+every request carries a real-time chunking prefix (bench/overload_rtc.py: its period, rows and
+figures): whether each INFERENCE answer reaches the client by chunk_start + frozen_rows x
+action_period (rtc_in_time), and how tight frozen_rows is (d-k: frozen rows minus the rows run
+at receipt), per point, in the table and under each point's `rtc`.
+
 "On time" is judged by the client: an INFERENCE answer received (client callback clock) no later
-than the request's deadline. Per policy and load:
+than the request's deadline (with --rtc the earlier of it and the RTC window). Per policy and load:
 
   on_time_goodput          on-time answers / offered requests
   goodput_vs_capacity      on-time answers per second / capacity, where capacity is taken from
@@ -79,7 +85,9 @@ from pathlib import Path
 import numpy as np
 
 from flowedge_relay.core import CODE_NAMES
+from flowedge_relay.timebase import stamp_ns
 from flowedge_relay.tooling.bench import calibrate, latency, noise
+from flowedge_relay.tooling.bench import overload_rtc as rtc_trace
 from flowedge_relay.tooling.bench.client import (
     INFERENCE,
     collector_paused,
@@ -129,7 +137,8 @@ _ALLOWED = sorted(os.sched_getaffinity(0))
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny size (CI)")
     parser.add_argument("--duration", type=float, help="seconds of trace per (policy, load) point")
-    parser.add_argument("--model", default="bench", help=MODEL_CHOICES)
+    parser.add_argument("--model", help=f"{MODEL_CHOICES}, rtc (models/policy_rtc); default "
+                                        "bench, rtc with --rtc")
     parser.add_argument("--workers", type=int, default=1, help="relay worker threads")
     parser.add_argument("--batch-slots", type=int, default=1,
                         help="relay batch_slots (docs/design.md §5.1); capacity is then counted "
@@ -139,8 +148,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     parser.add_argument("--seed", type=int, default=TraceSpec.seed)
     parser.add_argument("--sessions", type=int, default=TraceSpec.sessions)
-    parser.add_argument("--nfe-min", type=int, default=TraceSpec.nfe_min)
-    parser.add_argument("--nfe-max", type=int, default=TraceSpec.nfe_max)
+    parser.add_argument("--nfe-min", type=int,
+                        help=f"default {TraceSpec.nfe_min}; {rtc_trace.NFE[0]} with --rtc")
+    parser.add_argument("--nfe-max", type=int,
+                        help=f"default {TraceSpec.nfe_max}; {rtc_trace.NFE[1]} with --rtc")
     parser.add_argument("--slack-min-ms", type=float, default=TraceSpec.slack_min_ms)
     parser.add_argument("--slack-max-ms", type=float, default=TraceSpec.slack_max_ms)
     parser.add_argument("--nfe-ns", type=int, help="override the inline calibration's nfe_ns")
@@ -191,6 +202,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "of as its own flowedge-relayd process")
     parser.add_argument("--relay-param", action="append", default=[], metavar="NAME:=VALUE",
                         help="extra relay parameter (repeatable), e.g. worker_cpu_affinity:=[1]")
+    parser.add_argument("--rtc", action="store_true",
+                        help="real-time chunking trace: every request carries a prefix; reports "
+                             "whether answers arrive by chunk_start + frozen_rows x period and "
+                             "how tight frozen_rows is (bench/overload_rtc.py)")
+    parser.add_argument("--rtc-rows", type=int, nargs=2, metavar=("LO", "HI"),
+                        default=list(rtc_trace.DEFAULT_ROWS),
+                        help="--rtc: prefix rows per request, seeded uniform in [LO, HI] "
+                             "(default 8 8)")
+    parser.add_argument("--rtc-period-ms", type=float, metavar="MS",
+                        help="--rtc: action_period (default slack_min / rtc_max_delay)")
 
 
 def _policy_params(policy: str, nfe_ns: int, reserve_ns: int, timeout_ms: int,
@@ -211,30 +232,47 @@ def _policy_params(policy: str, nfe_ns: int, reserve_ns: int, timeout_ms: int,
     return {"nfe_ns": 0, "admission_reserve_ns": 0, "queue_timeout_ms": timeout_ms, **static}
 
 
-def replay(relay, client, arrivals, *, drain_timeout_s: float, on_tick=None) -> dict:
-    """Publish the arrivals on schedule, wait for every answer (or the timeout), then measure."""
+def replay(relay, client, arrivals, *, drain_timeout_s: float, on_tick=None,
+           rtc: rtc_trace.RtcTrace | None = None) -> dict:  # fmt: skip
+    """Publish the arrivals on schedule, wait for every answer (or the timeout), then measure.
+    With `rtc`, request i carries its prefix, prefix_start on the period grid at its send."""
     before = relay.core.stats()
     n = len(arrivals)
     keys, deadlines, lag = [], [], np.zeros(n, np.int64)
+    rtc_sent: list[tuple[int, int, int]] = []  # (prefix_start, rows, the trace's deadline)
+    grid = rtc.period_ns if rtc is not None else 0
     with collector_paused():
         start = time.monotonic_ns() + 20_000_000
         for i, a in enumerate(arrivals):
+            extra = ({} if rtc is None else
+                     {"prefix": rtc.prefix(i), "action_period_ns": rtc.period_ns})  # fmt: skip
             req = client.request(a.session, client.next_sequence(), a.nfe,
-                                 noise_seed=a.noise_seed)  # fmt: skip
+                                 noise_seed=a.noise_seed, **extra)  # fmt: skip
             target = start + a.offset_ns
             delay = target - time.monotonic_ns()
             if delay > 0:
                 time.sleep(delay * 1e-9)
             lag[i] = time.monotonic_ns() - target
-            sent = client.send(req, slack_ns=a.slack_ns)
+            sent = client.send(req, slack_ns=a.slack_ns, grid_ns=grid)
             keys.append((req.session_id, req.sequence))
-            deadlines.append(sent + a.slack_ns)
+            deadline = sent + a.slack_ns
+            if rtc is not None:  # the relay's deadline: the earlier of the two
+                rows = int(rtc.rows[i])
+                chunk_start = stamp_ns(req.prefix_start)
+                rtc_sent.append((chunk_start, rows, deadline))
+                deadline = min(deadline, rtc.window_ns(chunk_start, rows))
+            deadlines.append(deadline)
             if on_tick is not None and i % 16 == 0:
                 on_tick((time.monotonic_ns() - start) * 1e-9)
         client.wait_keys(keys, drain_timeout_s)
     wait_idle(relay, timeout=drain_timeout_s)
     after = relay.core.stats()
-    return _measure(client, keys, deadlines, lag, before, after)
+    m = _measure(client, keys, deadlines, lag, before, after)
+    if rtc is not None:
+        m["rtc"] = rtc_trace.measure(client, keys, rtc_sent, rtc)
+        m["rtc_in_time_ratio"] = m["rtc"]["in_time_ratio"]  # flat, for the targets
+        m["rtc_spare_rows_p50"] = m["rtc"]["spare_rows_p50"]
+    return m
 
 
 def _measure(client, keys, deadlines, lag, before, after) -> dict:
@@ -309,13 +347,15 @@ def run(args: argparse.Namespace) -> dict:
     host = host_info()  # load average before this run adds its own
     duration, cal_requests, cal_loaded_s = SIZES["quick" if args.quick else "full"]
     duration = args.duration or duration
+    nfe_min, nfe_max = rtc_trace.NFE if args.rtc else (TraceSpec.nfe_min, TraceSpec.nfe_max)
     spec = TraceSpec(
-        seed=args.seed, sessions=args.sessions, nfe_min=args.nfe_min, nfe_max=args.nfe_max,
-        slack_min_ms=args.slack_min_ms, slack_max_ms=args.slack_max_ms,
+        seed=args.seed, sessions=args.sessions, nfe_min=args.nfe_min or nfe_min,
+        nfe_max=args.nfe_max or nfe_max, slack_min_ms=args.slack_min_ms,
+        slack_max_ms=args.slack_max_ms,
     )  # fmt: skip
     trace = Trace(spec)
     loads = [float(x) for x in args.loads]
-    path = model_path(args.model)
+    path = model_path(args.model or ("rtc" if args.rtc else "bench"))
     slots = getattr(args, "batch_slots", 1)
     params = dict(model_path=path, workers=args.workers, queue_capacity=args.queue_capacity,
                   max_nfe=max(64, spec.nfe_max), batch_slots=slots)  # fmt: skip
@@ -329,6 +369,9 @@ def run(args: argparse.Namespace) -> dict:
         with (relay_for_bench(args.in_process, env=env, **params) as (relay, client),
               realtime_client(args) as client_mode, contextlib.ExitStack() as hogs):
             warm_up(client)
+            rtc = (rtc_trace.RtcTrace.build(spec, client.served, len(trace.nfe),
+                                            tuple(args.rtc_rows), args.rtc_period_ms)
+                   if args.rtc else None)  # fmt: skip
             applied = applied_settings(relay)
             hog = (noise.cpu_hog(args.noise, args.noise_hogs) if args.noise
                    else contextlib.nullcontext())  # fmt: skip
@@ -361,7 +404,7 @@ def run(args: argparse.Namespace) -> dict:
             if not args.calibrate_under_noise:
                 noise_info = hogs.enter_context(hog)
             _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, bar,
-                   results, _policy_params_for(nfe_ns, reserve, timeout_ms, prefix_ns))
+                   results, _policy_params_for(nfe_ns, reserve, timeout_ms, prefix_ns), rtc)
             hogs.close()  # the noise's figures are final once it stopped
             nfe_p50, nfe_p99, _ = relay.pool.nfe_percentiles()
     cal_public = {k: v for k, v in cal.items() if not isinstance(v, list | dict)}
@@ -405,7 +448,10 @@ def run(args: argparse.Namespace) -> dict:
         "realtime": ({"asked": realtime_params(args), "env": env or {}} if args.realtime
                      else None),
         "realtime_applied": applied,
+        "rtc": rtc.describe() if rtc is not None else None,
     }
+    if rtc is not None:
+        report["rtc"]["fit"] = rtc_trace.fit(report)
     report["targets"] = _targets(report)
     report["rows"] = _rows(report)
     return report
@@ -530,7 +576,7 @@ def _policy_params_for(nfe_ns: int, reserve_ns: int, timeout_ms: int, prefix_ns:
 
 
 def _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, bar, results,
-           params_of) -> None:  # fmt: skip
+           params_of, rtc=None) -> None:  # fmt: skip
     """Every (load, policy) point, policies interleaved per load; fills results."""
     for li, load in enumerate(loads):
         arrivals = trace.at_load(load * capacity, duration)
@@ -541,7 +587,7 @@ def _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, b
             set_policy(relay, **params_of(policy))
             tick = lambda s, d=done: bar.update(done=d + min(s / duration, 1.0))  # noqa: E731
             t0 = time.time_ns()
-            m = replay(relay, client, arrivals, drain_timeout_s=drain, on_tick=tick)
+            m = replay(relay, client, arrivals, drain_timeout_s=drain, on_tick=tick, rtc=rtc)
             t1 = time.time_ns()
             m.update(_goodput(m, duration, capacity, spec.mean_nfe,
                               relay.capacity_between(t0, t1)
@@ -586,11 +632,12 @@ def _goodput(m: dict, duration: float, calibrated_rps: float, mean_nfe: float,
 
 def _targets(report: dict) -> dict:
     out = {}
+    targets = {**TARGETS, **(rtc_trace.TARGETS if report.get("rtc") else {})}
     for policy in ADMISSION_POLICIES:
         point = report["policies"].get(policy, {}).get("2.0")
         if point is None:
             continue
-        for metric, (op, bound) in TARGETS.items():
+        for metric, (op, bound) in targets.items():
             value = point.get(metric)
             out[f"{policy}.{metric}"] = {"target": f"{op} {bound:g}", "value": value,
                                          "met": target_met(value, op, bound)}
@@ -631,6 +678,7 @@ def _rows(report: dict) -> list[dict]:
                 "in_use_us": (round((m.get("cost_model") or {}).get("nfe_ns_in_use_max", 0) / 1e3)
                               if policy in ADMISSION_POLICIES else "-"),
                 "applied": applied_short(m.get("realtime_applied") or {}),
+                **rtc_trace.row_cells(m),
             })  # fmt: skip
     return rows
 
@@ -653,6 +701,7 @@ def table(report: dict) -> str:
         + (" (running since before the calibration)" if report.get("calibrated_under_noise")
            else ""),
         _latency_text(report.get("host_latency")),
+        *(rtc_trace.header(report) if report.get("rtc") else []),
         f"mode: {report.get('mode', 'normal scheduling')}; client: "
         f"{report.get('client_mode', 'normal scheduling')}; applied at start (read back from the "
         f"relay's workers status): {applied_short(report.get('realtime_applied') or {})}",
@@ -667,7 +716,9 @@ def table(report: dict) -> str:
         "targets (EDF admission at 2x load; printed, not asserted):",
     ]
     for metric, t in report["targets"].items():
-        value = "-" if t["value"] is None else f"{t['value']:.4%}"
+        rows = metric.rsplit(".", 1)[-1] in rtc_trace.ROW_METRICS
+        value = ("-" if t["value"] is None else f"{t['value']:g} rows" if rows
+                 else f"{t['value']:.4%}")  # fmt: skip
         lines.append(f"  {metric:<38} {value:>10} (target {t['target']}) {VERDICT[t['met']]}")
     return "\n".join(lines)
 
