@@ -29,8 +29,8 @@ Per point, over the INFERENCE answers (`measure`):
                       frozen_rows x action_period; late_published_in_time: of the late ones,
                       those the relay published in time (the DDS trip lost it)
   spare_rows_p50/p90  d - k, k = the prefix rows executed at receipt = ceil((received -
-                      chunk_start) / period), at least 0, at most rows (the nearest-rank
-                      percentile, so an integer); negative = late
+                      chunk_start) / period), at least 0, at most rows (percentiles as an
+                      element of the values, so whole rows); negative = late
   frozen_rows_hist    how many answers froze d rows, d = 0..max_delay
   margin_ms_*         chunk_start + d x period - received
   dds_trip_ns_*       relay publish (header.stamp) -> client callback
@@ -125,7 +125,8 @@ class RtcTrace:
 
 
 def _pct(values: list[float] | np.ndarray, q: float) -> float | None:
-    """Nearest-rank percentile (an element of values), None when there are none."""
+    """The q-th percentile as an element of values (numpy's "higher": never between two, so
+    the median of whole rows is a whole row, rounded against the relay), None without values."""
     arr = np.asarray(values)
     return float(np.percentile(arr, q, method="higher")) if arr.size else None
 
@@ -216,8 +217,8 @@ def _round(v: float | None) -> float | None:
 def fit(report: dict) -> dict:
     """Whether admission can fit a request of the trace's mean NFE into the window at all: its
     bound (mean NFE x nfe_ns + admission_reserve_ns, from an idle lane) against the latest the
-    window of the widest prefix ends after the send. When it cannot, every request is
-    REJECTED_DEADLINE and the RTC figures are empty: said, not hidden."""
+    window of the widest prefix ends after the send. When it cannot, all but the shortest
+    requests are REJECTED_DEADLINE and the RTC figures are thin or empty: said, not hidden."""
     r, t = report["rtc"], report["trace"]
     mean_nfe = (t["nfe_min"] + t["nfe_max"]) / 2
     bound_ms = (mean_nfe * report["nfe_ns"] + report["admission_reserve_ns"]) / 1e6
@@ -239,10 +240,22 @@ def header(report: dict) -> list[str]:
         f"{report['admission_reserve_ns']}; rtc_in_time = received by chunk_start + d x period; "
         "d-k = frozen rows minus rows run at receipt",
     ]
+    trips = [m["rtc"] for by_load in report["policies"].values() for m in by_load.values()
+             if m.get("rtc") and m["rtc"]["dds_trip_ns_max"] is not None]  # fmt: skip
+    if trips:
+        top = max(trips, key=lambda x: x["dds_trip_ns_max"])
+        p99 = max(x["dds_trip_ns_p99"] for x in trips)
+        reserve = report["admission_reserve_ns"]
+        lines.append(
+            f"reserve vs the answers' DDS trip (relay publish -> client callback): reserve "
+            f"{reserve / 1e6:.2f} ms, trip p99 up to {p99 / 1e6:.2f} ms, max "
+            f"{top['dds_trip_ns_max'] / 1e6:.2f} ms: the reserve "
+            + ("covers it" if top["dds_trip_ns_max"] <= reserve else
+               "does not cover it alone (nfe_ns's margin over the real cost may)"))
     if not f["fits"]:
         lines.append(
             f"WARNING: a mean request's admission bound ({f['mean_request_bound_ms']:.1f} ms) is "
             f"longer than the RTC window can be ({f['window_after_send_max_ms']:g} ms after the "
-            "send): EDF admission rejects (nearly) every RTC request; the calibration measured a "
-            "stalling host")
+            "send): EDF admission rejects all but the shortest RTC requests, and d is the window's "
+            "end; the calibration measured a stalling host")
     return lines
