@@ -74,7 +74,8 @@ def wait_for_relay(requests_pub, answers_sub, timeout: float = 10.0) -> None:
 # -- requests for whatever a relay serves ----------------------------------------------------
 
 MODEL_CHOICES = ("small (the relay's default), bench (~1 ms per NFE), vision (the bundled "
-                 "two-phase package) or a path (.onnx file or package directory)")
+                 "two-phase package), rtc (the real-time chunking package) or a path (.onnx "
+                 "file or package directory)")
 
 
 def model_path(choice: str) -> str:
