@@ -243,7 +243,8 @@ struct fer_stats {
  * measured in the last cost_window_ns, window_max_ns their maximum; block_mean_ns the largest mean
  * busy span per step over 16 consecutive worker steps that ended in the window (a step's span: the
  * wall time since its worker's previous step ended, or since the worker had work again after
- * idling, or since its last prefix pass; never less than the step's measured time); and
+ * idling, or since its last prefix pass; never less than the step's measured time), less the
+ * excess of a window's single stall up to admission_reserve_ns (§5.2's stall rule); and
  * observed_tail_ns the larger of the two (all 0 when nothing was measured). in_use_ns is what
  * admission and dispatch use per NFE: nfe_ns in static mode, max(nfe_ns, observed_tail_ns) in
  * adaptive mode (the configured value is the floor); 0 while nfe_ns is 0 (admission off).

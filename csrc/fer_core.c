@@ -206,6 +206,8 @@ int fer_core_set_calibration(struct fer_core *c, uint64_t nfe_ns, uint64_t admis
     c->cfg.nfe_ns = nfe_ns;
     c->cfg.admission_reserve_ns = admission_reserve_ns;
     c->cfg.prefix_ns = prefix_ns;
+    fer_cost_configure(&c->cost, &c->cfg); /* cost-model hook: the reserve the stall rule spends */
+    fer_cost_configure(&c->prefix_cost, &c->cfg);
     pthread_mutex_unlock(&c->mu);
     return FER_OK;
 }

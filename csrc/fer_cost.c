@@ -66,7 +66,13 @@ static void forget_all(struct fer_cost *k)
     memset(k->sub_count, 0, sizeof(k->sub_count));
     memset(k->sub_max, 0, sizeof(k->sub_max));
     memset(k->sub_block, 0, sizeof(k->sub_block));
+    memset(k->sub_block_ex, 0, sizeof(k->sub_block_ex));
+    memset(k->sub_stalls, 0, sizeof(k->sub_stalls));
+    /* A new window knows none of the stalls that the promises still open may have met. */
+    if (k->promised_until_ns > k->long_until_ns)
+        k->long_until_ns = k->promised_until_ns;
     k->block_sum = 0;
+    k->block_top = 0;
     k->block_n = 0;
     k->epoch = 0;
     k->valid_until_ns = 0;
@@ -84,13 +90,19 @@ static void forget_all(struct fer_cost *k)
 static void recompute(struct fer_cost *k)
 {
     uint64_t allowed, cum = 0, wmax = 0, bmax = 0;
-    uint32_t b, s;
+    uint32_t b, s, stalls = 0;
+    const uint64_t *block;
 
+    for (s = 0; s < FER_COST_SUBWINDOWS; s++)
+        stalls += k->sub_stalls[s];
+    /* The stall rule (fer_cost.h): one stall in the window, no promise longer than it open. */
+    block = stalls <= 1 && k->long_until_ns <= fer_sat_mul(k->epoch, k->sub_ns) ? k->sub_block_ex
+                                                                              : k->sub_block;
     for (s = 0; s < FER_COST_SUBWINDOWS; s++) {
         if (k->sub_max[s] > wmax)
             wmax = k->sub_max[s];
-        if (k->sub_block[s] > bmax)
-            bmax = k->sub_block[s];
+        if (block[s] > bmax)
+            bmax = block[s];
     }
     k->window_max = wmax;
     k->block_mean = bmax;
@@ -133,6 +145,8 @@ static void clear_sub(struct fer_cost *k, uint32_t s)
     }
     k->sub_max[s] = 0;
     k->sub_block[s] = 0;
+    k->sub_block_ex[s] = 0;
+    k->sub_stalls[s] = 0;
 }
 
 /* Rotate to the sub-window holding now; 1 if anything aged out or moved. A `now` older than
@@ -149,6 +163,7 @@ static int advance(struct fer_cost *k, uint64_t now)
     if (n == FER_COST_SUBWINDOWS) {
         /* A whole window without a sample: the block being filled is as old as the rest. */
         k->block_sum = 0;
+        k->block_top = 0;
         k->block_n = 0;
     }
     k->epoch = e;
@@ -167,9 +182,35 @@ void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg)
         k->sub_ns = window / FER_COST_SUBWINDOWS ? window / FER_COST_SUBWINDOWS : 1;
         forget_all(k);
     }
+    if (cfg->admission_reserve_ns != k->reserve_ns) {
+        /* What was left out was bounded by the old reserve: charge it all until it ages out. */
+        k->reserve_ns = cfg->admission_reserve_ns;
+        memcpy(k->sub_block_ex, k->sub_block, sizeof(k->sub_block_ex));
+    }
     cfg->cost_window_ns = k->window_ns;
     cfg->cost_quantile_ppm = k->quantile_ppm;
     recompute(k);
+}
+
+/* A completed block of FER_COST_BLOCK spans (sum, largest top) in sub-window s: its mean, and
+ * its stall-free mean when its largest span is a stall (fer_cost.h). */
+static void complete_block(struct fer_cost *k, uint32_t s, uint64_t sum, uint64_t top)
+{
+    uint64_t mean = sum / FER_COST_BLOCK, mean_ex = mean, typical, excess;
+
+    /* A saturated sum is no measure of anything: charged as it is. */
+    if (k->reserve_ns != 0 && sum != FER_SAT) {
+        typical = (sum - top) / (FER_COST_BLOCK - 1);
+        excess = top > typical ? top - typical : 0;
+        if (excess != 0 && excess >= k->reserve_ns - k->reserve_ns / FER_COST_STALL_DIV) {
+            mean_ex = (sum - (excess < k->reserve_ns ? excess : k->reserve_ns)) / FER_COST_BLOCK;
+            k->sub_stalls[s]++;
+        }
+    }
+    if (mean > k->sub_block[s])
+        k->sub_block[s] = mean;
+    if (mean_ex > k->sub_block_ex[s])
+        k->sub_block_ex[s] = mean_ex;
 }
 
 void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t span_ns)
@@ -192,11 +233,12 @@ void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t
     if (span_ns != 0) {
         /* block_sum: at most FER_COST_BLOCK spans; saturating, so a saturated span stays one. */
         k->block_sum = fer_sat_add(k->block_sum, span_ns);
+        if (span_ns > k->block_top)
+            k->block_top = span_ns;
         if (++k->block_n == FER_COST_BLOCK) {
-            uint64_t mean = k->block_sum / FER_COST_BLOCK;
-            if (mean > k->sub_block[s])
-                k->sub_block[s] = mean;
+            complete_block(k, s, k->block_sum, k->block_top);
             k->block_sum = 0;
+            k->block_top = 0;
             k->block_n = 0;
         }
     }
@@ -208,4 +250,14 @@ void fer_cost_age(struct fer_cost *k, uint64_t now)
 {
     if (advance(k, now))
         recompute(k);
+}
+
+void fer_cost_promise(struct fer_cost *k, uint64_t now, uint64_t deadline_ns)
+{
+    if (deadline_ns > k->promised_until_ns)
+        k->promised_until_ns = deadline_ns;
+    if (deadline_ns > now && deadline_ns - now > k->window_ns && deadline_ns > k->long_until_ns) {
+        k->long_until_ns = deadline_ns;
+        recompute(k);
+    }
 }

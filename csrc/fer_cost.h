@@ -18,7 +18,8 @@
  * that worker's previous step ended (or since it had work again, when it was idle), and keeps
  * the largest mean span over FER_COST_BLOCK consecutive steps in the window. The tail is the
  * larger of the two: a slowdown that lasts as long as a short queue counts at once, a single
- * preemption counts a sixteenth.
+ * preemption counts a sixteenth, or nothing when the reserve already covers it (the stall rule
+ * above struct fer_cost).
  *
  * Every function here is called with core->mu held. Nothing allocates (the struct is embedded in
  * struct fer_core); record costs O(buckets) at most, the admission read O(1).
@@ -43,17 +44,44 @@ struct fer_config;
 #define FER_COST_DEFAULT_QUANTILE_PPM 900000u
 #define FER_COST_BLOCK 16      /* steps per block mean (about one short queue's worth of work) */
 #define FER_COST_PPM 1000000u  /* quantile_ppm's whole */
+#define FER_COST_STALL_DIV 2   /* a stall: a span's excess of at least reserve / this */
 
 /* Invariants: agg[b] = sum over sub-windows s of sub[s][b]; total = sum of agg; epoch = the
  * sub-window index (now / sub_ns) of the newest sample, stored in sub[epoch % SUBWINDOWS];
  * sub_block[s] = the largest block mean completed in sub-window s (0 if none), and block_sum /
- * block_n (< FER_COST_BLOCK) the spans of the block being filled, forgotten when a whole window
- * passes without a sample. qtail (the quantile), block_mean (max of sub_block), tail =
- * max(qtail, block_mean) and window_max describe the window that ends with sub-window `epoch`,
- * and hold until valid_until_ns = (epoch + SUBWINDOWS) * sub_ns, when every sample in it has
- * aged out. adm_tail = tail and adm_qtail = qtail when the model is adaptive, both 0 when
- * static: the admission read is max(configured nfe_ns, adm_tail) and the dispatch read
- * max(configured nfe_ns, adm_qtail), while now < valid_until_ns. */
+ * block_top / block_n (< FER_COST_BLOCK) the sum and largest of the spans of the block being
+ * filled, forgotten when a whole window passes without a sample. sub_block_ex[s] <= sub_block[s]
+ * is the same with one stall's excess left out (below), sub_stalls[s] the stalls of the blocks
+ * completed in s. qtail (the quantile), block_mean, tail = max(qtail, block_mean) and window_max
+ * describe the window that ends with sub-window `epoch`, and hold until valid_until_ns =
+ * (epoch + SUBWINDOWS) * sub_ns, when every sample in it has aged out. adm_tail = tail and
+ * adm_qtail = qtail when the model is adaptive, both 0 when static: the admission read is
+ * max(configured nfe_ns, adm_tail) and the dispatch read max(configured nfe_ns, adm_qtail),
+ * while now < valid_until_ns.
+ *
+ * The stall rule (docs/design.md §5.2). Admission promises a request it ends by now + (the work
+ * ahead of it and its own) x the cost in use + reserve_ns (cfg.admission_reserve_ns, the
+ * pacing pause aside), and the cost in use is at least block_mean: the block mean prices what
+ * the steps of the promise's horizon (now .. its deadline) cost, the reserve one excess on top.
+ * A completed block's typical span is the mean of its other FER_COST_BLOCK - 1 spans, and its
+ * largest span's excess over that is a stall when it is at least reserve_ns /
+ * FER_COST_STALL_DIV (never with reserve_ns 0). The block's stall-free mean leaves min(excess,
+ * reserve_ns) out of its sum (the typical span itself when the excess is within the reserve).
+ * block_mean = max of sub_block_ex while the window holds at most one stall and no promise
+ * horizon longer than the window is open (long_until_ns <= epoch x sub_ns, the newest
+ * sub-window's start), else max of sub_block. Soundness, under the premise every adaptive
+ * estimate rests on (the next window's steps look like the last window's): a promise with a
+ * horizon of at most the window then meets at most one stall, whose excess up to reserve_ns the
+ * reserve pays and whose remainder, like every other span, the block mean still prices; so the
+ * sum of its steps' spans stays within work x block_mean + reserve_ns: the reserve pays the
+ * stall it is sized for, instead of standing next to a block mean that prices it as well. Two
+ * stalls in the window (repeated, or a slowdown made of long preemptions) or an open promise
+ * longer than the window (long_until_ns, the latest deadline of those: fer_cost_promise) price
+ * every stall again, at once and in full, and a smaller excess (jitter, a sustained slowdown) is
+ * never left out. Workers share the blocks: a stall that stops W workers is W stalls (charged,
+ * on the safe side, when W > 1). A change of reserve_ns forgets the stall-free means (they copy sub_block); a
+ * change of window suspends the rule until every promise made before it has ended
+ * (long_until_ns takes promised_until_ns, the latest deadline ever promised). */
 struct fer_cost {
     uint32_t model;            /* FER_COST_STATIC / FER_COST_ADAPTIVE */
     uint32_t quantile_ppm;     /* 1..1000000 */
@@ -73,7 +101,13 @@ struct fer_cost {
     uint32_t sub_count[FER_COST_SUBWINDOWS];
     uint64_t sub_max[FER_COST_SUBWINDOWS];
     uint64_t sub_block[FER_COST_SUBWINDOWS];
+    uint64_t sub_block_ex[FER_COST_SUBWINDOWS];
+    uint32_t sub_stalls[FER_COST_SUBWINDOWS];
+    uint64_t reserve_ns;       /* cfg.admission_reserve_ns: the most of a stall left out */
+    uint64_t long_until_ns;    /* latest deadline of a promise whose horizon exceeds the window */
+    uint64_t promised_until_ns; /* latest deadline of any promise */
     uint64_t block_sum;
+    uint64_t block_top;
     uint32_t block_n;
     uint32_t sub[FER_COST_SUBWINDOWS][FER_COST_BUCKETS];
     uint32_t agg[FER_COST_BUCKETS];
@@ -81,8 +115,9 @@ struct fer_cost {
 
 /* Whether cfg's cost fields are valid (cost_model <= 1, cost_quantile_ppm <= 1000000). */
 int fer_cost_config_valid(const struct fer_config *cfg);
-/* Set the model, window (0 = default) and quantile (0 = default); forgets every sample when
- * the window changes. Writes the effective values back into cfg. */
+/* Set the model, window (0 = default), quantile (0 = default) and the reserve the stall rule
+ * spends (admission_reserve_ns); forgets every sample when the window changes, the stall-free
+ * block means when the reserve does. Writes the effective values back into cfg. */
 void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg);
 /* One measured NFE (or prefix pass) of nfe_ns nanoseconds that ended at now; span_ns, when not
  * 0, is the busy span of the worker step this NFE ended (one per step, on its first row; the
@@ -90,6 +125,10 @@ void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg);
 void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t span_ns);
 /* Rotate to now without a sample: what is older than the window ages out (a stats read). */
 void fer_cost_age(struct fer_cost *k, uint64_t now);
+/* Admission promised at now that a request ends by deadline_ns (it accepted a tested request):
+ * one whose horizon is longer than the window suspends the stall rule until that deadline.
+ * O(1), or O(buckets) when it suspends the rule. */
+void fer_cost_promise(struct fer_cost *k, uint64_t now, uint64_t deadline_ns);
 
 /* The admission path's read (docs/design.md §5.2): the ns per unit (NFE or prefix pass) admission
  * assumes at `now`, given the configured value. */

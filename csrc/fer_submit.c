@@ -258,6 +258,8 @@ static void accept(struct fer_core *c, struct arrival *a)
         a->rang |= fer_emit_slot(c, a->victim, FER_REJECTED_CAPACITY, a->now, -1, NULL);
     }
     fer_queue_insert(c, fer_slot_take(c, a->r, a->si, a->now, a->tested));
+    if (a->tested) /* cost-model hook (§5.2): how far ahead admission promised */
+        fer_cost_promise(&c->cost, a->now, a->r->deadline_ns);
     c->st.accepted++;
     pthread_cond_signal(&c->work_cv);
 }

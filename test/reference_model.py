@@ -91,17 +91,27 @@ class RefCost:
     computed when a sample arrives (or stats are read) and holds until every sample in it has
     aged out, after which the configured nfe_ns applies again. The block mean: every BLOCK step
     spans (passed with a step's first row) make one mean, kept as the largest in the sub-window
-    where the block completed; the tail is the larger of the window maximum and that."""
+    where the block completed; the tail is the larger of the window maximum and that.
+
+    The stall rule: a block's largest span is a stall when its excess over the mean of the
+    block's other spans is at least reserve / STALL_DIV (reserve = admission_reserve_ns, never
+    with 0); the block's stall-free mean leaves min(excess, reserve) out of its sum. While the
+    window holds at most one stall and no promise (a tested acceptance) longer than the window is
+    open, the block mean is the largest stall-free mean; otherwise the largest full one."""
 
     SUBWINDOWS = 4
     BLOCK = 16
+    STALL_DIV = 2
 
     def __init__(self) -> None:
         self.window_ns = 0
         self.model = 0
         self.samples = 0
+        self.reserve = 0
+        self.long_until = 0
+        self.promised_until = 0
 
-    def configure(self, model: int, window_ns: int, quantile_ppm: int) -> None:
+    def configure(self, model: int, window_ns: int, quantile_ppm: int, reserve_ns: int = 0) -> None:
         assert quantile_ppm in (0, 1_000_000), "the reference models the maximum only"
         self.model = model
         window = window_ns or 1_000_000_000
@@ -112,12 +122,19 @@ class RefCost:
             self.sub_max = [0] * self.SUBWINDOWS
             self.sub_count = [0] * self.SUBWINDOWS
             self.sub_block = [0] * self.SUBWINDOWS
+            self.sub_block_ex = [0] * self.SUBWINDOWS
+            self.sub_stalls = [0] * self.SUBWINDOWS
             self.block: list[int] = []
+            self.long_until = max(self.long_until, self.promised_until)
+        if reserve_ns != self.reserve:
+            self.reserve = reserve_ns
+            self.sub_block_ex = list(self.sub_block)
         self._recompute()
 
     def _recompute(self) -> None:
         total = sum(self.sub_count)
-        self.block_mean = max(self.sub_block)
+        rule = sum(self.sub_stalls) <= 1 and self.long_until <= sat(self.epoch * self.sub_ns)
+        self.block_mean = max(self.sub_block_ex if rule else self.sub_block)
         self.qtail = max(self.sub_max) if total else 0
         self.tail = max(self.qtail, self.block_mean) if total else 0
         self.adm_tail = self.tail if self.model == 1 else 0
@@ -131,10 +148,23 @@ class RefCost:
         for i in range(1, min(e - self.epoch, self.SUBWINDOWS) + 1):
             k = (self.epoch + i) % self.SUBWINDOWS
             self.sub_max[k] = self.sub_count[k] = self.sub_block[k] = 0
+            self.sub_block_ex[k] = self.sub_stalls[k] = 0
         if e - self.epoch >= self.SUBWINDOWS:
             self.block = []  # a whole window without a sample
         self.epoch = e
         return True
+
+    def _complete_block(self, k: int) -> None:
+        total = sat(sum(self.block))
+        mean = mean_ex = total // self.BLOCK
+        if self.reserve and total < U64:
+            top = max(self.block)
+            excess = max(top - (total - top) // (self.BLOCK - 1), 0)
+            if excess and excess >= self.reserve - self.reserve // self.STALL_DIV:
+                mean_ex = (total - min(excess, self.reserve)) // self.BLOCK
+                self.sub_stalls[k] += 1
+        self.sub_block[k] = max(self.sub_block[k], mean)
+        self.sub_block_ex[k] = max(self.sub_block_ex[k], mean_ex)
 
     def record(self, now: int, measured: int, span: int = 0) -> None:
         self.samples += 1
@@ -145,9 +175,16 @@ class RefCost:
         if span:
             self.block.append(span)
             if len(self.block) == self.BLOCK:
-                self.sub_block[k] = max(self.sub_block[k], sat(sum(self.block)) // self.BLOCK)
+                self._complete_block(k)
                 self.block = []
         self._recompute()
+
+    def promise(self, now: int, deadline: int) -> None:
+        """A tested acceptance at now promised an end by deadline."""
+        self.promised_until = max(self.promised_until, deadline)
+        if deadline - now > self.window_ns and deadline > self.long_until:
+            self.long_until = deadline
+            self._recompute()
 
     def nfe_ns(self, configured: int, now: int) -> int:
         return self.adm_tail if now < self.valid_until and self.adm_tail > configured \
@@ -207,9 +244,11 @@ class RefCore:
         self.touch = 0
         self.st = RefStats()
         self.cost = RefCost()
-        self.cost.configure(cfg.cost_model, cfg.cost_window_ns, cfg.cost_quantile_ppm)
+        self.cost.configure(cfg.cost_model, cfg.cost_window_ns, cfg.cost_quantile_ppm,
+                            cfg.admission_reserve_ns)
         self.prefix_cost = RefCost()  # §5.2 for prefix passes: same model, window, quantile
-        self.prefix_cost.configure(cfg.cost_model, cfg.cost_window_ns, cfg.cost_quantile_ppm)
+        self.prefix_cost.configure(cfg.cost_model, cfg.cost_window_ns, cfg.cost_quantile_ppm,
+                                   cfg.admission_reserve_ns)
         # §5.2 block mean: per worker, the instant its busy time is charged up to (0 = never)
         self.charged = [0] * cfg.workers
 
@@ -362,6 +401,8 @@ class RefCore:
             deadline_ros_ns=r["deadline_ros_ns"], arrival_ns=now,
             arrival_seq=self.arrival_seq, tested=tested, prefix_pending=bool(cfg.two_phase)))
         self.queue.sort(key=Item.key)
+        if tested:
+            self.cost.promise(now, dl)
         self.st.accepted += 1
         return ACCEPTED
 
@@ -536,12 +577,14 @@ class RefCore:
     def set_calibration(self, nfe_ns: int, reserve_ns: int, prefix_ns: int = 0) -> None:
         self.cfg.nfe_ns, self.cfg.admission_reserve_ns = nfe_ns, reserve_ns
         self.cfg.prefix_ns = prefix_ns
+        self.set_cost_model(self.cfg.cost_model, self.cfg.cost_window_ns,
+                            self.cfg.cost_quantile_ppm)
 
     def set_cost_model(self, model: int, window_ns: int, quantile_ppm: int) -> None:
         self.cfg.cost_model, self.cfg.cost_window_ns = model, window_ns
         self.cfg.cost_quantile_ppm = quantile_ppm
-        self.cost.configure(model, window_ns, quantile_ppm)
-        self.prefix_cost.configure(model, window_ns, quantile_ppm)
+        self.cost.configure(model, window_ns, quantile_ppm, self.cfg.admission_reserve_ns)
+        self.prefix_cost.configure(model, window_ns, quantile_ppm, self.cfg.admission_reserve_ns)
 
     def prefix_cost_stats(self, now: int) -> tuple:
         """(prefix tail, prefix in use, prefix samples) as fer_core_cost_stats reports them."""

@@ -297,6 +297,8 @@ def test_admission_heavy_sequences_match_reference(workers, nfe, program, cost_m
 # so that workers complete many 16-step blocks: the block mean of §5.2 (busy span per step,
 # charged from the worker's last step, its last prefix pass or the arrival of work it takes
 # while idle), checked against the reference at every op, windows short enough to age blocks out.
+# With a reserve, the stall rule: an advance between a busy worker's steps is a stall, one or
+# several in a window, and a 20,000 ns deadline is a promise longer than a 2,000 ns window.
 flow_submit = st.tuples(st.just("submit"), st.integers(0, 3), st.integers(0, 10_000), st.just(0),
                         st.just(0), st.just(0), st.just(0),
                         st.sampled_from([None, None, None, 2_000, 20_000]), st.integers(1, 6))
@@ -313,11 +315,11 @@ flow_ops = st.lists(st.one_of(
           suppress_health_check=[HealthCheck.too_slow])
 @given(workers=st.integers(1, 2), batch_slots=st.integers(1, 3), program=flow_ops,
        cost_model=st.sampled_from([0, 1]), two_phase=st.sampled_from([0, 1]),
-       window=st.sampled_from([2_000, 1_000_000]))
+       window=st.sampled_from([2_000, 1_000_000]), reserve=st.sampled_from([0, 100, 400]))
 def test_busy_span_block_means_match_reference(workers, batch_slots, program, cost_model,
-                                               two_phase, window):
+                                               two_phase, window, reserve):
     cfg = dict(workers=workers, queue_capacity=16, max_sessions=8, max_nfe=6, ring_capacity=256,
-               nfe_ns=50, admission_reserve_ns=0, reject_if_retry_count_gte=1, age_gate=0,
+               nfe_ns=50, admission_reserve_ns=reserve, reject_if_retry_count_gte=1, age_gate=0,
                reject_if_queue_age_ns_gte=0, queue_timeout_ns=0, session_idle_ns=0, base=1_000,
                cost_model=cost_model, cost_window_ns=window, two_phase=two_phase, prefix_ns=50,
                batch_slots=batch_slots)

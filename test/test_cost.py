@@ -169,6 +169,104 @@ def test_time_between_steps_of_busy_workers_is_charged():
         assert (k.quantile_tail_ns, k.block_mean_ns, k.in_use_ns) == (FLOOR, 300_000, 300_000)
 
 
+# ---- the stall rule: one reserve-sized stall per window is the reserve's, not the block mean's --
+
+RESERVE = 5_000_000  # admission_reserve_ns: a stall is an excess of at least RESERVE / 2
+
+
+def stall(lane: Lane, gap_ns: int) -> None:
+    """A block of 16 steps at the floor whose first one starts gap_ns late (the worker held off
+    its CPU between two steps): its span is gap_ns + FLOOR, 15 spans of FLOOR around it."""
+    lane.now += gap_ns
+    lane.nfe(FLOOR, 16)
+
+
+def test_a_single_reserve_sized_stall_is_left_to_the_reserve():
+    for reserve, charged in ((RESERVE, FLOOR), (0, (15 * FLOOR + 4_100_000) // 16)):
+        with make(admission_reserve_ns=reserve) as c:
+            lane = Lane(c)
+            lane.nfe(FLOOR, 160)  # ten blocks at the floor
+            stall(lane, 4_000_000)  # excess 4 ms: a stall under a 5 ms reserve
+            lane.nfe(FLOOR, 48)
+            k = c.cost_stats(lane.now)
+            # with the reserve, the stall's block costs its typical span; without, a sixteenth
+            assert (k.quantile_tail_ns, k.block_mean_ns, k.in_use_ns) == \
+                (FLOOR, charged, max(FLOOR, charged))
+    with make(admission_reserve_ns=RESERVE) as c:
+        # The part of a stall's excess beyond the reserve is still charged: 8 ms - 5 ms.
+        lane = Lane(c)
+        lane.nfe(FLOOR, 16)
+        stall(lane, 8_000_000)
+        assert c.cost_stats(lane.now).block_mean_ns == (16 * FLOOR + 3_000_000) // 16
+
+
+def test_two_stalls_in_the_window_are_both_charged():
+    with make(admission_reserve_ns=RESERVE) as c:
+        lane = Lane(c)
+        lane.nfe(FLOOR, 16)
+        stall(lane, 4_000_000)
+        lane.nfe(FLOOR, 1000)  # 100 ms later, well inside the 1 s window: a second stall
+        assert c.cost_stats(lane.now).block_mean_ns == FLOOR
+        stall(lane, 3_000_000)
+        k = c.cost_stats(lane.now)
+        # the reserve covers one stall per promise, not one per block: both are priced again,
+        # the first one too, and at once
+        assert (k.block_mean_ns, k.in_use_ns) == ((15 * FLOOR + 4_100_000) // 16,) * 2
+        # once the first has aged out (a window later, the second with it) the rule holds again
+        lane.nfe(FLOOR, 12_500)
+        stall(lane, 4_000_000)
+        assert c.cost_stats(lane.now).block_mean_ns == FLOOR
+
+
+def test_a_sustained_slowdown_and_a_small_preemption_are_charged():
+    with make(admission_reserve_ns=RESERVE) as c:
+        # every step waits 200 us for a core: no span stands out of its block
+        lane = Lane(c)
+        for _ in range(64):
+            lane.now += 200_000
+            lane.nfe(FLOOR)
+        assert c.cost_stats(lane.now).block_mean_ns == 300_000
+    with make(admission_reserve_ns=RESERVE) as c:
+        # a preemption of less than half the reserve is jitter, not a stall: a sixteenth of it
+        lane = Lane(c)
+        lane.nfe(FLOOR, 16)
+        stall(lane, 2_000_000)
+        assert c.cost_stats(lane.now).block_mean_ns == (15 * FLOOR + 2_100_000) // 16
+    with make(admission_reserve_ns=RESERVE) as c:
+        # a slowdown made of long preemptions (one per block) is a stall per block: all charged
+        lane = Lane(c)
+        for _ in range(8):
+            stall(lane, 4_000_000)
+        assert c.cost_stats(lane.now).block_mean_ns == (15 * FLOOR + 4_100_000) // 16
+
+
+def test_a_promise_longer_than_the_window_suspends_the_stall_rule():
+    with make(admission_reserve_ns=RESERVE, workers=2) as c:
+        lane = Lane(c)
+        lane.nfe(FLOOR, 16)
+        # admitted with 1.5 s to go: its horizon may hold two stalls a window apart
+        deadline = lane.now + S + S // 2
+        assert c.submit(req(2, nfe=1, deadline=deadline, origin=lane.now), lane.now) == \
+            Decision.ACCEPTED
+        stall(lane, 4_000_000)
+        assert c.cost_stats(lane.now).block_mean_ns == (15 * FLOOR + 4_100_000) // 16
+        # a sub-window past that deadline (the first stall aged out) one stall is the reserve's
+        lane.nfe(FLOOR, 17_600)
+        assert lane.now > deadline + S // 4
+        stall(lane, 4_000_000)
+        assert c.cost_stats(lane.now).block_mean_ns == FLOOR
+
+
+def test_a_new_reserve_charges_the_stalls_it_did_not_cover():
+    with make(admission_reserve_ns=RESERVE) as c:
+        lane = Lane(c)
+        lane.nfe(FLOOR, 16)
+        stall(lane, 4_000_000)
+        assert c.cost_stats(lane.now).block_mean_ns == FLOOR
+        c.set_calibration(FLOOR, RESERVE // 2)  # 2.5 ms no longer covers a 4 ms excess
+        assert c.cost_stats(lane.now).block_mean_ns == (15 * FLOOR + 4_100_000) // 16
+
+
 def one_nfe_requests(core: Core, now: int, n: int, gap_ns: int, lane: int = 0) -> int:
     """n 1-NFE requests on `lane`, each arriving gap_ns after the previous one finished and
     computing for FLOOR; returns the time after the last."""
