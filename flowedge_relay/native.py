@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from flowedge_relay import policy as _policy
+from flowedge_relay import rtc
 from flowedge_relay.core import Core, Step, check, ffi, lib
 from flowedge_relay.model import INPUT_OBS, INPUT_T, INPUT_X, OUTPUT_V, FlowIntegrator, ModelInfo
 
@@ -144,11 +145,6 @@ def step_spec(model: ModelInfo | _policy.Policy) -> StepSpec:
 #: rtc.RtcSpec.mode -> FER_EXEC_RTC_* (csrc/fer_exec.h)
 RTC_CODES = {None: lib.FER_EXEC_RTC_OFF, "training_time": lib.FER_EXEC_RTC_TRAINING_TIME,
              "inpaint": lib.FER_EXEC_RTC_INPAINT}
-
-
-def clean_time(time_convention: str) -> float:
-    """The flow time of a clean action (rtc.clean_time) as the C config takes it."""
-    return 1.0 if time_convention == "0_to_1" else 0.0
 
 
 def _ptr(ctype: str, arr: np.ndarray):
@@ -297,7 +293,7 @@ class NativeLoop:
         # real-time chunking (docs/design.md §5.4): how a row's frozen rows condition it
         cfg.rtc_mode = RTC_CODES[rtc_mode]
         cfg.action_dim = spec.x.shape[-1]
-        cfg.clean_time = clean_time(spec.time)
+        cfg.clean_time = float(rtc.clean_time(spec.time))
         affinities = ffi.new("char[]", intra_op_affinities.encode())  # alive through create
         cfg.intra_op_affinities = affinities
         self._model = ffi.from_buffer(model_bytes)
@@ -573,7 +569,7 @@ class Serve:
         c.prefix_count = _ptr("uint64_t *", counters[4:])
         c.prefix_ring, c.prefix_ring_len = _ptr("int64_t *", prefix_ring), prefix_ring.size
         c.rtc_mode, c.prefix_offset = RTC_CODES[rows.rtc_mode], rows.prefix_offset
-        c.clean_time = clean_time(loop.spec.time)
+        c.clean_time = float(rtc.clean_time(loop.spec.time))
         self._keep = (loop, prefix, rows, index, norm, counters, prefix_ring)
         out = ffi.new("struct fer_serve **")
         check(lib.fer_serve_create(c, loop._exec, ffi.NULL if prefix is None else prefix._pass,

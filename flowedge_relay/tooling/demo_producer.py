@@ -65,17 +65,24 @@ class _Pending:
     sent_ns: int
 
 
+def read_only_params(node: Node):
+    """`param(name, default, text)`: declares one read-only parameter of `node`, its value."""
+
+    def param(name, default, text):
+        return node.declare_parameter(
+            name, default, ParameterDescriptor(description=text, read_only=True)
+        ).value
+
+    return param
+
+
 class DemoProducer(Node):
     """Publishes mixed InferenceRequests to flowedge/requests and summarises the answers."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__("flowedge_relay_demo_producer", **kwargs)
 
-        def param(name, default, text):
-            return self.declare_parameter(
-                name, default, ParameterDescriptor(description=text, read_only=True)
-            ).value
-
+        param = read_only_params(self)
         self.rate_hz = param("rate_hz", 40.0, "requests per second in steady state")
         self.sessions = param("sessions", 3, "producer sessions (robots) to simulate")
         self.nfe = param("nfe", 8, "remaining_nfe of each request")

@@ -26,7 +26,6 @@ from collections import Counter
 import numpy as np
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
 from flowedge_relay_msgs.msg import ServedModel as ServedModelMsg
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
@@ -38,6 +37,7 @@ from flowedge_relay.producer import (
     follow_served_model,
 )
 from flowedge_relay.timebase import stamp_ns
+from flowedge_relay.tooling.demo_producer import read_only_params
 
 
 class _Robot:
@@ -63,11 +63,7 @@ class RtcDemoProducer(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("flowedge_relay_rtc_demo_producer", **kwargs)
 
-        def param(name, default, text):
-            return self.declare_parameter(
-                name, default, ParameterDescriptor(description=text, read_only=True)
-            ).value
-
+        param = read_only_params(self)
         self.sessions = param("sessions", 4, "robots (producer sessions) to simulate")
         self.period_ns = int(param("action_period_ms", 50.0, "time per action row, ms") * 1e6)
         self.execute_rows = param("execute_rows", 4, "actions of a chunk run before asking again")
