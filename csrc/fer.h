@@ -144,8 +144,10 @@ struct fer_config {
  * its current chunk from prefix_start_ns on, one per action_period_ns, while this runs. Valid only
  * with rtc_max_delay > 0, action_period_ns > 0 and prefix_rows <= FER_RTC_MAX_ROWS. Admission and
  * expiry then use the earlier of deadline_ns and prefix_start_ns + min(prefix_rows,
- * rtc_max_delay) x action_period_ns (the chunk is useless after that); deadline_ros_ns is still
- * echoed untouched. prefix_rows = 0: a plain request, the other three fields ignored. */
+ * rtc_max_delay) x action_period_ns (the chunk is useless after that), and from dispatch on the
+ * earlier still prefix_start_ns + frozen_rows x action_period_ns (the robot switches at that row);
+ * deadline_ros_ns is still echoed untouched. prefix_rows = 0: a plain request, the other three
+ * fields ignored. */
 struct fer_request {
     char session_id[FER_SESSION_ID_MAX]; /* not NUL-terminated; session_id_len bytes */
     uint32_t session_id_len;             /* 0..FER_SESSION_ID_MAX */
@@ -169,7 +171,8 @@ struct fer_request {
 /* What a worker gets from dispatch. observation points at the caller's obs_dim-float buffer.
  * The slot's payload (fer_core_payload(core, slot)) stays valid and untouched by the core until the
  * lane's finish or STOP_* step / prefix_done. frozen_rows (§5.4): how many leading rows of the
- * chunk the worker copies from the prefix (0 for a plain request), fixed here at dispatch. */
+ * chunk the worker copies from the prefix (0 for a plain request), fixed here at dispatch;
+ * deadline_ns is then the earlier of the request's and the instant row frozen_rows starts. */
 struct fer_work {
     char session_id[FER_SESSION_ID_MAX];
     uint32_t session_id_len;

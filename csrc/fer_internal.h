@@ -183,7 +183,9 @@ int fer_ring_nonempty(struct fer_ring *ring);
  * RUNNING <=> lanes[lane].slot == this slot. session is the index of a live session whose
  * `outstanding` counts this slot, and snext / sprev link the session's non-FREE slots (so
  * per-session work is O(its own requests), not O(queue)). cancelled only when RUNNING.
- * prefix_pending = two_phase while QUEUED; cleared by prefix_done while RUNNING. The slot's
+ * prefix_pending = two_phase while QUEUED; cleared by prefix_done while RUNNING. deadline_ns is
+ * the effective one (§5.4: the window's end for a prefix), and from dispatch never later than
+ * prefix_start + frozen_rows x action_period. The slot's
  * payload bytes (core->payload + id * payload_stride) are the caller's: the core never touches
  * them, it only guarantees that the slot is not reused before it is freed. */
 enum fer_slot_state { FER_SLOT_FREE = 0, FER_SLOT_QUEUED = 1, FER_SLOT_RUNNING = 2 };

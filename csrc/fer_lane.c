@@ -124,6 +124,23 @@ static uint32_t frozen_rows_at(const struct fer_core *c, const struct fer_slot *
     return rows < most ? (uint32_t)rows : most;
 }
 
+/* §5.4: once d is fixed the robot switches to the chunk at row d, so the instant that row starts,
+ * prefix_start + d x action_period, is when the chunk stops being of use: it becomes slot s's
+ * deadline if earlier. A bound that holds never reaches it (d rounds the bound up to a row); a
+ * stall past the reserve does, and the work is then answered EXPIRED, never a late chunk. */
+static void deadline_at_switch_row(struct fer_slot *s)
+{
+    uint64_t at;
+
+    if (s->prefix_rows == 0)
+        return;
+    at = fer_sat_finish(s->prefix_start_ns, s->frozen_rows, s->action_period_ns);
+    if (at == 0)
+        at = 1; /* 0 means none; a row at the clock's origin has started */
+    if (at < s->deadline_ns)
+        s->deadline_ns = at;
+}
+
 /* Put queued slot id on lane and describe it in *out (observation copied into the caller's
  * buffer). */
 static void run_on_lane(struct fer_core *c, uint32_t lane, uint32_t id, uint64_t now,
@@ -140,6 +157,7 @@ static void run_on_lane(struct fer_core *c, uint32_t lane, uint32_t id, uint64_t
     s->lane = lane;
     s->dispatch_ns = now;
     s->frozen_rows = frozen_rows_at(c, s, now);
+    deadline_at_switch_row(s);
     c->lanes[lane].slot = id;
     FER_SLOT_VIEW(out, c, id);
     out->lane = lane;

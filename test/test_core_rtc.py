@@ -92,7 +92,8 @@ def test_the_prefix_window_is_admitted_as_a_deadline(queued, running, nfe, rows,
 def test_frozen_rows_come_from_the_finish_bound_at_dispatch(nfe, rows, max_delay, start, period,
                                                             wait, reserve, batch):
     """d = ceil((dispatch + remaining NFE x cost in use + reserve - prefix_start) / period),
-    clamped to [0, min(rows, max_delay)]; the INFERENCE answer carries it and the prefix start."""
+    clamped to [0, min(rows, max_delay)]; the INFERENCE answer carries it and the prefix start,
+    and the work's deadline is now when row d starts, never before the bound."""
     with core(rtc_max_delay=max_delay, batch_slots=batch, nfe_ns=NFE,
               admission_reserve_ns=reserve) as c:
         x = with_prefix(request(b"x", 0, nfe=nfe, origin=NOW, obs_dim=1), rows, NOW + start,
@@ -112,6 +113,7 @@ def test_frozen_rows_come_from_the_finish_bound_at_dispatch(nfe, rows, max_delay
             return
         d = frozen_rows(t + nfe * NFE + reserve, rows, max_delay, NOW + start, period)
         assert work.frozen_rows == d
+        assert work.deadline_ns == min(end, NOW + start + d * period)  # row d: the switch
         run_to_end(c, work.lane, t, nfe)
         (o,) = collect(c, 1)
         assert (o.code, o.frozen_rows, o.chunk_start_ros_ns) == (Code.INFERENCE, d,
@@ -150,6 +152,35 @@ def test_running_work_past_the_window_expires():
         assert c.step(0, NOW + 601, NFE) == Step.STOP_EXPIRED
         (o,) = collect(c, 1)
         assert (o.code, o.frozen_rows, o.chunk_start_ros_ns) == (Code.EXPIRED, 0, NOW + 7)
+
+
+def test_running_work_past_its_switch_row_expires():
+    """Once d is fixed the robot switches at row d: a chunk still computing when that row starts
+    would reach it late, so it is EXPIRED there, not at the window's end (a stall past the
+    reserve, made here by stepping late on purpose)."""
+    with core(nfe_ns=NFE) as c:
+        x = with_prefix(request(b"x", 0, nfe=4, origin=NOW, obs_dim=1), 8, NOW, 300)
+        assert c.submit(x, NOW) == Decision.ACCEPTED       # window: 8 rows, NOW + 2400
+        work = c.dispatch(0, NOW)
+        assert work.frozen_rows == 2                        # bound NOW + 400: row 2 at NOW + 600
+        assert work.deadline_ns == NOW + 600
+        assert c.step(0, NOW + 100, NFE) == Step.CONTINUE
+        assert c.step(0, NOW + 600, NFE) == Step.STOP_EXPIRED
+        (o,) = collect(c, 1)
+        assert (o.code, o.frozen_rows) == (Code.EXPIRED, 0)
+        y = with_prefix(request(b"x", 1, nfe=2, origin=NOW, obs_dim=1), 8, NOW, 300)
+        assert c.submit(y, NOW) == Decision.ACCEPTED
+        assert c.dispatch(0, NOW).frozen_rows == 1          # bound NOW + 200: row 1 at NOW + 300
+        assert c.step(0, NOW + 250, NFE) == Step.CONTINUE
+        assert c.step(0, NOW + 300, NFE) == Step.DONE
+        assert c.finish(0, NOW + 301, np.zeros(0, np.float32)) == Code.EXPIRED
+        z = with_prefix(request(b"x", 2, nfe=2, origin=NOW, obs_dim=1), 8, NOW, 300)
+        assert c.submit(z, NOW) == Decision.ACCEPTED
+        assert c.dispatch(0, NOW).frozen_rows == 1
+        assert c.step(0, NOW + 299, NFE) == Step.CONTINUE
+        assert c.step(0, NOW + 300, NFE) == Step.DONE
+        assert c.finish(0, NOW + 300, np.zeros(0, np.float32)) == Code.INFERENCE
+        assert [o.code for o in collect(c, 2)] == [Code.EXPIRED, Code.INFERENCE]
 
 
 def test_a_prefix_needs_real_time_chunking_on_and_a_period():
