@@ -43,7 +43,8 @@ mkdir -p "$OUT"
 # 0-4 (nothing timed: deterministic). overload-rtc serves the RTC policy (models/policy_rtc) and
 # gives every request of the EDF policies' 2x and 3x trace a real-time chunking prefix
 # (bench/overload_rtc.py): is each answer in by chunk_start + frozen_rows x period, and how tight
-# is frozen_rows.
+# is frozen_rows; overload-rtc-rt-1hog asks the same on a busy host, in the real-time mode with a
+# continuously spinning neighbour from before the calibration.
 RT_TRACE="--model bench --policies edf_admission edf_adaptive --loads 2 3 --noise continuous
           --calibrate-under-noise"
 declare -A ARGS=(
@@ -57,6 +58,7 @@ declare -A ARGS=(
     [overload-rt-2hogs]="$RT_TRACE --noise-hogs 2 --realtime --rt-dds"
     [overload-normal-2hogs]="$RT_TRACE --noise-hogs 2"
     [overload-rtc]="--rtc --policies edf_admission edf_adaptive --loads 2 3"
+    [overload-rtc-rt-1hog]="--rtc --policies edf_admission edf_adaptive --loads 2 3 --noise continuous --calibrate-under-noise --realtime --rt-dds"
     [batching]=""
     [nfe-breakdown]=""
     [intake]=""
@@ -72,10 +74,11 @@ declare -A SUBCOMMAND=(
     [overload-rt-2hogs]=overload
     [overload-normal-2hogs]=overload
     [overload-rtc]=overload
+    [overload-rtc-rt-1hog]=overload
 )
 ORDER=(model admission intake calibrate overload overload-noise overload-rt-1hog overload-normal-1hog
-       overload-rt-2hogs overload-normal-2hogs overload-rtc batching nfe-breakdown overhead swap
-       rtc)
+       overload-rt-2hogs overload-normal-2hogs overload-rtc overload-rtc-rt-1hog batching
+       nfe-breakdown overhead swap rtc)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
 REGISTERED=" $(python -c 'from flowedge_relay.tooling.bench.__main__ import available; print(*available())') "

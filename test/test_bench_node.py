@@ -76,6 +76,10 @@ def test_calibrate_tiny(tmp_path):
     assert report["recommended_nfe_ns"] >= report["e2e_ns_per_nfe_p99"] > 0
     assert report["recommended_nfe_ns"] % 1000 == 0
     assert report["recommended_admission_reserve_ns"] > 0
+    # real-time chunking's reserve: the answer's way out alone, never the stall (§5.4)
+    assert report["recommended_rtc_reserve_ns"] == math.ceil(
+        report["fixed_overhead_ns_p99"] / 1000) * 1000
+    assert report["recommended_rtc_reserve_ns"] <= report["recommended_admission_reserve_ns"]
     assert "representative traces" in report["caveat"]
     assert "recommended nfe_ns" in calibrate.table(report)
     assert _is_png(Path(calibrate.plot(report, tmp_path / "calibrate.png")))

@@ -195,6 +195,47 @@ def test_realtime_rows_put_each_mode_point_next_to_the_same_point_without_it():
                 r["measure"]]
 
 
+def _rtc_point(in_time: float, spare_p50: int, expired: int) -> dict:
+    return {"admitted": 200, "outcomes": {"INFERENCE": 200 - expired, "EXPIRED": expired},
+            "rtc": {"in_time_ratio": in_time, "spare_rows_p50": float(spare_p50)}}
+
+
+def test_rtc_rows_hold_both_targets_at_2x_on_each_host():
+    """Real-time chunking per variant, policy and load: in time at the robot, d - k's median and
+    what expired; met at 2x only when every answer was in time and the median is at most 1."""
+    reports = {name: {"policies": {p: {"2.0": _rtc_point(1.0, 1, 2), "3.0": _rtc_point(1.0, 2, 0)}
+                                   for p in perfdoc.EDF_POLICIES}}
+               for name, _ in perfdoc.RTC_VARIANTS}  # fmt: skip
+    reports["overload-rtc-rt-1hog"]["policies"]["edf_adaptive"]["2.0"] = _rtc_point(0.999, 0, 0)
+    rows = [r for r in perfdoc.headline(reports) if "real-time chunking" in r["measure"]]
+    assert len(rows) == 2 * 2 * 2  # variants x policies x loads
+    assert rows[0]["measure"] == ("real-time chunking, 2x capacity, edf_admission: in time at the "
+                                  "robot / d - k median / expired of admitted")
+    assert rows[0]["measured"] == "100.00% / 1 / 1.00%" and rows[0]["target"] == "100% / <= 1 / -"
+    met = {r["measure"].split(":")[0]: r["met"] for r in rows}
+    assert met["real-time chunking, 2x capacity, edf_admission"] is True
+    assert met["real-time chunking, 3x capacity, edf_admission"] is None  # no target at 3x
+    assert met["real-time chunking, 2x capacity, real-time mode + 1 continuous hog, "
+               "edf_adaptive"] is False  # one answer in a thousand late
+
+
+def test_bench_all_runs_each_rtc_report_the_headline_reads():
+    """Both RTC reports run `bench overload --rtc` over the EDF policies at 2x and 3x; the busy
+    host's in the real-time mode with a hog from before the calibration, the quiet one without."""
+    import shlex
+
+    from flowedge_relay.tooling.bench.__main__ import build_parser
+
+    args, subcommand, order = _bench_all()
+    for name, note in perfdoc.RTC_VARIANTS:
+        assert name in order and subcommand[name] == "overload", name
+        a = build_parser().parse_args(["overload", *shlex.split(args[name])])
+        assert a.rtc and a.policies == list(perfdoc.EDF_POLICIES) and a.loads == [2.0, 3.0]
+        busy = "hog" in note
+        assert (a.realtime, a.rt_dds, a.noise, a.calibrate_under_noise) == (
+            (True, True, "continuous", True) if busy else (False, False, None, False))
+
+
 def test_intake_ceiling_row_reads_every_mix():
     (row,) = perfdoc._intake_rows(_intake(
         {"expired": 12_500.4, "rejected": 11_000.0, "admitted": 9_800.0, "mixed": 10_400.0},

@@ -42,6 +42,9 @@ Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-r
                                                        p99 of the step saturated and at 3x)), in us
   recommended_admission_reserve_ns = ceil(margin x max(p99 of the fixed part, the longest stall
                                                        a saturated request met)), whole us
+  recommended_rtc_reserve_ns       = ceil(margin x p99 of the fixed part), whole us: the reserve
+                                     for real-time chunking, where a stall past it expires the
+                                     work at the robot's switch row (docs/design.md §5.4)
   recommended_prefix_ns            = ceil(margin x max(p99 of the relay's prefix passes,
                                                        the same p99 under saturation)), in us
                                      (two-phase models; 0 otherwise: prefix_ns is unused)
@@ -349,6 +352,10 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
     report["loaded_stall_ns_max"] = _stall_max(samples)
     report["recommended_admission_reserve_ns"] = _us_ceil(
         margin * max(report["fixed_overhead_ns_p99"], report["loaded_stall_ns_max"]))
+    # §5.4: with real-time chunking a stall past the reserve expires the work at its switch row,
+    # while every action period of reserve freezes one row more: the reserve covers the answer's
+    # way out (the fixed part: publishing, DDS to the robot), not the longest stall
+    report["recommended_rtc_reserve_ns"] = _us_ceil(margin * report["fixed_overhead_ns_p99"])
     report["recommended_prefix_ns"] = 0
     if two_phase:
         # the relay's workers time each prefix pass; p50/p99 over its recent passes per phase
@@ -474,6 +481,11 @@ def table(report: dict) -> str:
         f"  (max of the p99 fixed part and the longest stall of a saturated request, "
         f"{report.get('loaded_stall_ns_max', 0.0) / 1e3:.0f} us, x margin)",
     ]
+    lines.append(
+        f"  with real-time chunking (prefix requests): admission_reserve_ns = "
+        f"{report['recommended_rtc_reserve_ns']} (the p99 fixed part alone: a stall past it "
+        "expires the request at the row the robot switches at, and every action period of "
+        "reserve freezes one row more; docs/design.md §5.4)")
     command = (f"  flowedge-relayd --nfe-ns {report['recommended_nfe_ns']} "
                f"--admission-reserve-ns {report['recommended_admission_reserve_ns']}")
     if report["two_phase"]:

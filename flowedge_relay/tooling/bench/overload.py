@@ -384,13 +384,17 @@ def run(args: argparse.Namespace) -> dict:
             two_phase = bool(cal["two_phase"])
             prefix_mean_ns = cal.get("relay_prefix_ns_p50", 0.0)  # once per request
             nfe_ns = args.nfe_ns or cal["recommended_nfe_ns"]
+            # real-time chunking's reserve covers the answer's way out, not a stall: one past it
+            # expires at the switch row (§5.4), and each period of reserve freezes a row more
+            reserve_key = ("recommended_rtc_reserve_ns" if rtc
+                           else "recommended_admission_reserve_ns")  # fmt: skip
             reserve = (args.admission_reserve_ns if args.admission_reserve_ns is not None
-                       else cal["recommended_admission_reserve_ns"])  # fmt: skip
+                       else cal[reserve_key])  # fmt: skip
             host_latency = None
             if args.realtime and args.latency_probe_s > 0:
                 bar.update(label="host latency")
                 host_latency = _host_latency(args, client, round(spec.mean_nfe))
-                if args.admission_reserve_ns is None:  # the calibration's, or the longest stall
+                if args.admission_reserve_ns is None and not rtc:  # or the longest stall
                     reserve = max(reserve, math.ceil(host_latency["late_ns_max"] / 1e3) * 1_000)
             prefix_ns = None
             if two_phase:

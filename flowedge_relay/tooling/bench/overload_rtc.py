@@ -4,8 +4,13 @@ Issue #30: under overload, every INFERENCE answer must reach the producer by
 `chunk_start + frozen_rows x action_period` (the robot runs out of frozen rows there and switches
 to the new chunk), and frozen_rows (d) must be tight: no more rows frozen than had run when the
 answer arrived, give or take one. The relay fixes d at dispatch from admission's finish bound
-(docs/design.md §5.4), so the answer is only in time if admission_reserve_ns covers what happens
-after the relay's finish, DDS delivery to this client included; nothing here widens it.
+(docs/design.md §5.4) and expires work still running when row d starts, so an answer is late
+only if what follows the relay's finish (publishing, DDS delivery to this client) outlasts the
+rest of the row. --rtc therefore admits with the calibration's recommended_rtc_reserve_ns (the
+p99 fixed part) unless --admission-reserve-ns is given, and in the real-time mode it does not
+raise it to the latency probe's longest stall: a stall past the reserve is an EXPIRED answer
+(the overload table counts them), where a reserve as long as the stall would freeze that many
+more rows of every chunk.
 
 Every request of the trace carries a prefix (`RtcTrace`): `rows` rows of the served policy's
 action_dim (8, or seeded in [lo, hi] with --rtc-rows), seeded values; prefix_start is the first
@@ -237,7 +242,9 @@ def header(report: dict) -> list[str]:
         f"{r['action_period_ns'] / 1e6:g} ms ({r['period_rule']}), rtc_max_delay "
         f"{r['rtc_max_delay']}; prefix_start on the period grid at or after the send; d from "
         f"admission's bound with nfe_ns={report['nfe_ns']} admission_reserve_ns="
-        f"{report['admission_reserve_ns']}; rtc_in_time = received by chunk_start + d x period; "
+        f"{report['admission_reserve_ns']} (the calibration's p99 fixed part unless given: a "
+        "stall past it expires the work at its switch row); rtc_in_time = received by "
+        "chunk_start + d x period; "
         "d-k = frozen rows minus rows run at receipt",
     ]
     trips = [m["rtc"] for by_load in report["policies"].values() for m in by_load.values()
