@@ -42,9 +42,10 @@ Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-r
                                                        p99 of the step saturated and at 3x)), in us
   recommended_admission_reserve_ns = ceil(margin x max(p99 of the fixed part, the longest stall
                                                        a saturated request met)), whole us
-  recommended_rtc_reserve_ns       = ceil(margin x p99 of the fixed part), whole us: the reserve
-                                     for real-time chunking, where a stall past it expires the
-                                     work at the robot's switch row (docs/design.md §5.4)
+  recommended_rtc_reserve_ns       = ceil(margin x max(p99 of the fixed part, the longest answer
+                                                       delivery saturated and at 3x)), whole
+                                     us: the reserve for real-time chunking, where a stall past it
+                                     expires the work at the robot's switch row (design.md §5.4)
   recommended_prefix_ns            = ceil(margin x max(p99 of the relay's prefix passes,
                                                        the same p99 under saturation)), in us
                                      (two-phase models; 0 otherwise: prefix_ns is unused)
@@ -233,10 +234,12 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
             over_s = overload_seconds(loaded_s, per_nfe)
             if bar is not None:
                 bar.update(label=f"{overload_x:g}x capacity for {over_s:.1f} s")
-            samples["overloaded_step_ns_p99"], samples["overloaded_requests"] = overloaded_steps(
-                relay, client, rate, over_s, nfe)
+            (samples["overloaded_step_ns_p99"], samples["overloaded_requests"],
+             samples["overloaded_delivery_ns"]) = overloaded_steps(relay, client, rate, over_s,
+                                                                   nfe)  # fmt: skip
             samples["overloaded_rate_rps"] = rate
             samples["overloaded_s"] = over_s
+        samples["loaded_delivery_ns"] = _delivery(answers)
         samples["loaded_compute_ns"] = np.asarray([a.compute_ns for a in answers], np.int64)
         samples["loaded_nfe_done"] = np.asarray([a.nfe_done for a in answers], np.int64)
         if raw.two_phase:
@@ -273,13 +276,19 @@ def overload_seconds(loaded_s: float, step_ns: float) -> float:
     return max(loaded_s, min(fill_s, RING_FILL_CAP * loaded_s))
 
 
+def _delivery(answers) -> np.ndarray:
+    """Each answer's way out: relay publish (its header stamp) -> the client's callback."""
+    return np.asarray([a.received_ns - a.published_ns for a in answers], np.int64)
+
+
 def overloaded_steps(relay, client, rate_rps: float, seconds: float, nfe: int,
-                     slack_ns: int = 100_000_000) -> tuple[float, int]:  # fmt: skip
+                     slack_ns: int = 100_000_000) -> tuple[float, int, np.ndarray]:  # fmt: skip
     """Offer rate_rps requests of nfe NFE (deadline: send time + slack_ns) for `seconds`, open
     loop. Admission is off, so the queue's capacity and dispatch expiry shed what the lanes
     cannot take: every lane computes while the request and publisher paths carry an overload's
     arrivals, as they will when admission matters. Returns the p99 of the relay's own per-step
-    time, read when the sending stops, and the requests sent; waits for every answer."""
+    time, read when the sending stops, the requests sent and every answer's way out
+    (`_delivery`); waits for every answer."""
     keys: list[tuple[str, int]] = []
     gap_ns = 1e9 / rate_rps
     with collector_paused():
@@ -296,7 +305,8 @@ def overloaded_steps(relay, client, rate_rps: float, seconds: float, nfe: int,
         _, step_p99, _ = relay.pool.nfe_percentiles()
         client.wait_keys(keys, slack_ns * 1e-9 + 10.0)
     wait_idle(relay)
-    return step_p99, len(keys)
+    return step_p99, len(keys), _delivery([client.answers[k] for k in keys
+                                           if k in client.answers])  # fmt: skip
 
 
 def _per_nfe(total_ns: np.ndarray, nfe_done: np.ndarray, prefix_ns: float) -> np.ndarray:
@@ -354,8 +364,12 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
         margin * max(report["fixed_overhead_ns_p99"], report["loaded_stall_ns_max"]))
     # §5.4: with real-time chunking a stall past the reserve expires the work at its switch row,
     # while every action period of reserve freezes one row more: the reserve covers the answer's
-    # way out (the fixed part: publishing, DDS to the robot), not the longest stall
-    report["recommended_rtc_reserve_ns"] = _us_ceil(margin * report["fixed_overhead_ns_p99"])
+    # way out (the fixed part, and the longest publish -> callback under load), not a stall
+    out = [samples[k] for k in ("loaded_delivery_ns", "overloaded_delivery_ns")
+           if len(samples.get(k, ()))]  # fmt: skip
+    report["loaded_delivery_ns_max"] = float(max(np.max(v) for v in out)) if out else 0.0
+    report["recommended_rtc_reserve_ns"] = _us_ceil(
+        margin * max(report["fixed_overhead_ns_p99"], report["loaded_delivery_ns_max"]))
     report["recommended_prefix_ns"] = 0
     if two_phase:
         # the relay's workers time each prefix pass; p50/p99 over its recent passes per phase
@@ -483,9 +497,11 @@ def table(report: dict) -> str:
     ]
     lines.append(
         f"  with real-time chunking (prefix requests): admission_reserve_ns = "
-        f"{report['recommended_rtc_reserve_ns']} (the p99 fixed part alone: a stall past it "
-        "expires the request at the row the robot switches at, and every action period of "
-        "reserve freezes one row more; docs/design.md §5.4)")
+        f"{report['recommended_rtc_reserve_ns']} (the answer's way out alone: the p99 fixed "
+        f"part or the longest publish -> callback under load, "
+        f"{report.get('loaded_delivery_ns_max', 0.0) / 1e3:.0f} us; a stall past it expires the "
+        "request at the row the robot switches at, and every action period of reserve freezes "
+        "one row more; docs/design.md §5.4)")
     command = (f"  flowedge-relayd --nfe-ns {report['recommended_nfe_ns']} "
                f"--admission-reserve-ns {report['recommended_admission_reserve_ns']}")
     if report["two_phase"]:
