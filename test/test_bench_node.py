@@ -80,6 +80,10 @@ def test_calibrate_tiny(tmp_path):
     assert report["loaded_delivery_ns_max"] > 0
     way_out = max(report["fixed_overhead_ns_p99"], report["loaded_delivery_ns_max"])
     assert report["recommended_rtc_reserve_ns"] == math.ceil(way_out / 1000) * 1000
+    # and its nfe_ns bounds whole requests per NFE, idle, saturated and at 3x: never a step
+    per_request = max(report[f"{phase}compute_ns_per_nfe_p99"]
+                      for phase in ("relay_", "loaded_", "overloaded_"))  # fmt: skip
+    assert report["recommended_rtc_nfe_ns"] == math.ceil(per_request / 1000) * 1000 > 0
     assert "representative traces" in report["caveat"]
     assert "recommended nfe_ns" in calibrate.table(report)
     assert _is_png(Path(calibrate.plot(report, tmp_path / "calibrate.png")))

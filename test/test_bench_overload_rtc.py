@@ -108,6 +108,7 @@ def test_overload_rtc_tiny():
     assert r["fit"]["window_after_send_max_ms"] == 50.0  # (4 rows + a period to the grid) x 10
     # the reserve covers the answer's way out, not a stall: one past it expires at row d
     assert report["admission_reserve_ns"] == report["calibration"]["recommended_rtc_reserve_ns"]
+    assert report["nfe_ns"] == report["calibration"]["recommended_rtc_nfe_ns"]
     assert r["fit"]["fits"] == (r["fit"]["mean_request_bound_ms"] < 50.0)
     inference = 0
     for policy, by_load in report["policies"].items():

@@ -42,6 +42,8 @@ Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-r
                                                        p99 of the step saturated and at 3x)), in us
   recommended_admission_reserve_ns = ceil(margin x max(p99 of the fixed part, the longest stall
                                                        a saturated request met)), whole us
+  recommended_rtc_nfe_ns           = ceil(margin x max(p99 of relay compute ns per NFE of whole
+                                                       requests, idle, saturated and at 3x))
   recommended_rtc_reserve_ns       = ceil(margin x max(p99 of the fixed part, the longest answer
                                                        delivery saturated and at 3x)), whole
                                      us: the reserve for real-time chunking, where a stall past it
@@ -234,14 +236,12 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
             over_s = overload_seconds(loaded_s, per_nfe)
             if bar is not None:
                 bar.update(label=f"{overload_x:g}x capacity for {over_s:.1f} s")
-            (samples["overloaded_step_ns_p99"], samples["overloaded_requests"],
-             samples["overloaded_delivery_ns"]) = overloaded_steps(relay, client, rate, over_s,
-                                                                   nfe)  # fmt: skip
+            samples["overloaded_step_ns_p99"], samples["overloaded_requests"], over = (
+                overloaded_steps(relay, client, rate, over_s, nfe))
+            samples.update(_answer_samples("overloaded", [a for a in over if a.nfe_done]))
             samples["overloaded_rate_rps"] = rate
             samples["overloaded_s"] = over_s
-        samples["loaded_delivery_ns"] = _delivery(answers)
-        samples["loaded_compute_ns"] = np.asarray([a.compute_ns for a in answers], np.int64)
-        samples["loaded_nfe_done"] = np.asarray([a.nfe_done for a in answers], np.int64)
+        samples.update(_answer_samples("loaded", answers))
         if raw.two_phase:
             samples["loaded_relay_prefix"] = relay.pool.prefix_percentiles()
     return samples
@@ -276,19 +276,23 @@ def overload_seconds(loaded_s: float, step_ns: float) -> float:
     return max(loaded_s, min(fill_s, RING_FILL_CAP * loaded_s))
 
 
-def _delivery(answers) -> np.ndarray:
-    """Each answer's way out: relay publish (its header stamp) -> the client's callback."""
-    return np.asarray([a.received_ns - a.published_ns for a in answers], np.int64)
+def _answer_samples(phase: str, answers: list) -> dict[str, np.ndarray]:
+    """Per answer of a phase: its compute and NFE done, and its way out (relay publish, the
+    header stamp -> the client's callback)."""
+    column = lambda f: np.asarray([f(a) for a in answers], np.int64)  # noqa: E731
+    return {f"{phase}_compute_ns": column(lambda a: a.compute_ns),
+            f"{phase}_nfe_done": column(lambda a: a.nfe_done),
+            f"{phase}_delivery_ns": column(lambda a: a.received_ns - a.published_ns)}
 
 
 def overloaded_steps(relay, client, rate_rps: float, seconds: float, nfe: int,
-                     slack_ns: int = 100_000_000) -> tuple[float, int, np.ndarray]:  # fmt: skip
+                     slack_ns: int = 100_000_000) -> tuple[float, int, list]:  # fmt: skip
     """Offer rate_rps requests of nfe NFE (deadline: send time + slack_ns) for `seconds`, open
     loop. Admission is off, so the queue's capacity and dispatch expiry shed what the lanes
     cannot take: every lane computes while the request and publisher paths carry an overload's
     arrivals, as they will when admission matters. Returns the p99 of the relay's own per-step
-    time, read when the sending stops, the requests sent and every answer's way out
-    (`_delivery`); waits for every answer."""
+    time, read when the sending stops, the requests sent and their answers; waits for every
+    answer."""
     keys: list[tuple[str, int]] = []
     gap_ns = 1e9 / rate_rps
     with collector_paused():
@@ -305,8 +309,7 @@ def overloaded_steps(relay, client, rate_rps: float, seconds: float, nfe: int,
         _, step_p99, _ = relay.pool.nfe_percentiles()
         client.wait_keys(keys, slack_ns * 1e-9 + 10.0)
     wait_idle(relay)
-    return step_p99, len(keys), _delivery([client.answers[k] for k in keys
-                                           if k in client.answers])  # fmt: skip
+    return step_p99, len(keys), [client.answers[k] for k in keys if k in client.answers]
 
 
 def _per_nfe(total_ns: np.ndarray, nfe_done: np.ndarray, prefix_ns: float) -> np.ndarray:
@@ -340,10 +343,10 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
     }
     if two_phase:
         series["raw_ns_per_prefix"] = samples["raw_prefix_ns"]
-    if "loaded_compute_ns" in samples:
-        series["loaded_compute_ns_per_nfe"] = _per_nfe(
-            samples["loaded_compute_ns"], samples["loaded_nfe_done"], loaded_pre[0]
-        )
+    for phase in ("loaded", "overloaded"):  # saturated; 3x offered (its answers that ran)
+        if f"{phase}_compute_ns" in samples:
+            series[f"{phase}_compute_ns_per_nfe"] = _per_nfe(
+                samples[f"{phase}_compute_ns"], samples[f"{phase}_nfe_done"], loaded_pre[0])
     report: dict[str, object] = {"two_phase": two_phase}
     for name, values in series.items():
         p50, p99, p999 = percentiles(values, QS)
@@ -362,9 +365,13 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
     report["loaded_stall_ns_max"] = _stall_max(samples)
     report["recommended_admission_reserve_ns"] = _us_ceil(
         margin * max(report["fixed_overhead_ns_p99"], report["loaded_stall_ns_max"]))
-    # §5.4: with real-time chunking a stall past the reserve expires the work at its switch row,
-    # while every action period of reserve freezes one row more: the reserve covers the answer's
-    # way out (the fixed part, and the longest publish -> callback under load), not a stall
+    # §5.4: with real-time chunking, work past its bound expires at the robot's switch row
+    # instead of reaching it late, while every action period the bound adds freezes one row
+    # more: nfe_ns bounds the p99 request per NFE (idle, saturated, at 3x), not the p99 step,
+    # and the reserve covers the answer's way out (the fixed part, and the longest publish ->
+    # callback under load), not a stall
+    report["recommended_rtc_nfe_ns"] = _us_ceil(margin * max(
+        report[f"{name}_p99"] for name in series if name.endswith("compute_ns_per_nfe")))
     out = [samples[k] for k in ("loaded_delivery_ns", "overloaded_delivery_ns")
            if len(samples.get(k, ()))]  # fmt: skip
     report["loaded_delivery_ns_max"] = float(max(np.max(v) for v in out)) if out else 0.0
@@ -457,6 +464,7 @@ def _rows(r: dict) -> list[dict]:
         ("end-to-end ns/NFE", "e2e_ns_per_nfe"),
         ("fixed part (e2e - compute)", "fixed_overhead_ns"),
         ("relay compute ns/NFE, saturated", "loaded_compute_ns_per_nfe"),
+        ("relay compute ns/NFE, 3x offered", "overloaded_compute_ns_per_nfe"),
         ("raw onnxruntime ns/prefix pass", "raw_ns_per_prefix"),
         ("relay prefix pass (worker-timed)", "relay_prefix_ns"),
         ("relay prefix pass, saturated", "loaded_prefix_ns"),
@@ -496,12 +504,13 @@ def table(report: dict) -> str:
         f"{report.get('loaded_stall_ns_max', 0.0) / 1e3:.0f} us, x margin)",
     ]
     lines.append(
-        f"  with real-time chunking (prefix requests): admission_reserve_ns = "
-        f"{report['recommended_rtc_reserve_ns']} (the answer's way out alone: the p99 fixed "
-        f"part or the longest publish -> callback under load, "
-        f"{report.get('loaded_delivery_ns_max', 0.0) / 1e3:.0f} us; a stall past it expires the "
-        "request at the row the robot switches at, and every action period of reserve freezes "
-        "one row more; docs/design.md §5.4)")
+        f"  with real-time chunking (prefix requests): nfe_ns = {report['recommended_rtc_nfe_ns']}"
+        f" (the p99 request's compute per NFE, idle, saturated and at {OVERLOAD_X:g}x), "
+        f"admission_reserve_ns = {report['recommended_rtc_reserve_ns']} (the answer's way out: "
+        f"the p99 fixed part or the longest publish -> callback under load, "
+        f"{report.get('loaded_delivery_ns_max', 0.0) / 1e3:.0f} us); work past that bound "
+        "expires at the row the robot switches at, and every action period the bound adds "
+        "freezes one row more (docs/design.md §5.4)")
     command = (f"  flowedge-relayd --nfe-ns {report['recommended_nfe_ns']} "
                f"--admission-reserve-ns {report['recommended_admission_reserve_ns']}")
     if report["two_phase"]:

@@ -383,9 +383,10 @@ def run(args: argparse.Namespace) -> dict:
                                                                   args.workers, slots)
             two_phase = bool(cal["two_phase"])
             prefix_mean_ns = cal.get("relay_prefix_ns_p50", 0.0)  # once per request
-            nfe_ns = args.nfe_ns or cal["recommended_nfe_ns"]
-            # real-time chunking's reserve covers the answer's way out, not a stall: one past it
-            # expires at the switch row (§5.4), and each period of reserve freezes a row more
+            # real-time chunking's bound is the p99 request's and the answer's way out, not the
+            # step tail and the stall: work past it expires at the switch row (§5.4), and each
+            # period the bound adds freezes a row more
+            nfe_ns = args.nfe_ns or cal["recommended_rtc_nfe_ns" if rtc else "recommended_nfe_ns"]
             reserve_key = ("recommended_rtc_reserve_ns" if rtc
                            else "recommended_admission_reserve_ns")  # fmt: skip
             reserve = (args.admission_reserve_ns if args.admission_reserve_ns is not None

@@ -6,11 +6,13 @@ to the new chunk), and frozen_rows (d) must be tight: no more rows frozen than h
 answer arrived, give or take one. The relay fixes d at dispatch from admission's finish bound
 (docs/design.md §5.4) and expires work still running when row d starts, so an answer is late
 only if what follows the relay's finish (publishing, DDS delivery to this client) outlasts the
-rest of the row. --rtc therefore admits with the calibration's recommended_rtc_reserve_ns (the
-answer's way out: the p99 fixed part or the longest publish -> callback trip under load) unless
---admission-reserve-ns is given, and in the real-time mode it does not raise it to the latency
-probe's longest stall: a stall past the reserve is an EXPIRED answer (the overload table counts
-them), where a reserve as long as the stall would freeze that many more rows of every chunk.
+rest of the row. --rtc therefore admits with the calibration's real-time chunking values
+(recommended_rtc_nfe_ns, the p99 request's compute per NFE rather than the p99 step, and
+recommended_rtc_reserve_ns, the answer's way out: the p99 fixed part or the longest publish ->
+callback trip under load) unless --nfe-ns / --admission-reserve-ns are given, and in the
+real-time mode it does not raise the reserve to the latency probe's longest stall: work past its
+bound is an EXPIRED answer (the overload table counts them), where a bound as long as the stall
+would freeze that many more rows of every chunk.
 
 Every request of the trace carries a prefix (`RtcTrace`): `rows` rows of the served policy's
 action_dim (8, or seeded in [lo, hi] with --rtc-rows), seeded values; prefix_start is the first
@@ -242,8 +244,9 @@ def header(report: dict) -> list[str]:
         f"{r['action_period_ns'] / 1e6:g} ms ({r['period_rule']}), rtc_max_delay "
         f"{r['rtc_max_delay']}; prefix_start on the period grid at or after the send; d from "
         f"admission's bound with nfe_ns={report['nfe_ns']} admission_reserve_ns="
-        f"{report['admission_reserve_ns']} (the calibration's way out for the answer unless "
-        "given: a stall past it expires the work at its switch row); rtc_in_time = received by "
+        f"{report['admission_reserve_ns']} (calibrate's real-time chunking values unless given: "
+        "the p99 request per NFE and the answer's way out; work past the bound expires at its "
+        "switch row); rtc_in_time = received by "
         "chunk_start + d x period; "
         "d-k = frozen rows minus rows run at receipt",
     ]
