@@ -361,6 +361,15 @@ static inline uint32_t fer_rtc_window_rows(const struct fer_core *c, uint32_t pr
     return prefix_rows < c->cfg.rtc_max_delay ? prefix_rows : c->cfg.rtc_max_delay;
 }
 
+/* §5.4: when the robot starts prefix row `row` (start + row x period, saturating), as a deadline:
+ * never 0, which means none; a row at the clock's origin has started. */
+static inline uint64_t fer_rtc_row_start(uint64_t start_ns, uint32_t row, uint64_t period_ns)
+{
+    uint64_t at = fer_sat_finish(start_ns, row, period_ns);
+
+    return at != 0 ? at : 1;
+}
+
 /* ns per NFE admission and dispatch assume at now: static nfe_ns, adaptive max(nfe_ns, tail),
  * with the worker's ceded share. */
 static inline uint64_t fer_nfe_in_use(const struct fer_core *c, uint64_t now)

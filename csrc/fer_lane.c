@@ -134,9 +134,7 @@ static void deadline_at_switch_row(struct fer_slot *s)
 
     if (s->prefix_rows == 0)
         return;
-    at = fer_sat_finish(s->prefix_start_ns, s->frozen_rows, s->action_period_ns);
-    if (at == 0)
-        at = 1; /* 0 means none; a row at the clock's origin has started */
+    at = fer_rtc_row_start(s->prefix_start_ns, s->frozen_rows, s->action_period_ns);
     if (at < s->deadline_ns)
         s->deadline_ns = at;
 }

@@ -51,11 +51,9 @@ static int request_valid(const struct fer_core *c, const struct fer_request *r)
  * for admission, dispatch and expiry (0 = none, as for deadline_ns). r has prefix_rows > 0. */
 static uint64_t effective_deadline(const struct fer_core *c, const struct fer_request *r)
 {
-    uint64_t used_up = fer_sat_finish(r->prefix_start_ns, fer_rtc_window_rows(c, r->prefix_rows),
-                                      r->action_period_ns);
+    uint32_t rows = fer_rtc_window_rows(c, r->prefix_rows);
+    uint64_t used_up = fer_rtc_row_start(r->prefix_start_ns, rows, r->action_period_ns);
 
-    if (used_up == 0)
-        used_up = 1; /* 0 means none; a window closed at the clock's origin has closed */
     return r->deadline_ns != 0 && r->deadline_ns < used_up ? r->deadline_ns : used_up;
 }
 

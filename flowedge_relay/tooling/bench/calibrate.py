@@ -370,8 +370,10 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
     # more: nfe_ns bounds the p99 request per NFE (idle, saturated, at 3x), not the p99 step,
     # and the reserve covers the answer's way out (the fixed part, and the longest publish ->
     # callback under load), not a stall
+    per_request = ("relay_compute_ns_per_nfe", "loaded_compute_ns_per_nfe",
+                   "overloaded_compute_ns_per_nfe")  # idle, saturated, 3x offered
     report["recommended_rtc_nfe_ns"] = _us_ceil(margin * max(
-        report[f"{name}_p99"] for name in series if name.endswith("compute_ns_per_nfe")))
+        report[f"{name}_p99"] for name in per_request if name in series))
     out = [samples[k] for k in ("loaded_delivery_ns", "overloaded_delivery_ns")
            if len(samples.get(k, ()))]  # fmt: skip
     report["loaded_delivery_ns_max"] = float(max(np.max(v) for v in out)) if out else 0.0
@@ -502,15 +504,14 @@ def table(report: dict) -> str:
         f"recommended admission_reserve_ns = {report['recommended_admission_reserve_ns']:>10d}"
         f"  (max of the p99 fixed part and the longest stall of a saturated request, "
         f"{report.get('loaded_stall_ns_max', 0.0) / 1e3:.0f} us, x margin)",
-    ]
-    lines.append(
         f"  with real-time chunking (prefix requests): nfe_ns = {report['recommended_rtc_nfe_ns']}"
         f" (the p99 request's compute per NFE, idle, saturated and at {OVERLOAD_X:g}x), "
         f"admission_reserve_ns = {report['recommended_rtc_reserve_ns']} (the answer's way out: "
         f"the p99 fixed part or the longest publish -> callback under load, "
         f"{report.get('loaded_delivery_ns_max', 0.0) / 1e3:.0f} us); work past that bound "
         "expires at the row the robot switches at, and every action period the bound adds "
-        "freezes one row more (docs/design.md §5.4)")
+        "freezes one row more (docs/design.md §5.4)",
+    ]
     command = (f"  flowedge-relayd --nfe-ns {report['recommended_nfe_ns']} "
                f"--admission-reserve-ns {report['recommended_admission_reserve_ns']}")
     if report["two_phase"]:

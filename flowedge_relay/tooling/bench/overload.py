@@ -386,9 +386,10 @@ def run(args: argparse.Namespace) -> dict:
             # real-time chunking's bound is the p99 request's and the answer's way out, not the
             # step tail and the stall: work past it expires at the switch row (§5.4), and each
             # period the bound adds freezes a row more
-            nfe_ns = args.nfe_ns or cal["recommended_rtc_nfe_ns" if rtc else "recommended_nfe_ns"]
-            reserve_key = ("recommended_rtc_reserve_ns" if rtc
-                           else "recommended_admission_reserve_ns")  # fmt: skip
+            nfe_key, reserve_key = (("recommended_rtc_nfe_ns", "recommended_rtc_reserve_ns")
+                                    if rtc else ("recommended_nfe_ns",
+                                                 "recommended_admission_reserve_ns"))  # fmt: skip
+            nfe_ns = args.nfe_ns or cal[nfe_key]
             reserve = (args.admission_reserve_ns if args.admission_reserve_ns is not None
                        else cal[reserve_key])  # fmt: skip
             host_latency = None
