@@ -17,10 +17,13 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from rt_helpers import CPUS, fifo_refused
 
+from flowedge_relay.core import Code
 from flowedge_relay.tooling.bench import calibrate, overhead, overload
+from flowedge_relay.tooling.bench.client import Answer
 from flowedge_relay.tooling.bench.progress import Progress
 from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
 
@@ -106,6 +109,29 @@ def test_calibrate_with_batch_slots_recommends_a_full_step():
     # long enough to fill the relay's step ring, within its cap (quick: 0.3 s saturated)
     assert 0.3 <= report["overloaded_s"] <= calibrate.RING_FILL_CAP * 0.3
     assert "-p batch_slots:=2" in calibrate.table(report)
+
+
+def test_rtc_nfe_ns_leaves_out_requests_cut_short_after_a_few_steps():
+    """In the 3x phase most requests expire part way; one cut after a step carries the
+    dispatch and expiry over that one step (20x an NFE per NFE). Real-time chunking's nfe_ns
+    counts only the requests that ran half their NFE or more; every answer's way out still
+    counts toward its reserve (arithmetic only)."""
+    nfe, step = 80, 60_000
+
+    def answer(code: int, done: int, compute: int, trip: int) -> Answer:
+        return Answer(code, 1_000_000_000 + trip, 1_000_000_000, done, nfe - done, 0, compute)
+
+    over = ([answer(Code.INFERENCE, nfe, nfe * step, 300_000)] * 3
+            + [answer(Code.EXPIRED, 41, 41 * 70_000, 400_000),
+               answer(Code.EXPIRED, 1, 1_200_000, 9_000_000)])  # fmt: skip
+    got = calibrate.answer_samples("overloaded", over, min_nfe=math.ceil(nfe / 2))
+    assert got["overloaded_nfe_done"].tolist() == [nfe] * 3 + [41]
+    assert got["overloaded_delivery_ns"].max() == 9_000_000  # the cut one's trip counts
+    idle = {"raw_nfe_ns": np.full(40, step), "compute_ns": np.full(8, nfe * step),
+            "nfe_done": np.full(8, nfe), "e2e_ns": np.full(8, nfe * step + 1_000_000)}
+    report = calibrate.summarize({**idle, **got}, nfe)
+    assert report["recommended_rtc_nfe_ns"] == 70_000  # the 41-step request's, not 1.2 ms
+    assert report["recommended_rtc_reserve_ns"] == 9_000_000
 
 
 def test_overload_phase_lasts_long_enough_to_fill_the_step_ring():
