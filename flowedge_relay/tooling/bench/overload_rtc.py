@@ -246,9 +246,8 @@ def header(report: dict) -> list[str]:
         f"admission's bound with nfe_ns={report['nfe_ns']} admission_reserve_ns="
         f"{report['admission_reserve_ns']} (calibrate's real-time chunking values unless given: "
         "the p99 request per NFE and the answer's way out; work past the bound expires at its "
-        "switch row); rtc_in_time = received by "
-        "chunk_start + d x period; "
-        "d-k = frozen rows minus rows run at receipt",
+        "switch row); rtc_in_time = received by chunk_start + d x period; d-k = frozen rows "
+        "minus rows run at receipt",
     ]
     trips = [m["rtc"] for by_load in report["policies"].values() for m in by_load.values()
              if m.get("rtc") and m["rtc"]["dds_trip_ns_max"] is not None]  # fmt: skip
