@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -44,6 +45,9 @@ int fer_rt_apply_self(struct fer_rt_thread *t)
 {
     FER_CHECK_ARGS(t != NULL && t->fifo_priority >= 0 && t->fifo_priority <= 99);
     t->tid = (int32_t)syscall(SYS_gettid);
+    t->name[FER_RT_NAME_LEN - 1] = '\0';
+    if (t->name[0] != '\0')
+        (void)prctl(PR_SET_NAME, t->name, 0, 0, 0); /* a name is for people: no outcome field */
     t->affinity_errno = mask_empty(t) ? 0 : apply_cpus(t);
     t->fifo_errno = t->fifo_priority > 0 ? apply_fifo(t->fifo_priority) : 0;
     __atomic_store_n(&t->applied, 1u, __ATOMIC_RELEASE);

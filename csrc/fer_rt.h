@@ -19,6 +19,7 @@
 
 #define FER_RT_CPU_WORDS 16     /* CPUs 0..1023 (glibc's CPU_SETSIZE) */
 #define FER_RT_MAX_CPU 1023
+#define FER_RT_NAME_LEN 16      /* the kernel's thread name, with its NUL (TASK_COMM_LEN) */
 
 /*
  * Invariants: fifo_priority is 0 (keep the inherited class) or 1..99; cpu_mask bit c (word
@@ -31,6 +32,8 @@ struct fer_rt_thread {
     int32_t fifo_priority;
     uint32_t _pad;
     uint64_t cpu_mask[FER_RT_CPU_WORDS];
+    /* the thread's name as ps, top -H and perf show it; "" keeps the inherited one */
+    char name[FER_RT_NAME_LEN];
     /* outcome (written by fer_rt_apply_self in the thread itself) */
     int32_t tid;
     int32_t affinity_errno;
@@ -38,8 +41,8 @@ struct fer_rt_thread {
     uint32_t applied;           /* 1 once the outcome is written */
 };
 
-/* Apply t's CPU set (sched_setaffinity), then its SCHED_FIFO priority (sched_setscheduler), to
- * the calling thread, each independently: a refused CPU set still tries the priority. Returns 0
+/* Name the calling thread t->name (prctl PR_SET_NAME, best effort), then apply t's CPU set
+ * (sched_setaffinity), then its SCHED_FIFO priority (sched_setscheduler), to it, each independently: a refused CPU set still tries the priority. Returns 0
  * when everything asked was applied, FER_EINVAL for t NULL or fifo_priority outside 0..99
  * (nothing applied, applied stays 0), else 1 (refusals are in the errno fields). */
 int fer_rt_apply_self(struct fer_rt_thread *t);

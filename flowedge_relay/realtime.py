@@ -188,6 +188,8 @@ class ThreadRole:
         self.name, self.settings = name, settings
         #: the struct a thread passes to fer_rt_apply_self (a C thread gets this pointer)
         self.c = ffi.new("struct fer_rt_thread *")
+        # the OS thread name (ps, top -H, perf): "fer-" and the role, cut to the kernel's 15
+        self.c.name = f"fer-{name}".encode()[: lib.FER_RT_NAME_LEN - 1]
         self.c.fifo_priority = settings.fifo_priority
         for cpu in settings.cpus:
             self.c.cpu_mask[cpu // 64] |= 1 << (cpu % 64)
