@@ -12,6 +12,12 @@ without ever waiting (rclpy issue 1452), a loop that holds the GIL and starves e
 of the process (the request thread, the workers, the publisher thread) whenever the pool falls
 behind, e.g. on a loaded host.
 
+`EventPoll` takes QoS events (the request subscriptions' MESSAGE_LOST) without any executor
+waiting on them: rmw_fastrtps wakes a wait set that holds a subscription's event on every message
+that subscription receives, so a main executor waiting on the request subscriptions' events woke
+for every request, rebuilt its wait set in Python and took a CPU from the C intake thread just as
+that thread had a request to decide.
+
 `take_waiting` is what a subscription callback calls to take the messages already waiting behind
 its own without an executor trip each (the relay's request callback, the bench client's answers).
 """
@@ -24,6 +30,7 @@ from concurrent.futures import Future as PoolFuture
 from concurrent.futures import wait as wait_for_pool
 
 from rclpy.callback_groups import CallbackGroup
+from rclpy.event_handler import EventHandler
 from rclpy.exceptions import InvalidHandle
 from rclpy.executors import (
     ConditionReachedException,
@@ -33,6 +40,7 @@ from rclpy.executors import (
     SingleThreadedExecutor,
     TimeoutException,
 )
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.task import Task
 
@@ -53,8 +61,12 @@ class _GroupFilter:
         self._groups = frozenset(groups)
         self._exclude = exclude
         self._excluded_entities = frozenset(id(e) for e in entities)
+        #: entities looked at while building wait sets: each wake of the executor, ready work
+        #: or not, rebuilds its wait set and asks can_execute once per entity
+        self.entity_checks = 0
 
     def can_execute(self, entity) -> bool:
+        self.entity_checks += 1
         if (entity.callback_group in self._groups) == self._exclude:
             return False
         if id(entity) in self._excluded_entities:
@@ -154,6 +166,35 @@ class MainExecutor(_GroupFilter, MultiThreadedExecutor):
                 if not isinstance(exc, InvalidHandle) and self.context.ok():
                     raise exc
         return done
+
+
+class EventPoll:
+    """Takes the events of `handlers` when asked (non-blocking) and runs their callbacks on the
+    caller's thread: for events that must be counted but need no prompt answer, so that no
+    executor waits on them (see the module docstring)."""
+
+    def __init__(self, handlers: Iterable[EventHandler], context) -> None:
+        self._handlers = list(handlers)
+        self._context = context
+
+    def poll(self) -> int:
+        """Run the callback of each handler whose event is pending; how many ran."""
+        if not self._handlers or not self._context.ok():
+            return 0
+        ran = 0
+        try:
+            wait_set = _rclpy.WaitSet(0, 0, 0, 0, 0, len(self._handlers), self._context.handle)
+            for handler in self._handlers:
+                with handler:
+                    handler.add_to_wait_set(wait_set)
+            wait_set.wait(0)
+            for handler in self._handlers:
+                if handler.is_ready(wait_set) and (data := handler.take_data()):
+                    handler.callback(data)
+                    ran += 1
+        except InvalidHandle:  # a subscription destroyed under it (teardown)
+            return ran
+        return ran
 
 
 def take_waiting(sub, on_message: Callable[[object], None], limit: int,

@@ -42,7 +42,13 @@ from rclpy.serialization import serialize_message
 from flowedge_relay import parameters
 from flowedge_relay.core import AgeGate, Decision, NotSupported, Stats
 from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_message
-from flowedge_relay.executors import MainExecutor, RequestExecutor, spin_until, take_waiting
+from flowedge_relay.executors import (
+    EventPoll,
+    MainExecutor,
+    RequestExecutor,
+    spin_until,
+    take_waiting,
+)
 from flowedge_relay.intake import IntakeLoop, IntakePause, RclUnavailable
 from flowedge_relay.model import ModelError
 from flowedge_relay.producer import MODEL_TOPIC, model_qos
@@ -243,6 +249,10 @@ class RelayNode(LifecycleNodeMixin, Node):
             self._subscribe_requests(topic, request_qos) for topic in p["request_topics"]
         ]
         self._intake_loop, self.intake_note = self._make_intake_loop()
+        #: the request subscriptions' MESSAGE_LOST events, taken by _poll_health when the C
+        #: intake takes the requests (executors.EventPoll says why no executor waits on them)
+        self._lost_events = EventPoll(
+            [h for sub in self._request_subs for h in sub.event_handlers], self.context)
         #: DRILLS AND TESTS ONLY: while set, the intake takes no request (intake.IntakePause).
         self.fault_pause_intake = IntakePause(self._intake_loop)
 
@@ -509,8 +519,8 @@ class RelayNode(LifecycleNodeMixin, Node):
     def _subscribe_requests(self, topic: str, qos: QoSProfile):
         """One request subscription, with a MESSAGE_LOST handler where the RMW supports it.
 
-        The handler is in the request group (the main executor runs it when the C intake takes
-        the requests, the request thread otherwise) and owns the counter. Fast DDS reports
+        The handler is in the request group (the request thread runs it with the rclpy intake;
+        with the C intake _poll_health takes its events) and owns the counter. Fast DDS reports
         samples its reader will never get (a reliable writer dropped them unacknowledged, a
         best-effort gap); it cannot report a KEEP_LAST reader overwriting its own unread
         samples, which is why keep_all is the default.
@@ -602,11 +612,9 @@ class RelayNode(LifecycleNodeMixin, Node):
         return "native" if self._intake_loop is not None else "python"
 
     def main_executor_exclusions(self) -> tuple[list, list]:
-        """(callback groups, entities) the main executor must leave alone: the request group
-        for the rclpy intake (its own thread spins it); for the native intake only the request
-        subscriptions, whose MESSAGE_LOST handlers the main executor then runs."""
-        if self._intake_loop is not None:
-            return [], list(self._request_subs)
+        """(callback groups, entities) the main executor must leave alone: the request group,
+        which the request thread spins (the rclpy intake) or takes from in C (the native
+        intake, whose MESSAGE_LOST events _poll_health takes: executors.EventPoll)."""
         return [self.request_group], []
 
     def _log_native_discards(self, now_mono: int) -> None:
@@ -658,6 +666,7 @@ class RelayNode(LifecycleNodeMixin, Node):
     def _poll_health(self) -> None:
         now = time.monotonic_ns()
         if self._intake_loop is not None:
+            self._lost_events.poll()
             self._log_native_discards(now)
         pool = self.serving.pool
         if pool is None:

@@ -25,7 +25,9 @@ import time
 import pytest
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from ros_helpers import ros_context, wait_for
 from std_msgs.msg import String
 
@@ -202,4 +204,73 @@ def test_the_rclpy_internals_main_executor_shutdown_reads_are_still_there():
     assert not missing, (
         f"rclpy's MultiThreadedExecutor no longer has {missing}: MainExecutor.shutdown "
         "(flowedge_relay/executors.py) must be adapted to the new rclpy"
+    )
+
+
+def _main_checks_during_burst(exclude_group: bool, messages: int = 100) -> tuple[int, int]:
+    """(MainExecutor.entity_checks while `messages` arrive 2 ms apart at a subscription with a
+    MESSAGE_LOST handler, messages taken): the relay's arrangement with the C intake, the
+    subscription's group excluded (exclude_group), or only the subscription itself (before).
+    A plain thread takes the messages, as the C intake does, with no executor."""
+    with ros_context() as ctx:
+        node = Node("executor_burst", context=ctx)
+        group = MutuallyExclusiveCallbackGroup()
+        taken = [0]
+        qos = QoSProfile(depth=10, history=HistoryPolicy.KEEP_ALL,
+                         reliability=ReliabilityPolicy.RELIABLE)
+        sub = node.create_subscription(
+            String, "burst", lambda _m: None, qos, callback_group=group,
+            event_callbacks=SubscriptionEventCallbacks(message_lost=lambda _i: None))
+        pub = node.create_publisher(String, "burst", qos)
+        if exclude_group:
+            main = MainExecutor([group], context=ctx)
+        else:
+            main = MainExecutor([], excluded_entities=[sub], context=ctx)
+        main.add_node(node)
+        stop = threading.Event()
+
+        def intake() -> None:
+            while not stop.is_set():
+                with sub.handle:
+                    got = sub.handle.take_message(String, False)
+                if got is None:
+                    time.sleep(0.0005)
+                else:
+                    taken[0] += 1
+
+        threads = [threading.Thread(target=intake),
+                   threading.Thread(target=spin_until, args=(main, stop))]
+        for t in threads:
+            t.start()
+        try:
+            assert wait_for(lambda: pub.get_subscription_count() > 0, 10.0)
+            time.sleep(0.3)  # the main executor's first wait set is built: count from here
+            before = main.entity_checks
+            for _ in range(messages):
+                pub.publish(String(data="x"))
+                time.sleep(0.002)  # one at a time, as a robot's requests come
+            assert wait_for(lambda: taken[0] >= messages, 30.0), f"taken {taken[0]}"
+            checks = main.entity_checks - before
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(5.0)
+            node.destroy_node()
+        return checks, taken[0]
+
+
+def test_with_the_c_intake_the_main_executor_does_not_wake_for_requests():
+    """The relay's main executor leaves the request group alone with the C intake, event
+    handlers included (EventPoll takes MESSAGE_LOST): rmw_fastrtps wakes a wait set holding a
+    subscription's event on each of its messages, and the main executor then rebuilt its wait
+    set per request, taking a CPU from the intake thread (the C intake's overhead tail). The
+    witness is the arrangement before: it woke (checked its entities) for the messages."""
+    checks, taken = _main_checks_during_burst(exclude_group=True)
+    witness, _ = _main_checks_during_burst(exclude_group=False)
+    assert taken >= 100
+    # without requests it still wakes each spin_until period (0.1 s): 15 entities a time
+    assert checks < 500, f"the main executor looked at its entities {checks} times"
+    assert witness >= 1000, (
+        f"with the event handler in its wait set the main executor looked at entities only "
+        f"{witness} times for 100 messages: this RMW no longer wakes event waiters per message"
     )
