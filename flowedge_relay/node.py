@@ -31,6 +31,7 @@ from flowedge_relay_msgs.msg import (
 )
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.duration import Duration
 from rclpy.event_handler import SubscriptionEventCallbacks, UnsupportedEventTypeError
 from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleNodeMixin, LifecycleState, TransitionCallbackReturn
@@ -63,6 +64,10 @@ DISCARD_LOG_PERIOD_NS = 5_000_000_000  # at most one "discarding invalid request
 # executor (wait set, task, dispatch) costs ~250 us here, 10-100x the callback itself, so the
 # request thread drains what is already waiting; bounded so QoS events and stop stay prompt.
 REQUEST_DRAIN_MAX = 64
+# At stop, how long the last answers (EXPIRED for admitted work the stop ends) may take to be
+# acknowledged by reliable subscribers before the node, and with it the DDS writer, goes away:
+# a writer deleted with answers unacknowledged loses them. Well inside launch's 5 s.
+ANSWERS_ACK_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -892,8 +897,17 @@ class RelayNode(LifecycleNodeMixin, Node):
             if self._request_thread is not None:
                 self._request_thread.join(timeout=1.0)
         finally:
-            for s in [*self._draining, *filter(None, [self._pending_swap, self.serving])]:
-                s.stop()
+            try:
+                for s in [*self._draining, *filter(None, [self._pending_swap, self.serving])]:
+                    s.stop()
+            finally:
+                self._wait_answers_acked()
+
+    def _wait_answers_acked(self) -> None:
+        try:
+            self.actions_publisher.wait_for_all_acked(Duration(seconds=ANSWERS_ACK_WAIT_S))
+        except Exception as exc:  # the context already gone (the harness): nothing to wait for
+            self.get_logger().debug(f"answers not waited for at stop: {exc}")
 
     def destroy_node(self) -> None:
         self.stop()
