@@ -58,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     # rclpy's own SIGINT handler would shut the context down (destroying the node under the
     # context lock) while our threads still run; instead SIGINT/SIGTERM (whatever dispositions
     # were inherited) only set `stop`, and teardown runs in order: executors, node threads,
-    # node, context. A signal during startup is honoured once the relay is up.
-    with stop_requested() as stop:
+    # node, context. A signal during startup is honoured once the relay is up. The handlers
+    # stay until the process ends: under `ros2 launch` one Ctrl-C brings two SIGINTs (the
+    # terminal's to the group, launch's own), and the second, however late, is only noted.
+    with stop_requested(keep=True) as stop:
         overrides, _ = parse_adr_flags(argv)
         from rclpy.executors import ExternalShutdownException
         from rclpy.signals import SignalHandlerOptions
