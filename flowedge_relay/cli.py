@@ -63,16 +63,27 @@ def main(argv: list[str] | None = None) -> int:
     # terminal's to the group, launch's own), and the second, however late, is only noted.
     with stop_requested(keep=True) as stop:
         overrides, _ = parse_adr_flags(argv)
+        from rclpy.exceptions import (
+            InvalidParameterTypeException,
+            InvalidParameterValueException,
+        )
         from rclpy.executors import ExternalShutdownException
         from rclpy.signals import SignalHandlerOptions
 
         from flowedge_relay.node import RelayNode, spin_relay
+        from flowedge_relay.parameters import ParameterError
         from flowedge_relay.ros_compat import initialized
 
         try:
             with initialized(["flowedge-relayd", *argv],
                             signal_handler_options=SignalHandlerOptions.NO):
-                node = RelayNode(parameter_overrides=overrides)
+                try:
+                    node = RelayNode(parameter_overrides=overrides)
+                except (ParameterError, InvalidParameterTypeException,
+                        InvalidParameterValueException) as exc:
+                    # a value the relay cannot take: one line that names it, no traceback
+                    print(f"flowedge-relayd: {exc}", file=sys.stderr, flush=True)
+                    return 2
                 # What start-up built (modules, the model, the node) moves to the collector's
                 # permanent generation: a full collection holds the GIL, and so stops the
                 # request thread, for as long as it walks objects (~6 ms for these, ~0 after).

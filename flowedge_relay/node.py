@@ -196,13 +196,11 @@ class RelayNode(LifecycleNodeMixin, Node):
         # The lifecycle services run in a group of their own, so a deactivate that waits for
         # admitted work to finish holds neither the timers nor the parameter services.
         LifecycleNodeMixin.__init__(self, callback_group=MutuallyExclusiveCallbackGroup())
-        p = parameters.declare_all(self)
-        for name in ("solver", "nfe_loop", "publisher_loop", "intake_loop", "age_gate",
-                     "request_topics", "request_qos_history", "cost_model", "execution_providers",
-                     *parameters.CPU_AFFINITIES):
+        p = parameters.declare_all(self)  # the enums checked there
+        for name in ("request_topics", "execution_providers", *parameters.CPU_AFFINITIES):
             problem = parameters.check_value(name, p[name])
             if problem:
-                raise ValueError(problem)
+                raise parameters.ParameterError(problem)
         self._p = p
         # Real-time deployment (docs/robot-computer.md): each thread on the request path applies
         # its settings under its role; what the OS holds is read back for the workers status.
@@ -260,6 +258,7 @@ class RelayNode(LifecycleNodeMixin, Node):
         self.create_timer(1.0, self._publish_diagnostics, callback_group=timers)
         self.create_timer(1.0 / p["stats_rate_hz"], self._publish_stats, callback_group=timers)
         self.create_timer(0.1, self._poll_health, callback_group=timers)
+        self.add_pre_set_parameters_callback(self._spell_parameters)
         self.add_on_set_parameters_callback(self._validate_parameters)
         self.add_post_set_parameters_callback(self._apply_parameters)
 
@@ -778,6 +777,12 @@ class RelayNode(LifecycleNodeMixin, Node):
                 raise
 
     # -- live parameters -----------------------------------------------------------------------
+
+    def _spell_parameters(self, params: list[Parameter]) -> list[Parameter]:
+        """`ros2 param set /flowedge_relay age_gate off` sends the bool false (YAML's reading):
+        an enum's value goes on as the string it was written as, where one choice reads so."""
+        return [Parameter(p.name, value=spelled) if (spelled := parameters.spelled(
+            p.name, p.value)) is not p.value else p for p in params]
 
     def _validate_parameters(self, params: list[Parameter]) -> SetParametersResult:
         """Reject values rclpy's ranges cannot express (enums); ranges are enforced by rclpy. A

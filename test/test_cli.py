@@ -282,3 +282,27 @@ def test_ctrl_c_under_launch_two_sigints_stop_cleanly_and_answer_every_admitted_
     assert sorted(a.sequence for a in answers) == [0, 1, 2, 3]  # exactly once each
     assert by_seq[0].code == A.EXPIRED and 1 <= by_seq[0].nfe_done < HELD_NFE
     assert [(by_seq[s].code, by_seq[s].nfe_done) for s in (1, 2, 3)] == [(A.EXPIRED, 0)] * 3
+
+
+@pytest.mark.ros
+def test_yaml_typed_enum_values_start_the_relay_or_are_refused_in_one_line():
+    """`-p rtc_mode:=off` reaches the relay as the bool false: it starts with rtc_mode off. A
+    value no choice reads as (`solver:=off`) ends it with exit 2 and one line naming the
+    parameter and the fix, no traceback."""
+    proc = _Process("flowedge_relay.cli", "--ros-args", "-p", "rtc_mode:=off", "-p",
+                    "solver:=off")
+    try:
+        out = proc.finish(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.proc.returncode == 2, out
+    assert out.splitlines() == [out.strip()] and out.startswith("flowedge-relayd: solver must"), out
+    assert "quoted" in out and not ALARMING.search(out), out
+    proc = _Process("flowedge_relay.cli", "--ros-args", "-p", "rtc_mode:=off")
+    try:
+        proc.wait_line(lambda line: "relay up" in line, timeout=60)
+        proc.proc.send_signal(signal.SIGTERM)
+        out = proc.finish(timeout=30)
+    finally:
+        proc.kill()
+    _assert_clean_exit(proc, out)
