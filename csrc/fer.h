@@ -397,9 +397,10 @@ void *fer_core_payload(struct fer_core *core, uint32_t slot);
  *   REJECTED_STALE if cancelled after its last step) into ring w+1, frees the lane, returns
  *   the code. A full ring drops the record and counts action_outputs_dropped.
  * disable_lane: the lane's worker has exited. The lane leaves admission; its work is EXPIRED into
- *   ring w+1; if it was the last alive lane, every queued request is REJECTED_CAPACITY into
- *   ring w+1 too (and later submits are refused, see below). Call only once that worker is
- *   gone, so the ring keeps a single producer. */
+ *   ring w+1; if it was the last alive lane, every queued request is answered into ring w+1
+ *   too: EXPIRED after shutdown (the relay stops), else REJECTED_CAPACITY (its workers died);
+ *   later submits are refused, see below. Call only once that worker is gone, so the ring
+ *   keeps a single producer. */
 int fer_core_wait_for_work(struct fer_core *core, uint32_t lane, uint64_t timeout_ns);
 int fer_core_worker_wait(struct fer_core *core, uint32_t worker, uint64_t timeout_ns);
 int fer_core_dispatch_worker(struct fer_core *core, uint32_t worker, uint64_t now,

@@ -358,7 +358,7 @@ int fer_core_finish(struct fer_core *c, uint32_t lane, uint64_t now, const float
 
 int fer_core_disable_lane(struct fer_core *c, uint32_t lane, uint64_t now)
 {
-    uint32_t i, id;
+    uint32_t i, id, code;
     int rang = 0;
 
     FER_CHECK_ARGS(FER_LANE_OK(c, lane));
@@ -373,11 +373,16 @@ int fer_core_disable_lane(struct fer_core *c, uint32_t lane, uint64_t now)
         c->lanes[lane].alive = 0;
         c->lanes_alive--;
         /* The last lane is gone: nothing queued will ever be dispatched. Answer it all now
-         * (the lane's worker ring has this caller as its only producer). */
+         * (the lane's worker ring has this caller as its only producer): EXPIRED when the
+         * relay stops (after shutdown: admitted work it will not finish), REJECTED_CAPACITY
+         * when its workers died (no capacity left). */
         if (c->lanes_alive == 0) {
-            for (i = 0; i < c->qlen; i++)
-                rang |= fer_emit_slot(c, c->queue[i], FER_REJECTED_CAPACITY, now, (int32_t)lane,
-                                      NULL);
+            code = atomic_load_explicit(&c->shutdown, memory_order_relaxed) ? FER_EXPIRED
+                                                                             : FER_REJECTED_CAPACITY;
+            for (i = 0; i < c->qlen; i++) {
+                c->slots[c->queue[i]].tested = 0; /* not a calibration miss either */
+                rang |= fer_emit_slot(c, c->queue[i], code, now, (int32_t)lane, NULL);
+            }
             fer_queue_remove(c, 0, c->qlen);
         }
     }

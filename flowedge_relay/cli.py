@@ -58,19 +58,32 @@ def main(argv: list[str] | None = None) -> int:
     # rclpy's own SIGINT handler would shut the context down (destroying the node under the
     # context lock) while our threads still run; instead SIGINT/SIGTERM (whatever dispositions
     # were inherited) only set `stop`, and teardown runs in order: executors, node threads,
-    # node, context. A signal during startup is honoured once the relay is up.
-    with stop_requested() as stop:
+    # node, context. A signal during startup is honoured once the relay is up. The handlers
+    # stay until the process ends: under `ros2 launch` one Ctrl-C brings two SIGINTs (the
+    # terminal's to the group, launch's own), and the second, however late, is only noted.
+    with stop_requested(keep=True) as stop:
         overrides, _ = parse_adr_flags(argv)
+        from rclpy.exceptions import (
+            InvalidParameterTypeException,
+            InvalidParameterValueException,
+        )
         from rclpy.executors import ExternalShutdownException
         from rclpy.signals import SignalHandlerOptions
 
         from flowedge_relay.node import RelayNode, spin_relay
+        from flowedge_relay.parameters import ParameterError
         from flowedge_relay.ros_compat import initialized
 
         try:
             with initialized(["flowedge-relayd", *argv],
                             signal_handler_options=SignalHandlerOptions.NO):
-                node = RelayNode(parameter_overrides=overrides)
+                try:
+                    node = RelayNode(parameter_overrides=overrides)
+                except (ParameterError, InvalidParameterTypeException,
+                        InvalidParameterValueException) as exc:
+                    # a value the relay cannot take: one line that names it, no traceback
+                    print(f"flowedge-relayd: {exc}", file=sys.stderr, flush=True)
+                    return 2
                 # What start-up built (modules, the model, the node) moves to the collector's
                 # permanent generation: a full collection holds the GIL, and so stops the
                 # request thread, for as long as it walks objects (~6 ms for these, ~0 after).

@@ -31,6 +31,7 @@ from flowedge_relay_msgs.msg import (
 )
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.duration import Duration
 from rclpy.event_handler import SubscriptionEventCallbacks, UnsupportedEventTypeError
 from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleNodeMixin, LifecycleState, TransitionCallbackReturn
@@ -69,6 +70,10 @@ DISCARD_LOG_PERIOD_NS = 5_000_000_000  # at most one "discarding invalid request
 # executor (wait set, task, dispatch) costs ~250 us here, 10-100x the callback itself, so the
 # request thread drains what is already waiting; bounded so QoS events and stop stay prompt.
 REQUEST_DRAIN_MAX = 64
+# At stop, how long the last answers (EXPIRED for admitted work the stop ends) may take to be
+# acknowledged by reliable subscribers before the node, and with it the DDS writer, goes away:
+# a writer deleted with answers unacknowledged loses them. Well inside launch's 5 s.
+ANSWERS_ACK_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -197,13 +202,11 @@ class RelayNode(LifecycleNodeMixin, Node):
         # The lifecycle services run in a group of their own, so a deactivate that waits for
         # admitted work to finish holds neither the timers nor the parameter services.
         LifecycleNodeMixin.__init__(self, callback_group=MutuallyExclusiveCallbackGroup())
-        p = parameters.declare_all(self)
-        for name in ("solver", "nfe_loop", "publisher_loop", "intake_loop", "age_gate",
-                     "request_topics", "request_qos_history", "cost_model", "execution_providers",
-                     *parameters.CPU_AFFINITIES):
+        p = parameters.declare_all(self)  # the enums checked there
+        for name in ("request_topics", "execution_providers", *parameters.CPU_AFFINITIES):
             problem = parameters.check_value(name, p[name])
             if problem:
-                raise ValueError(problem)
+                raise parameters.ParameterError(problem)
         self._p = p
         # Real-time deployment (docs/robot-computer.md): each thread on the request path applies
         # its settings under its role; what the OS holds is read back for the workers status.
@@ -265,6 +268,7 @@ class RelayNode(LifecycleNodeMixin, Node):
         self.create_timer(1.0, self._publish_diagnostics, callback_group=timers)
         self.create_timer(1.0 / p["stats_rate_hz"], self._publish_stats, callback_group=timers)
         self.create_timer(0.1, self._poll_health, callback_group=timers)
+        self.add_pre_set_parameters_callback(self._spell_parameters)
         self.add_on_set_parameters_callback(self._validate_parameters)
         self.add_post_set_parameters_callback(self._apply_parameters)
 
@@ -783,6 +787,12 @@ class RelayNode(LifecycleNodeMixin, Node):
 
     # -- live parameters -----------------------------------------------------------------------
 
+    def _spell_parameters(self, params: list[Parameter]) -> list[Parameter]:
+        """`ros2 param set /flowedge_relay age_gate off` sends the bool false (YAML's reading):
+        an enum's value goes on as the string it was written as, where one choice reads so."""
+        return [Parameter(p.name, value=spelled) if (spelled := parameters.spelled(
+            p.name, p.value)) is not p.value else p for p in params]
+
     def _validate_parameters(self, params: list[Parameter]) -> SetParametersResult:
         """Reject values rclpy's ranges cannot express (enums); ranges are enforced by rclpy. A
         model_path set while configured is a model swap: the new model is loaded and warmed
@@ -901,8 +911,17 @@ class RelayNode(LifecycleNodeMixin, Node):
             if self._request_thread is not None:
                 self._request_thread.join(timeout=1.0)
         finally:
-            for s in [*self._draining, *filter(None, [self._pending_swap, self.serving])]:
-                s.stop()
+            try:
+                for s in [*self._draining, *filter(None, [self._pending_swap, self.serving])]:
+                    s.stop()
+            finally:
+                self._wait_answers_acked()
+
+    def _wait_answers_acked(self) -> None:
+        try:
+            self.actions_publisher.wait_for_all_acked(Duration(seconds=ANSWERS_ACK_WAIT_S))
+        except Exception as exc:  # the context already gone (the harness): nothing to wait for
+            self.get_logger().debug(f"answers not waited for at stop: {exc}")
 
     def destroy_node(self) -> None:
         self.stop()

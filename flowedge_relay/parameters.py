@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    IntegerRange,
+    ParameterDescriptor,
+    ParameterType,
+)
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -36,9 +41,19 @@ class Spec:
     low: float | None = None
     high: float | None = None
     read_only: bool = True
+    choices: tuple[str, ...] = ()  # an enum: the strings it takes (check_value)
 
-    def descriptor(self) -> ParameterDescriptor:
-        d = ParameterDescriptor(description=self.description, read_only=self.read_only)
+    def descriptor(self, declaring: bool = False) -> ParameterDescriptor:
+        """The parameter's descriptor. An enum is declared (`declaring`) writable and with
+        dynamic typing, so a value YAML typed as a bool or number reaches `declare_all` instead
+        of rclpy's type error; a live enum keeps dynamic typing, so a live set reaches the
+        node's check too (RelayNode._validate_parameters), which refuses any non-string."""
+        d = ParameterDescriptor(description=self.description,
+                                read_only=self.read_only and not declaring)
+        if self.choices:
+            d.dynamic_typing = declaring or not self.read_only
+            if not d.dynamic_typing:
+                d.type = ParameterType.PARAMETER_STRING
         if self.low is not None:
             if isinstance(self.default, float):
                 d.floating_point_range = [
@@ -67,13 +82,15 @@ SPECS: tuple[Spec, ...] = (
         "configure and activate at start (false: wait unconfigured for a lifecycle manager: "
         "ros2 lifecycle set, nav2's lifecycle_manager or launch_ros lifecycle events)",
     ),
-    Spec("solver", "euler", "ODE solver for the flow: euler (1 NFE/step) or midpoint (2 NFE/step)"),
+    Spec("solver", "euler", "ODE solver for the flow: euler (1 NFE/step) or midpoint (2 NFE/step)",
+         choices=SOLVERS),
     Spec(
         "rtc_mode",
         "auto",
         "real-time chunking (docs/design.md §5.4): auto = what the policy declares (policy.yaml "
         "rtc:), else off; training_time (a policy trained for it); inpaint (any flow package); "
         "off: a request with prefix_actions is discarded as prefix_unsupported",
+        choices=RTC_MODES,
     ),
     Spec("workers", 1, "worker threads = EDF lanes, each with its own ONNX Runtime session", 1, 64),
     Spec(
@@ -93,6 +110,7 @@ SPECS: tuple[Spec, ...] = (
         "auto: each worker runs its NFEs in C through ONNX Runtime's C API, without the GIL, "
         "where it can (CPU provider, the onnxruntime wheel's library loads), else in Python; "
         "python: always the Python loop (the workers diagnostic says which runs)",
+        choices=NFE_LOOPS,
     ),
     Spec(
         "execution_providers",
@@ -144,6 +162,7 @@ SPECS: tuple[Spec, ...] = (
         "static",
         "static: admit with nfe_ns as given; adaptive: with max(nfe_ns, measured NFE tail)",
         read_only=False,
+        choices=COST_MODELS,
     ),
     Spec(
         "cost_window_ms",
@@ -176,6 +195,7 @@ SPECS: tuple[Spec, ...] = (
         "retries",
         "who gets 'age >= slack -> REJECTED_DEADLINE': off, retries or all",
         read_only=False,
+        choices=AGE_GATES,
     ),
     Spec(
         "reject_if_queue_age_ms_gte",
@@ -201,6 +221,7 @@ SPECS: tuple[Spec, ...] = (
         "request subscriptions' history: keep_all (a reader that falls behind never overwrites "
         "unread requests; loss upstream is reported as middleware_lost) or keep_last "
         "(request_qos_depth; overwritten requests are lost without a trace)",
+        choices=QOS_HISTORIES,
     ),
     Spec("request_qos_depth", 1000, "history depth of each request subscription (keep_last)", 1,
          100_000),
@@ -211,6 +232,7 @@ SPECS: tuple[Spec, ...] = (
         "auto: the request intake takes, checks and submits each request in C, without the "
         "GIL, unless use_sim_time is on or rcl cannot be found; python: always the rclpy "
         "callback (the admission diagnostic says which runs)",
+        choices=NFE_LOOPS,
     ),
     Spec("stats_rate_hz", 10.0, "publish rate of flowedge/stats (RelayStats)", 0.1, 100.0),
     # Output path (docs/design.md §8)
@@ -228,6 +250,7 @@ SPECS: tuple[Spec, ...] = (
         "auto: the publisher thread serializes and publishes answers in C, without the GIL, "
         "unless use_sim_time is on or rcl cannot be found; python: always the rclpy loop (the "
         "workers diagnostic says which runs)",
+        choices=NFE_LOOPS,
     ),
     # Real-time deployment (docs/robot-computer.md): opt-in; where the OS refuses a setting
     # the relay runs degraded and the workers status says so at WARN
@@ -309,29 +332,86 @@ SPECS: tuple[Spec, ...] = (
 BY_NAME = {spec.name: spec for spec in SPECS}
 
 
+class ParameterError(ValueError):
+    """A parameter value the relay refuses at start; flowedge-relayd prints it as one line."""
+
+
+# How ROS reads an unquoted scalar: rcl's YAML parser (`-p name:=value`, params files, launch)
+# types these spellings as bools (PyYAML, for `ros2 param set`, all but y and n), and both read
+# canonical digits as numbers; anything else stays a string.
+YAML_TRUE = frozenset({"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", "y", "Y"})
+YAML_FALSE = frozenset({"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", "n",
+                        "N"})
+#: the enum-like string parameters
+ENUMS = tuple(spec for spec in SPECS if spec.choices)
+
+
+def yaml_reading(text: str) -> object:
+    """What an unquoted `text` arrives as: a bool, an int, a float, or the string itself."""
+    if text in YAML_TRUE or text in YAML_FALSE:
+        return text in YAML_TRUE
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _same(a: object, b: object) -> bool:
+    return type(a) is type(b) and a == b  # True == 1 in Python, not in YAML
+
+
+def spelled(name: str, value: object) -> object:
+    """An enum's value as it was written: `-p rtc_mode:=off` arrives as the bool false, and the
+    one choice YAML reads as false is `off`. Anything else comes back unchanged (a string, or a
+    bool or number no single choice reads as: check_value refuses it)."""
+    spec = BY_NAME.get(name)
+    if spec is None or not spec.choices or isinstance(value, str):
+        return value
+    matches = [c for c in spec.choices if _same(yaml_reading(c), value)]
+    return matches[0] if len(matches) == 1 else value
+
+
+def _typed(value: object) -> str:
+    if isinstance(value, bool):
+        return f"the bool {str(value).lower()}"
+    kind = {int: "integer", float: "number"}.get(type(value), type(value).__name__)
+    return f"the {kind} {value!r}"
+
+
 def declare_all(node: Node) -> dict[str, object]:
-    """Declare every parameter and return their values (unset arrays as empty lists)."""
+    """Declare every parameter and return their values (unset arrays as empty lists). An enum
+    that YAML typed as a bool or number is mapped back to its spelling (`spelled`) and set as
+    the string it is, or refused (ParameterError); then it gets its own descriptor."""
     values = {}
     for spec in SPECS:
-        value = node.declare_parameter(spec.name, spec.default, spec.descriptor()).value
+        value = node.declare_parameter(spec.name, spec.default,
+                                       spec.descriptor(declaring=True)).value
+        if spec.choices:
+            value = spelled(spec.name, value)
+            problem = check_value(spec.name, value)
+            if problem:
+                raise ParameterError(problem)
+            if not _same(node.get_parameter(spec.name).value, value):  # as a string, not a bool
+                node.set_parameters([Parameter(spec.name, value=value)])
+            node.set_descriptor(spec.name, spec.descriptor())
         values[spec.name] = [] if value is None else value
     return values
 
 
 def check_value(name: str, value: object) -> str | None:
     """Extra validation rclpy ranges cannot express; returns the reason or None when valid."""
-    if name == "age_gate" and value not in AGE_GATES:
-        return f"age_gate must be one of {', '.join(AGE_GATES)}, got {value!r}"
-    if name == "cost_model" and value not in COST_MODELS:
-        return f"cost_model must be one of {', '.join(COST_MODELS)}, got {value!r}"
-    if name in ("nfe_loop", "publisher_loop", "intake_loop") and value not in NFE_LOOPS:
-        return f"{name} must be one of {', '.join(NFE_LOOPS)}, got {value!r}"
-    if name == "rtc_mode" and value not in RTC_MODES:
-        return f"rtc_mode must be one of {', '.join(RTC_MODES)}, got {value!r}"
-    if name == "solver" and value not in SOLVERS:
-        return f"solver must be one of {', '.join(SOLVERS)}, got {value!r}"
-    if name == "request_qos_history" and value not in QOS_HISTORIES:
-        return f"request_qos_history must be one of {', '.join(QOS_HISTORIES)}, got {value!r}"
+    spec = BY_NAME.get(name)
+    if spec is not None and spec.choices:
+        one_of = f"{name} must be one of {', '.join(spec.choices)}"
+        if not isinstance(value, str):
+            return (f"{one_of}; got {_typed(value)}, which is how YAML reads an unquoted "
+                    f"{'on, off, yes, no, true or false' if isinstance(value, bool) else 'number'}"
+                    f": write one of the values, quoted (-p \"{name}:='{spec.default}'\", or "
+                    f"{name}: '{spec.default}' in a params file)")
+        if value not in spec.choices:
+            return f"{one_of}, got {value!r}"
     if name == "execution_providers" and (not value or any(not p for p in value)):
         return "execution_providers must name at least one provider"
     if name == "request_topics" and (not value or any(not t for t in value)):

@@ -15,9 +15,16 @@ Two forms:
     raises KeyboardInterrupt in the main thread (as Ctrl-C does by default), their context
     managers tear down in order, and the tool exits 130 with a one-line note.
 
-In both, a second signal while the first one's stop is under way ends the process at once
-(exit 128 + signal), for the case where teardown itself hangs (`ros2 launch` escalates SIGINT ->
-SIGTERM).
+Once a stop is under way (in both forms):
+  - SIGINT again is ignored, with a one-line note: a terminal's Ctrl-C reaches the whole process
+    group, and `ros2 launch` forwards one SIGINT more, so a relay under launch gets two for one
+    Ctrl-C; the second must not abort the orderly stop the first began.
+  - SIGTERM takes its default action, at once (killed by SIGTERM, no cleanup): the escalation for
+    a teardown that hangs, the one launch sends after `sigterm_timeout` (SIGKILL after it). It is
+    the kernel's default action, so it works even while the main thread waits in C code.
+A process entry point (flowedge-relayd, the demo, the demo producer) keeps its handlers until the
+process ends (`keep=True`): restored, Python's own SIGINT handler would turn a late SIGINT during
+the interpreter's exit into a KeyboardInterrupt and an exit by SIGINT.
 """
 
 from __future__ import annotations
@@ -34,8 +41,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextmanager
-def _handlers(on_first: Callable[[int], None]) -> Iterator[None]:
-    """Install on_first for the first SIGINT/SIGTERM (then: exit at once); restore on exit.
+def _handlers(on_first: Callable[[int], None], keep: bool = False) -> Iterator[None]:
+    """Install on_first for the first SIGINT/SIGTERM (then: SIGINT noted and ignored, SIGTERM
+    its default action); on exit restore the previous handlers, unless `keep`.
 
     Entry points are also called in-process by tests, hence the restore. Outside the main
     thread (where Python cannot install handlers) nothing is installed.
@@ -44,15 +52,15 @@ def _handlers(on_first: Callable[[int], None]) -> Iterator[None]:
         yield
         return
     previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-    stopping = False
+
+    def again(signum: int, frame) -> None:
+        # os.write, not print: a print here could re-enter a write of the main thread's to the
+        # same stream, and raise in the middle of the stop it must not disturb
+        os.write(sys.stderr.fileno(), REPEATED_SIGINT_NOTE.encode())
 
     def handler(signum: int, frame) -> None:
-        nonlocal stopping
-        if stopping:
-            print(f"\n{signal.Signals(signum).name} again: exiting without cleanup",
-                  file=sys.stderr, flush=True)
-            os._exit(128 + signum)
-        stopping = True
+        signal.signal(signal.SIGINT, again)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         on_first(signum)
 
     for signum in STOP_SIGNALS:
@@ -60,15 +68,20 @@ def _handlers(on_first: Callable[[int], None]) -> Iterator[None]:
     try:
         yield
     finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old if old is not None else signal.SIG_DFL)
+        if not keep:
+            for signum, old in previous.items():
+                signal.signal(signum, old if old is not None else signal.SIG_DFL)
+
+
+REPEATED_SIGINT_NOTE = "\nSIGINT again: the stop under way goes on (SIGTERM ends it at once)\n"
 
 
 @contextmanager
-def stop_requested() -> Iterator[threading.Event]:
-    """Within the block, SIGINT/SIGTERM set the yielded Event (and raise nothing)."""
+def stop_requested(keep: bool = False) -> Iterator[threading.Event]:
+    """Within the block, SIGINT/SIGTERM set the yielded Event (and raise nothing). `keep`: the
+    caller is the process's main and ends it after the block; the handlers stay installed."""
     stop = threading.Event()
-    with _handlers(lambda signum: stop.set()):
+    with _handlers(lambda signum: stop.set(), keep):
         yield stop
 
 

@@ -40,8 +40,9 @@ leave independently, never disturbing the others.
 
 Shutdown (`stop`): a flag, `Core.shutdown()` to wake waiters, join every thread. Work in flight
 stops at its next NFE boundary; after its thread has exited the pool calls `disable_lane` for
-that lane, so the request gets an EXPIRED outcome (the node publishes it if it drains the rings
-after `stop()`), instead of vanishing. A crashed worker is handled the same way by
+each of its lanes, so the request gets an EXPIRED outcome (the node publishes it if it drains the
+rings after `stop()`), instead of vanishing, and the last lane answers what is still queued
+(EXPIRED too, the core being shut down). A crashed worker is handled the same way by
 `poll_health`, once, after the thread is gone, so ring lane + 1 never has two producers.
 """
 
@@ -367,7 +368,8 @@ class WorkerPool:
             w.ready.wait(ready_timeout_s)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop and join every worker; in-flight work gets EXPIRED via disable_lane. Idempotent."""
+        """Stop and join every worker; in-flight and queued work gets EXPIRED via disable_lane.
+        Idempotent."""
         self._stop.set()
         for lane in range(len(self._workers)):
             self._flags[lane] = 1
@@ -377,9 +379,11 @@ class WorkerPool:
                 w.thread.join(timeout_s)
                 if w.thread.is_alive():
                     self.log.error(f"worker {w.lane} did not stop within {timeout_s} s")
+        # every lane leaves, the idle ones too: held work is EXPIRED, and the last lane answers
+        # what is still queued (EXPIRED after the core's shutdown): nothing admitted goes unanswered
         now = time.monotonic_ns()
         for w in self._workers:
-            if w.holding and w.thread is not None and not w.thread.is_alive():
+            if w.thread is not None and not w.thread.is_alive():
                 self._disable(w, now)
 
     def __enter__(self) -> WorkerPool:

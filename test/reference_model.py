@@ -236,6 +236,7 @@ class RefCore:
         self.nlanes = cfg.workers * cfg.batch_slots  # §5.1: every batch slot is a lane
         self.lanes: list[Item | None] = [None] * self.nlanes
         self.alive = [True] * self.nlanes
+        self.shut_down = False  # fer_core_shutdown: the relay stops
         self.sessions: dict[bytes, Session] = {}
         # ring 0: submit; ring w + 1: worker w, carrying the outcomes of all its lanes
         self.rings: list[list[dict]] = [[] for _ in range(cfg.workers + 1)]
@@ -543,6 +544,9 @@ class RefCore:
     def output_space(self, lane: int) -> bool:
         return len(self.rings[self.ring_of(lane)]) < self.ring_cap
 
+    def shutdown(self) -> None:
+        self.shut_down = True
+
     def disable_lane(self, lane: int, now: int) -> None:
         if not self.alive[lane]:
             return
@@ -552,8 +556,10 @@ class RefCore:
             self._free_lane(lane, EXPIRED, now)
         self.alive[lane] = False
         if not any(self.alive):                                 # the last lane: drain the queue
+            code = EXPIRED if self.shut_down else REJECTED_CAPACITY  # a stop, or dead workers
             for q in self.queue:
-                self._emit_item(q, REJECTED_CAPACITY, now, lane, ran=False)
+                q.tested = False  # not a calibration miss either
+                self._emit_item(q, code, now, lane, ran=False)
             self.queue = []
 
     # ---- publisher / any thread -----------------------------------------------------------------

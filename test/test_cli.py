@@ -195,3 +195,114 @@ def test_demo_duration_stops_by_itself_when_started_in_the_background():
         proc.kill()
     _assert_clean_exit(proc, out)
     assert "demo stopped cleanly" in out
+
+
+# A stand-in for `ros2 launch`: the relay's parent in one process group. It ignores SIGINT (launch
+# handles its own) and gives the relay the default disposition, or an ignored one (argv[1]).
+LAUNCH_PARENT = """
+import signal, subprocess, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+child_sigint = signal.SIG_IGN if sys.argv[1] == "ignored" else signal.SIG_DFL
+relay = subprocess.Popen([sys.executable, "-m", "flowedge_relay.cli", *sys.argv[2:]],
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, child_sigint))
+sys.exit(relay.wait() % 256)
+"""
+HELD_NFE = 40  # at 100 ms each: the first request holds the only worker for 4 s
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("delay_ms,child_sigint", [(0, "default"), (50, "default"),
+                                                   (200, "default"), (100, "ignored")])
+def test_ctrl_c_under_launch_two_sigints_stop_cleanly_and_answer_every_admitted_request(
+        tmp_path, delay_ms, child_sigint):
+    """A terminal's Ctrl-C under `ros2 launch`: SIGINT to the whole process group, then launch's
+    own SIGINT delay_ms later. The second does not abort the orderly stop the first began: the
+    relay exits 0 within launch's 5 s, and every request admitted before (one running, three
+    queued behind it, held there on purpose) is answered exactly once, EXPIRED, since it
+    cannot finish."""
+    from flowedge_relay_msgs.msg import ActionMessage as A
+    from flowedge_relay_msgs.msg import InferenceRequest, RelayStats
+    from relayd import observer
+    from ros_helpers import wait_for_subscribers
+
+    from flowedge_relay.model import default_model_path, load_model
+    from flowedge_relay.tooling.harness import build_request
+
+    log = tmp_path / "relay.log"
+    with observer("launch_ctrl_c_client") as obs, open(log, "w", encoding="utf-8") as out:
+        node = obs.node
+        answers: list = []
+        stats: list = []
+        node.create_subscription(A, "flowedge/actions", answers.append, 100)
+        node.create_subscription(RelayStats, "flowedge/stats", stats.append, 10)
+        pub = node.create_publisher(InferenceRequest, "flowedge/requests", 100)
+        parent = subprocess.Popen(
+            [sys.executable, "-c", LAUNCH_PARENT, child_sigint, "--ros-args", "-p",
+             "fault_nfe_delay_ms:=100.0", "-p", "stats_rate_hz:=20.0"],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+
+            def spin_until(condition, timeout: float) -> bool:
+                end = time.monotonic() + timeout
+                while not condition() and time.monotonic() < end:
+                    obs.executor.spin_once(timeout_sec=0.05)
+                return condition()
+
+            assert spin_until(lambda: "relay up" in log.read_text() or parent.poll() is not None,
+                              90), log.read_text()
+            wait_for_subscribers(pub, timeout=30)
+            assert spin_until(lambda: stats, 30)
+            model = load_model(default_model_path())
+            now = node.get_clock().now().nanoseconds
+            pub.publish(build_request(model, now, session_id="held", sequence=0,
+                                      remaining_nfe=HELD_NFE))
+            for seq in (1, 2, 3):
+                pub.publish(build_request(model, now, session_id=f"q{seq}", sequence=seq,
+                                          remaining_nfe=2))
+            # one running and three queued behind it, seen in the relay's own stats
+            assert spin_until(lambda: stats[-1].accepted == 4 and stats[-1].queue_depth == 3, 30)
+            t0 = time.monotonic()
+            os.killpg(parent.pid, signal.SIGINT)  # the terminal's Ctrl-C
+            time.sleep(delay_ms / 1000)
+            os.killpg(parent.pid, signal.SIGINT)  # launch's own
+            assert spin_until(lambda: parent.poll() is not None, 30)
+            elapsed = time.monotonic() - t0
+            spin_until(lambda: len(answers) >= 4, 5)
+            spin_until(lambda: False, 0.3)  # room for an answer too many
+        finally:
+            if parent.poll() is None:
+                os.killpg(parent.pid, signal.SIGKILL)
+                parent.wait(10)
+    text = log.read_text()
+    assert parent.returncode == 0, text
+    assert elapsed < 5.0, f"stopped in {elapsed:.1f} s"
+    assert not ALARMING.search(text), text
+    by_seq = {a.sequence: a for a in answers}
+    assert sorted(a.sequence for a in answers) == [0, 1, 2, 3]  # exactly once each
+    assert by_seq[0].code == A.EXPIRED and 1 <= by_seq[0].nfe_done < HELD_NFE
+    assert [(by_seq[s].code, by_seq[s].nfe_done) for s in (1, 2, 3)] == [(A.EXPIRED, 0)] * 3
+
+
+@pytest.mark.ros
+def test_yaml_typed_enum_values_start_the_relay_or_are_refused_in_one_line():
+    """`-p rtc_mode:=off` reaches the relay as the bool false: it starts with rtc_mode off. A
+    value no choice reads as (`solver:=off`) ends it with exit 2 and one line naming the
+    parameter and the fix, no traceback."""
+    proc = _Process("flowedge_relay.cli", "--ros-args", "-p", "rtc_mode:=off", "-p",
+                    "solver:=off")
+    try:
+        out = proc.finish(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.proc.returncode == 2, out
+    assert out.splitlines() == [out.strip()] and out.startswith("flowedge-relayd: solver must"), out
+    assert "quoted" in out and not ALARMING.search(out), out
+    proc = _Process("flowedge_relay.cli", "--ros-args", "-p", "rtc_mode:=off")
+    try:
+        proc.wait_line(lambda line: "relay up" in line, timeout=60)
+        proc.proc.send_signal(signal.SIGTERM)
+        out = proc.finish(timeout=30)
+    finally:
+        proc.kill()
+    _assert_clean_exit(proc, out)

@@ -355,6 +355,23 @@ def test_no_alive_lane_answers_everything():
         assert [o.sequence for o in c.pop_outcomes()] == [3, 4, 5]
 
 
+def test_after_shutdown_the_last_lane_expires_what_is_queued():
+    """The relay stopping (shutdown, then each lane disabled once its worker has exited) answers
+    admitted work it will not finish EXPIRED, queued or running, and counts no calibration miss;
+    without shutdown (dead workers) the queue is REJECTED_CAPACITY, as above."""
+    with make(workers=2, nfe_ns=100) as c:
+        sub(c, seq=1, deadline=T + 10**9)
+        sub(c, seq=2, deadline=T + 10**9)
+        sub(c, seq=3)
+        c.dispatch(0, T)
+        c.shutdown()
+        c.disable_lane(0, T)                       # seq 1, running: EXPIRED
+        c.disable_lane(1, T + 5)                   # the last lane: seq 2 and 3, queued: EXPIRED
+        assert sorted((o.code, o.sequence) for o in c.pop_outcomes()) == \
+            [(Code.EXPIRED, 1), (Code.EXPIRED, 2), (Code.EXPIRED, 3)]
+        assert c.stats().queue_depth == 0 and c.stats().calibration_misses == 0
+
+
 def test_admission_reserve():
     with make(workers=1, nfe_ns=100, admission_reserve_ns=1) as c:
         assert sub(c, seq=1, deadline=T + 100) == Decision.REJECTED_DEADLINE  # 100 + 1 > 100

@@ -125,9 +125,6 @@ def test_fer_internal_h_draws_the_include_graph_as_it_is():
     assert drawn == actual
 #: (file, reach) -> why it is fine. A reach is written `obj._name` (getattr forms too).
 ALLOWED = {
-    ("flowedge_relay/signals.py", "os._exit"):
-        "the standard library's exit without cleanup (after a second stop signal); it has no "
-        "public spelling",
     ("flowedge_relay/ros_compat.py", "executor._executor"):
         "rclpy's MultiThreadedExecutor keeps its thread pool private and rclpy 7 never shuts it "
         "down; shutdown_executor must (ros_compat.py documents it, test_ros_compat.py pins it)",
@@ -226,8 +223,7 @@ class Mine:
 
 def test_the_rule_finds_a_planted_reach(tmp_path):
     """Through self or cls, a name the module defines itself, a dunder: fine; another object's
-    private attribute, a getattr of one, a private import: found (os._exit is only allowed in
-    signals.py)."""
+    private attribute, a getattr of one, a private import: found (os._exit is allowed nowhere)."""
     planted = tmp_path / "planted.py"
     planted.write_text(PLANTED)
     assert private_reach(planted.read_text(), "planted.py") == [

@@ -100,3 +100,127 @@ def test_the_relay_refuses_bad_real_time_values_at_start(override, error):
 
     with ros_context() as ctx, pytest.raises(error):
         RelayNode(context=ctx, parameter_overrides=[override]).destroy_node()
+
+
+# -- enum-like string parameters written the way YAML reads otherwise --------------------------
+
+#: what a user may write for a string parameter that YAML, unquoted, reads as a bool or a number
+#: (rcl's parser: -p, params files, launch; PyYAML: ros2 param set), and a quoted digit
+YAML_TYPED = ("on", "off", "yes", "no", "true", "false", "True", "OFF", "null", "0", "1", "2.5",
+              "'1'")
+FREE_TEXT = {"model_path"}  # string parameters without a fixed set of values
+
+
+def _written(spec) -> list[str]:
+    return sorted({*YAML_TYPED, *spec.choices})
+
+
+FALSE_SPELLINGS = {"off", "no", "false", "False", "OFF"}  # of YAML_TYPED, those read as false
+
+
+def _expected(spec, text: str) -> str | None:
+    """The value a relay holds for `text`: the choice it names (quoted or not); for any
+    spelling YAML reads as false, `off` where that is a choice (false, no and off arrive alike);
+    else None (refused)."""
+    plain = text.strip("'")
+    if plain in spec.choices:
+        return plain
+    return "off" if text in FALSE_SPELLINGS and "off" in spec.choices else None
+
+
+def test_every_string_parameter_with_fixed_values_declares_them():
+    """The enums below come from SPECS: a string parameter with a fixed set of values that did
+    not declare its choices would be missing from them (and take YAML's bools unchecked)."""
+    strings = {s.name for s in parameters.SPECS if isinstance(s.default, str)}
+    assert {s.name for s in parameters.ENUMS} == strings - FREE_TEXT
+    for spec in parameters.ENUMS:
+        assert spec.default in spec.choices
+        assert parameters.check_value(spec.name, "sometimes")
+        assert all(parameters.check_value(spec.name, c) is None for c in spec.choices)
+
+
+def test_yaml_reading_is_what_ros_sends_for_ros2_param_set():
+    """yaml_reading against rclpy's own guess (what `ros2 param set` sends), over what a user
+    writes for every enum."""
+    from rclpy.parameter import get_parameter_value, parameter_value_to_python
+
+    for spec in parameters.ENUMS:
+        for text in _written(spec):
+            if text in ("null", "'1'"):
+                continue  # PyYAML: None and '1', which rclpy sends as strings
+            sent = parameter_value_to_python(get_parameter_value(text))
+            got = parameters.yaml_reading(text)
+            assert type(got) is type(sent) and got == sent, text
+
+
+def _params_file(tmp_path, name: str, text: str):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"/**/flowedge_relay:\n  ros__parameters:\n    {name}: {text}\n")
+    return path
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("source", ["-p", "params file"])
+@pytest.mark.parametrize("spec", parameters.ENUMS, ids=lambda s: s.name)
+def test_an_enum_given_at_start_takes_yamls_spellings(tmp_path, spec, source):
+    """Through rcl's own YAML parser, as `-p name:=value`, a params file or launch give them:
+    a choice YAML reads as a bool (`rtc_mode:=off`) is held as the string it was written as,
+    with the string descriptor; anything else is refused by a ParameterError of one line that
+    names the parameter and the fix, never rclpy's type error."""
+    from flowedge_relay.node import RelayNode
+
+    with ros_context() as ctx:
+        for text in _written(spec):
+            args = (["-p", f"{spec.name}:={text}"] if source == "-p"
+                    else ["--params-file", str(_params_file(tmp_path, spec.name, text))])
+            cli_args = ["--ros-args", "-p", "autostart:=false", *args]
+            want = _expected(spec, text)
+            if want is None:
+                with pytest.raises(parameters.ParameterError) as refused:
+                    RelayNode(context=ctx, cli_args=cli_args)
+                message = str(refused.value)
+                assert message.startswith(f"{spec.name} must be one of") and "\n" not in message
+                if text.strip("'") in YAML_TYPED and text not in ("null", "'1'"):
+                    assert "quoted" in message, message
+                continue
+            node = RelayNode(context=ctx, cli_args=cli_args)
+            try:
+                param = node.get_parameter(spec.name)
+                described = node.describe_parameter(spec.name)
+                assert (param.value, param.type_) == (want, Parameter.Type.STRING), text
+                assert described.read_only == spec.read_only, text
+            finally:
+                node.destroy_node()
+
+
+@pytest.mark.ros
+def test_a_live_enum_set_as_ros2_param_set_sends_it_takes_yamls_spellings():
+    """`ros2 param set /flowedge_relay age_gate off` sends the bool false (PyYAML's reading):
+    through the relay's real parameter service, every live enum takes its choices however YAML
+    types them, and refuses the rest with a one-line reason naming the parameter."""
+    from rcl_interfaces.msg import Parameter as ParameterMsg
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.parameter import get_parameter_value
+    from ros_helpers import running_relay, wait_for
+
+    live = [s for s in parameters.ENUMS if not s.read_only]
+    assert live  # age_gate, cost_model
+    with running_relay() as h:
+        client = h.client.create_client(SetParameters, "/flowedge_relay/set_parameters")
+        assert client.wait_for_service(timeout_sec=30)
+        for spec in live:
+            for text in [*_written(spec), spec.default]:
+                request = SetParameters.Request(parameters=[ParameterMsg(
+                    name=spec.name, value=get_parameter_value(text))])
+                future = client.call_async(request)
+                assert wait_for(future.done, 30)
+                (result,) = future.result().results
+                want = _expected(spec, text)
+                held = h.relay.get_parameter(spec.name).value
+                if want is None:
+                    assert not result.successful, text
+                    assert result.reason.startswith(f"{spec.name} must be one of"), result.reason
+                    assert "\n" not in result.reason
+                else:
+                    assert result.successful, (text, result.reason)
+                    assert held == want, text

@@ -70,20 +70,29 @@ def test_a_swap_under_steady_load_loses_nothing_and_each_answer_names_its_model(
                 i += 1
                 time.sleep(0.005)
 
+        def sends_more(digest: str, count: int = 100) -> bool:
+            """The producer's own next `count` requests carry `digest`: each phase gets its
+            requests on purpose, not from how the producer's pace meets the switches."""
+            mark = len(sent)  # keys are 0, 1, 2, ... in sending order
+            return wait_for(
+                lambda: sum(sent.get(i) == digest for i in range(mark, len(sent))) >= count, 30)
+
         sender = threading.Thread(target=produce, daemon=True)
         sender.start()
-        time.sleep(1.0)
-        result = _set(h, model_path=bench_model_path())
-        assert result.successful, result.reason
-        assert wait_for(lambda: served[-1].model_digest == BENCH.digest, 10)
-        assert producer.ServedModel.from_message(served[-1]) == served_model(BENCH)
-        time.sleep(1.0)
-        result = _set(h, model_path=default_model_path())
-        assert result.successful, result.reason
-        assert wait_for(lambda: served[-1].model_digest == SMALL.digest, 10)
-        time.sleep(1.0)
-        stop.set()
-        sender.join(10)
+        try:
+            assert sends_more(SMALL.digest)
+            result = _set(h, model_path=bench_model_path())
+            assert result.successful, result.reason
+            assert wait_for(lambda: served[-1].model_digest == BENCH.digest, 10)
+            assert producer.ServedModel.from_message(served[-1]) == served_model(BENCH)
+            assert sends_more(BENCH.digest)
+            result = _set(h, model_path=default_model_path())
+            assert result.successful, result.reason
+            assert wait_for(lambda: served[-1].model_digest == SMALL.digest, 10)
+            assert sends_more(SMALL.digest)
+        finally:
+            stop.set()
+            sender.join(10)
         mismatched = lambda: h.relay.counters().discarded["model_digest_mismatch"]  # noqa: E731
         assert wait_for(lambda: len(h.answers()) + mismatched() >= len(sent), 60)
         time.sleep(0.5)  # a duplicate would be here by now

@@ -260,7 +260,7 @@ def main(args: list[str] | None = None) -> None:
     from flowedge_relay.ros_compat import initialized
     from flowedge_relay.signals import stop_requested
 
-    with stop_requested() as stop:  # SIGINT/SIGTERM stop it cleanly however it was started
+    with stop_requested(keep=True) as stop:  # SIGINT/SIGTERM stop it cleanly, however started
         try:
             with initialized(args, signal_handler_options=SignalHandlerOptions.NO):
                 producer = DemoProducer()

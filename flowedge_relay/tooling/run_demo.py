@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     print("Ctrl-C stops. One summary line per second:\n")
     # SIGINT/SIGTERM only set `stop` (no rclpy signal handler), installed before the slow
     # imports so that no signal is lost while they run: see cli.main.
-    with stop_requested() as stop:
+    with stop_requested(keep=True) as stop:
         from rclpy.executors import ExternalShutdownException
         from rclpy.signals import SignalHandlerOptions
 
