@@ -1,13 +1,38 @@
 """Shared pytest setup: keep DDS on this machine and in a domain of its own per test run, and
 keep ROS out of the tests not marked `ros` (`pytest -m "not ros"` runs the fast part)."""
 
+import fcntl
 import os
+import tempfile
 
 import pytest
 
-# A test run must not see (or be seen by) another run or a relay on the same host: pick a domain
-# from the process id unless the caller chose one. Set before rclpy is imported anywhere.
-os.environ.setdefault("ROS_DOMAIN_ID", str(100 + os.getpid() % 100))
+#: the lock file of the domain this run holds, open until the process exits
+_DOMAIN_LOCKS: list = []
+
+
+def _claim_domain(first: int = 100, count: int = 100) -> int:
+    """A ROS domain id in [first, first + count) that no other test run on this host holds: an
+    flock on a file per id, held until this process exits. Two runs side by side with the same
+    pid % count (it happened) shared a domain, and each relay answered the other's requests."""
+    start = os.getpid() % count
+    for k in range(count):
+        domain = first + (start + k) % count
+        lock = open(os.path.join(tempfile.gettempdir(), f"flowedge-ros-domain-{domain}.lock"), "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            continue
+        _DOMAIN_LOCKS.append(lock)
+        return domain
+    return first + start
+
+
+# A test run must not see (or be seen by) another run or a relay on the same host: claim a
+# domain of its own unless the caller chose one. Set before rclpy is imported anywhere.
+if "ROS_DOMAIN_ID" not in os.environ:
+    os.environ["ROS_DOMAIN_ID"] = str(_claim_domain())
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
 # The C scheduling core (flowedge_relay._fer_core) is built in place if missing or stale, before
