@@ -44,6 +44,9 @@ def parse_adr_flags(argv: list[str]) -> tuple[list[Parameter], argparse.Namespac
                         help="measured upper bound of one NFE in ns; enables admission (ADR 0015)")
     parser.add_argument("--admission-reserve-ns", type=_non_negative, metavar="N",
                         help="fixed safety reserve in ns added to every admission finish time")
+    parser.add_argument("--drill", action="store_true",
+                        help="start for a fault drill: adds the fault_* parameters (never in "
+                             "production)")
     args = parser.parse_args(remove_ros_args(args=["flowedge-relayd", *argv])[1:])
     overrides = []
     if args.nfe_ns is not None:
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     # stay until the process ends: under `ros2 launch` one Ctrl-C brings two SIGINTs (the
     # terminal's to the group, launch's own), and the second, however late, is only noted.
     with stop_requested(keep=True) as stop:
-        overrides, _ = parse_adr_flags(argv)
+        overrides, args = parse_adr_flags(argv)
         from rclpy.exceptions import (
             InvalidParameterTypeException,
             InvalidParameterValueException,
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             with initialized(["flowedge-relayd", *argv],
                             signal_handler_options=SignalHandlerOptions.NO):
                 try:
-                    node = RelayNode(parameter_overrides=overrides)
+                    node = RelayNode(parameter_overrides=overrides, drill=args.drill)
                 except (ParameterError, InvalidParameterTypeException,
                         InvalidParameterValueException) as exc:
                     # a value the relay cannot take: one line that names it, no traceback

@@ -58,7 +58,7 @@ from flowedge_relay.ros_compat import destroy_lifecycle_node
 from flowedge_relay.serving import Serving, cost_fields, load_policy, thread_settings
 from flowedge_relay.timebase import UINT64_MAX, ros_time
 from flowedge_relay.validation import Reason
-from flowedge_relay.workers import p50_p99
+from flowedge_relay.workers import DrillOnly, p50_p99
 
 NODE_NAME = "flowedge_relay"
 ACTIONS_TOPIC = "flowedge/actions"
@@ -187,7 +187,10 @@ class RelayNode(LifecycleNodeMixin, Node):
     _request_thread: threading.Thread | None = None
     _intake_loop: IntakeLoop | None = None
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, *, drill: bool = False, **kwargs) -> None:
+        #: started for a drill: the fault knobs exist (parameters.DRILL_SPECS, fault_pause_*,
+        #: worker crashes); a production relay has none of them
+        self.drill = drill
         # the timers read the serving core; a swap's retirement and destroy_node close cores:
         # one holds this while the other runs
         self._core_use = threading.Lock()
@@ -202,7 +205,7 @@ class RelayNode(LifecycleNodeMixin, Node):
         # The lifecycle services run in a group of their own, so a deactivate that waits for
         # admitted work to finish holds neither the timers nor the parameter services.
         LifecycleNodeMixin.__init__(self, callback_group=MutuallyExclusiveCallbackGroup())
-        p = parameters.declare_all(self)  # the enums checked there
+        p = parameters.declare_all(self, drill)  # the enums checked there
         for name in ("request_topics", "execution_providers", *parameters.CPU_AFFINITIES):
             problem = parameters.check_value(name, p[name])
             if problem:
@@ -256,8 +259,8 @@ class RelayNode(LifecycleNodeMixin, Node):
         #: intake takes the requests (executors.EventPoll says why no executor waits on them)
         self._lost_events = EventPoll(
             [h for sub in self._request_subs for h in sub.event_handlers], self.context)
-        #: DRILLS AND TESTS ONLY: while set, the intake takes no request (intake.IntakePause).
-        self.fault_pause_intake = IntakePause(self._intake_loop)
+        # set only through fault_pause_intake, which a drill relay alone has
+        self._pause_intake = IntakePause(self._intake_loop)
 
         self._dead_lanes: list[int] = []
         self._stalled_lanes: list[int] = []
@@ -313,12 +316,28 @@ class RelayNode(LifecycleNodeMixin, Node):
     def model_error(self) -> str:
         return self.serving.model_error
 
+    def _drill_only(self, what: str) -> None:
+        if not self.drill:
+            raise DrillOnly(f"{what} exists only on a relay started for a drill "
+                            "(flowedge-relayd --drill, RelayNode(drill=True))")
+
+    @property
+    def fault_pause_intake(self) -> IntakePause:
+        """DRILLS ONLY: while set, the intake takes no request (intake.IntakePause)."""
+        self._drill_only("fault_pause_intake")
+        return self._pause_intake
+
     @property
     def fault_pause_output(self):
-        """DRILLS AND TESTS ONLY: while set, the publisher thread stops draining the outcome
-        rings, as if the action consumer stopped (docs/design.md §8: full rings drop and
-        count)."""
+        """DRILLS ONLY: while set, the publisher thread stops draining the outcome rings, as if
+        the action consumer stopped (docs/design.md §8: full rings drop and count)."""
+        self._drill_only("fault_pause_output")
         return self.serving.output.pause
+
+    def inject_worker_crash(self, lane: int) -> None:
+        """DRILLS ONLY: worker `lane` of the served model raises at its next step boundary."""
+        self._drill_only("inject_worker_crash")
+        self.serving.pool.inject_worker_crash(lane)
 
     @property
     def lifecycle_state(self) -> tuple[int, str]:
@@ -568,7 +587,7 @@ class RelayNode(LifecycleNodeMixin, Node):
         no allocation), so invalid input costs less than deciding a valid request
         (`flowedge_relay_bench intake` measures both).
         """
-        while self.fault_pause_intake.is_set() and not self._intake_stop.is_set():
+        while self._pause_intake.is_set() and not self._intake_stop.is_set():
             time.sleep(0.01)  # drills and tests: the request thread is held
         now_mono = time.monotonic_ns()
         serving = self.serving  # one reference: a swap switches between two requests

@@ -318,18 +318,23 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec("worker_stall_ms", 2000, "a worker holding work with no step this long is stalled", 1,
          HOUR_MS),
-    # Faults for drills and tests only
+)
+
+#: Fault injection, declared only on a relay started for a drill (`flowedge-relayd --drill`,
+#: RelayNode(drill=True)): a production relay has no knob anyone on the bus could turn to slow
+#: it down.
+DRILL_SPECS: tuple[Spec, ...] = (
     Spec(
         "fault_nfe_delay_ms",
         0.0,
-        "DRILLS AND TESTS ONLY: extra delay added to every NFE, ms; 0 = off",
+        "DRILLS ONLY: extra delay added to every NFE, ms; 0 = off",
         0.0,
         60_000.0,
         read_only=False,
     ),
 )
 
-BY_NAME = {spec.name: spec for spec in SPECS}
+BY_NAME = {spec.name: spec for spec in (*SPECS, *DRILL_SPECS)}
 
 
 class ParameterError(ValueError):
@@ -380,12 +385,13 @@ def _typed(value: object) -> str:
     return f"the {kind} {value!r}"
 
 
-def declare_all(node: Node) -> dict[str, object]:
-    """Declare every parameter and return their values (unset arrays as empty lists). An enum
-    that YAML typed as a bool or number is mapped back to its spelling (`spelled`) and set as
-    the string it is, or refused (ParameterError); then it gets its own descriptor."""
+def declare_all(node: Node, drill: bool = False) -> dict[str, object]:
+    """Declare every parameter (and with `drill` the fault knobs, DRILL_SPECS) and return their
+    values (unset arrays as empty lists). An enum that YAML typed as a bool or number is mapped
+    back to its spelling (`spelled`) and set as the string it is, or refused (ParameterError);
+    then it gets its own descriptor."""
     values = {}
-    for spec in SPECS:
+    for spec in (*SPECS, *DRILL_SPECS) if drill else SPECS:
         value = node.declare_parameter(spec.name, spec.default,
                                        spec.descriptor(declaring=True)).value
         if spec.choices:

@@ -192,7 +192,8 @@ class Serving:
             execution_providers=self.execution_providers, slot_inputs=self.slot_inputs,
             cpu_affinity=p["worker_cpu_affinity"], rt_priority=p["worker_rt_priority"],
             output_wait_ns=p["action_output_wait_ms"] * MS, stall_ns=p["worker_stall_ms"] * MS,
-            fault_nfe_delay_ns=int(p["fault_nfe_delay_ms"] * MS), nfe_loop=p["nfe_loop"],
+            fault_nfe_delay_ns=int(p.get("fault_nfe_delay_ms", 0.0) * MS),
+            drill=self.node.drill, nfe_loop=p["nfe_loop"],
             **cede_fields(p),
             logger=self.node.get_logger(), thread_roles=self.node.thread_roles,
         )  # fmt: skip

@@ -74,6 +74,10 @@ PROBE_POINTS = ("nfe_start", "run_start", "run_end", "nfe_end", "step_end")
 PROBE_CLOCKS = ("monotonic_ns", "thread_cpu_ns", "runqueue_wait_ns")
 
 
+class DrillOnly(RuntimeError):
+    """A fault knob asked of a relay (or pool) not started for a drill."""
+
+
 class NfeProbeHook(Protocol):
     """BENCH ONLY: what a worker does with a measurement probe (`set_nfe_probe_factory`; the
     tooling's bench/nfe_probe.NfeProbe is one). Per NFE the probe records the instants
@@ -287,6 +291,7 @@ class WorkerPool:
         stall_ns: int = 2_000_000_000,
         wait_timeout_ns: int = 100_000_000,
         fault_nfe_delay_ns: int = 0,
+        drill: bool = False,
         cede_ns: int = 0,
         cede_every_ns: int = 0,
         nfe_loop: str = "auto",
@@ -320,9 +325,13 @@ class WorkerPool:
         self.intra_op_threads, self.rt_priority = intra_op_threads, rt_priority
         self.output_wait_ns, self.stall_ns = output_wait_ns, stall_ns
         self.wait_timeout_ns = wait_timeout_ns
-        # DRILLS AND TESTS ONLY (fault_nfe_delay_ns): in C memory so the native loop reads it
-        self._fault = ffi.new("uint64_t[]", 1)
-        self.fault_nfe_delay_ns = int(fault_nfe_delay_ns)
+        #: started for a drill: the fault knobs work (fault_nfe_delay_ns, inject_worker_crash)
+        self.drill = drill
+        # DRILLS ONLY (fault_nfe_delay_ns): in C memory so the native loop reads it; NULL, which
+        # the loop skips, in a pool not started for a drill
+        self._fault = ffi.new("uint64_t[]", 1) if drill else ffi.NULL
+        if fault_nfe_delay_ns:
+            self.fault_nfe_delay_ns = int(fault_nfe_delay_ns)
         self.log = logger or logging.getLogger("flowedge_relay.workers")
         #: where each worker applies and records its real-time settings (role "worker<lane>")
         self.thread_roles = thread_roles if thread_roles is not None else ThreadRoles()
@@ -342,14 +351,20 @@ class WorkerPool:
         self._flags = ffi.new("uint32_t[]", workers)
         self._started = False
 
+    def _drill_only(self, what: str) -> None:
+        if not self.drill:
+            raise DrillOnly(f"{what} exists only in a pool started for a drill (drill=True)")
+
     @property
     def fault_nfe_delay_ns(self) -> int:
-        """DRILLS AND TESTS ONLY: a fixed extra sleep inside every NFE (counted in its duration);
-        both loops read it before every NFE's sleep, so a change applies mid-request."""
-        return int(self._fault[0])
+        """DRILLS ONLY: a fixed extra sleep inside every NFE (counted in its duration); both
+        loops read it before every NFE's sleep, so a change applies mid-request. 0 outside a
+        drill."""
+        return int(self._fault[0]) if self.drill else 0
 
     @fault_nfe_delay_ns.setter
     def fault_nfe_delay_ns(self, value: int) -> None:
+        self._drill_only("fault_nfe_delay_ns")
         self._fault[0] = max(int(value), 0)
 
     # ---- lifetime --------------------------------------------------------------------------------
@@ -516,7 +531,8 @@ class WorkerPool:
         return out
 
     def inject_worker_crash(self, lane: int) -> None:
-        """DRILLS AND TESTS ONLY: worker `lane` raises at its next step boundary."""
+        """DRILLS ONLY: worker `lane` raises at its next step boundary."""
+        self._drill_only("inject_worker_crash")
         self._workers[lane].crash_requested = True
         self._flags[lane] = 1
 

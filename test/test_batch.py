@@ -196,7 +196,7 @@ def test_a_stale_row_leaves_without_disturbing_the_others():
     with make_core(workers=1, batch_slots=4) as core:
         for i in range(4):
             core.submit(req(b"s%d" % i, i, gen=1, nfe=6), 1)
-        pool = WorkerPool(core, info, workers=1, fault_nfe_delay_ns=40 * MS)
+        pool = WorkerPool(core, info, workers=1, fault_nfe_delay_ns=40 * MS, drill=True)
         pool.start()
         try:
             assert wait_for(lambda: core.stats().lanes_busy >= 4, HANG_GUARD_S, 0.002)  # rows held
@@ -280,7 +280,7 @@ def _serve(served: _Served, loop: str, slots: int, seed: int) -> tuple[dict, dic
     rng = random.Random(seed)
     nfe_of: dict[int, int] = {}
     with served.core(slots) as core:
-        pool = served.pool(core, loop, fault_nfe_delay_ns=2 * MS)
+        pool = served.pool(core, loop, fault_nfe_delay_ns=2 * MS, drill=True)
         i, gen = 0, {}
 
         def submit(k: int) -> None:

@@ -237,7 +237,7 @@ def test_ctrl_c_under_launch_two_sigints_stop_cleanly_and_answer_every_admitted_
         node.create_subscription(RelayStats, "flowedge/stats", stats.append, 10)
         pub = node.create_publisher(InferenceRequest, "flowedge/requests", 100)
         parent = subprocess.Popen(
-            [sys.executable, "-c", LAUNCH_PARENT, child_sigint, "--ros-args", "-p",
+            [sys.executable, "-c", LAUNCH_PARENT, child_sigint, "--drill", "--ros-args", "-p",
              "fault_nfe_delay_ms:=100.0", "-p", "stats_rate_hz:=20.0"],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -292,6 +292,41 @@ def test_adr_flags_win_and_show_in_parameters():
         ctx.try_shutdown()
 
 
+@pytest.mark.ros
+def test_a_production_relay_has_no_fault_knob_and_a_drill_relay_has_them():
+    """Fault injection exists only on a relay started for a drill (`flowedge-relayd --drill`):
+    a production relay declares no fault_* parameter, so nobody on the bus can slow it down
+    with `ros2 param set`, and its in-process fault hooks refuse."""
+    from flowedge_relay.cli import parse_adr_flags
+    from flowedge_relay.node import RelayNode
+    from flowedge_relay.tooling.harness import ros_context
+    from flowedge_relay.workers import DrillOnly
+
+    assert parse_adr_flags([])[1].drill is False
+    assert parse_adr_flags(["--drill"])[1].drill is True
+    with ros_context() as ctx:
+        node = RelayNode(context=ctx)
+        try:
+            names = set(node.list_parameters([], 0).names)
+            assert names and not any(n.startswith("fault_") for n in names), names
+            for hook in ("fault_pause_intake", "fault_pause_output"):
+                with pytest.raises(DrillOnly):
+                    getattr(node, hook)
+            with pytest.raises(DrillOnly):
+                node.inject_worker_crash(0)
+            with pytest.raises(DrillOnly):
+                node.pool.fault_nfe_delay_ns = 1
+            assert node.pool.fault_nfe_delay_ns == 0
+        finally:
+            node.destroy_node()
+        drill = RelayNode(context=ctx, drill=True)
+        try:
+            assert drill.get_parameter("fault_nfe_delay_ms").value == 0.0
+            assert not drill.fault_pause_intake.is_set()
+        finally:
+            drill.destroy_node()
+
+
 @pytest.mark.parametrize("bad", [["--nfe-ns", "-5"], ["--nfe-ns", "many"]])
 def test_adr_flags_refuse_bad_values(bad):
     from flowedge_relay.cli import parse_adr_flags
@@ -317,7 +352,7 @@ def _workers_warn(h, timeout: float = 15.0):
 
 @pytest.mark.ros
 def test_static_relay_raises_the_drift_alarm_when_nfe_cost_rises_mid_run():
-    with running_relay(nfe_ns=NFE_NS) as h:
+    with running_relay(nfe_ns=NFE_NS, drill=True) as h:
         h.send(h.request(sequence=1, remaining_nfe=2))
         assert h.answer_for(1).code == A.INFERENCE
         assert h.relay.set_parameters(
@@ -339,7 +374,8 @@ def test_adaptive_relay_prices_the_slower_nfe_into_admission():
     from flowedge_relay_msgs.msg import RelayStats
 
     # A 10 s window: the slow samples stay in it however slowly this host runs the test.
-    with running_relay(nfe_ns=NFE_NS, cost_model="adaptive", cost_window_ms=10_000) as h:
+    with running_relay(nfe_ns=NFE_NS, cost_model="adaptive", cost_window_ms=10_000,
+                       drill=True) as h:
         stats: list = []
         h.client.create_subscription(RelayStats, "flowedge/stats", stats.append, 10)
         h.send(h.request(sequence=1, remaining_nfe=2))

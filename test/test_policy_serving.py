@@ -262,7 +262,7 @@ def test_package_keeps_stale_deadline_capacity_and_expired_semantics():
     # 10 NFE x 100 ms = 1 s fits a 2.5 s deadline; with the 2 s prefix (3 s) it cannot (the
     # seconds leave the trip room on a loaded host)
     with running_relay(model_path=P.vision_policy_path(), nfe_ns=100_000_000,
-                       prefix_ns=2_000_000_000, queue_capacity=2) as h:
+                       prefix_ns=2_000_000_000, queue_capacity=2, drill=True) as h:
         served = _served(h)
         _send(h, served, arrays, 1, deadline_ms=2_500, session_id="d")
         _send(h, served, arrays, 2, deadline_ms=5_000, session_id="d", remaining_nfe=2)

@@ -107,7 +107,7 @@ def test_flood_beyond_the_receive_rate_every_message_is_accounted_for(tmp_path):
     from flowedge_relay_msgs.msg import RelayStats
 
     sent = 12_000
-    with running_relay() as h:
+    with running_relay(drill=True) as h:
         relay = h.relay
         stats: list = []
         h.client.create_subscription(RelayStats, "flowedge/stats", stats.append, 10)
@@ -246,8 +246,8 @@ def test_worker_thread_dies_lane_leaves_admission_in_flight_gets_an_outcome():
 
 def test_regression_all_workers_dead_still_answers_every_valid_request():
     """Regression: with every lane dead, valid requests used to sit in the queue unanswered."""
-    with running_relay(workers=1) as h:
-        h.relay.pool.inject_worker_crash(0)
+    with running_relay(workers=1, drill=True) as h:
+        h.relay.inject_worker_crash(0)
         assert wait_for(lambda: h.relay.core.stats().lanes_alive == 0, 10)
         h.send(h.request(session_id="a", sequence=1))
         h.send(h.request(session_id="a", sequence=2, deadline_ms=300))

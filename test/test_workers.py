@@ -97,7 +97,7 @@ def test_midpoint_solver_through_workers(model):
 def test_cancellation_stops_within_one_nfe(model):
     """A newer generation cancels running work at the next NFE boundary: the cancelled request
     spends at most one more NFE (the one in flight) after the newer one was accepted."""
-    with make_core() as core, WorkerPool(core, model, workers=1) as pool:
+    with make_core() as core, WorkerPool(core, model, workers=1, drill=True) as pool:
         pool.fault_nfe_delay_ns = 20 * MS  # each NFE >= 20 ms: room to submit mid-run
         submit(core, request(b"sess", 1, gen=1, nfe=40))
         assert wait_for(lambda: lane_nfe_done(core) >= 3, HANG_GUARD_S,
@@ -117,7 +117,7 @@ def test_cancellation_stops_within_one_nfe(model):
 
 
 def test_deadline_expiry_between_steps(model):
-    with make_core() as core, WorkerPool(core, model, workers=1) as pool:
+    with make_core() as core, WorkerPool(core, model, workers=1, drill=True) as pool:
         pool.fault_nfe_delay_ns = 20 * MS  # 40 NFE need >= 800 ms; the deadline allows 300
         deadline = time.monotonic_ns() + 300 * MS
         submit(core, request(b"d", 1, nfe=40, deadline=deadline))
@@ -131,7 +131,7 @@ def test_deadline_expiry_between_steps(model):
 
 def test_shutdown_with_work_in_flight_joins_every_thread(model):
     core = make_core(workers=2)
-    pool = WorkerPool(core, model, workers=2, intra_op_threads=2)
+    pool = WorkerPool(core, model, workers=2, intra_op_threads=2, drill=True)
     pool.start()
     assert len(worker_threads()) == 2
     pool.fault_nfe_delay_ns = 10 * MS
@@ -149,7 +149,7 @@ def test_shutdown_with_work_in_flight_joins_every_thread(model):
 
 
 def test_crashed_worker_lane_disabled_others_continue(model):
-    with make_core(workers=2) as core, WorkerPool(core, model, workers=2) as pool:
+    with make_core(workers=2) as core, WorkerPool(core, model, workers=2, drill=True) as pool:
         pool.fault_nfe_delay_ns = 10 * MS
         submit(core, request(b"c", 1, nfe=50))
         busy = wait_for(
@@ -175,7 +175,8 @@ def test_crashed_worker_lane_disabled_others_continue(model):
 
 
 def test_stalled_worker_reported(model):
-    with make_core() as core, WorkerPool(core, model, workers=1, stall_ns=2 * MS) as pool:
+    with make_core() as core, \
+            WorkerPool(core, model, workers=1, stall_ns=2 * MS, drill=True) as pool:
         pool.fault_nfe_delay_ns = 50 * MS
         submit(core, request(b"s", 1, nfe=6))
         health = wait_for(lambda: (h := pool.poll_health(time.monotonic_ns())).stalled and h,

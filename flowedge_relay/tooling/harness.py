@@ -302,15 +302,19 @@ def status_values(status) -> dict[str, str]:
 
 
 @contextmanager
-def relay_spinning(ctx: Context, client_name: str, **params) -> Iterator[tuple[object, Node]]:
+def relay_spinning(ctx: Context, client_name: str, drill: bool = False,
+                   **params) -> Iterator[tuple[object, Node]]:  # fmt: skip
     """A RelayNode spinning as in production (request thread + main executor) plus a client
-    node in `ctx`; on exit both are torn down in order: relay threads, context, nodes."""
+    node in `ctx`; on exit both are torn down in order: relay threads, context, nodes. With
+    `drill`, or a fault parameter among `params`, the relay is started for a drill (its fault
+    knobs exist)."""
     from rclpy.parameter import Parameter
 
     from flowedge_relay.node import RelayNode, spin_relay
 
     overrides = [Parameter(k, value=v) for k, v in params.items()]
-    relay = RelayNode(context=ctx, parameter_overrides=overrides)
+    drill = drill or any(name.startswith("fault_") for name in params)
+    relay = RelayNode(context=ctx, parameter_overrides=overrides, drill=drill)
     client = rclpy.create_node(client_name, context=ctx)
     spin_thread = threading.Thread(
         target=spin_relay, args=(relay,), kwargs={"context": ctx}, daemon=True
@@ -328,9 +332,10 @@ def relay_spinning(ctx: Context, client_name: str, **params) -> Iterator[tuple[o
 
 
 @contextmanager
-def running_relay(**params) -> Iterator[RelayHarness]:
-    """Start a RelayNode with the given parameter overrides plus a client; tear both down."""
-    with ros_context() as ctx, relay_spinning(ctx, "relay_test_client", **params) as (
+def running_relay(drill: bool = False, **params) -> Iterator[RelayHarness]:
+    """Start a RelayNode with the given parameter overrides plus a client (started for a drill
+    as relay_spinning says); tear both down."""
+    with ros_context() as ctx, relay_spinning(ctx, "relay_test_client", drill, **params) as (
         relay,
         client,
     ):

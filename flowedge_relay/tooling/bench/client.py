@@ -365,12 +365,13 @@ class NodeProcess:
 
     `switch_interval_s` runs the module after `sys.setswitchinterval(...)` (a bench-only knob:
     the GIL hand-over interval of the relay process); `env` adds environment variables;
-    `wrapper` runs it under a command that execs it (`prlimit ... --`, `setpriv ... --`)."""
+    `wrapper` runs it under a command that execs it (`prlimit ... --`, `setpriv ... --`); `args`
+    go before --ros-args (`--drill`)."""
 
     def __init__(self, module: str, ros_args: list[str], timeout: float = 60.0,
                  env: dict[str, str] | None = None,
                  switch_interval_s: float | None = None,
-                 wrapper: Sequence[str] = ()) -> None:  # fmt: skip
+                 wrapper: Sequence[str] = (), args: Sequence[str] = ()) -> None:  # fmt: skip
         # SIGINT starts ignored in a background job (`cmd &`), and a Python started with it
         # ignored never raises KeyboardInterrupt: the prelude restores it, so stop() works
         # however the bench was started.
@@ -379,7 +380,7 @@ class NodeProcess:
         if switch_interval_s is not None:
             prelude += f"sys.setswitchinterval({switch_interval_s!r}); "
         prelude += f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
-        cmd = [*wrapper, sys.executable, "-c", prelude, "--ros-args", *ros_args]
+        cmd = [*wrapper, sys.executable, "-c", prelude, *args, "--ros-args", *ros_args]
         self.module = module
         env = {**os.environ, "ROS_DOMAIN_ID": str(bench_domain_id()), "PYTHONUNBUFFERED": "1",
                "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", **(env or {})}  # fmt: skip
@@ -472,10 +473,13 @@ def relay_process(env: dict[str, str] | None = None, switch_interval_s: float | 
     """`flowedge-relayd` in its own process (as deployed) with these parameters, and a
     BenchClient in this one (its `process` is the relay's NodeProcess); under `namespace`
     (e.g. /b8) both, so relays can run side by side; under `wrapper` (NodeProcess).
-    `relay_module` runs the relay through another entry point (bench/nfe_probe.py: probed)."""
+    `relay_module` runs the relay through another entry point (bench/nfe_probe.py: probed). A
+    fault parameter (fault_*) starts it for a drill (--drill)."""
     info = load_served(params.get("model_path", default_model_path()))
+    drill = ["--drill"] if any(name.startswith("fault_") for name in params) else []
     proc = NodeProcess(relay_module, relay_ros_args(params, namespace), env=env,
-                       switch_interval_s=switch_interval_s, wrapper=wrapper)  # fmt: skip
+                       switch_interval_s=switch_interval_s, wrapper=wrapper,
+                       args=drill)  # fmt: skip
     with client_of(proc, info, namespace=namespace) as client:
         client.process = proc
         yield info, client

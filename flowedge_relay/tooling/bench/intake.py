@@ -209,7 +209,7 @@ def intake_costs(n: int, intake: str, bar: Progress | None = None) -> list[dict]
 
     rows = []
     with ros_context() as ctx:
-        relay = RelayNode(context=ctx, parameter_overrides=[
+        relay = RelayNode(context=ctx, drill=True, parameter_overrides=[
             Parameter("workers", value=1), Parameter("queue_capacity", value=2 * n + 64),
             Parameter("intake_loop", value="auto" if intake == "c" else "python")])
         try:

@@ -122,7 +122,7 @@ def fault_worker_dies(h) -> dict:
     wait_for(lambda: any(lane.busy for lane in relay.core.lanes_snapshot()), 10)
     lane = next(x.lane for x in relay.core.lanes_snapshot() if x.busy)
     alive_before = relay.core.stats().lanes_alive
-    relay.pool.inject_worker_crash(lane)
+    relay.inject_worker_crash(lane)
     in_flight = h.answer_for(1, timeout=10)
     wait_for(lambda: relay.core.stats().lanes_alive == alive_before - 1, 10)
     workers = h.latest_status("workers")
@@ -251,7 +251,7 @@ def run_faults(workers: int = 2, progress=None) -> dict:
         ]
         for name, drill, params in drills:
             t0 = time.monotonic()
-            with running_relay(**params) as h:
+            with running_relay(drill=True, **params) as h:
                 out[name] = drill(h)
             out[name]["params"] = params
             if progress:
