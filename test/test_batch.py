@@ -348,7 +348,7 @@ def test_a_queued_request_joins_at_the_next_boundary_while_a_row_keeps_running()
     info, _, ref = _single(default_model_path(), "euler")
     with make_core(workers=1, batch_slots=2) as core:
         assert core.submit(req(b"long", 0, gen=1, nfe=40), time.monotonic_ns()) == 0
-        pool = WorkerPool(core, info, workers=1, fault_nfe_delay_ns=5 * MS)
+        pool = WorkerPool(core, info, workers=1, fault_nfe_delay_ns=5 * MS, drill=True)
         pool.start()
         try:
             assert pool.worker_info()[0]["nfe_loop"] == "native"

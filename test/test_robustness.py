@@ -211,7 +211,7 @@ def test_raw_cdr_invalid_utf8_truncated_and_lying_lengths_do_not_hurt_the_relay(
 
 
 def test_consumer_stops_draining_admission_keeps_deciding_and_drops_are_counted():
-    with running_relay(output_ring_capacity=16, action_output_wait_ms=5) as h:
+    with running_relay(output_ring_capacity=16, action_output_wait_ms=5, drill=True) as h:
         fig = stress.fault_consumer_stops(h, n=400)
         output = h.latest_status("output")
     assert fig["all_submitted"] and fig["workers_went_idle"]  # nothing blocked on the full rings

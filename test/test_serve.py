@@ -89,7 +89,7 @@ def test_a_request_is_served_while_this_thread_holds_the_gil(small):
 def test_counters_show_the_rows_held_and_return_to_zero(small):
     """slots_in_use (the diagnostic's) is the serve's row count, written by C as it changes."""
     with core_of(batch_slots=2, max_nfe=512) as core, \
-            WorkerPool(core, small, fault_nfe_delay_ns=2 * MS) as pool:
+            WorkerPool(core, small, fault_nfe_delay_ns=2 * MS, drill=True) as pool:
         for seq in (1, 2):
             assert core.submit(request(b"s%d" % seq, seq, nfe=400),
                                time.monotonic_ns()) == Decision.ACCEPTED
@@ -107,7 +107,7 @@ def test_counters_show_the_rows_held_and_return_to_zero(small):
 
 def test_stop_with_rows_held_answers_each_of_them_expired(small):
     with core_of(batch_slots=4) as core:
-        pool = WorkerPool(core, small, fault_nfe_delay_ns=5 * MS)
+        pool = WorkerPool(core, small, fault_nfe_delay_ns=5 * MS, drill=True)
         pool.start()
         for seq in range(3):
             assert core.submit(request(b"s%d" % seq, seq, nfe=60),
