@@ -328,7 +328,7 @@ def _realtime_rows(reports: dict[str, dict]) -> list[dict]:
     """The real-time mode's targets per noise variant, EDF policy and load, each row of the mode
     followed by the same point without it (so the contrast is visible), each figure with what
     the relay's threads held during that point as its diagnostics read it back."""
-    from flowedge_relay.tooling.bench.overload import applied_short  # it imports this module
+    from flowedge_relay.tooling.bench.realtime import applied_short
 
     rows = []
     for variant, by_mode in RT_VARIANTS:
