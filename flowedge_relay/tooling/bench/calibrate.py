@@ -61,8 +61,9 @@ overlap on purpose.
 
 The saturated and 3x phases run in `--rounds` rounds (3; 2 with --quick), the latency probe
 (bench/latency.py: at normal priority anywhere, or with --realtime on the workers' CPU one
-priority above them) beside each phase. Every figure above that comes from those phases is the
-worst round's; each round's own nfe_ns and reserve are printed with their spread around the
+priority above them) beside each phase. The figures above that come from those phases pool
+every round's samples (the relay's step p99 and the probe's tail: the worst round's, as they come
+per phase); each round's own nfe_ns and reserve are printed with their spread around the
 rounds' median, and a figure more than REPRODUCE_TOL from it is named: on a busy host a stall is
 met by chance, so the conservative value is recommended and said to be one. The answers reach an
 ordinary rclpy subscriber of a node that also publishes the requests, as a robot's node does.
@@ -148,7 +149,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "of as its own flowedge-relayd process")
     parser.add_argument("--rounds", type=int,
                         help="rounds of the saturated and 3x phases (default 3; 2 with --quick): "
-                             "the recommendation takes the worst round and prints the spread")
+                             "the recommendation pools them (the step and probe tails: the "
+                             "worst round's) and prints their spread")
     parser.add_argument("--no-latency-probe", action="store_true",
                         help="leave out the host latency probe (bench/latency.py) beside the "
                              "saturated and 3x phases; the reserve then holds no stall but what "
@@ -507,7 +509,7 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0, whole_stall: bool = 
                 report["loaded_step_ns_p99"], report["overloaded_step_ns_p99"])
     report["recommended_nfe_ns"] = _us_ceil(margin * bound)
     report["loaded_stall_ns_max"] = _stall_max(samples)
-    # each round's figures, and the reserve in its two parts, from the worst round: the
+    # each round's figures, and the reserve in its two parts: the
     # answer's way to the subscriber (from the end of its last NFE, what the fixed part's p99
     # covers idle, and publish -> callback at STATED_Q saturated and at 3x) and the stall a
     # request can meet on the way (the longest a saturated request met; the latency probe's)
@@ -518,11 +520,16 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0, whole_stall: bool = 
                                 if k in report["spread"]
                                 and not report["spread"][k]["reproduced"]]  # fmt: skip
     worst = lambda key: max((r[key] for r in rounds), default=0.0)  # noqa: E731
-    report["way_out_ns"] = max(report["fixed_overhead_ns_p99"], worst("way_out_ns"))
-    # the stall at STATED_Q (normal scheduling: a neighbour's time slice comes and goes, and
-    # its longest is a draw) or whole (the real-time mode: the host's own, rare and short)
-    report["stall_ns"] = (max(worst("stall_saturated_ns"), worst("probe_late_ns")) if rounds
-                          else report["loaded_stall_ns_max"])  # fmt: skip
+    # the answers' way out and the saturated requests' stalls pooled over the rounds (one
+    # round's p99.9 is its longest few: a draw), the probe's tail of the worst round; the stall
+    # at STATED_Q (normal scheduling: a neighbour's time slice comes and goes, and its longest
+    # is a draw) or whole (the real-time mode: the host's own, rare and short)
+    out = [samples[k] for k in ("loaded_delivery_ns", "overloaded_delivery_ns")
+           if len(samples.get(k, ()))]  # fmt: skip
+    pooled_out = percentiles(np.concatenate(out), (STATED_Q,))[0] if out else 0.0
+    report["way_out_ns"] = max(report["fixed_overhead_ns_p99"], pooled_out)
+    report["stall_ns"] = max(_stall_max(samples, 100.0 if whole_stall else STATED_Q),
+                             worst("probe_late_ns"))
     report["probe_late_ns_max"] = worst("probe_late_ns_max")
     report["stall_quantile"] = "max" if whole_stall else f"p{STATED_Q:g}"
     report["recommended_admission_reserve_ns"] = _us_ceil(
@@ -691,7 +698,7 @@ def table(report: dict) -> str:
         f"{report['stall_ns'] / 1e3:.0f} us) x margin",
         f"  the answer's way out: the larger of the fixed part's p99 (idle, both ways) and "
         f"publish -> an rclpy subscriber's callback at p{STATED_Q:g}, saturated and at "
-        f"{OVERLOAD_X:g}x (worst round)",
+        f"{OVERLOAD_X:g}x (every round's answers)",
         "  stall: " + stall_text(report),
         *spread_lines(report),
         f"  with real-time chunking (prefix requests): nfe_ns = {report['recommended_rtc_nfe_ns']}"
@@ -760,13 +767,15 @@ def spread_lines(report: dict) -> list[str]:
     lines = [f"  per round ({len(rounds)}), us: nfe_ns {cell('nfe_ns')} (spread "
              f"{sp['nfe_ns']['spread']:.0%}); reserve {cell('reserve_ns')} (spread "
              f"{sp['reserve_ns']['spread']:.0%}) = way out {cell('way_out_ns')} + stall "
-             f"{cell('stall_ns')}; the worst round's figures are recommended"]
+             f"{cell('stall_ns')}; recommended: the rounds pooled, the relay's step and the "
+             "probe's tail from the worst round"]
     if report.get("not_reproduced"):
         lines.append(
             f"WARNING: {', '.join(report['not_reproduced'])} did not reproduce within "
             f"+-{REPRODUCE_TOL:.0%} of the rounds' median on this host: the conservative value "
-            "(the worst round's) is recommended, not a round's draw; a busy host's stalls come "
-            "and go, so calibrate in the deployed mode (--realtime) with the robot's load running")
+            "(all rounds pooled, or the worst round's) is recommended, not a round's draw; a busy "
+            "host's stalls come and go, so calibrate in the deployed mode (--realtime) with the "
+            "robot's load running")
     return lines
 
 
