@@ -4,7 +4,7 @@
 # then docs/performance.md, docs/img/bench-*.png and the README's Performance section from them
 # (python -m flowedge_relay.tooling.bench.perfdoc), so no figure in the docs is typed by hand.
 #
-#   scripts/bench_all.sh                    # all of them (about 25 minutes on 2 cores); the
+#   scripts/bench_all.sh                    # all of them (about 30 minutes on 2 cores); the
 #                                           # run before is kept in out/bench.previous and its
 #                                           # headline figures shown next to this run's
 #   scripts/bench_all.sh overload overhead  # only these (the docs still list every JSON there)
@@ -32,7 +32,7 @@ mkdir -p "$OUT"
 # name and its full-size arguments; calibrate uses the bench model (~1 ms per NFE) like
 # overload and overhead, so the three describe the same workload. calibrate-check runs the
 # user's flow five times on the host as it is and five times next to a continuously spinning
-# hog (about 10 minutes): each run calibrates in its own process, starts flowedge-relayd with
+# hog (about 12 minutes): each run calibrates in its own process, starts flowedge-relayd with
 # the recommended values and offers 2x from a robot-like rclpy node. overload runs every policy
 # (edf_admission and edf_adaptive side by side); overload-noise runs the EDF policies again with
 # a CPU-hog neighbour (bench/noise.py, busy 50 ms / sleep 50 ms) during the trace. The

@@ -59,7 +59,7 @@ Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-r
 The e2e per-NFE figure already carries the fixed part spread over `--nfe` steps, so the two
 overlap on purpose.
 
-The saturated and 3x phases run in `--rounds` rounds (3; 2 with --quick), the latency probe
+The saturated and 3x phases run in `--rounds` rounds (5; 2 with --quick), the latency probe
 (bench/latency.py: at normal priority anywhere, or with --realtime on the workers' CPU one
 priority above them) beside each phase. The figures above that come from those phases pool
 every round's samples (the relay's step p99 and the probe's tail: the worst round's, as they come
@@ -130,7 +130,7 @@ STATED_Q = 99.9
 REPRODUCE_TOL = 0.25
 PROBE_TAIL_KEYS = ("late_ns_p50", "late_ns_p99", "late_ns_p99_9", "late_ns_max")
 # requests, nfe, raw NFEs, blocks, seconds saturated per round, rounds
-SIZES = {"quick": (16, 4, 100, 2, 0.3, 2), "full": (800, 10, 4000, 8, 3.0, 3)}
+SIZES = {"quick": (16, 4, 100, 2, 0.3, 2), "full": (800, 10, 4000, 8, 3.0, 5)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -148,7 +148,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run the relay inside the bench process (sharing its GIL) instead "
                              "of as its own flowedge-relayd process")
     parser.add_argument("--rounds", type=int,
-                        help="rounds of the saturated and 3x phases (default 3; 2 with --quick): "
+                        help="rounds of the saturated and 3x phases (default 5; 2 with --quick): "
                              "the recommendation pools them (the step and probe tails: the "
                              "worst round's) and prints their spread")
     parser.add_argument("--no-latency-probe", action="store_true",

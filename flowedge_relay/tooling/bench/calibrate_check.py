@@ -129,6 +129,8 @@ def _calibration(cal: dict) -> dict:
             "relay_compute_ns_per_nfe_mean")  # fmt: skip
     out = {k: cal.get(k) for k in keys}
     out["round_spread"] = {k: v["spread"] for k, v in (cal.get("spread") or {}).items()}
+    out["rounds"] = [{k: r[k] for k in ("nfe_ns", "reserve_ns", "way_out_ns", "stall_ns")}
+                     for r in cal.get("rounds") or ()]  # fmt: skip
     return out
 
 

@@ -84,7 +84,7 @@ README_ROWS = (
 # docs/performance.md: how to reproduce its figures and how to read them (static text).
 REPRODUCING = """\
 - `make bench` (scripts/bench_all.sh) runs every `flowedge_relay_bench` subcommand at full size
-  into `out/bench/` (about 25 minutes on 2 cores), keeps the run before it in
+  into `out/bench/` (about 30 minutes on 2 cores), keeps the run before it in
   `out/bench.previous`, and regenerates this page, `docs/img/bench-*.png` and the README's
   Performance block. `scripts/bench_all.sh overload overhead` runs only those;
   `BENCH_OUT=/tmp/b BENCH_DOCS=0 scripts/bench_all.sh` leaves the docs alone.
