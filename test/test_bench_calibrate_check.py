@@ -105,6 +105,9 @@ def test_calibrate_check_runs_calibrate_as_its_own_step_in_the_same_mode():
         "--realtime", "--rt-dds", "--rt-worker-cpus", "1"]), "c.json")  # fmt: skip
     assert "--realtime" in rt and "--rt-dds" in rt
     assert rt[rt.index("--rt-worker-cpus") + 1] == "1"
+    # and the relay it checks runs in that mode too
+    asked = calibrate_check.realtime.realtime_params(_args(calibrate_check, ["--realtime"]))
+    assert asked["worker_rt_priority"] == 50 and asked["lock_memory"] is True
 
 
 def _run(hogs: int, on_time: float, goodput: float, nfe_ns: int) -> dict:

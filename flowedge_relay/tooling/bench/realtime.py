@@ -53,7 +53,7 @@ def realtime_params(args: argparse.Namespace) -> dict:
     """The relay parameters of --realtime ({} without it)."""
     if not args.realtime:
         return {}
-    if args.in_process:
+    if getattr(args, "in_process", False):  # calibrate-check has no such option
         raise ValueError("--realtime starts the relay as its own process: not with --in-process")
     p = RT_PRIORITIES
     return {"executor_rt_priority": p["executor"], "executor_cpu_affinity": args.rt_intake_cpus,
