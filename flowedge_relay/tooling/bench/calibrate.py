@@ -774,8 +774,10 @@ def spread_lines(report: dict) -> list[str]:
             f"WARNING: {', '.join(report['not_reproduced'])} did not reproduce within "
             f"+-{REPRODUCE_TOL:.0%} of the rounds' median on this host: the conservative value "
             "(all rounds pooled, or the worst round's) is recommended, not a round's draw; a busy "
-            "host's stalls come and go, so calibrate in the deployed mode (--realtime) with the "
-            "robot's load running")
+            "host's stalls come and go, so calibrate "
+            + ("with the robot's load running as deployed, and longer (--rounds)"
+               if report.get("stall_quantile") == "max" else
+               "in the deployed mode (--realtime) with the robot's load running"))
     return lines
 
 
