@@ -173,6 +173,10 @@ def test_calibrate_reserve_parts_and_rounds_tiny():
     assert report["mode"] == "normal scheduling" and report["realtime"] is None
     table = calibrate.table(report)
     assert "the answer's way out" in table and "per round (2)" in table
+    slack = report["nfe_per_request"] * report["recommended_nfe_ns"] + report[
+        "recommended_admission_reserve_ns"]  # the least slack a lone request is admitted with
+    assert calibrate.lone_slack_ns(report) == slack
+    assert f"admitted with a slack of at least {slack / 1e6:.1f} ms" in table
     assert "ordinary rclpy subscriber" in report["method"]
 
 

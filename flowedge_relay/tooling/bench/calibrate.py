@@ -700,6 +700,9 @@ def table(report: dict) -> str:
         f"publish -> an rclpy subscriber's callback at p{STATED_Q:g}, saturated and at "
         f"{OVERLOAD_X:g}x (every round's answers)",
         "  stall: " + stall_text(report),
+        f"  so a lone request of {report['nfe_per_request']} NFE is admitted with a slack of at "
+        f"least {lone_slack_ns(report) / 1e6:.1f} ms (NFE x nfe_ns + the reserve); work queued "
+        "ahead of it adds its own",
         *spread_lines(report),
         f"  with real-time chunking (prefix requests): nfe_ns = {report['recommended_rtc_nfe_ns']}"
         f" (the p99 request's compute per NFE, idle, saturated and at {OVERLOAD_X:g}x), "
@@ -729,6 +732,13 @@ def table(report: dict) -> str:
             "Calibrate on a quiet host with the deployed CPU affinity."
         )
     return "\n".join(lines)
+
+
+def lone_slack_ns(report: dict) -> int:
+    """The least slack with which the recommended values admit a lone request of the
+    calibration's NFE count: below it nothing of that size is promised on this host."""
+    return (report["nfe_per_request"] * report["recommended_nfe_ns"]
+            + report["recommended_admission_reserve_ns"])
 
 
 def stall_text(report: dict) -> str:
