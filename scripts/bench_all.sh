@@ -4,7 +4,7 @@
 # then docs/performance.md, docs/img/bench-*.png and the README's Performance section from them
 # (python -m flowedge_relay.tooling.bench.perfdoc), so no figure in the docs is typed by hand.
 #
-#   scripts/bench_all.sh                    # all of them (about 15 minutes on 2 cores); the
+#   scripts/bench_all.sh                    # all of them (about 30 minutes on 2 cores); the
 #                                           # run before is kept in out/bench.previous and its
 #                                           # headline figures shown next to this run's
 #   scripts/bench_all.sh overload overhead  # only these (the docs still list every JSON there)
@@ -30,7 +30,10 @@ fi
 mkdir -p "$OUT"
 
 # name and its full-size arguments; calibrate uses the bench model (~1 ms per NFE) like
-# overload and overhead, so the three describe the same workload. overload runs every policy
+# overload and overhead, so the three describe the same workload. calibrate-check runs the
+# user's flow five times on the host as it is and five times next to a continuously spinning
+# hog (about 12 minutes): each run calibrates in its own process, starts flowedge-relayd with
+# the recommended values and offers 2x from a robot-like rclpy node. overload runs every policy
 # (edf_admission and edf_adaptive side by side); overload-noise runs the EDF policies again with
 # a CPU-hog neighbour (bench/noise.py, busy 50 ms / sleep 50 ms) during the trace. The
 # overload-rt-* reports run the EDF policies at 2x and 3x in the real-time deployment mode
@@ -51,6 +54,7 @@ declare -A ARGS=(
     [model]=""
     [admission]=""
     [calibrate]="--model bench"
+    [calibrate-check]="--model bench --hogs 0 1"
     [overload]=""
     [overload-noise]="--policies edf_admission edf_adaptive --noise"
     [overload-rt-1hog]="$RT_TRACE --realtime --rt-dds"
@@ -76,7 +80,7 @@ declare -A SUBCOMMAND=(
     [overload-rtc]=overload
     [overload-rtc-rt-1hog]=overload
 )
-ORDER=(model admission intake calibrate overload overload-noise overload-rt-1hog overload-normal-1hog
+ORDER=(model admission intake calibrate calibrate-check overload overload-noise overload-rt-1hog overload-normal-1hog
        overload-rt-2hogs overload-normal-2hogs overload-rtc overload-rtc-rt-1hog batching
        nfe-breakdown overhead swap rtc)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
@@ -90,7 +94,8 @@ for name in "${ORDER[@]}"; do
         continue
     fi
     plot=(--plot "$OUT/$name.png")
-    if [ "$sub" = nfe-breakdown ] || [ "$sub" = intake ] || [ "$sub" = swap ]; then plot=(); fi  # tables, no plot
+    if [ "$sub" = nfe-breakdown ] || [ "$sub" = intake ] || [ "$sub" = swap ] ||
+       [ "$sub" = calibrate-check ]; then plot=(); fi  # tables, no plot
     echo "== flowedge_relay_bench $sub ${ARGS[$name]:-} --json $OUT/$name.json ${plot[*]}" >&2
     # shellcheck disable=SC2086
     if python -m flowedge_relay.tooling.bench "$sub" ${ARGS[$name]:-} \

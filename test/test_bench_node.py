@@ -22,7 +22,7 @@ import pytest
 from rt_helpers import CPUS, fifo_refused
 
 from flowedge_relay.core import Code
-from flowedge_relay.tooling.bench import calibrate, overhead, overload
+from flowedge_relay.tooling.bench import calibrate, overhead, overload, realtime
 from flowedge_relay.tooling.bench.client import Answer
 from flowedge_relay.tooling.bench.progress import Progress
 from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
@@ -311,14 +311,14 @@ def test_overload_realtime_mode_with_two_hogs():
             cell = f"publisher F55@{intake} request F60@{intake} worker0 F50@{worker} mlock"
         else:  # refused: degraded, and said so
             cell = "REFUSED"
-        assert cell in overload.applied_short(applied)
+        assert cell in realtime.applied_short(applied)
     (row,) = report["rows"]
-    assert row["applied"] == overload.applied_short(point["realtime_applied"])
+    assert row["applied"] == realtime.applied_short(point["realtime_applied"])
     table = overload.table(report)
     assert "mode: real-time" in table and "(2 hogs)" in table and row["applied"] in table
     assert f"host latency on CPU {worker}" in table and "since before the calibration" in table
     with pytest.raises(ValueError, match="in-process"):
-        overload.realtime_params(_args(overload, ["--realtime", "--in-process"]))
+        realtime.realtime_params(_args(overload, ["--realtime", "--in-process"]))
 
 
 @pytest.mark.ros

@@ -25,6 +25,9 @@ from flowedge_relay.signals import stoppable
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("flowedge_relay.tooling.bench.calibrate",
                   "end-to-end vs raw ns per NFE through the real node; recommended nfe_ns"),
+    "calibrate-check": ("flowedge_relay.tooling.bench.calibrate_check",
+                        "the user's flow: calibrate, the relay with its values, ~2x from a "
+                        "robot-like rclpy node; on time at receipt, with and without a CPU hog"),
     "overload": ("flowedge_relay.tooling.bench.overload",
                  "seeded trace at 0.5-3x capacity: EDF admission (static, adaptive) vs "
                  "expire-only vs queue timeout"),

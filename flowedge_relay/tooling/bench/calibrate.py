@@ -40,8 +40,12 @@ Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-r
   recommended_nfe_ns               = ceil(margin x max(p99 of e2e ns per NFE,
                                                        p99 of loaded compute ns per NFE,
                                                        p99 of the step saturated and at 3x)), in us
-  recommended_admission_reserve_ns = ceil(margin x max(p99 of the fixed part, the longest stall
-                                                       a saturated request met)), whole us
+  recommended_admission_reserve_ns = ceil(margin x (way out + stall)), whole us, where
+                                     way out = max(p99 of the fixed part, p99.9 of publish ->
+                                               the subscriber's callback saturated and at 3x)
+                                     stall   = max(p99.9 of a saturated request's stall, p99.9
+                                               of the latency probe's late wake-ups; with
+                                               --realtime the longest of each)
   recommended_rtc_nfe_ns           = ceil(margin x max(p99 of relay compute ns per NFE of whole
                                                        requests, idle, saturated and at 3x (the
                                                        requests that ran half their NFE or more)))
@@ -53,20 +57,37 @@ Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-r
                                                        the same p99 under saturation)), in us
                                      (two-phase models; 0 otherwise: prefix_ns is unused)
 The e2e per-NFE figure already carries the fixed part spread over `--nfe` steps, so the two
-overlap on purpose. Production calibration needs representative traces, thermal state, CPU
-affinity and a safety margin; the report says so.
+overlap on purpose.
+
+The saturated and 3x phases run in `--rounds` rounds (5; 2 with --quick), the latency probe
+(bench/latency.py: at normal priority anywhere, or with --realtime on the workers' CPU one
+priority above them) beside each phase. The figures above that come from those phases pool
+every round's samples (the relay's step p99 and the probe's tail: the worst round's, as they come
+per phase); each round's own nfe_ns and reserve are printed with their spread around the
+rounds' median, and a figure more than REPRODUCE_TOL from it is named: on a busy host a stall is
+met by chance, so the conservative value is recommended and said to be one. The answers reach an
+ordinary rclpy subscriber of a node that also publishes the requests, as a robot's node does.
+`--realtime [--rt-dds]` calibrates the relay in the real-time mode (bench/realtime.py), as
+`overload --realtime` runs it.
+
+Production calibration needs representative traces, thermal state, CPU affinity and a safety
+margin; the report says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
 from flowedge_relay.model import FlowSampler, ModelInfo, make_session
 from flowedge_relay.policy import Policy, PolicySampler, fill_buffers, make_sessions
+from flowedge_relay.tooling.bench import latency, realtime
 from flowedge_relay.tooling.bench.client import (
     collector_paused,
     percentiles,
@@ -101,8 +122,15 @@ OVERLOAD_X = 3.0  # the overload phase's arrival rate, in multiples of the satur
 #: only about half the ring and the saturated phase's steps thinned the tail it reports
 RING_FILL, RING_FILL_CAP = 1.5, 4.0
 NOISY_TAIL_RATIO = 3.0  # raw NFE p99 / p50 above this: the host stalls; say so
-# requests, nfe, raw NFEs, blocks, seconds saturated
-SIZES = {"quick": (16, 4, 100, 2, 0.3), "full": (800, 10, 4000, 8, 4.0)}
+#: the percentile the reserve covers of the answer's way out (publish -> the subscriber's
+#: callback, saturated and at 3x) and, at normal scheduling, of the host's stalls (the latency
+#: probe's late wake-ups); in the real-time mode the probe's longest goes in whole
+STATED_Q = 99.9
+#: a figure reproduces when every round is within this fraction of the rounds' median
+REPRODUCE_TOL = 0.25
+PROBE_TAIL_KEYS = ("late_ns_p50", "late_ns_p99", "late_ns_p99_9", "late_ns_max")
+# requests, nfe, raw NFEs, blocks, seconds saturated per round, rounds
+SIZES = {"quick": (16, 4, 100, 2, 0.3, 2), "full": (800, 10, 4000, 8, 3.0, 5)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -119,6 +147,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--in-process", action="store_true",
                         help="run the relay inside the bench process (sharing its GIL) instead "
                              "of as its own flowedge-relayd process")
+    parser.add_argument("--rounds", type=int,
+                        help="rounds of the saturated and 3x phases (default 5; 2 with --quick): "
+                             "the recommendation pools them (the step and probe tails: the "
+                             "worst round's) and prints their spread")
+    parser.add_argument("--no-latency-probe", action="store_true",
+                        help="leave out the host latency probe (bench/latency.py) beside the "
+                             "saturated and 3x phases; the reserve then holds no stall but what "
+                             "a saturated request met")
+    realtime.add_arguments(parser)
 
 
 def _us_ceil(ns: float) -> int:
@@ -193,12 +230,15 @@ def relay_samples(
 
 def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
             bar: Progress | None = None, loaded_s: float = 0.0,
-            overload_x: float = OVERLOAD_X) -> dict:  # fmt: skip
+            overload_x: float = OVERLOAD_X, rounds: int = 1,
+            probe: tuple[int | None, int] | None = None) -> dict:  # fmt: skip
     """Relay requests and raw NFEs (and raw prefix passes) in alternating blocks, then
-    (loaded_s > 0) the lanes kept saturated for loaded_s seconds and (overload_x > 0) overload_x
-    times that capacity offered open loop for overload_seconds(), the relay's step p99 read at
-    the end of each; returns the sample arrays and, for a two-phase model, the relay's prefix-pass
-    percentiles at the end of each phase."""
+    (loaded_s > 0) `rounds` rounds of: the lanes kept saturated for loaded_s seconds and
+    (overload_x > 0) overload_x times that capacity offered open loop for overload_seconds(),
+    the relay's step p99 read at the end of each, the host latency probe beside each (`probe`:
+    (CPU or None, priority), _probing); returns the sample arrays (the rounds' pooled, the step
+    p99 of the worst round, and each round's own under `rounds`) and, for a two-phase model, the
+    relay's prefix-pass percentiles at the end of each phase."""
     raw = RawSampler(relay.model)
     raw.nfe_ns(20)  # warm-up
     relay_acc: dict[str, list] = {}
@@ -221,32 +261,95 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
     if loaded_s > 0:
         # An NFE costs more when the request and publisher threads are busy too (the GIL, two
         # cores): admission must be calibrated for the load it will face, not an idle relay.
-        if bar is not None:
-            bar.update(label=f"saturated {loaded_s:g} s")
-        lanes = getattr(relay.core, "lanes", relay.core.workers)  # W x B with batch slots
-        steps: list[tuple[float, float, int]] = []
-        # read at the last moment every lane is still busy: the relay's own per-step timing,
-        # whose tail a request's mean per NFE (over its nfe steps) smooths away
-        answers = saturate(client, lanes, nfe, loaded_s, "bench-calibrate-load",
-                           at_end=lambda: steps.append(relay.pool.nfe_percentiles()))
-        samples["loaded_step_ns_p99"] = steps[0][1] if steps else 0.0
+        # Measured in `rounds` rounds, each a saturated and an overload phase, so that a stall
+        # met (or missed) by chance shows as spread between rounds instead of as the figure.
+        got = [_loaded_round(relay, client, nfe, loaded_s, overload_x, bar, probe,
+                             f"round {r + 1}/{rounds}: ") for r in range(max(1, rounds))]
+        for key in ("loaded_compute_ns", "loaded_nfe_done", "loaded_delivery_ns",
+                    "overloaded_compute_ns", "overloaded_nfe_done", "overloaded_delivery_ns"):
+            if key in got[0]:
+                samples[key] = np.concatenate([r[key] for r in got])
+        for key in ("loaded_step_ns_p99", "overloaded_step_ns_p99"):  # the worst round's
+            if key in got[0]:
+                samples[key] = max(r[key] for r in got)
         if overload_x > 0:
-            per_nfe = (sum(a.compute_ns for a in answers)
-                       / max(1, sum(a.nfe_done for a in answers)))  # fmt: skip
-            rate = overload_x * lanes * 1e9 / (nfe * max(per_nfe, 1.0))
-            over_s = overload_seconds(loaded_s, per_nfe)
-            if bar is not None:
-                bar.update(label=f"{overload_x:g}x capacity for {over_s:.1f} s")
-            samples["overloaded_step_ns_p99"], samples["overloaded_requests"], over = (
-                overloaded_steps(relay, client, rate, over_s, nfe))
-            samples.update(answer_samples("overloaded", [a for a in over if a.nfe_done],
-                                          min_nfe=math.ceil(nfe / 2)))
-            samples["overloaded_rate_rps"] = rate
-            samples["overloaded_s"] = over_s
-        samples.update(answer_samples("loaded", answers))
+            samples["overloaded_requests"] = sum(r["overloaded_requests"] for r in got)
+            samples["overloaded_rate_rps"] = max(r["overloaded_rate_rps"] for r in got)
+            samples["overloaded_s"] = max(r["overloaded_s"] for r in got)
+        samples["rounds"] = got
         if raw.two_phase:
             samples["loaded_relay_prefix"] = relay.pool.prefix_percentiles()
     return samples
+
+
+@contextlib.contextmanager
+def _probing(probe: tuple[int | None, int] | None, seconds: float) -> Iterator[dict]:
+    """The host latency probe (bench/latency.py) on probe = (CPU or None, priority; 0 is normal
+    scheduling) for `seconds` next to the block; the dict it yields gets its summary ({} with
+    no probe)."""
+    found: dict = {}
+    if probe is None:
+        yield found
+        return
+    thread = threading.Thread(target=lambda: found.update(
+        latency.probe(probe[0], probe[1], seconds)), name="bench-calibrate-probe")  # fmt: skip
+    thread.start()
+    try:
+        yield found
+    finally:
+        thread.join()
+
+
+def _merge_probes(parts: list[dict]) -> dict:
+    """Probe summaries of one round's phases as one: the largest tail, summed counts."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return {}
+    out = {k: max(p[k] for p in parts) for k in PROBE_TAIL_KEYS}
+    out.update({k: sum(p[k] for p in parts) for k in ("samples", "over_1ms", "steal_ms",
+                                                       "seconds")})
+    out.update(cpu=parts[0]["cpu"], priority=parts[0]["priority"], refused=parts[0]["refused"])
+    return out
+
+
+def _loaded_round(relay, client, nfe: int, loaded_s: float, overload_x: float,
+                  bar: Progress | None, probe: tuple[int | None, int] | None,
+                  label: str) -> dict:  # fmt: skip
+    """One round: the lanes saturated for loaded_s, then overload_x times that capacity offered
+    open loop for overload_seconds(), the relay's step p99 read at the end of each, the latency
+    probe beside each (probe not None). Each answer's way out (its publish -> this client's
+    callback) is kept, every answer of both phases."""
+    if bar is not None:
+        bar.update(label=f"{label}saturated {loaded_s:g} s")
+    lanes = getattr(relay.core, "lanes", relay.core.workers)  # W x B with batch slots
+    steps: list[tuple[float, float, int]] = []
+    # read at the last moment every lane is still busy: the relay's own per-step timing,
+    # whose tail a request's mean per NFE (over its nfe steps) smooths away
+    with _probing(probe, loaded_s) as probed:
+        answers = saturate(client, lanes, nfe, loaded_s, "bench-calibrate-load",
+                           at_end=lambda: steps.append(relay.pool.nfe_percentiles()))
+    out: dict = {"loaded_step_ns_p99": steps[0][1] if steps else 0.0}
+    out.update(answer_samples("loaded", answers))
+    probes = [probed]
+    if overload_x > 0:
+        per_nfe = (sum(a.compute_ns for a in answers)
+                   / max(1, sum(a.nfe_done for a in answers)))  # fmt: skip
+        rate = overload_x * lanes * 1e9 / (nfe * max(per_nfe, 1.0))
+        over_s = overload_seconds(loaded_s, per_nfe)
+        if bar is not None:
+            bar.update(label=f"{label}{overload_x:g}x capacity for {over_s:.1f} s")
+        with _probing(probe, over_s) as probed:
+            out["overloaded_step_ns_p99"], out["overloaded_requests"], over = (
+                overloaded_steps(relay, client, rate, over_s, nfe))
+        probes.append(probed)
+        ran = answer_samples("overloaded", [a for a in over if a.nfe_done],
+                             min_nfe=math.ceil(nfe / 2))
+        ran["overloaded_delivery_ns"] = answer_samples("overloaded", over)[
+            "overloaded_delivery_ns"]  # every answer's way out, expired ones too
+        out.update(ran)
+        out.update(overloaded_rate_rps=rate, overloaded_s=over_s)
+    out["probe"] = _merge_probes(probes)
+    return out
 
 
 def inline(relay, client, mean_nfe: float, requests: int, loaded_s: float) -> dict:
@@ -324,20 +427,56 @@ def _per_nfe(total_ns: np.ndarray, nfe_done: np.ndarray, prefix_ns: float) -> np
     return np.maximum(total_ns - prefix_ns, 0) / np.maximum(nfe_done, 1)
 
 
-def _stall_max(samples: dict) -> float:
-    """The longest a saturated request's compute ran over its NFEs at the median per-NFE cost:
-    the largest stall (preemption, a hypervisor's steal, the kernel's share for normal tasks) one
-    request met while the relay was busy. A reserve below it lets an admitted request that meets
-    such a stall end late."""
+def _stall_max(samples: dict, q: float = 100.0) -> float:
+    """The longest (q: that percentile of how long) a saturated request's compute ran over its
+    NFEs at the median per-NFE cost: the largest stall (preemption, a hypervisor's steal, the
+    kernel's share for normal tasks) one request met while the relay was busy. A reserve below
+    it lets an admitted request that meets such a stall end late."""
     compute, nfe_done = samples.get("loaded_compute_ns"), samples.get("loaded_nfe_done")
     if compute is None or len(compute) == 0:
         return 0.0
     per_nfe = float(np.median(compute / np.maximum(nfe_done, 1)))
-    return float(max(np.max(compute - nfe_done * per_nfe), 0.0))
+    return float(max(np.percentile(compute - nfe_done * per_nfe, q), 0.0))
 
 
-def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
-    """Percentiles and the recommendation (every value in ns)."""
+def _round_figures(r: dict, prefix_ns: float, whole_stall: bool) -> dict[str, float]:
+    """One round's own figures, in ns: what nfe_ns and the reserve would be from it alone."""
+    per_nfe = _per_nfe(r["loaded_compute_ns"], r["loaded_nfe_done"], prefix_ns)
+    out = np.concatenate([r[k] for k in ("loaded_delivery_ns", "overloaded_delivery_ns")
+                          if k in r])  # fmt: skip
+    probe = r.get("probe") or {}
+    f = {
+        "step_saturated_ns_p99": float(r["loaded_step_ns_p99"]),
+        "step_3x_ns_p99": float(r.get("overloaded_step_ns_p99", 0.0)),
+        "compute_saturated_ns_per_nfe_p99": percentiles(per_nfe, (99,))[0],
+        "stall_saturated_ns": _stall_max(r, 100.0 if whole_stall else STATED_Q),
+        "way_out_ns": percentiles(out, (STATED_Q,))[0],
+        "probe_late_ns": float(probe.get("late_ns_max" if whole_stall else "late_ns_p99_9", 0.0)),
+        "probe_late_ns_max": float(probe.get("late_ns_max", 0.0)),
+    }
+    f["nfe_ns"] = max(f["step_saturated_ns_p99"], f["step_3x_ns_p99"],
+                      f["compute_saturated_ns_per_nfe_p99"])
+    f["stall_ns"] = max(f["stall_saturated_ns"], f["probe_late_ns"])
+    f["reserve_ns"] = f["way_out_ns"] + f["stall_ns"]
+    return f
+
+
+def spread(rounds: list[dict[str, float]]) -> dict[str, dict]:
+    """Per figure over the rounds: median, min, max, the largest deviation from the median as a
+    fraction of it, and whether every round is within REPRODUCE_TOL of the median."""
+    out = {}
+    for key in rounds[0] if rounds else ():
+        values = np.asarray([r[key] for r in rounds], np.float64)
+        med = float(np.median(values))
+        dev = float(np.max(np.abs(values - med)) / med) if med > 0 else 0.0
+        out[key] = {"median": med, "min": float(values.min()), "max": float(values.max()),
+                    "spread": dev, "reproduced": dev <= REPRODUCE_TOL}  # fmt: skip
+    return out
+
+
+def summarize(samples: dict, nfe: int, margin: float = 1.0, whole_stall: bool = False) -> dict:
+    """Percentiles and the recommendation (every value in ns). whole_stall: the latency probe's
+    longest late wake-up goes into the reserve (the real-time mode), else its STATED_Q."""
     two_phase = "relay_prefix" in samples
     pre = samples.get("relay_prefix", (0.0, 0.0, 0))
     loaded_pre = samples.get("loaded_relay_prefix", pre)
@@ -370,8 +509,33 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
                 report["loaded_step_ns_p99"], report["overloaded_step_ns_p99"])
     report["recommended_nfe_ns"] = _us_ceil(margin * bound)
     report["loaded_stall_ns_max"] = _stall_max(samples)
+    # each round's figures, and the reserve in its two parts: the
+    # answer's way to the subscriber (from the end of its last NFE, what the fixed part's p99
+    # covers idle, and publish -> callback at STATED_Q saturated and at 3x) and the stall a
+    # request can meet on the way (the longest a saturated request met; the latency probe's)
+    rounds = [_round_figures(r, loaded_pre[0], whole_stall) for r in samples.get("rounds", ())]
+    report["rounds"] = rounds
+    report["spread"] = spread(rounds)
+    report["not_reproduced"] = [k for k in ("nfe_ns", "reserve_ns", "way_out_ns", "stall_ns")
+                                if k in report["spread"]
+                                and not report["spread"][k]["reproduced"]]  # fmt: skip
+    worst = lambda key: max((r[key] for r in rounds), default=0.0)  # noqa: E731
+    # the answers' way out and the saturated requests' stalls pooled over the rounds (one
+    # round's p99.9 is its longest few: a draw), the probe's tail of the worst round; the stall
+    # at STATED_Q (normal scheduling: a neighbour's time slice comes and goes, and its longest
+    # is a draw) or whole (the real-time mode: the host's own, rare and short)
+    out = [samples[k] for k in ("loaded_delivery_ns", "overloaded_delivery_ns")
+           if len(samples.get(k, ()))]  # fmt: skip
+    pooled_out = percentiles(np.concatenate(out), (STATED_Q,))[0] if out else 0.0
+    report["way_out_ns"] = max(report["fixed_overhead_ns_p99"], pooled_out)
+    report["stall_ns"] = max(_stall_max(samples, 100.0 if whole_stall else STATED_Q),
+                             worst("probe_late_ns"))
+    report["probe_late_ns_max"] = worst("probe_late_ns_max")
+    report["stall_quantile"] = "max" if whole_stall else f"p{STATED_Q:g}"
     report["recommended_admission_reserve_ns"] = _us_ceil(
-        margin * max(report["fixed_overhead_ns_p99"], report["loaded_stall_ns_max"]))
+        margin * (report["way_out_ns"] + report["stall_ns"]))
+    probes = [r["probe"] for r in samples.get("rounds", ()) if r.get("probe")]
+    report["host_latency"] = _merge_probes(probes) if probes else None
     # §5.4: with real-time chunking, work past its bound expires at the robot's switch row
     # instead of reaching it late, while every action period the bound adds freezes one row
     # more: nfe_ns bounds the p99 request per NFE (idle, saturated, at 3x), not the p99 step,
@@ -412,21 +576,39 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     host = host_info()  # load average before this run adds its own
-    requests, nfe, raw_nfe, blocks, loaded_s = SIZES["quick" if args.quick else "full"]
+    requests, nfe, raw_nfe, blocks, loaded_s, rounds = SIZES["quick" if args.quick else "full"]
     requests = args.requests or requests
     nfe = args.nfe or nfe
+    rounds = args.rounds or rounds
     path = model_path(args.model)
     info = load_served(path)
     params = dict(model_path=path, workers=args.workers, max_nfe=max(64, nfe),
-                  batch_slots=args.batch_slots)
+                  batch_slots=args.batch_slots, **realtime.realtime_params(args))
+    # the probe where the relay's workers run: at normal scheduling anywhere, at normal
+    # priority, where a neighbour's time slice is what holds a worker off; in the real-time
+    # mode on the workers' CPU one priority above them, as overload --realtime runs it
+    probe = (None if args.no_latency_probe else
+             (args.rt_worker_cpus[0], realtime.RT_PRIORITIES["worker"] + 1) if args.realtime
+             else (None, 0))  # fmt: skip
     with Progress("calibrate", requests, unit=" req") as bar:
         bar.update(label="starting relay")
-        with relay_for_bench(args.in_process, **params) as (relay, client):
+        # the answers reach an ordinary rclpy subscriber, as a robot's node receives them
+        with (relay_for_bench(args.in_process, env=realtime.realtime_env(args), plain=True,
+                              **params) as (relay, client),
+              realtime.realtime_client(args) as client_mode):  # fmt: skip
+            applied = realtime.applied_settings(relay)
             warm_up(client)
-            samples = measure(relay, client, requests, nfe, raw_nfe, blocks, bar, loaded_s)
+            samples = measure(relay, client, requests, nfe, raw_nfe, blocks, bar, loaded_s,
+                              rounds=rounds, probe=probe)  # fmt: skip
             nfe_p50, nfe_p99, _ = relay.pool.nfe_percentiles()
-    report = summarize(samples, nfe, args.margin)
+    report = summarize(samples, nfe, args.margin, whole_stall=args.realtime)
     report.update(
+        mode=realtime.mode(args),
+        client_mode=client_mode,
+        realtime_applied=applied,
+        realtime=({"asked": realtime.realtime_params(args),
+                   "env": realtime.realtime_env(args) or {}} if args.realtime else None),
+        rounds_run=rounds if loaded_s > 0 else 0,
         model=path.rstrip("/").rsplit("/", 1)[-1],
         model_digest=info.digest,
         workers=args.workers,
@@ -443,11 +625,14 @@ def run(args: argparse.Namespace) -> dict:
             f"{report['raw_nfe_samples']} raw sampler nfe() calls on a separate session"
             + (f" and {report['raw_prefix_samples']} raw prefix() passes; per-NFE figures "
                "without the relay's median prefix pass" if report["two_phase"] else "")
-            + (f"; then {loaded_s:g} s with every lane saturated and "
+            + (f"; then {rounds} round(s) of {loaded_s:g} s with every lane saturated and up to "
                f"{report.get('overloaded_s', loaded_s):.1f} s with "
                f"{OVERLOAD_X:g}x that capacity offered open loop "
-               f"({report['overloaded_requests']} requests), the relay's step p99 read at the "
-               "end of each" if loaded_s > 0 else "")
+               f"({report['overloaded_requests']} requests in all), the relay's step p99 read "
+               "at the end of each, the answers received by an ordinary rclpy subscriber in a "
+               "node that also publishes the requests"
+               + ("" if probe is None else ", the host latency probe running beside each phase")
+               if loaded_s > 0 else "")
         ),
         caveat=CAVEAT,
         rows=_rows(report),
@@ -509,8 +694,16 @@ def table(report: dict) -> str:
         f"{report.get('overloaded_requests', 0)} sent) "
         f"{report.get('overloaded_step_ns_p99', 0.0) / 1e3:.0f} us",
         f"recommended admission_reserve_ns = {report['recommended_admission_reserve_ns']:>10d}"
-        f"  (max of the p99 fixed part and the longest stall of a saturated request, "
-        f"{report.get('loaded_stall_ns_max', 0.0) / 1e3:.0f} us, x margin)",
+        f"  = (the answer's way out {report['way_out_ns'] / 1e3:.0f} us + stall "
+        f"{report['stall_ns'] / 1e3:.0f} us) x margin",
+        f"  the answer's way out: the larger of the fixed part's p99 (idle, both ways) and "
+        f"publish -> an rclpy subscriber's callback at p{STATED_Q:g}, saturated and at "
+        f"{OVERLOAD_X:g}x (every round's answers)",
+        "  stall: " + stall_text(report),
+        f"  so a lone request of {report['nfe_per_request']} NFE is admitted with a slack of at "
+        f"least {lone_slack_ns(report) / 1e6:.1f} ms (NFE x nfe_ns + the reserve); work queued "
+        "ahead of it adds its own",
+        *spread_lines(report),
         f"  with real-time chunking (prefix requests): nfe_ns = {report['recommended_rtc_nfe_ns']}"
         f" (the p99 request's compute per NFE, idle, saturated and at {OVERLOAD_X:g}x), "
         f"admission_reserve_ns = {report['recommended_rtc_reserve_ns']} (the answer's way out: "
@@ -539,6 +732,63 @@ def table(report: dict) -> str:
             "Calibrate on a quiet host with the deployed CPU affinity."
         )
     return "\n".join(lines)
+
+
+def lone_slack_ns(report: dict) -> int:
+    """The least slack with which the recommended values admit a lone request of the
+    calibration's NFE count: below it nothing of that size is promised on this host."""
+    return (report["nfe_per_request"] * report["recommended_nfe_ns"]
+            + report["recommended_admission_reserve_ns"])
+
+
+def stall_text(report: dict) -> str:
+    """What the reserve's stall part covers, and which requests it cannot promise."""
+    probe = report.get("host_latency") or {}
+    q = report["stall_quantile"]
+    text = (f"the larger of the {q} stall a saturated request met (longest "
+            f"{report['loaded_stall_ns_max'] / 1e3:.0f} us)")
+    if not probe:
+        return text + " (no latency probe)"
+    where = ("at normal priority" if not probe["priority"]
+             else f"on CPU {probe['cpu']} at SCHED_FIFO {probe['priority']}")
+    text += (f" and the host latency probe's {q} late wake-up {where} "
+             f"beside the saturated and {OVERLOAD_X:g}x phases (p50 "
+             f"{probe['late_ns_p50'] / 1e3:.0f} us, p{STATED_Q:g} "
+             f"{probe['late_ns_p99_9'] / 1e3:.0f} us, max {probe['late_ns_max'] / 1e6:.1f} ms, "
+             f"{probe['over_1ms']} over 1 ms, steal {probe['steal_ms']:.0f} ms)")
+    if probe.get("refused"):
+        text += f"; {probe['refused']}"
+    beyond = max(report["probe_late_ns_max"], report["loaded_stall_ns_max"]) - report["stall_ns"]
+    if beyond > 0:
+        text += (f". NOT PROMISED on this host: the values cover the host's stalls at "
+                 f"{q}, and the longest was {beyond / 1e6:.1f} ms longer; "
+                 f"a request whose slack is under its NFE x nfe_ns + "
+                 f"{(report['recommended_admission_reserve_ns'] + beyond) / 1e6:.1f} ms (more with "
+                 "work queued ahead of it) can end late when it meets one")
+    return text
+
+
+def spread_lines(report: dict) -> list[str]:
+    """Each round's nfe_ns and reserve, their spread, and what did not reproduce."""
+    rounds, sp = report.get("rounds") or [], report.get("spread") or {}
+    if not rounds:
+        return []
+    cell = lambda key: " / ".join(f"{r[key] / 1e3:.0f}" for r in rounds)  # noqa: E731
+    lines = [f"  per round ({len(rounds)}), us: nfe_ns {cell('nfe_ns')} (spread "
+             f"{sp['nfe_ns']['spread']:.0%}); reserve {cell('reserve_ns')} (spread "
+             f"{sp['reserve_ns']['spread']:.0%}) = way out {cell('way_out_ns')} + stall "
+             f"{cell('stall_ns')}; recommended: the rounds pooled, the relay's step and the "
+             "probe's tail from the worst round"]
+    if report.get("not_reproduced"):
+        lines.append(
+            f"WARNING: {', '.join(report['not_reproduced'])} did not reproduce within "
+            f"+-{REPRODUCE_TOL:.0%} of the rounds' median on this host: the conservative value "
+            "(all rounds pooled, or the worst round's) is recommended, not a round's draw; a busy "
+            "host's stalls come and go, so calibrate "
+            + ("with the robot's load running as deployed, and longer (--rounds)"
+               if report.get("stall_quantile") == "max" else
+               "in the deployed mode (--realtime) with the robot's load running"))
+    return lines
 
 
 def plot(report: dict, path: str) -> str:

@@ -137,17 +137,21 @@ class BenchClient:
     #: the relay's own process where relay_process started it (its log lines, its pid)
     process: NodeProcess | None = None
 
-    def __init__(self, node: Node, model: ModelInfo | Policy, qos_depth: int = 10_000) -> None:
+    def __init__(self, node: Node, model: ModelInfo | Policy, qos_depth: int = 10_000,
+                 plain: bool = False) -> None:  # fmt: skip
         self.node, self.model = node, model
         qos = QoSProfile(
             depth=qos_depth, history=HistoryPolicy.KEEP_LAST,
             reliability=ReliabilityPolicy.RELIABLE,
         )  # fmt: skip
         self.pub = node.create_publisher(InferenceRequest, "flowedge/requests", qos)
-        # raw: the callback gets the CDR bytes and parse_action reads the few fields it needs
+        # raw: the callback gets the CDR bytes and parse_action reads the few fields it needs;
+        # plain: an ordinary subscription, one executor trip and a whole ActionMessage per
+        # answer, as a robot's node receives them (calibrate, calibrate-check)
         self.sub = node.create_subscription(
-            ActionMessage, "flowedge/actions", self._on_action, qos, raw=True
-        )
+            ActionMessage, "flowedge/actions", self._on_message if plain else self._on_action,
+            qos, raw=not plain,
+        )  # fmt: skip
         self._seq = itertools.count(1)
         self.sent: dict[tuple[str, int], int] = {}
         self.answers: dict[tuple[str, int], Answer] = {}
@@ -180,8 +184,18 @@ class BenchClient:
         self._record(msg)
         take_waiting(self.sub, self._record, ANSWER_DRAIN_MAX)
 
+    def _on_message(self, msg: ActionMessage) -> None:
+        """An ordinary subscriber's callback: the deserialized message, stamped on arrival."""
+        received = time.time_ns()
+        ans = Answer(msg.code, received, stamp_ns(msg.header.stamp), msg.nfe_done,
+                     msg.remaining_nfe, msg.queue_ns, msg.compute_ns,
+                     msg.model_digest.encode(), msg.frozen_rows, stamp_ns(msg.chunk_start))
+        self._store((msg.session_id, msg.sequence), ans)
+
     def _record(self, raw: bytes) -> None:
-        key, ans = parse_action(raw, time.time_ns())
+        self._store(*parse_action(raw, time.time_ns()))
+
+    def _store(self, key: tuple[str, int], ans: Answer) -> None:
         with self._cv:
             if key in self.answers:
                 self.extra_answers += 1
@@ -345,15 +359,16 @@ def wait_idle(relay, timeout: float = 10.0) -> bool:
 
 
 @contextmanager
-def bench_relay(**params) -> Iterator[tuple[object, BenchClient]]:
-    """A RelayNode with these parameter overrides and a BenchClient, torn down in order."""
+def bench_relay(plain: bool = False, **params) -> Iterator[tuple[object, BenchClient]]:
+    """A RelayNode with these parameter overrides and a BenchClient (`plain`: an ordinary
+    subscriber, BenchClient), torn down in order."""
     with private_context() as ctx, relay_spinning(ctx, "flowedge_bench_client", **params) as (
         relay,
         node,
     ):
         if relay.model is None:
             raise RuntimeError(f"relay could not load its model: {relay.model_error}")
-        client = BenchClient(node, relay.model)
+        client = BenchClient(node, relay.model, plain=plain)
         with spinning(node, context=ctx):
             wait_for_relay(client.pub, client.sub)
             yield relay, client
@@ -414,8 +429,8 @@ class NodeProcess:
 
 
 @contextmanager
-def client_of(proc: NodeProcess, info: ModelInfo | Policy,
-              namespace: str = "") -> Iterator[BenchClient]:  # fmt: skip
+def client_of(proc: NodeProcess, info: ModelInfo | Policy, namespace: str = "",
+              plain: bool = False) -> Iterator[BenchClient]:  # fmt: skip
     """A BenchClient (own context, bench domain) matched to `proc`'s topics; on exit the client
     goes, then the process gets SIGINT and must exit 0."""
     try:
@@ -423,7 +438,7 @@ def client_of(proc: NodeProcess, info: ModelInfo | Policy,
             node = rclpy.create_node("flowedge_bench_client", namespace=namespace or None,
                                      context=ctx)  # fmt: skip
             try:
-                client = BenchClient(node, info)
+                client = BenchClient(node, info, plain=plain)
                 with spinning(node, context=ctx):
                     wait_for_relay(client.pub, client.sub)
                     yield client
@@ -468,7 +483,7 @@ RELAY_MODULE = "flowedge_relay.cli"
 @contextmanager
 def relay_process(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
                   namespace: str = "", wrapper: Sequence[str] = (),
-                  relay_module: str = RELAY_MODULE,
+                  relay_module: str = RELAY_MODULE, plain: bool = False,
                   **params) -> Iterator[tuple[ModelInfo | Policy, BenchClient]]:  # fmt: skip
     """`flowedge-relayd` in its own process (as deployed) with these parameters, and a
     BenchClient in this one (its `process` is the relay's NodeProcess); under `namespace`
@@ -480,7 +495,7 @@ def relay_process(env: dict[str, str] | None = None, switch_interval_s: float | 
     proc = NodeProcess(relay_module, relay_ros_args(params, namespace), env=env,
                        switch_interval_s=switch_interval_s, wrapper=wrapper,
                        args=drill)  # fmt: skip
-    with client_of(proc, info, namespace=namespace) as client:
+    with client_of(proc, info, namespace=namespace, plain=plain) as client:
         client.process = proc
         yield info, client
 
@@ -673,29 +688,30 @@ class RemoteRelay:
 @contextmanager
 def remote_relay(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
                  namespace: str = "", wrapper: Sequence[str] = (),
-                 relay_module: str = RELAY_MODULE,
+                 relay_module: str = RELAY_MODULE, plain: bool = False,
                  **params) -> Iterator[tuple[RemoteRelay, BenchClient]]:  # fmt: skip
     """`flowedge-relayd` in its own process, a RemoteRelay view of it and a BenchClient (both
     under `namespace`, if given; the process under `wrapper`, NodeProcess)."""
     with relay_process(env=env, switch_interval_s=switch_interval_s, namespace=namespace,
-                       wrapper=wrapper, relay_module=relay_module,
+                       wrapper=wrapper, relay_module=relay_module, plain=plain,
                        **params) as (info, client):  # fmt: skip
         yield RemoteRelay(client.node, info, int(params.get("workers", 1)),
                           batch_slots=int(params.get("batch_slots", 1))), client
 
 
 @contextmanager
-def relay_for_bench(in_process: bool, env: dict[str, str] | None = None,
+def relay_for_bench(in_process: bool, env: dict[str, str] | None = None, plain: bool = False,
                     **params) -> Iterator[tuple[object, BenchClient]]:  # fmt: skip
     """(relay, client): a RemoteRelay of its own flowedge-relayd process (default, as deployed;
-    `env` added to its environment) or, with in_process, a RelayNode in this process."""
+    `env` added to its environment) or, with in_process, a RelayNode in this process; `plain`:
+    the client receives as an ordinary rclpy subscriber (BenchClient)."""
     if in_process:
         if env:
             raise ValueError("an environment for the relay needs it in its own process")
-        with bench_relay(**params) as pair:
+        with bench_relay(plain=plain, **params) as pair:
             yield pair
     else:
-        with remote_relay(env=env, **params) as pair:
+        with remote_relay(env=env, plain=plain, **params) as pair:
             yield pair
 
 

@@ -8,7 +8,9 @@ priority thread, the kernel's reserved share for normal tasks (RT throttling, th
 interrupts, and on a virtual machine the hypervisor descheduling the vCPU (steal time, also read
 from /proc/stat). The longest is a stall an admitted request can meet at any time, so
 `admission_reserve_ns` has to cover it (docs/robot-computer.md). `overload --realtime` runs it on
-the workers' CPU while the relay is saturated, beside its own calibration.
+the workers' CPU while the relay is saturated, beside its own calibration; `calibrate` runs it
+next to its saturated and overload phases, at normal priority on any CPU (`--priority 0`, no
+`--cpu`) where the relay runs at normal priority: there a neighbour's time slice is the stall.
 
 Its own process, so that no other thread's GIL sits between the timer and the measurement.
 """
@@ -66,33 +68,51 @@ def measure(seconds: float, interval_us: int) -> dict:
     }
 
 
-def probe(cpu: int, priority: int, seconds: float, interval_us: int = 1_000) -> dict:
-    """Run the measurement in its own process on `cpu` at SCHED_FIFO `priority`; its summary,
-    with `refused` set (and normal scheduling) where the OS refused the priority."""
+def probe(cpu: int | None, priority: int, seconds: float, interval_us: int = 1_000) -> dict:
+    """Run the measurement in its own process on `cpu` (None: wherever the OS puts it) at
+    SCHED_FIFO `priority` (0: normal scheduling); its summary, with `refused` set (and normal
+    scheduling) where the OS refused the priority."""
+    where = [] if cpu is None else ["--cpu", str(cpu)]
     out = subprocess.run(
-        [sys.executable, "-m", "flowedge_relay.tooling.bench.latency", "--cpu", str(cpu),
+        [sys.executable, "-m", "flowedge_relay.tooling.bench.latency", *where,
          "--priority", str(priority), "--seconds", str(seconds), "--interval-us",
          str(interval_us)],
         capture_output=True, text=True, check=True, timeout=seconds + 60,
+        preexec_fn=_normal_scheduling,
     )  # fmt: skip
     return json.loads(out.stdout)
 
 
+def _normal_scheduling() -> None:
+    """In the child before it starts: normal scheduling. Started from a SCHED_FIFO thread (the
+    bench client in the real-time mode) it would inherit that class and run Python's start-up
+    and its imports, a few hundred ms of CPU, at the client's priority, holding the client's own
+    threads off their CPU (SCHED_FIFO does not share a CPU between equal priorities) until
+    it sets its own."""
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu", type=int, required=True)
-    parser.add_argument("--priority", type=int, default=51, help="SCHED_FIFO priority (1-99)")
+    parser.add_argument("--cpu", type=int, help="pin to this CPU (default: not pinned)")
+    parser.add_argument("--priority", type=int, default=51,
+                        help="SCHED_FIFO priority (1-99; 0: normal scheduling)")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--interval-us", type=int, default=1_000)
     args = parser.parse_args(argv)
-    os.sched_setaffinity(0, {args.cpu})
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
     refused = ""
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(args.priority))
+        if args.priority > 0:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(args.priority))
+        else:  # a neighbour's child inherits its class: normal scheduling on purpose
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     except OSError as exc:
         refused = f"SCHED_FIFO {args.priority} refused: {exc.strerror}"
     report = measure(args.seconds, args.interval_us)
-    report.update(cpu=args.cpu, priority=0 if refused else args.priority, refused=refused)
+    report.update(cpu=args.cpu if args.cpu is not None else "any",
+                  priority=0 if refused else args.priority, refused=refused)
     print(json.dumps(report))
     return 0
 

@@ -77,16 +77,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import os
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
 from flowedge_relay.core import CODE_NAMES
 from flowedge_relay.timebase import stamp_ns
-from flowedge_relay.tooling.bench import calibrate, latency, noise
+from flowedge_relay.tooling.bench import calibrate, latency, noise, realtime
 from flowedge_relay.tooling.bench import overload_rtc as rtc_trace
 from flowedge_relay.tooling.bench.client import (
     INFERENCE,
@@ -123,15 +121,8 @@ TARGETS = {  # at 2x load, calibrated EDF admission, both cost models (printed, 
 # seconds per point, calibration requests, calibration seconds saturated
 SIZES = {"quick": (0.4, 12, 0.3), "full": (8.0, 300, 3.0)}
 REPORT_CODES = CODE_NAMES
-#: --realtime's SCHED_FIFO priorities: config/relay.yaml's real-time example (intake above the
-#: publisher above the workers; Fast DDS's threads at 58 in config/fastdds_realtime.xml)
-RT_PRIORITIES = {"executor": 60, "publisher": 55, "worker": 50}
-#: --realtime: the client's SCHED_FIFO priority during the trace, below all of the relay's
-RT_CLIENT_PRIORITY = 45
 #: --realtime: seconds of the host latency probe (bench/latency.py) before the trace
 LATENCY_PROBE_S = 30.0
-FASTDDS_PROFILE = Path(__file__).resolve().parents[3] / "config" / "fastdds_realtime.xml"
-_ALLOWED = sorted(os.sched_getaffinity(0))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,34 +160,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --noise: start the neighbours before the inline calibration, "
                              "as a robot computer is calibrated with its perception running "
                              "(default: after it, to show the host getting busier)")
-    parser.add_argument("--realtime", action="store_true",
-                        help="start the relay in the real-time deployment mode: request intake "
-                             f"and publisher at SCHED_FIFO {RT_PRIORITIES['executor']} / "
-                             f"{RT_PRIORITIES['publisher']}, workers at SCHED_FIFO "
-                             f"{RT_PRIORITIES['worker']}, memory locked (docs/robot-computer.md)")
-    parser.add_argument("--rt-intake-cpus", type=int, nargs="+", metavar="CPU",
-                        default=[_ALLOWED[0]],
-                        help="--realtime: CPUs of the request intake and publisher threads "
-                             f"(default {_ALLOWED[0]})")
-    parser.add_argument("--rt-worker-cpus", type=int, nargs="+", metavar="CPU",
-                        default=[_ALLOWED[-1]],
-                        help=f"--realtime: CPUs of the workers (default {_ALLOWED[-1]})")
-    parser.add_argument("--rt-client-priority", type=int, default=RT_CLIENT_PRIORITY,
-                        metavar="PRIO",
-                        help="--realtime: this process's threads (the producer "
-                             "and the answers' subscriber, its DDS threads included) run at "
-                             "SCHED_FIFO PRIO, as a robot runs the controller that waits for the "
-                             f"answers (default {RT_CLIENT_PRIORITY}; 0: normal scheduling, so a "
-                             "starved client shows as late answers the relay published in time)")
+    realtime.add_arguments(parser)
     parser.add_argument("--latency-probe-s", type=float, default=LATENCY_PROBE_S, metavar="S",
                         help="--realtime: after the inline calibration, measure the host's "
                              "wake-up latency on the workers' CPU for S seconds with the relay "
                              "saturated (bench/latency.py, like cyclictest) and admit with a "
                              "reserve of at least its longest late wake-up (default "
                              f"{LATENCY_PROBE_S:g}; 0: off)")
-    parser.add_argument("--rt-dds", action="store_true",
-                        help="--realtime: Fast DDS's own threads at SCHED_FIFO too, from "
-                             "config/fastdds_realtime.xml")
     parser.add_argument("--in-process", action="store_true",
                         help="run the relay inside the bench process (sharing its GIL) instead "
                              "of as its own flowedge-relayd process")
@@ -360,19 +330,19 @@ def run(args: argparse.Namespace) -> dict:
     params = dict(model_path=path, workers=args.workers, queue_capacity=args.queue_capacity,
                   max_nfe=max(64, spec.nfe_max), batch_slots=slots)  # fmt: skip
     params.update(parse_relay_params(args.relay_param))
-    params.update(realtime_params(args))
-    env = _realtime_env(args)
+    params.update(realtime.realtime_params(args))
+    env = realtime.realtime_env(args)
     points = len(loads) * len(args.policies)
     results: dict[str, dict[str, dict]] = {p: {} for p in args.policies}
     with Progress("overload", points + 1, unit=" points") as bar:
         bar.update(label="starting relay")
         with (relay_for_bench(args.in_process, env=env, **params) as (relay, client),
-              realtime_client(args) as client_mode, contextlib.ExitStack() as hogs):
+              realtime.realtime_client(args) as client_mode, contextlib.ExitStack() as hogs):
             warm_up(client)
             rtc = (rtc_trace.RtcTrace.build(spec, client.served, len(trace.nfe),
                                             tuple(args.rtc_rows), args.rtc_period_ms)
                    if args.rtc else None)  # fmt: skip
-            applied = applied_settings(relay)
+            applied = realtime.applied_settings(relay)
             hog = (noise.cpu_hog(args.noise, args.noise_hogs) if args.noise
                    else contextlib.nullcontext())  # fmt: skip
             if args.calibrate_under_noise:
@@ -449,9 +419,9 @@ def run(args: argparse.Namespace) -> dict:
         "relay_params": parse_relay_params(args.relay_param),
         "noise": noise_info,
         "calibrated_under_noise": bool(args.noise and args.calibrate_under_noise),
-        "mode": _mode(args),
+        "mode": realtime.mode(args),
         "client_mode": client_mode,
-        "realtime": ({"asked": realtime_params(args), "env": env or {}} if args.realtime
+        "realtime": ({"asked": realtime.realtime_params(args), "env": env or {}} if args.realtime
                      else None),
         "realtime_applied": applied,
         "rtc": rtc.describe() if rtc is not None else None,
@@ -463,118 +433,18 @@ def run(args: argparse.Namespace) -> dict:
     return report
 
 
-def realtime_params(args: argparse.Namespace) -> dict:
-    """The relay parameters of --realtime ({} without it)."""
-    if not args.realtime:
-        return {}
-    if args.in_process:
-        raise ValueError("--realtime starts the relay as its own process: not with --in-process")
-    p = RT_PRIORITIES
-    return {"executor_rt_priority": p["executor"], "executor_cpu_affinity": args.rt_intake_cpus,
-            "publisher_rt_priority": p["publisher"], "publisher_cpu_affinity": args.rt_intake_cpus,
-            "worker_rt_priority": p["worker"], "worker_cpu_affinity": args.rt_worker_cpus,
-            "lock_memory": True}  # fmt: skip
-
-
-def _latency_text(found: dict | None) -> str:
-    if not found:
-        return "host latency: not measured (--realtime only)"
-    return (f"host latency on CPU {found['cpu']} at SCHED_FIFO {found['priority']}, "
-            f"{found['seconds']:g} s saturated: late wake-up p99 {found['late_ns_p99'] / 1e3:.0f} "
-            f"us, max {found['late_ns_max'] / 1e6:.1f} ms, {found['over_1ms']} over 1 ms, steal "
-            f"{found['steal_ms']:.0f} ms" + (f"; {found['refused']}" if found["refused"] else ""))
-
-
 def _host_latency(args: argparse.Namespace, client, nfe: int) -> dict:
     """--realtime: the wake-up latency on the workers' first CPU, one priority above them
     (bench/latency.py), for --latency-probe-s while the relay is kept saturated, as the trace
     will keep it. Its longest late wake-up is a stall an admitted request can meet."""
     found: dict = {}
-    cpu, prio = args.rt_worker_cpus[0], RT_PRIORITIES["worker"] + 1
+    cpu, prio = args.rt_worker_cpus[0], realtime.RT_PRIORITIES["worker"] + 1
     thread = threading.Thread(target=lambda: found.update(
         latency.probe(cpu, prio, args.latency_probe_s)), name="bench-latency-probe")
     thread.start()
     saturate(client, args.workers, nfe, args.latency_probe_s + 0.5, "bench-latency")
     thread.join()
     return found
-
-
-@contextlib.contextmanager
-def realtime_client(args: argparse.Namespace):
-    """--realtime: every thread of this process (the client's executor, the sender threads the
-    calibration and the trace start from the main thread, and its DDS threads) at SCHED_FIFO
-    --rt-client-priority until exit; the hogs set themselves back to normal scheduling (noise.py).
-    Yields what it set, said in the report's client_mode."""
-    prio = getattr(args, "rt_client_priority", 0)
-    if not args.realtime or prio <= 0:
-        yield "normal scheduling"
-        return
-    tids = [int(t) for t in os.listdir("/proc/self/task")]
-    done = []
-    try:
-        for tid in tids:
-            try:
-                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(prio))
-                done.append(tid)
-            except OSError:
-                pass  # a thread that ended meanwhile, or no CAP_SYS_NICE: said below
-        yield (f"SCHED_FIFO {prio}, {len(done)} of {len(tids)} threads" if done
-               else f"normal scheduling (SCHED_FIFO {prio} refused)")
-    finally:
-        for tid in done:
-            try:
-                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
-            except OSError:
-                pass
-
-
-def _realtime_env(args: argparse.Namespace) -> dict[str, str] | None:
-    """--rt-dds: the Fast DDS profile, under the variable each Fast DDS reads (2.14 on Jazzy
-    FASTRTPS_, 3.x FASTDDS_; each ignores the other's or warns)."""
-    if not (args.realtime and args.rt_dds):
-        return None
-    name = ("FASTRTPS_DEFAULT_PROFILES_FILE" if os.environ.get("ROS_DISTRO", "jazzy") == "jazzy"
-            else "FASTDDS_DEFAULT_PROFILES_FILE")  # fmt: skip
-    return {name: str(FASTDDS_PROFILE)}
-
-
-def _mode(args: argparse.Namespace) -> str:
-    if not args.realtime:
-        return "normal scheduling"
-    p = RT_PRIORITIES
-    return (f"real-time: request intake SCHED_FIFO {p['executor']} and publisher "
-            f"{p['publisher']} on CPUs {args.rt_intake_cpus}, workers {p['worker']} on CPUs "
-            f"{args.rt_worker_cpus}, memory locked"
-            + (", Fast DDS threads 58 (config/fastdds_realtime.xml)" if args.rt_dds else ""))
-
-
-def applied_settings(relay) -> dict[str, str]:
-    """The relay's threads' real-time settings as its `workers` diagnostics status reports them
-    (rt.*, memory_locked_kb: what the relay read back from /proc), from a relay process or an
-    in-process RelayNode (the same report)."""
-    if hasattr(relay, "workers_status"):
-        values = relay.workers_status(timeout=5.0, fresh=False)[2]
-    else:
-        values = relay.thread_roles.report()[0]
-    return {k: str(v) for k, v in values.items() if k.startswith("rt.") or k == "memory_locked_kb"}
-
-
-def applied_short(values: dict[str, str]) -> str:
-    """One table cell of applied_settings: `publisher F55@0 request F60@0 worker0 F50@1 mlock`
-    (F = SCHED_FIFO and its priority, O = SCHED_OTHER, @ the CPUs), REFUSED where the OS
-    refused any asked setting."""
-    parts = []
-    for key in sorted(values):
-        if not key.startswith("rt.") or key in ("rt.threads", "rt.refused", "rt.lock_memory"):
-            continue
-        cls, _, cpus = values[key].split(" (asked", 1)[0].partition(", CPUs ")
-        parts.append(f"{key[3:]} {cls.replace('SCHED_FIFO ', 'F').replace('SCHED_OTHER', 'O')}"
-                     f"@{cpus}")  # fmt: skip
-    if int(values.get("memory_locked_kb", "0")):
-        parts.append("mlock")
-    if values.get("rt.refused", "none") != "none":
-        parts.append("REFUSED")
-    return " ".join(parts) or "-"
 
 
 def _policy_params_for(nfe_ns: int, reserve_ns: int, timeout_ms: int, prefix_ns: int | None):
@@ -601,7 +471,7 @@ def _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, b
             # Per-NFE cost the workers saw (last 4096 NFE): was the host quiet?
             m["worker_nfe_p50_ns"], m["worker_nfe_p99_ns"], _ = relay.pool.nfe_percentiles()
             # what the relay's threads held during the point, as it reads them back
-            m["realtime_applied"] = applied_settings(relay)
+            m["realtime_applied"] = realtime.applied_settings(relay)
             # What admission assumed per NFE while the trace ran (adaptive: it follows the tail)
             # (stats published from the trace's start until its last answer)
             if hasattr(relay, "cost_during"):
@@ -683,7 +553,7 @@ def _rows(report: dict) -> list[dict]:
                 "nfe_p99_us": round(m["worker_nfe_p99_ns"] / 1e3),
                 "in_use_us": (round((m.get("cost_model") or {}).get("nfe_ns_in_use_max", 0) / 1e3)
                               if policy in ADMISSION_POLICIES else "-"),
-                "applied": applied_short(m.get("realtime_applied") or {}),
+                "applied": realtime.applied_short(m.get("realtime_applied") or {}),
                 **rtc_trace.row_cells(m),
             })  # fmt: skip
     return rows
@@ -706,11 +576,11 @@ def table(report: dict) -> str:
         f"relay: {report.get('relay', '?')}; noise: {_noise_text(report.get('noise'))}"
         + (" (running since before the calibration)" if report.get("calibrated_under_noise")
            else ""),
-        _latency_text(report.get("host_latency")),
+        realtime.latency_text(report.get("host_latency")),
         *(rtc_trace.header(report) if report.get("rtc") else []),
         f"mode: {report.get('mode', 'normal scheduling')}; client: "
         f"{report.get('client_mode', 'normal scheduling')}; applied at start (read back from the "
-        f"relay's workers status): {applied_short(report.get('realtime_applied') or {})}",
+        f"relay's workers status): {realtime.applied_short(report.get('realtime_applied') or {})}",
         format_rows(report["rows"]),
     ]
     if report["calibration"].get("noisy_host"):

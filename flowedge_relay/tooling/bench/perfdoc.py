@@ -44,7 +44,7 @@ RT_VARIANTS = (
 #: real-time chunking's promise at the robot (bench/overload_rtc.py): report -> its host
 RTC_VARIANTS = (("overload-rtc", ""),
                 ("overload-rtc-rt-1hog", ", real-time mode + 1 continuous hog"))
-ORDER = ("calibrate", "overload", "overload-noise",
+ORDER = ("calibrate", "calibrate-check", "overload", "overload-noise",
          *(name for _, by_mode in RT_VARIANTS for name in by_mode.values()),
          *(name for name, _ in RTC_VARIANTS), "batching",
          "nfe-breakdown", "intake", "overhead", "swap", "model", "admission", "rtc")
@@ -58,6 +58,9 @@ INTAKE_CEILING = (f"intake over DDS, answered exactly once up to, per mix "
                   f"({' / '.join(INTAKE_MIXES)})")
 INTAKE_TARGET_PER_S = 10_000
 WIDTH = 100  # the README's prose width (test/test_readme.py)
+#: bench calibrate-check's headline row per hog setting: the user's flow, judged at the robot
+CALIBRATE_CHECK_ROW = ("calibrate-check, {hogs}: on time among admitted at receipt / goodput "
+                       "(worst run)")
 
 # The README's headline: a few rows of the full table on docs/performance.md, each under a
 # shorter name (a row the runs did not produce is left out).
@@ -81,7 +84,7 @@ README_ROWS = (
 # docs/performance.md: how to reproduce its figures and how to read them (static text).
 REPRODUCING = """\
 - `make bench` (scripts/bench_all.sh) runs every `flowedge_relay_bench` subcommand at full size
-  into `out/bench/` (about 15 minutes on 2 cores), keeps the run before it in
+  into `out/bench/` (about 30 minutes on 2 cores), keeps the run before it in
   `out/bench.previous`, and regenerates this page, `docs/img/bench-*.png` and the README's
   Performance block. `scripts/bench_all.sh overload overhead` runs only those;
   `BENCH_OUT=/tmp/b BENCH_DOCS=0 scripts/bench_all.sh` leaves the docs alone.
@@ -282,6 +285,7 @@ def headline(reports: dict[str, dict]) -> list[dict]:
                         f"{sw['lost']} / {sw['answered_twice']}",
             "met": sw["lost"] == 0 and sw["answered_twice"] == 0,
         })  # fmt: skip
+    rows += _calibrate_check_rows(reports.get("calibrate-check"))
     cal = reports.get("calibrate")
     if cal:
         rows.append({
@@ -300,6 +304,36 @@ def headline(reports: dict[str, dict]) -> list[dict]:
                             f"{cal['overloaded_step_ns_p99'] / 1e3:.0f} us "
                             f"({cal['overloaded_rate_rps']:.0f} requests/s)",
             })  # fmt: skip
+    return rows
+
+
+def _calibrate_check_rows(report: dict | None) -> list[dict]:
+    """`bench calibrate-check` per hog setting: every run on time among admitted at receipt
+    (>= 99.9%) and, on the host as it is, goodput (>= 35% of offered); next to hogs how far
+    goodput fell; and whether the runs' calibrations agree within 25% of their median."""
+    rows = []
+    for hogs, s in (report or {}).get("summary", {}).items():
+        n = int(hogs)
+        where = "the host as it is" if n == 0 else f"next to {n} CPU hog{'s' if n > 1 else ''}"
+        t = s["targets"]
+        fell = (f" ({100 * s['goodput_fall_points']:.1f} points below the host as it is)"
+                if "goodput_fall_points" in s else "")  # fmt: skip
+        rows.append({
+            "measure": CALIBRATE_CHECK_ROW.format(hogs=where),
+            "target": " / ".join(t[k]["target"].replace("0.999", "99.9%").replace("0.35", "35%")
+                                 if k in t else "-" for k in ("on_time_at_receipt", "goodput")),
+            "measured": f"{_pct(s['on_time_at_receipt_min'])} / {_pct(s['goodput_min'])}{fell}",
+            "met": all(v["met"] for v in t.values()),
+        })  # fmt: skip
+        nfe, res = s["nfe_ns"], s["admission_reserve_ns"]
+        rows.append({
+            "measure": f"calibrate-check, {where}: calibrated nfe_ns / admission_reserve_ns, "
+                       f"largest distance from the {s['runs']} runs' median",
+            "target": "<= 25% / <= 25%",
+            "measured": f"{nfe['spread']:.0%} / {res['spread']:.0%} (medians "
+                        f"{nfe['median'] / 1e3:.0f} us / {res['median'] / 1e6:.1f} ms)",
+            "met": nfe["within_25pct"] and res["within_25pct"],
+        })  # fmt: skip
     return rows
 
 
@@ -328,7 +362,7 @@ def _realtime_rows(reports: dict[str, dict]) -> list[dict]:
     """The real-time mode's targets per noise variant, EDF policy and load, each row of the mode
     followed by the same point without it (so the contrast is visible), each figure with what
     the relay's threads held during that point as its diagnostics read it back."""
-    from flowedge_relay.tooling.bench.overload import applied_short  # it imports this module
+    from flowedge_relay.tooling.bench.realtime import applied_short
 
     rows = []
     for variant, by_mode in RT_VARIANTS:
