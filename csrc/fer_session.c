@@ -136,6 +136,7 @@ uint32_t fer_slot_take(struct fer_core *c, const struct fer_request *r, uint32_t
 {
     uint32_t id = c->staging;
     struct fer_slot *s = &c->slots[id];
+    const char *cid;
 
     /* The payload the request thread wrote into the staging slot travels with it; the next
      * request gets another free slot (the free stack is never empty here, see struct fer_slot). */
@@ -164,6 +165,10 @@ uint32_t fer_slot_take(struct fer_core *c, const struct fer_request *r, uint32_t
     s->prefix_start_ros_ns = r->prefix_start_ros_ns;
     s->action_period_ns = r->action_period_ns;
     s->frozen_rows = 0;
+    fer_client_key(r, &cid, &s->client_id_len); /* §7.1: whom it is charged to, echoed */
+    memcpy(s->client_id, cid, s->client_id_len);
+    s->client = FER_NONE; /* fer_client_accept attaches it, with fair_share on */
+    s->reject_reason = FER_REJECT_NONE;
     if (c->cfg.obs_dim)
         memcpy(s->obs, r->observation, (size_t)c->cfg.obs_dim * sizeof(float));
     session_link(c, si, id);
@@ -203,6 +208,8 @@ void fer_slot_free(struct fer_core *c, uint32_t id)
     if (s->snext != FER_NONE)
         c->slots[s->snext].sprev = s->sprev;
     ss->outstanding--;
+    fer_client_detach(c, s);
+    s->client = FER_NONE;
     s->state = FER_SLOT_FREE;
     s->cancelled = 0;
     c->free_slots[c->nfree++] = id;

@@ -1,0 +1,309 @@
+/*
+ * fer_share.c - docs/design.md §7.1: a weighted fair share of the lanes per client, inside the
+ * admission decision.
+ *
+ * A client is whoever a request names in client_id (its session_id when it names none). With
+ * fair_share on the core tracks up to max_clients of them in a fixed table and keeps, per
+ * client, its committed work: the remaining NFE of its queued and running requests, exact at
+ * every accept, step and end. The share of client k is weight_k / (the weights of the clients
+ * with committed work), and k is over its share when committed_k / (all committed work) is
+ * more than that. fer_submit.c uses this at step 6 (a full queue) and step 7 (the admission
+ * test): a request of a client that is not over its share may displace queued work of clients
+ * that are, up to FER_SHARE_VICTIMS requests per decision.
+ *
+ * Everything runs with core->mu held, in O(max_clients + queue) per call, without allocating.
+ * The table is scanned linearly (hash compared first): max_clients is small (default 64).
+ */
+#include <string.h>
+
+#include "fer_internal.h"
+
+/* One pattern element at p[*pi] against character ch: '?', a closed [...] / [!...] class (ranges
+ * a-z; a reversed range matches nothing), or a literal (an unclosed '[' is one too, as in
+ * fnmatch). Advances *pi past the element. */
+static int glob_element(const char *p, uint32_t plen, uint32_t *pi, char ch)
+{
+    uint32_t i = *pi, j, k;
+    int neg, hit = 0;
+
+    if (p[i] == '?') {
+        *pi = i + 1;
+        return 1;
+    }
+    if (p[i] == '[') {
+        j = i + 1;
+        if (j < plen && p[j] == '!')
+            j++;
+        if (j < plen && p[j] == ']')
+            j++;
+        while (j < plen && p[j] != ']')
+            j++;
+        if (j < plen) { /* a class: p[i+1 .. j) */
+            k = i + 1;
+            neg = p[k] == '!';
+            k += (uint32_t)neg;
+            while (k < j) {
+                if (k + 2 < j && p[k + 1] == '-') {
+                    hit |= p[k] <= ch && ch <= p[k + 2];
+                    k += 3;
+                } else {
+                    hit |= p[k] == ch;
+                    k++;
+                }
+            }
+            *pi = j + 1;
+            return neg ? !hit : hit;
+        }
+    }
+    *pi = i + 1;
+    return p[i] == ch;
+}
+
+int fer_glob_match(const char *p, uint32_t plen, const char *s, uint32_t slen)
+{
+    uint32_t pi = 0, si = 0, star_p = FER_NONE, star_s = 0, next;
+
+    /* Greedy with backtracking to the last '*': O(plen x slen), both <= FER_SESSION_ID_MAX. */
+    while (si < slen) {
+        if (pi < plen && p[pi] == '*') {
+            star_p = ++pi;
+            star_s = si;
+            continue;
+        }
+        next = pi;
+        if (pi < plen && glob_element(p, plen, &next, s[si])) {
+            pi = next;
+            si++;
+            continue;
+        }
+        if (star_p == FER_NONE)
+            return 0;
+        pi = star_p;
+        si = ++star_s;
+    }
+    while (pi < plen && p[pi] == '*')
+        pi++;
+    return pi == plen;
+}
+
+int fer_core_add_client_weight(struct fer_core *c, const char *pattern, uint32_t len,
+                               uint32_t weight)
+{
+    int rc = FER_OK;
+
+    FER_CHECK_ARGS(c != NULL && len <= FER_SESSION_ID_MAX && (pattern != NULL || len == 0) &&
+                   weight >= 1 && weight <= FER_WEIGHT_MAX);
+    pthread_mutex_lock(&c->mu);
+    if (c->nrules == FER_WEIGHT_RULES) {
+        rc = FER_EFULL;
+    } else {
+        memcpy(c->rules[c->nrules].pattern, pattern, len);
+        c->rules[c->nrules].len = len;
+        c->rules[c->nrules].weight = weight;
+        c->nrules++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+uint32_t fer_client_find(const struct fer_core *c, const struct fer_request *r)
+{
+    const char *id;
+    uint32_t len, k;
+    uint64_t h;
+
+    if (c->clients == NULL)
+        return FER_NONE;
+    fer_client_key(r, &id, &len);
+    h = fer_session_hash(id, len);
+    for (k = 0; k < c->cfg.max_clients; k++) {
+        const struct fer_client *q = &c->clients[k];
+        if (q->in_use && q->hash == h && q->len == len && memcmp(q->id, id, len) == 0)
+            return k;
+    }
+    return FER_NONE;
+}
+
+int fer_client_room(const struct fer_core *c, uint32_t *evict)
+{
+    uint32_t k;
+
+    *evict = FER_NONE;
+    if (c->nclients < c->cfg.max_clients)
+        return FER_OK;
+    for (k = 0; k < c->cfg.max_clients; k++)
+        if (c->clients[k].outstanding == 0 &&
+            (*evict == FER_NONE || c->clients[k].touch < c->clients[*evict].touch))
+            *evict = k;
+    return *evict == FER_NONE ? FER_EFULL : FER_OK;
+}
+
+/* The weight a new client gets: the first rule whose pattern matches its id, else 1. */
+static uint32_t weight_of(const struct fer_core *c, const char *id, uint32_t len)
+{
+    uint32_t i;
+
+    for (i = 0; i < c->nrules; i++)
+        if (fer_glob_match(c->rules[i].pattern, c->rules[i].len, id, len))
+            return c->rules[i].weight;
+    return 1;
+}
+
+uint32_t fer_client_accept(struct fer_core *c, const struct fer_request *r, uint32_t ki,
+                           uint32_t evict, uint32_t id, uint64_t now)
+{
+    struct fer_slot *s = &c->slots[id];
+    struct fer_client *q;
+
+    if (c->clients == NULL)
+        return FER_NONE;
+    if (evict != FER_NONE) {
+        c->clients[evict].in_use = 0;
+        c->nclients--;
+        c->st.clients_evicted++;
+    }
+    if (ki == FER_NONE) {
+        for (ki = 0; c->clients[ki].in_use; ki++) /* a free entry exists: fer_client_room */
+            ;
+        q = &c->clients[ki];
+        memset(q, 0, sizeof(*q));
+        memcpy(q->id, s->client_id, s->client_id_len);
+        q->len = s->client_id_len;
+        q->hash = fer_session_hash(q->id, q->len);
+        q->weight = weight_of(c, q->id, q->len);
+        q->in_use = 1;
+        c->nclients++;
+    }
+    q = &c->clients[ki];
+    if (q->committed == 0)
+        c->share_weight += q->weight;
+    q->committed += s->remaining_nfe;
+    q->outstanding++;
+    q->admitted_nfe += s->remaining_nfe;
+    q->touch = ++c->client_touch;
+    q->last_active_ns = now;
+    c->share_total += s->remaining_nfe;
+    s->client = ki;
+    (void)r;
+    return ki;
+}
+
+void fer_client_uncommit(struct fer_core *c, const struct fer_slot *s, uint64_t n)
+{
+    struct fer_client *q;
+
+    if (s->client == FER_NONE || n == 0)
+        return;
+    q = &c->clients[s->client];
+    q->committed -= n;
+    c->share_total -= n;
+    if (q->committed == 0)
+        c->share_weight -= q->weight;
+}
+
+void fer_client_detach(struct fer_core *c, const struct fer_slot *s)
+{
+    if (s->client == FER_NONE)
+        return;
+    fer_client_uncommit(c, s, s->remaining_nfe);
+    c->clients[s->client].outstanding--;
+}
+
+int fer_client_over(const struct fer_core *c, uint32_t ki, const struct fer_share_cut *cut)
+{
+    uint64_t committed, total = c->share_total, weight = c->share_weight, left;
+    uint32_t i, j, k;
+
+    if (ki == FER_NONE)
+        return 0;
+    committed = c->clients[ki].committed;
+    /* Take the cut out: from its client, from the total, and a client it empties stops
+     * counting among the active weights (each such client once). */
+    for (i = 0; cut != NULL && i < cut->n; i++) {
+        const struct fer_slot *v = &c->slots[cut->slots[i]];
+        if (v->client == FER_NONE)
+            continue;
+        total -= v->remaining_nfe;
+        if (v->client == ki)
+            committed -= v->remaining_nfe;
+        for (j = 0; j < i && c->slots[cut->slots[j]].client != v->client; j++)
+            ;
+        if (j < i)
+            continue; /* this client was looked at already */
+        left = c->clients[v->client].committed;
+        for (k = i; k < cut->n; k++)
+            if (c->slots[cut->slots[k]].client == v->client)
+                left -= c->slots[cut->slots[k]].remaining_nfe;
+        if (left == 0)
+            weight -= c->clients[v->client].weight;
+    }
+    if (committed == 0)
+        return 0;
+    return (unsigned __int128)committed * weight >
+           (unsigned __int128)c->clients[ki].weight * total;
+}
+
+/* Whether queued slot id stays in the simulated queue: not cancelled by r, not in cut. */
+static int retained(const struct fer_core *c, const struct fer_request *r, uint32_t si,
+                    const struct fer_share_cut *cut, uint32_t id)
+{
+    uint32_t i;
+
+    if (fer_cancels(&c->slots[id], si, r->generation))
+        return 0;
+    for (i = 0; i < cut->n; i++)
+        if (cut->slots[i] == id)
+            return 0;
+    return 1;
+}
+
+uint32_t fer_share_victim(const struct fer_core *c, const struct fer_request *r, uint32_t si,
+                          const struct fer_share_cut *cut, uint32_t limit)
+{
+    uint32_t i, id;
+
+    for (i = limit < c->qlen ? limit : c->qlen; i-- > 0;) {
+        id = c->queue[i];
+        if (retained(c, r, si, cut, id) && fer_client_over(c, c->slots[id].client, cut))
+            return id;
+    }
+    return FER_NONE;
+}
+
+uint32_t fer_share_job_limit(const struct fer_core *c, const struct fer_request *r, uint32_t si,
+                             const struct fer_share_cut *cut, uint32_t xq, uint32_t m)
+{
+    uint32_t i, j = 0;
+
+    for (i = 0; i <= c->qlen; i++) {
+        if (i == xq && j++ == m)
+            return xq;
+        if (i < c->qlen && retained(c, r, si, cut, c->queue[i]) && j++ == m)
+            return i + 1;
+    }
+    return c->qlen;
+}
+
+int fer_core_clients_snapshot(struct fer_core *c, struct fer_client_state *out, uint32_t max_n)
+{
+    uint32_t k, n = 0;
+
+    FER_CHECK_ARGS(c != NULL && (out != NULL || max_n == 0));
+    pthread_mutex_lock(&c->mu);
+    for (k = 0; c->clients != NULL && k < c->cfg.max_clients && n < max_n; k++) {
+        const struct fer_client *q = &c->clients[k];
+        if (!q->in_use)
+            continue;
+        memset(&out[n], 0, sizeof(out[n]));
+        memcpy(out[n].client_id, q->id, q->len);
+        out[n].client_id_len = q->len;
+        out[n].weight = q->weight;
+        out[n].committed_nfe = q->committed;
+        out[n].admitted_nfe = q->admitted_nfe;
+        out[n].fair_share_rejections = q->fair_rejections;
+        out[n].last_active_ns = q->last_active_ns;
+        n++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return (int)n;
+}
