@@ -524,14 +524,22 @@ uint32_t fer_client_accept(struct fer_core *c, const struct fer_request *r, uint
 void fer_client_uncommit(struct fer_core *c, const struct fer_slot *s, uint64_t n);
 /* Slot s leaves its client (its remaining NFE uncommitted). */
 void fer_client_detach(struct fer_core *c, const struct fer_slot *s);
-/* Queued work planned to go (up to FER_SHARE_VICTIMS + 1 slots): who is over its share is
- * judged as if it were gone. */
+/* The state a share is judged on: the core's, with x (the request being decided: client xk, or
+ * FER_NONE for a client not tracked yet, of weight xweight, xnfe NFE) added and the queued slots
+ * planned to go (up to FER_SHARE_VICTIMS + 1: cut[0..n)) removed. */
 struct fer_share_cut {
     uint32_t n;
     uint32_t slots[FER_SHARE_VICTIMS + 1];
+    uint32_t xk;
+    uint32_t xweight;
+    uint64_t xnfe;
 };
-/* Whether client ki is over its weighted share with cut's slots removed: committed x
- * (sum of active weights) > weight x (sum of committed), exactly (128-bit). FER_NONE: no. */
+/* The weight r's client has, or gets when it is created: the first client_weights rule matching
+ * its id, else 1. */
+uint32_t fer_client_weight(const struct fer_core *c, const struct fer_request *r, uint32_t ki);
+/* Whether client ki (FER_NONE: x's untracked client) is over its weighted share in the state
+ * cut describes: committed x (sum of the active clients' weights) > weight x (all committed),
+ * exactly (128-bit); a client with nothing committed is not. */
 int fer_client_over(const struct fer_core *c, uint32_t ki, const struct fer_share_cut *cut);
 /* The queued slot at index < limit, retained (not cancelled by r of session si, not in cut),
  * latest in EDF order, whose client is over its share; FER_NONE if there is none. */

@@ -209,38 +209,57 @@ void fer_client_detach(struct fer_core *c, const struct fer_slot *s)
     c->clients[s->client].outstanding--;
 }
 
+uint32_t fer_client_weight(const struct fer_core *c, const struct fer_request *r, uint32_t ki)
+{
+    const char *id;
+    uint32_t len;
+
+    if (ki != FER_NONE)
+        return c->clients[ki].weight;
+    fer_client_key(r, &id, &len);
+    return weight_of(c, id, len);
+}
+
+/* What client k has committed in the state cut describes (x's NFE added to x's client). */
+static uint64_t committed_in(const struct fer_core *c, uint32_t k, const struct fer_share_cut *cut)
+{
+    uint64_t n = c->clients[k].committed + (k == cut->xk ? cut->xnfe : 0);
+    uint32_t i;
+
+    for (i = 0; i < cut->n; i++)
+        if (c->slots[cut->slots[i]].client == k)
+            n -= c->slots[cut->slots[i]].remaining_nfe;
+    return n;
+}
+
 int fer_client_over(const struct fer_core *c, uint32_t ki, const struct fer_share_cut *cut)
 {
-    uint64_t committed, total = c->share_total, weight = c->share_weight, left;
+    uint64_t committed, weight_of_k, total = c->share_total + cut->xnfe;
+    uint64_t weight = c->share_weight;
     uint32_t i, j, k;
 
-    if (ki == FER_NONE)
-        return 0;
-    committed = c->clients[ki].committed;
-    /* Take the cut out: from its client, from the total, and a client it empties stops
-     * counting among the active weights (each such client once). */
-    for (i = 0; cut != NULL && i < cut->n; i++) {
-        const struct fer_slot *v = &c->slots[cut->slots[i]];
-        if (v->client == FER_NONE)
-            continue;
-        total -= v->remaining_nfe;
-        if (v->client == ki)
-            committed -= v->remaining_nfe;
-        for (j = 0; j < i && c->slots[cut->slots[j]].client != v->client; j++)
+    /* x's client is active with x, whether or not it was before. */
+    if (cut->xk == FER_NONE || c->clients[cut->xk].committed == 0)
+        weight += cut->xweight;
+    /* The cut leaves the total, and a client it empties leaves the active weights (once). */
+    for (i = 0; i < cut->n; i++) {
+        k = c->slots[cut->slots[i]].client;
+        total -= c->slots[cut->slots[i]].remaining_nfe;
+        for (j = 0; j < i && c->slots[cut->slots[j]].client != k; j++)
             ;
-        if (j < i)
-            continue; /* this client was looked at already */
-        left = c->clients[v->client].committed;
-        for (k = i; k < cut->n; k++)
-            if (c->slots[cut->slots[k]].client == v->client)
-                left -= c->slots[cut->slots[k]].remaining_nfe;
-        if (left == 0)
-            weight -= c->clients[v->client].weight;
+        if (j == i && committed_in(c, k, cut) == 0)
+            weight -= c->clients[k].weight;
+    }
+    if (ki == FER_NONE) { /* x's untracked client: x is all it has */
+        committed = cut->xnfe;
+        weight_of_k = cut->xweight;
+    } else {
+        committed = committed_in(c, ki, cut);
+        weight_of_k = c->clients[ki].weight;
     }
     if (committed == 0)
         return 0;
-    return (unsigned __int128)committed * weight >
-           (unsigned __int128)c->clients[ki].weight * total;
+    return (unsigned __int128)committed * weight > (unsigned __int128)weight_of_k * total;
 }
 
 /* Whether queued slot id stays in the simulated queue: not cancelled by r, not in cut. */

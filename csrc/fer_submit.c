@@ -34,6 +34,7 @@ struct arrival {
     uint32_t evict;     /* the idle session evicted to make room for its own, or FER_NONE */
     uint32_t ki;        /* §7.1: its tracked client, or FER_NONE */
     uint32_t kevict;    /* §7.1: the idle client forgotten to make room for its own, or FER_NONE */
+    int x_over;         /* §7.1: its client is over its share, x counted (judged on arrival) */
     uint32_t why;       /* FER_REJECT_* of a REJECTED_CAPACITY decision */
     int tested;         /* it passed the admission test */
     int rang;           /* an outcome was committed to ring 0 */
@@ -159,7 +160,7 @@ static int gate_queue_full(struct fer_core *c, struct arrival *a)
                           fer_cancels(&c->slots[id], a->si, r->generation);
     if (c->qlen - a->ncancel < c->cfg.queue_capacity)
         return FER_ACCEPTED;
-    if (c->cfg.fair_share && !fer_client_over(c, a->ki, NULL)) {
+    if (c->cfg.fair_share && !a->x_over) {
         fv = fer_share_victim(c, r, a->si, &a->cut, c->qlen);
         if (fv != FER_NONE) {
             a->fair_mask |= 1u << a->cut.n;
@@ -173,11 +174,12 @@ static int gate_queue_full(struct fer_core *c, struct arrival *a)
     v = &c->slots[c->queue[i]];
     if (r->deadline_ns == 0 || (v->deadline_ns != 0 && r->deadline_ns >= v->deadline_ns))
         return FER_REJECTED_CAPACITY;
-    if (c->cfg.fair_share && v->client != a->ki && fer_client_over(c, a->ki, NULL) &&
-        !fer_client_over(c, v->client, NULL)) {
+    if (c->cfg.fair_share && v->client != a->ki && a->x_over &&
+        !fer_client_over(c, v->client, &a->cut)) {
         a->why = FER_REJECT_FAIR_SHARE;
         c->st.fair_share_rejected++;
-        c->clients[a->ki].fair_rejections++;
+        if (a->ki != FER_NONE) /* a client not tracked yet has no counter of its own */
+            c->clients[a->ki].fair_rejections++;
         return FER_REJECTED_CAPACITY;
     }
     a->cut.slots[a->cut.n++] = c->queue[i];
@@ -220,7 +222,7 @@ static int displace_to_fit(struct fer_core *c, struct arrival *a, uint32_t miss,
 {
     uint32_t k, id, from = a->cut.n;
 
-    if (fer_client_over(c, a->ki, NULL) || c->lanes_alive == 0)
+    if (a->x_over || c->lanes_alive == 0)
         return 0;
     for (k = 0; k < FER_SHARE_VICTIMS; k++) {
         id = fer_share_victim(c, a->r, a->si, &a->cut,
@@ -395,6 +397,12 @@ int fer_core_submit(struct fer_core *c, const struct fer_request *r, uint64_t no
     a.hash = fer_session_hash(r->session_id, r->session_id_len);
     a.si = fer_session_find(c, r->session_id, r->session_id_len, a.hash);
     a.ki = fer_client_find(c, r);
+    if (c->cfg.fair_share) { /* §7.1: the share is judged with x counted */
+        a.cut.xk = a.ki;
+        a.cut.xweight = fer_client_weight(c, a.r, a.ki);
+        a.cut.xnfe = r->remaining_nfe;
+        a.x_over = fer_client_over(c, a.ki, &a.cut);
+    }
     rc = submit_locked(c, &a);
     fer_unlock_and_ring(c, a.rang);
     return rc;

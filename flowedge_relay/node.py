@@ -140,7 +140,7 @@ class _BusyWindow:
 
 #: A retired core's gauges are not summed into the relay's totals (the counters are).
 _GAUGES = frozenset({"queue_depth", "sessions", "lanes_busy", "lanes_alive",
-                     "oldest_queued_arrival_ns"})
+                     "oldest_queued_arrival_ns", "clients"})
 #: How long past a core's drain bound a drain is waited for before it is given up (a stalled
 #: worker): the drain bound is the lane simulation's, at the cost in use.
 DRAIN_MARGIN_NS = 5_000_000_000
@@ -200,6 +200,7 @@ class RelayNode(LifecycleNodeMixin, Node):
         p = parameters.declare_all(self)
         for name in ("solver", "nfe_loop", "publisher_loop", "intake_loop", "age_gate",
                      "request_topics", "request_qos_history", "cost_model", "execution_providers",
+                     "client_weights",
                      *parameters.CPU_AFFINITIES):
             problem = parameters.check_value(name, p[name])
             if problem:
@@ -734,6 +735,8 @@ class RelayNode(LifecycleNodeMixin, Node):
             realtime_refused=refused,
             lifecycle_id=state_id,
             lifecycle_label=label,
+            fair_share=bool(self._p["fair_share"]),
+            clients=s.core.clients_snapshot() if self._p["fair_share"] else [],
         )
 
     def _loop_values(self, s: Serving) -> dict[str, object]:

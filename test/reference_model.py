@@ -328,14 +328,19 @@ class RefCore:
             out[it.client_id] = out.get(it.client_id, 0) + it.remaining_nfe
         return out
 
-    def over_share(self, client: bytes, cut: tuple = ()) -> bool:
-        """Over its share: committed / all committed > weight / (weights of active clients)."""
-        if not self.cfg.fair_share or client not in self.clients:
-            return False
+    def over_share(self, client: bytes, x: tuple, cut: tuple = ()) -> bool:
+        """Over its share, with x = (x's client, x's NFE) counted and the items in cut gone:
+        committed / all committed > weight / (weights of the clients with committed work)."""
         work = self.committed(cut)
+        work[x[0]] = work.get(x[0], 0) + x[1]
         mine = work.get(client, 0)
-        active = sum(self.clients[k].weight for k, n in work.items() if n > 0)
-        return mine > 0 and mine * active > self.clients[client].weight * sum(work.values())
+        active = sum(self.client_weight(k) for k, n in work.items() if n > 0)
+        return mine > 0 and mine * active > self.client_weight(client) * sum(work.values())
+
+    def client_weight(self, client: bytes) -> int:
+        """A tracked client's weight, or the weight a new one would get."""
+        known = self.clients.get(client)
+        return known.weight if known is not None else self.weight_of(client)
 
     def weight_of(self, client: bytes) -> int:
         for pattern, weight in self.cfg.client_weights:
@@ -408,21 +413,24 @@ class RefCore:
         retained = [q for q in self.queue if not cancelled_by_x(q)]
         cid = client_key(r)
         fair = bool(cfg.fair_share)
+        x = (cid, r["remaining_nfe"])
+        x_over = fair and self.over_share(cid, x)
         victims: list[Item] = []  # displaced on acceptance
         fair_victims: list[Item] = []  # of those, displaced for the fair share (§7.1)
         if len(retained) >= cfg.queue_capacity:
-            over = [q for q in retained if self.over_share(q.client_id)]
-            if fair and not self.over_share(cid) and over:
+            over = [q for q in retained if fair and self.over_share(q.client_id, x)]
+            if fair and not x_over and over:
                 victims = fair_victims = [max(over, key=Item.key)]
             else:
                 victim = max(retained, key=Item.key)
                 if not (dl and (victim.deadline_ns == 0 or dl < victim.deadline_ns)):
                     self._emit_request(r, REJECTED_CAPACITY, now)
                     return REJECTED_CAPACITY
-                if fair and victim.client_id != cid and self.over_share(cid) and \
-                        not self.over_share(victim.client_id):
+                if fair and victim.client_id != cid and x_over and \
+                        not self.over_share(victim.client_id, x):
                     self.st.fair_share_rejected += 1
-                    self.clients[cid].fair_share_rejections += 1
+                    if cid in self.clients:  # a client not tracked yet has no counter
+                        self.clients[cid].fair_share_rejections += 1
                     self._emit_request(r, REJECTED_CAPACITY, now, REJECT_FAIR_SHARE)
                     return REJECTED_CAPACITY
                 victims = [victim]
@@ -452,7 +460,7 @@ class RefCore:
         if cfg.nfe_ns and dl:
             kept = [q for q in retained if not any(q is v for v in victims)]
             miss = self._first_miss(r, now, kept, cancelled_by_x)
-            if miss is not None and fair and not self.over_share(cid) and any(self.alive):
+            if miss is not None and fair and not x_over and any(self.alive):
                 extra: list[Item] = []
                 while miss is not None and len(extra) < SHARE_VICTIMS:
                     cut = tuple(victims + extra)
@@ -460,7 +468,7 @@ class RefCore:
                     x_key = edf_key(dl, self.arrival_seq + 1)
                     ahead = [q for q in kept if not any(q is e for e in extra) and
                              (q.key() <= limit if limit is not None else q.key() < x_key) and
-                             self.over_share(q.client_id, cut)]
+                             self.over_share(q.client_id, x, cut)]
                     if not ahead:
                         break
                     extra.append(max(ahead, key=Item.key))

@@ -100,3 +100,14 @@ def test_the_relay_refuses_bad_real_time_values_at_start(override, error):
 
     with ros_context() as ctx, pytest.raises(error):
         RelayNode(context=ctx, parameter_overrides=[override]).destroy_node()
+
+
+def test_client_weights_are_parsed_and_checked():
+    """docs/design.md §7.1: "pattern=weight" rules, in order; a bad one is refused naming it."""
+    assert parameters.parse_client_weights(["arm-*=2", "a=b=3", "x=1000000"]) == (
+        ("arm-*", 2), ("a=b", 3), ("x", 1_000_000))
+    assert parameters.parse_client_weights([]) == ()
+    for bad in (["arm"], ["=2"], ["a=0"], ["a=x"], ["a=1000001"], ["p" * 65 + "=1"],
+                ["a=1"] * 33):
+        assert parameters.check_value("client_weights", bad), bad
+    assert parameters.check_value("client_weights", ["r*=2"]) is None
