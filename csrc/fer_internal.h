@@ -541,10 +541,14 @@ uint32_t fer_client_weight(const struct fer_core *c, const struct fer_request *r
  * cut describes: committed x (sum of the active clients' weights) > weight x (all committed),
  * exactly (128-bit); a client with nothing committed is not. */
 int fer_client_over(const struct fer_core *c, uint32_t ki, const struct fer_share_cut *cut);
-/* The queued slot at index < limit, retained (not cancelled by r of session si, not in cut),
- * latest in EDF order, whose client is over its share; FER_NONE if there is none. */
+/* A queued slot at index < limit, retained (not cancelled by r of session si, not in cut), whose
+ * client is over its share in the state cut describes; FER_NONE if there is none. One of the
+ * client using the most of its weight (committed / weight) first. Then, xq FER_NONE: the latest
+ * in EDF order. Else (x sits before queue entry xq): one ahead of x first (removing it moves x
+ * and everything after it forward), then the one with the most remaining NFE (the fewest
+ * victims), then the latest. */
 uint32_t fer_share_victim(const struct fer_core *c, const struct fer_request *r, uint32_t si,
-                          const struct fer_share_cut *cut, uint32_t limit);
+                          const struct fer_share_cut *cut, uint32_t limit, uint32_t xq);
 /* The queue index of simulated job m (>= x's index), given x before queue entry xq: limit for
  * fer_share_victim (x itself: xq; a queued job: its index + 1). */
 uint32_t fer_share_job_limit(const struct fer_core *c, const struct fer_request *r, uint32_t si,

@@ -276,17 +276,44 @@ static int retained(const struct fer_core *c, const struct fer_request *r, uint3
     return 1;
 }
 
-uint32_t fer_share_victim(const struct fer_core *c, const struct fer_request *r, uint32_t si,
-                          const struct fer_share_cut *cut, uint32_t limit)
+/* Whether client a uses more of its weight than client b in the state cut describes:
+ * committed_a / weight_a > committed_b / weight_b, exactly. */
+static int uses_more(const struct fer_core *c, uint32_t a, uint32_t b,
+                     const struct fer_share_cut *cut)
 {
-    uint32_t i, id;
+    return (unsigned __int128)committed_in(c, a, cut) * c->clients[b].weight >
+           (unsigned __int128)committed_in(c, b, cut) * c->clients[a].weight;
+}
+
+uint32_t fer_share_victim(const struct fer_core *c, const struct fer_request *r, uint32_t si,
+                          const struct fer_share_cut *cut, uint32_t limit, uint32_t xq)
+{
+    uint32_t i, id, k, bk = FER_NONE, best = FER_NONE, best_ahead = 0, ahead;
+    int better;
 
     for (i = limit < c->qlen ? limit : c->qlen; i-- > 0;) {
         id = c->queue[i];
-        if (retained(c, r, si, cut, id) && fer_client_over(c, c->slots[id].client, cut))
-            return id;
+        k = c->slots[id].client;
+        if (!retained(c, r, si, cut, id) || !fer_client_over(c, k, cut))
+            continue;
+        /* the client furthest over its share first; then, for the admission test, work ahead
+         * of x, then the most NFE; then the latest (found first: ties keep it) */
+        ahead = xq != FER_NONE && i < xq;
+        if (best == FER_NONE || (k != bk && uses_more(c, k, bk, cut)))
+            better = 1;
+        else if (k != bk && uses_more(c, bk, k, cut))
+            better = 0;
+        else if (xq == FER_NONE || ahead != best_ahead)
+            better = ahead > best_ahead;
+        else
+            better = c->slots[id].remaining_nfe > c->slots[best].remaining_nfe;
+        if (better) {
+            best = id;
+            bk = k;
+            best_ahead = ahead;
+        }
     }
-    return FER_NONE;
+    return best;
 }
 
 uint32_t fer_share_job_limit(const struct fer_core *c, const struct fer_request *r, uint32_t si,

@@ -34,7 +34,7 @@ struct arrival {
     uint32_t evict;     /* the idle session evicted to make room for its own, or FER_NONE */
     uint32_t ki;        /* §7.1: its tracked client, or FER_NONE */
     uint32_t kevict;    /* §7.1: the idle client forgotten to make room for its own, or FER_NONE */
-    int x_over;         /* §7.1: its client is over its share, x counted (judged on arrival) */
+    int x_over;         /* §7.1: its client is over its share before x (judged on arrival) */
     uint32_t why;       /* FER_REJECT_* of a REJECTED_CAPACITY decision */
     int tested;         /* it passed the admission test */
     int rang;           /* an outcome was committed to ring 0 */
@@ -161,7 +161,7 @@ static int gate_queue_full(struct fer_core *c, struct arrival *a)
     if (c->qlen - a->ncancel < c->cfg.queue_capacity)
         return FER_ACCEPTED;
     if (c->cfg.fair_share && !a->x_over) {
-        fv = fer_share_victim(c, r, a->si, &a->cut, c->qlen);
+        fv = fer_share_victim(c, r, a->si, &a->cut, c->qlen, FER_NONE);
         if (fv != FER_NONE) {
             a->fair_mask |= 1u << a->cut.n;
             a->cut.slots[a->cut.n++] = fv;
@@ -215,9 +215,9 @@ static int gate_client_room(struct fer_core *c, struct arrival *a)
 }
 
 /* 7b. fair_share on (§7.1): x failed the test and its client is within its share. Displace
- * over-share queued work ahead of the first miss, the latest in EDF order first (work after
- * the missing job cannot delay it), re-testing after each, up to FER_SHARE_VICTIMS. Only the
- * plan in a->cut grows: nothing changes unless x then passes. */
+ * over-share queued work ahead of the first miss (work after the missing job cannot delay it):
+ * ahead of x first, the largest first (fer_share_victim), re-testing after each, up to
+ * FER_SHARE_VICTIMS. Only the plan in a->cut grows: nothing changes unless x then passes. */
 static int displace_to_fit(struct fer_core *c, struct arrival *a, uint32_t miss, uint32_t xq)
 {
     uint32_t k, id, from = a->cut.n;
@@ -226,7 +226,7 @@ static int displace_to_fit(struct fer_core *c, struct arrival *a, uint32_t miss,
         return 0;
     for (k = 0; k < FER_SHARE_VICTIMS; k++) {
         id = fer_share_victim(c, a->r, a->si, &a->cut,
-                              fer_share_job_limit(c, a->r, a->si, &a->cut, xq, miss));
+                              fer_share_job_limit(c, a->r, a->si, &a->cut, xq, miss), xq);
         if (id == FER_NONE)
             break;
         a->fair_mask |= 1u << a->cut.n;
@@ -397,11 +397,14 @@ int fer_core_submit(struct fer_core *c, const struct fer_request *r, uint64_t no
     a.hash = fer_session_hash(r->session_id, r->session_id_len);
     a.si = fer_session_find(c, r->session_id, r->session_id_len, a.hash);
     a.ki = fer_client_find(c, r);
-    if (c->cfg.fair_share) { /* §7.1: the share is judged with x counted */
+    if (c->cfg.fair_share) {
+        /* §7.1: x's own client is judged on what it had before x (a client may go over its
+         * share by the request that takes it there: the share is not a per-request quantum);
+         * everyone else's share with x counted, x's client active with x's NFE. */
         a.cut.xk = a.ki;
         a.cut.xweight = fer_client_weight(c, a.r, a.ki);
-        a.cut.xnfe = r->remaining_nfe;
         a.x_over = fer_client_over(c, a.ki, &a.cut);
+        a.cut.xnfe = r->remaining_nfe;
     }
     rc = submit_locked(c, &a);
     fer_unlock_and_ring(c, a.rang);

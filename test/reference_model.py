@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from fractions import Fraction
 
 U64 = 2**64 - 1
 
@@ -337,6 +338,12 @@ class RefCore:
         active = sum(self.client_weight(k) for k, n in work.items() if n > 0)
         return mine > 0 and mine * active > self.client_weight(client) * sum(work.values())
 
+    def usage(self, item: Item, x: tuple, cut: tuple = ()) -> Fraction:
+        """How much of its weight item's client uses: committed / weight (x counted, cut gone)."""
+        work = self.committed(cut)
+        work[x[0]] = work.get(x[0], 0) + x[1]
+        return Fraction(work.get(item.client_id, 0), self.client_weight(item.client_id))
+
     def client_weight(self, client: bytes) -> int:
         """A tracked client's weight, or the weight a new one would get."""
         known = self.clients.get(client)
@@ -414,13 +421,14 @@ class RefCore:
         cid = client_key(r)
         fair = bool(cfg.fair_share)
         x = (cid, r["remaining_nfe"])
-        x_over = fair and self.over_share(cid, x)
+        x_over = fair and self.over_share(cid, (cid, 0))  # its own client: before x
         victims: list[Item] = []  # displaced on acceptance
         fair_victims: list[Item] = []  # of those, displaced for the fair share (§7.1)
         if len(retained) >= cfg.queue_capacity:
             over = [q for q in retained if fair and self.over_share(q.client_id, x)]
             if fair and not x_over and over:
-                victims = fair_victims = [max(over, key=Item.key)]
+                # the client using the most of its weight, then the latest deadline
+                victims = fair_victims = [max(over, key=lambda q: (self.usage(q, x), q.key()))]
             else:
                 victim = max(retained, key=Item.key)
                 if not (dl and (victim.deadline_ns == 0 or dl < victim.deadline_ns)):
@@ -471,7 +479,11 @@ class RefCore:
                              self.over_share(q.client_id, x, cut)]
                     if not ahead:
                         break
-                    extra.append(max(ahead, key=Item.key))
+                    # the client using the most of its weight, then ahead of x, then the
+                    # most NFE, then the latest deadline
+                    extra.append(max(ahead, key=lambda q: (self.usage(q, x, cut),
+                                                           q.key() < x_key, q.remaining_nfe,
+                                                           q.key())))
                     miss = self._first_miss(
                         r, now, [q for q in kept if not any(q is e for e in extra)],
                         cancelled_by_x)
