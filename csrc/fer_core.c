@@ -81,8 +81,10 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
     c->lane_scratch = calloc(c->nlanes, sizeof(*c->lane_scratch));
     c->cfg.max_clients = cfg->max_clients ? cfg->max_clients : 64;
     if (cfg->fair_share) { /* §7.1: the client table exists only with the fair share on */
+        c->client_hash_mask = fer_round_pow2(2ull * c->cfg.max_clients) - 1;
         c->clients = calloc(c->cfg.max_clients, sizeof(*c->clients));
-        if (c->clients == NULL) {
+        c->client_hash = calloc(c->client_hash_mask + 1, sizeof(*c->client_hash));
+        if (c->clients == NULL || c->client_hash == NULL) {
             fer_core_destroy(c);
             return FER_ENOMEM;
         }
@@ -183,6 +185,7 @@ void fer_core_destroy(struct fer_core *c)
     free(c->lane_start);
     free(c->lane_scratch);
     free(c->clients);
+    free(c->client_hash);
     free(c);
 }
 

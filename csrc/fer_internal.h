@@ -360,6 +360,8 @@ struct fer_core {
 
     /* §7.1 fair share (fer_share.c): max_clients entries, allocated only with fair_share on */
     struct fer_client *clients;
+    uint32_t *client_hash;      /* index of clients, as session_hash (fer_index_insert) */
+    uint64_t client_hash_mask;
     uint32_t nclients;
     uint32_t nrules;
     uint64_t client_touch;
@@ -461,6 +463,13 @@ static inline int fer_worker_stepping(const struct fer_core *c, uint32_t w)
 
 /* fer_session.c */
 uint64_t fer_session_hash(const char *id, uint32_t len);
+/* An open-addressing index (linear probing) of entries 0..n-1 stored as e + 1 (0 = empty), at
+ * least twice as many buckets as entries: insert entry e of hash h; remove it (backward shift,
+ * hash_of(c, e) giving each entry's hash). Sessions and clients (§7.1) are indexed so. */
+void fer_index_insert(uint32_t *tab, uint64_t mask, uint64_t h, uint32_t e);
+void fer_index_remove(uint32_t *tab, uint64_t mask, uint64_t h, uint32_t e,
+                      uint64_t (*hash_of)(const struct fer_core *, uint32_t),
+                      const struct fer_core *c);
 /* Index of the tracked session (id, len) with hash h, or FER_NONE. */
 uint32_t fer_session_find(struct fer_core *c, const char *id, uint32_t len, uint64_t h);
 /* Least recently accepted session with no queued or running work, or FER_NONE. */

@@ -12,7 +12,8 @@
  * that are, up to FER_SHARE_VICTIMS requests per decision.
  *
  * Everything runs with core->mu held, in O(max_clients + queue) per call, without allocating.
- * The table is scanned linearly (hash compared first): max_clients is small (default 64).
+ * A client is found through a hash index like the session table's; only making room for a new
+ * client scans the table (for the least recently active idle one), as sessions do.
  */
 #include <string.h>
 
@@ -109,19 +110,26 @@ int fer_core_add_client_weight(struct fer_core *c, const char *pattern, uint32_t
 uint32_t fer_client_find(const struct fer_core *c, const struct fer_request *r)
 {
     const char *id;
-    uint32_t len, k;
-    uint64_t h;
+    uint32_t len, e;
+    uint64_t h, i;
 
     if (c->clients == NULL)
         return FER_NONE;
     fer_client_key(r, &id, &len);
     h = fer_session_hash(id, len);
-    for (k = 0; k < c->cfg.max_clients; k++) {
-        const struct fer_client *q = &c->clients[k];
-        if (q->in_use && q->hash == h && q->len == len && memcmp(q->id, id, len) == 0)
-            return k;
+    /* The index is at least twice max_clients, so an empty bucket always ends the probe. */
+    for (i = h & c->client_hash_mask; (e = c->client_hash[i]) != 0;
+         i = (i + 1) & c->client_hash_mask) {
+        const struct fer_client *q = &c->clients[e - 1];
+        if (q->hash == h && q->len == len && memcmp(q->id, id, len) == 0)
+            return e - 1;
     }
     return FER_NONE;
+}
+
+static uint64_t client_hash_of(const struct fer_core *c, uint32_t k)
+{
+    return c->clients[k].hash;
 }
 
 int fer_client_room(const struct fer_core *c, uint32_t *evict)
@@ -158,6 +166,8 @@ uint32_t fer_client_accept(struct fer_core *c, const struct fer_request *r, uint
     if (c->clients == NULL)
         return FER_NONE;
     if (evict != FER_NONE) {
+        fer_index_remove(c->client_hash, c->client_hash_mask, c->clients[evict].hash, evict,
+                         client_hash_of, c);
         c->clients[evict].in_use = 0;
         c->nclients--;
         c->st.clients_evicted++;
@@ -173,6 +183,7 @@ uint32_t fer_client_accept(struct fer_core *c, const struct fer_request *r, uint
         q->weight = weight_of(c, q->id, q->len);
         q->in_use = 1;
         c->nclients++;
+        fer_index_insert(c->client_hash, c->client_hash_mask, q->hash, ki);
     }
     q = &c->clients[ki];
     if (q->committed == 0)
