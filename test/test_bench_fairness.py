@@ -37,6 +37,7 @@ def test_batch_slots_and_prefix_requests_keep_the_share():
     report = _run(["--quick", "--batch-slots", "2", "--rtc"])
     assert report["batch_slots"] == 2 and report["rtc"]
     assert report["targets_met"]["on"] == {k: True for k in fairness.TARGETS}
+    assert all(c["mean_frozen_rows"] >= 1 for c in report["scenarios"]["on"]["clients"].values())
 
 
 def test_registered_and_in_bench_all():

@@ -13,8 +13,8 @@ after arrival (`--slack LO HI` to change; with 25-50 the light clients' own burs
 share within the horizon more often): A offers 5x capacity, B, C and D 0.2x each. Scenarios:
 fair_share off; on at equal weights; on with A weighted 2 (client_weights "A=2"); and B, C,
 D each alone (their baseline). `--rtc` gives every request a real-time chunking prefix whose
-window ends at its deadline (rtc_max_delay rows of one period each), `--batch-slots` runs B
-batch slots per worker (a step advances every row the worker holds).
+window (rtc_max_delay = 8 rows) closes at 3/4 of its slack, the deadline that then counts;
+`--batch-slots` runs B batch slots per worker (a step advances every row the worker holds).
 
 Per client and scenario: admitted NFE/s (NFE of the requests accepted and not displaced, per
 second of the arrival window), on time among admitted (INFERENCE by its deadline / admitted),
@@ -72,6 +72,7 @@ class Tally:
     capacity: int = 0
     deadline: int = 0
     displaced: int = 0
+    frozen_rows: int = 0  # summed over INFERENCE answers (real-time chunking, §5.4)
 
 
 @dataclass
@@ -111,12 +112,13 @@ def _submit(sim: Sim, seq: int, t: int, name: str, nfe: int, slack: int, rtc: bo
     tally = sim.tally[name]
     tally.offered += 1
     tally.offered_nfe += nfe
-    deadline = t + slack
+    deadline = due = t + slack
     fields = {}
-    if rtc:  # the window closes at the deadline: rows of one period from the arrival on
+    if rtc:  # 8 prefix rows from the arrival on; the window closes at 3/4 of the slack
         rows = 8
         fields = {"prefix_rows": rows, "prefix_start_ns": t, "prefix_start_ros_ns": t,
-                  "action_period_ns": slack // rows}
+                  "action_period_ns": slack * 3 // (4 * rows)}
+        due = t + rows * (slack * 3 // (4 * rows))  # the earlier deadline, which counts
     sid = f"{name}/{seq}".encode()
     req = Request(session_id=sid, sequence=seq, generation=0, retry_count=0, retry_reason=0,
                   origin_ns=t, deadline_ns=deadline, deadline_ros_ns=deadline,
@@ -125,7 +127,7 @@ def _submit(sim: Sim, seq: int, t: int, name: str, nfe: int, slack: int, rtc: bo
     d = sim.core.submit(req, t)
     if d == Decision.ACCEPTED:
         tally.accepted += 1
-        sim.deadlines[(sid, seq)] = (deadline, nfe)
+        sim.deadlines[(sid, seq)] = (due, nfe)
 
 
 def _collect(sim: Sim) -> None:
@@ -146,6 +148,7 @@ def _collect(sim: Sim) -> None:
         deadline, nfe = sim.deadlines.pop(key)
         tally.served += 1
         tally.served_nfe += nfe
+        tally.frozen_rows += o.frozen_rows
         if o.code == Code.INFERENCE and o.finish_ns <= deadline:
             tally.on_time += 1
             tally.on_time_nfe += nfe
@@ -209,6 +212,7 @@ def simulate(clients, *, seconds: float, workers: int, slots: int, nfe_ns: int, 
             "admitted": k.served, "offered": k.offered, "late": k.late,
             "fair_share_rejections": k.fair_share, "capacity_rejections": k.capacity,
             "deadline_rejections": k.deadline, "displaced": k.displaced,
+            "mean_frozen_rows": k.frozen_rows / k.on_time if k.on_time else 0.0,
         }  # fmt: skip
     return {"clients": out, "capacity_nfe_per_s": capacity,
             "goodput_nfe_per_s": sum(c["goodput_nfe_per_s"] for c in out.values())}
