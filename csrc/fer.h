@@ -47,6 +47,10 @@
 #define FER_NUM_CODES 5
 #define FER_RETRY_COUNT_BUCKETS 8
 #define FER_RETRY_REASONS 6
+#define FER_MAX_CLIENTS 4096 /* max_clients (docs/design.md §7.1) */
+#define FER_WEIGHT_RULES 32  /* client_weights patterns */
+#define FER_WEIGHT_MAX 1000000
+#define FER_SHARE_VICTIMS 8  /* over-share queued requests one decision may displace */
 
 /* ---- status codes: >= 0 success (some calls return a value), < 0 error ----------------------- */
 #define FER_OK 0
@@ -63,6 +67,11 @@
 #define FER_REJECTED_DEADLINE 2
 #define FER_REJECTED_CAPACITY 3
 #define FER_EXPIRED 4
+
+/* ---- reject_reason of a REJECTED_CAPACITY outcome (ActionMessage.REJECT_*) -------------------- */
+#define FER_REJECT_NONE 0
+#define FER_REJECT_CAPACITY 1
+#define FER_REJECT_FAIR_SHARE 2
 
 /* ---- decisions returned by fer_core_submit: an outcome code, or one of these ---------------- */
 #define FER_ACCEPTED 0
@@ -136,6 +145,8 @@ struct fer_config {
                                           * 0 = real-time chunking off (no prefix accepted) */
     uint64_t cede_ns;                    /* §5.3: a worker pauses this long after each */
     uint64_t cede_every_ns;              /* cede_every_ns of compute; 0 = never (both <= 1 s) */
+    uint32_t fair_share;                 /* §7.1: 1 = weighted fair share per client */
+    uint32_t max_clients;                /* §7.1: tracked clients (fair_share only; 0 = 64) */
 };
 
 /* A validated request, times already on the monotonic clock. Copied into the core by submit.
@@ -166,6 +177,9 @@ struct fer_request {
     uint32_t prefix_rows;                /* 0 = a plain request */
     uint32_t _pad;
     const float *observation;            /* obs_dim floats; copied, not retained */
+    char client_id[FER_SESSION_ID_MAX];  /* §7.1: whose request; client_id_len 0 = session_id */
+    uint32_t client_id_len;              /* 0..FER_SESSION_ID_MAX */
+    uint32_t _pad2;
 };
 
 /* What a worker gets from dispatch. observation points at the caller's obs_dim-float buffer.
@@ -212,6 +226,9 @@ struct fer_outcome {
     uint64_t finish_ns;                  /* when the outcome was decided */
     uint64_t chunk_start_ros_ns;         /* §5.4: the request's prefix start, echoed; 0 = none */
     uint32_t frozen_rows;                /* §5.4: fixed at dispatch; 0 unless code == INFERENCE */
+    uint32_t reject_reason;              /* FER_REJECT_*: why a REJECTED_CAPACITY; else NONE */
+    char client_id[FER_SESSION_ID_MAX];  /* §7.1: the client charged (session_id if none sent) */
+    uint32_t client_id_len;
     uint32_t _pad;
 };
 
@@ -239,6 +256,23 @@ struct fer_stats {
     uint64_t oldest_queued_arrival_ns;   /* gauge, 0 if empty */
     uint64_t busy_ns;                    /* sum of measured NFE and prefix time, all lanes */
     uint64_t rejected_inactive;          /* REJECTED_CAPACITY while not accepting (lifecycle) */
+    uint64_t fair_share_rejected;        /* §7.1: arrivals refused as over their client's share */
+    uint64_t fair_share_displaced;       /* §7.1: queued work displaced for an under-share one */
+    uint64_t clients_evicted;            /* §7.1: idle clients forgotten to make room */
+    uint64_t clients;                    /* gauge: tracked clients */
+};
+
+/* §7.1: one tracked client, for snapshots. committed_nfe: remaining NFE of its queued and running
+ * work; admitted_nfe: NFE of every request of it accepted (counter); fair_share_rejections: its
+ * arrivals refused and its queued work displaced under the fair-share rule (counter). */
+struct fer_client_state {
+    char client_id[FER_SESSION_ID_MAX];
+    uint32_t client_id_len;
+    uint32_t weight;
+    uint64_t committed_nfe;
+    uint64_t admitted_nfe;
+    uint64_t fair_share_rejections;
+    uint64_t last_active_ns;
 };
 
 /* The cost model (docs/design.md §5.2) at one instant: what NFEs measured lately cost, and what
@@ -438,6 +472,14 @@ int fer_core_cost_stats(struct fer_core *core, uint64_t now, struct fer_cost_sta
 /* Snapshots return the number of items written (at most max_n). */
 int fer_core_queue_snapshot(struct fer_core *core, struct fer_queued_item *out, uint32_t max_n);
 int fer_core_lanes_snapshot(struct fer_core *core, struct fer_lane_state *out, uint32_t max_n);
+/* §7.1 fair share. add_client_weight: clients created from now on whose id matches the glob
+ * pattern (fnmatch's *, ? and [...], [!...]; the first matching rule wins; none: weight 1) get
+ * weight 1..FER_WEIGHT_MAX. FER_OK, FER_EFULL after FER_WEIGHT_RULES rules, FER_EINVAL for a
+ * pattern over FER_SESSION_ID_MAX bytes or a weight out of range. clients_snapshot: the tracked
+ * clients (fair_share on), at most max_n, in table order. */
+int fer_core_add_client_weight(struct fer_core *core, const char *pattern, uint32_t len,
+                               uint32_t weight);
+int fer_core_clients_snapshot(struct fer_core *core, struct fer_client_state *out, uint32_t max_n);
 /* 1 and *generation set if the session is tracked, 0 if not. */
 int fer_core_session_generation(struct fer_core *core, const char *session_id, uint32_t len,
                                 uint64_t *generation);

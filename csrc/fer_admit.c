@@ -86,10 +86,11 @@ static void skip_mark(struct fer_core *c, uint32_t id, uint32_t *skip_pos, uint3
 }
 
 /* c->jobs = the queue as it would be if x were accepted: minus the work x cancels (queued older
- * generations of session si) and the victim, plus x at its EDF position xq. Returns the number
+ * generations of session si) and the victims, plus x at its EDF position xq. Returns the number
  * of jobs; *xpos is x's index among them. Leaves c->skip all-zero. */
 static uint32_t queue_jobs(struct fer_core *c, const struct fer_request *r, uint32_t si,
-                           uint32_t victim, uint32_t xq, uint32_t *xpos)
+                           const uint32_t *victims, uint32_t nvictims, uint32_t xq,
+                           uint32_t *xpos)
 {
     uint32_t skip_pos[FER_SKIP_FAST];
     uint32_t nj = 0, nskip = 0, i, k, id, from;
@@ -105,8 +106,8 @@ static uint32_t queue_jobs(struct fer_core *c, const struct fer_request *r, uint
             if (c->slots[id].state == FER_SLOT_QUEUED &&
                 fer_cancels(&c->slots[id], si, r->generation))
                 skip_mark(c, id, skip_pos, &nskip);
-    if (victim != FER_NONE)
-        skip_mark(c, victim, skip_pos, &nskip);
+    for (i = 0; i < nvictims; i++)
+        skip_mark(c, victims[i], skip_pos, &nskip);
     if (nskip <= FER_SKIP_FAST) {
         /* Sort the few skipped positions, then copy the segments between them. */
         for (i = 1; i < nskip; i++)
@@ -132,8 +133,8 @@ static uint32_t queue_jobs(struct fer_core *c, const struct fer_request *r, uint
     if (si != FER_NONE)
         for (id = c->sessions[si].head; id != FER_NONE; id = c->slots[id].snext)
             c->skip[id] = 0;
-    if (victim != FER_NONE)
-        c->skip[victim] = 0;
+    for (i = 0; i < nvictims; i++)
+        c->skip[victims[i]] = 0;
     return nj;
 }
 
@@ -143,6 +144,7 @@ struct admission_state {
     uint32_t nlanes;
     uint32_t njobs;
     uint32_t xpos;
+    uint32_t xq;      /* x's position in the queue: before queue entry xq */
 };
 
 /* §5: the state that would exist if x (request r of session si, displacing victim or FER_NONE)
@@ -186,19 +188,21 @@ static uint32_t lane_starts(struct fer_core *c, const struct fer_request *r, uin
 }
 
 static void build_admission_state(struct fer_core *c, const struct fer_request *r, uint32_t si,
-                                  uint32_t victim, uint64_t now, uint64_t nfe, uint64_t prefix,
-                                  struct admission_state *st)
+                                  const uint32_t *victims, uint32_t nvictims, uint64_t now,
+                                  uint64_t nfe, uint64_t prefix, struct admission_state *st)
 {
     st->nlanes = lane_starts(c, r, si, now, nfe, prefix);
     /* x arrives last: it goes after every entry it does not precede. */
-    st->njobs = queue_jobs(c, r, si, victim,
-                           fer_queue_position(c, r->deadline_ns, c->arrival_seq + 1), &st->xpos);
+    st->xq = fer_queue_position(c, r->deadline_ns, c->arrival_seq + 1);
+    st->njobs = queue_jobs(c, r, si, victims, nvictims, st->xq, &st->xpos);
 }
 
 int fer_admission_test(struct fer_core *c, const struct fer_request *r, uint32_t si,
-                       uint32_t victim, uint64_t now)
+                       const uint32_t *victims, uint32_t nvictims, uint64_t now, uint32_t *miss,
+                       uint32_t *xq)
 {
     struct admission_state st;
+    uint32_t first;
     /* cost-model hook (§5.2): static = nfe_ns / prefix_ns, adaptive = max(configured, observed
      * tail), each O(1). One value of each for the lane starts and the simulation alike. */
     uint64_t nfe = fer_nfe_in_use(c, now);
@@ -206,14 +210,17 @@ int fer_admission_test(struct fer_core *c, const struct fer_request *r, uint32_t
 
     if (c->lanes_alive == 0)
         return 0;
-    build_admission_state(c, r, si, victim, now, nfe, prefix, &st);
+    build_admission_state(c, r, si, victims, nvictims, now, nfe, prefix, &st);
     /* Jobs ahead of x are not re-judged: x's acceptance only removes work (cancelled, displaced)
      * or shortens it (cancelled lanes), and EDF list placement is monotone in that, so they
      * finish no later than they already would. */
-    return fer_admit_first_miss(c->lane_start, st.nlanes, c->jobs, st.njobs, st.xpos,
-                                nfe, prefix,
-                                fer_finish_reserve(c),
-                                c->lane_scratch) == st.njobs;
+    first = fer_admit_first_miss(c->lane_start, st.nlanes, c->jobs, st.njobs, st.xpos, nfe,
+                                 prefix, fer_finish_reserve(c), c->lane_scratch);
+    if (miss != NULL)
+        *miss = first;
+    if (xq != NULL)
+        *xq = st.xq;
+    return first == st.njobs;
 }
 
 int fer_core_reserve_lanes_until(struct fer_core *c, uint64_t until_ns)

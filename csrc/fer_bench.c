@@ -49,7 +49,7 @@ static void set_id(struct fer_request *r, const char *prefix, uint32_t n)
  *   accepted admission decision at queue depth `depth` + 1 with a full lane simulation behind x.
  */
 int fer_bench_admission(uint32_t depth, uint32_t workers, uint32_t samples, uint64_t seed,
-                        uint64_t *lat_ns)
+                        uint32_t fair_share, uint64_t *lat_ns)
 {
     struct fer_config cfg;
     struct fer_core *c;
@@ -73,6 +73,8 @@ int fer_bench_admission(uint32_t depth, uint32_t workers, uint32_t samples, uint
     cfg.nfe_ns = 1000;
     cfg.reject_if_retry_count_gte = 1;
     cfg.age_gate = FER_AGE_GATE_RETRIES;
+    cfg.fair_share = fair_share; /* §7.1: every session its own client, all tracked */
+    cfg.max_clients = depth + workers + 2 < FER_MAX_CLIENTS ? depth + workers + 2 : FER_MAX_CLIENTS;
     rc = fer_core_create(&cfg, &c);
     if (rc != FER_OK)
         return rc;

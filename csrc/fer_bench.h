@@ -9,12 +9,14 @@
 
 /* ---- benchmark and stress drivers (csrc/fer_bench.c) -----------------------------------------
  * bench_admission: builds its own core (queue of `depth` feasible requests, `workers` busy lanes,
- *   admission on) and times `samples` admissible submits with CLOCK_MONOTONIC into lat_ns[].
- *   Returns FER_OK or an error code.
+ *   admission on) and times `samples` admissible submits with CLOCK_MONOTONIC into lat_ns[];
+ *   fair_share 1 runs the same with the fair share on (every session its own client, all
+ *   tracked: the client table's worst case). Returns FER_OK or an error code.
  * bench_ring_produce: pushes n records (sequence first..first+n-1, actions[k] = sequence + k),
  *   spinning while full; returns the number of times it found the ring full.
  * bench_ring_consume: pops n records, checks order and payload; returns the number of errors. */
 int fer_bench_admission(uint32_t depth, uint32_t workers, uint32_t samples, uint64_t seed,
+                        uint32_t fair_share,
                         uint64_t *lat_ns);
 uint64_t fer_bench_ring_produce(struct fer_ring *ring, uint64_t first, uint64_t n);
 uint64_t fer_bench_ring_consume(struct fer_ring *ring, uint64_t first, uint64_t n);

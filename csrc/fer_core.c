@@ -36,7 +36,8 @@ static int config_valid(const struct fer_config *cfg)
            cfg->two_phase <= 1 && cfg->payload_bytes <= FER_MAX_PAYLOAD &&
            cfg->batch_slots <= FER_MAX_BATCH && cfg->cede_ns <= FER_CEDE_MAX_NS &&
            cfg->cede_every_ns <= FER_CEDE_MAX_NS && (cfg->cede_ns == 0 || cfg->cede_every_ns > 0) &&
-           cfg->rtc_max_delay <= FER_RTC_MAX_ROWS &&
+           cfg->rtc_max_delay <= FER_RTC_MAX_ROWS && cfg->fair_share <= 1 &&
+           cfg->max_clients <= FER_MAX_CLIENTS &&
            fer_cost_config_valid(cfg); /* cost-model hook (fer_cost.c) */
 }
 
@@ -78,6 +79,16 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
     c->jobs = calloc((size_t)cfg->queue_capacity + 1, sizeof(*c->jobs));
     c->lane_start = calloc(c->nlanes, sizeof(*c->lane_start));
     c->lane_scratch = calloc(c->nlanes, sizeof(*c->lane_scratch));
+    c->cfg.max_clients = cfg->max_clients ? cfg->max_clients : 64;
+    if (cfg->fair_share) { /* §7.1: the client table exists only with the fair share on */
+        c->client_hash_mask = fer_round_pow2(2ull * c->cfg.max_clients) - 1;
+        c->clients = calloc(c->cfg.max_clients, sizeof(*c->clients));
+        c->client_hash = calloc(c->client_hash_mask + 1, sizeof(*c->client_hash));
+        if (c->clients == NULL || c->client_hash == NULL) {
+            fer_core_destroy(c);
+            return FER_ENOMEM;
+        }
+    }
     if (cfg->payload_bytes != 0) {
         /* Payloads are written by the request thread and read by a worker: a cache line of
          * their own per slot, so neighbours never false-share. Zeroed once, here. */
@@ -173,6 +184,8 @@ void fer_core_destroy(struct fer_core *c)
     free(c->jobs);
     free(c->lane_start);
     free(c->lane_scratch);
+    free(c->clients);
+    free(c->client_hash);
     free(c);
 }
 

@@ -24,6 +24,8 @@ struct fer_intake {
     float *obs;
     uint32_t sid_len;                    /* the validated request's session id, as rclpy sees it */
     char sid[FER_SESSION_ID_MAX];
+    uint32_t cid_len;                    /* §7.1: the validated client id, as rclpy sees it */
+    char cid[FER_SESSION_ID_MAX];
 };
 
 static const char *const REASON_NAMES[FER_REASONS] = {
@@ -33,7 +35,7 @@ static const char *const REASON_NAMES[FER_REASONS] = {
     "input_missing", "input_unexpected", "input_duplicate", "input_dtype", "input_shape",
     "input_bytes", "input_not_finite", "input_bool_value", "request_too_large",
     "request_malformed", "prefix_unsupported", "prefix_shape", "action_period_invalid",
-    "prefix_not_finite",
+    "prefix_not_finite", "client_id_too_long",
 };
 
 const char *fer_intake_reason_name(uint32_t r)
@@ -357,6 +359,10 @@ static uint32_t validate(struct fer_intake *in, const struct fer_request_view *v
     in->sid_len = utf8_as_rclpy(v->session_id, v->session_id_len, in->sid, FER_SESSION_ID_MAX);
     if (in->sid_len > FER_SESSION_ID_MAX)
         return FER_REASON_SESSION_ID_TOO_LONG;
+    in->cid_len = v->client_id_len == 0 ? 0
+                  : utf8_as_rclpy(v->client_id, v->client_id_len, in->cid, FER_SESSION_ID_MAX);
+    if (in->cid_len > FER_SESSION_ID_MAX)
+        return FER_REASON_CLIENT_ID_TOO_LONG;
     if (v->model_digest_len != cfg->digest_len ||
         memcmp(v->model_digest, cfg->digest, cfg->digest_len) != 0)
         return FER_REASON_DIGEST_MISMATCH;
@@ -460,6 +466,8 @@ int fer_intake_decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
     memset(&r, 0, sizeof(r));
     memcpy(r.session_id, in->sid, in->sid_len);
     r.session_id_len = in->sid_len;
+    memcpy(r.client_id, in->cid, in->cid_len);
+    r.client_id_len = in->cid_len;
     r.retry_count = v.retry_count;
     r.retry_reason = v.retry_reason;
     r.remaining_nfe = v.remaining_nfe;

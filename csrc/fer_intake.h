@@ -66,7 +66,8 @@
 #define FER_REASON_PREFIX_SHAPE 24       /* not whole rows of action_dim, or above the horizon */
 #define FER_REASON_ACTION_PERIOD 25      /* a prefix without a positive, valid action_period */
 #define FER_REASON_PREFIX_NOT_FINITE 26
-#define FER_REASONS 27
+#define FER_REASON_CLIENT_ID_TOO_LONG 27 /* §7.1: client_id over FER_SESSION_ID_MAX bytes */
+#define FER_REASONS 28
 
 /* Tensor.dtype codes (msg/Tensor.msg) */
 #define FER_DTYPE_FLOAT32 0
@@ -214,6 +215,8 @@ struct fer_request_view {
     uint32_t prefix_start_nanosec;
     int32_t action_period_sec;           /* builtin_interfaces/Duration */
     uint32_t action_period_nanosec;
+    const uint8_t *client_id;            /* §7.1: whose request; empty = the session's */
+    uint32_t client_id_len;
 };
 
 /* Parse len bytes (with the 4-byte encapsulation header, CDR little endian) into *v. 0 when the

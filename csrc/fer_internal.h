@@ -8,6 +8,7 @@
  *   fer_queue.c    the bounded EDF queue (sorted array of slot ids)
  *   fer_submit.c   the docs/design.md §4 decision order on arrival, one small step per rule
  *   fer_admit.c    the §5 admission test: building its state from the core, and the predicate
+ *   fer_share.c    the §7.1 fair share: the client table, weights, who is over its share
  *   fer_lane.c     the worker lanes: wait, dispatch, step, finish, disable
  *   fer_output.c   outcomes: into the deciding thread's ring, and out to the publisher
  *   fer_stats.c    counters, snapshots and the session-generation query
@@ -46,7 +47,7 @@
  *   fer_loadgen -> fer_internal fer_cdr fer_rcl fer_take
  *   fer_rt -> fer_internal
  *   fer_core fer_session fer_queue fer_submit fer_admit fer_lane -> fer_internal
- *   fer_output fer_stats fer_ring fer_lock -> fer_internal
+ *   fer_output fer_stats fer_ring fer_lock fer_share -> fer_internal
  */
 #ifndef FER_INTERNAL_H
 #define FER_INTERNAL_H
@@ -219,6 +220,10 @@ struct fer_slot {
     uint32_t prefix_rows;
     uint32_t frozen_rows;         /* fixed at dispatch (fer_lane.c) */
     float *obs;         /* obs_dim floats inside core->obs_slab */
+    char client_id[FER_SESSION_ID_MAX]; /* §7.1: the client charged (session_id if none sent) */
+    uint32_t client_id_len;
+    uint32_t client;    /* §7.1: its tracked client (fair_share on), else FER_NONE */
+    uint8_t reject_reason; /* FER_REJECT_FAIR_SHARE once picked as a fair-share victim */
 };
 
 /* What every public view of a slot carries (struct fer_work, fer_queued_item, fer_lane_state all
@@ -250,6 +255,34 @@ struct fer_session {
     uint64_t touch;
     uint64_t last_seen_ns;
     uint8_t in_use;
+};
+
+/* ---- client (docs/design.md §7.1, fer_share.c) -----------------------------------------------
+ * Only with fair_share on. Invariants: in_use <=> counted in core->nclients; committed = the sum of
+ * remaining_nfe over the QUEUED and RUNNING slots whose client is this one, outstanding their
+ * number (committed > 0 implies outstanding > 0); weight is fixed at creation (the first
+ * client_weights rule matching id, else 1); core->share_total = the sum of committed over all
+ * clients and core->share_weight = the sum of weight over clients with committed > 0; touch =
+ * core->client_touch at its last acceptance (LRU order, unique). */
+struct fer_client {
+    char id[FER_SESSION_ID_MAX];
+    uint32_t len;
+    uint32_t weight;
+    uint32_t outstanding;
+    uint8_t in_use;
+    uint64_t hash;
+    uint64_t committed;
+    uint64_t touch;
+    uint64_t last_active_ns;
+    uint64_t admitted_nfe;
+    uint64_t fair_rejections;
+};
+
+/* A client_weights rule: clients whose id matches the glob pattern get weight. */
+struct fer_weight_rule {
+    char pattern[FER_SESSION_ID_MAX];
+    uint32_t len;
+    uint32_t weight;
 };
 
 /* ---- lane --------------------------------------------------------------------------------------
@@ -324,6 +357,17 @@ struct fer_core {
     struct fer_stats st;        /* counters; gauges are filled in by fer_core_stats */
     struct fer_cost cost;       /* docs/design.md §5.2 cost model: measured NFE tail (fer_cost.c) */
     struct fer_cost prefix_cost; /* the same for prefix passes (two_phase) */
+
+    /* §7.1 fair share (fer_share.c): max_clients entries, allocated only with fair_share on */
+    struct fer_client *clients;
+    uint32_t *client_hash;      /* index of clients, as session_hash (fer_index_insert) */
+    uint64_t client_hash_mask;
+    uint32_t nclients;
+    uint32_t nrules;
+    uint64_t client_touch;
+    uint64_t share_total;       /* sum of committed over clients */
+    uint64_t share_weight;      /* sum of weight over clients with committed > 0 */
+    struct fer_weight_rule rules[FER_WEIGHT_RULES];
 };
 
 /* The ring (worker w + 1) that lane's outcomes go to; lane -1 (decided by submit) is ring 0. */
@@ -419,6 +463,13 @@ static inline int fer_worker_stepping(const struct fer_core *c, uint32_t w)
 
 /* fer_session.c */
 uint64_t fer_session_hash(const char *id, uint32_t len);
+/* An open-addressing index (linear probing) of entries 0..n-1 stored as e + 1 (0 = empty), at
+ * least twice as many buckets as entries: insert entry e of hash h; remove it (backward shift,
+ * hash_of(c, e) giving each entry's hash). Sessions and clients (§7.1) are indexed so. */
+void fer_index_insert(uint32_t *tab, uint64_t mask, uint64_t h, uint32_t e);
+void fer_index_remove(uint32_t *tab, uint64_t mask, uint64_t h, uint32_t e,
+                      uint64_t (*hash_of)(const struct fer_core *, uint32_t),
+                      const struct fer_core *c);
 /* Index of the tracked session (id, len) with hash h, or FER_NONE. */
 uint32_t fer_session_find(struct fer_core *c, const char *id, uint32_t len, uint64_t h);
 /* Least recently accepted session with no queued or running work, or FER_NONE. */
@@ -453,13 +504,70 @@ void fer_queue_remove(struct fer_core *c, uint32_t pos, uint32_t n);
 void fer_queue_unlink(struct fer_core *c, uint32_t id);
 
 /* fer_admit.c */
-/* §5: whether x (request r of session si, displacing victim or FER_NONE) is admissible now. */
+/* §5: whether x (request r of session si, displacing the nvictims queued slots victims[]) is
+ * admissible now. *miss (when not NULL) gets the index of the first simulated job that misses,
+ * and *xq x's position in the queue (the jobs are the retained queue with x before entry *xq). */
 int fer_admission_test(struct fer_core *c, const struct fer_request *r, uint32_t si,
-                       uint32_t victim, uint64_t now);
+                       const uint32_t *victims, uint32_t nvictims, uint64_t now, uint32_t *miss,
+                       uint32_t *xq);
+
+/* fer_share.c (§7.1): the fair share per client; all no-ops while fair_share is off. */
+/* Whether the glob pattern p matches s (fnmatch's *, ?, [...] and [!...], case-sensitive). */
+int fer_glob_match(const char *p, uint32_t plen, const char *s, uint32_t slen);
+/* The id a request is charged to: client_id, or session_id when it sent none. */
+static inline void fer_client_key(const struct fer_request *r, const char **id, uint32_t *len)
+{
+    *id = r->client_id_len ? r->client_id : r->session_id;
+    *len = r->client_id_len ? r->client_id_len : r->session_id_len;
+}
+/* The tracked client of r, or FER_NONE. */
+uint32_t fer_client_find(const struct fer_core *c, const struct fer_request *r);
+/* Room for r's new client: FER_OK (*evict = an idle client to forget first, or FER_NONE), or
+ * FER_EFULL when every tracked client has work. */
+int fer_client_room(const struct fer_core *c, uint32_t *evict);
+/* Accepting r: forget evict (if not FER_NONE), create r's client if ki is FER_NONE, charge slot
+ * id to it. Returns the client. */
+uint32_t fer_client_accept(struct fer_core *c, const struct fer_request *r, uint32_t ki,
+                           uint32_t evict, uint32_t id, uint64_t now);
+/* n NFE of slot s are no longer owed (a step ran, or the slot is freed with n left). */
+void fer_client_uncommit(struct fer_core *c, const struct fer_slot *s, uint64_t n);
+/* Slot s leaves its client (its remaining NFE uncommitted). */
+void fer_client_detach(struct fer_core *c, const struct fer_slot *s);
+/* The state a share is judged on: the core's, with x (the request being decided: client xk, or
+ * FER_NONE for a client not tracked yet, of weight xweight, xnfe NFE) added and the queued slots
+ * planned to go (up to FER_SHARE_VICTIMS + 1: cut[0..n)) removed. */
+struct fer_share_cut {
+    uint32_t n;
+    uint32_t slots[FER_SHARE_VICTIMS + 1];
+    uint32_t xk;
+    uint32_t xweight;
+    uint64_t xnfe;
+};
+/* The weight r's client has, or gets when it is created: the first client_weights rule matching
+ * its id, else 1. */
+uint32_t fer_client_weight(const struct fer_core *c, const struct fer_request *r, uint32_t ki);
+/* Whether client ki (FER_NONE: x's untracked client) is over its weighted share in the state
+ * cut describes: committed x (sum of the active clients' weights) > weight x (all committed),
+ * exactly (128-bit); a client with nothing committed is not. */
+int fer_client_over(const struct fer_core *c, uint32_t ki, const struct fer_share_cut *cut);
+/* A queued slot at index < limit, retained (not cancelled by r of session si, not in cut), whose
+ * client is over its share in the state cut describes; FER_NONE if there is none. One of the
+ * client using the most of its weight (committed / weight) first. Then, xq FER_NONE: the latest
+ * in EDF order. Else (x sits before queue entry xq): one ahead of x first (removing it moves x
+ * and everything after it forward), then the one with the most remaining NFE (the fewest
+ * victims), then the latest. */
+uint32_t fer_share_victim(const struct fer_core *c, const struct fer_request *r, uint32_t si,
+                          const struct fer_share_cut *cut, uint32_t limit, uint32_t xq);
+/* The queue index of simulated job m (>= x's index), given x before queue entry xq: limit for
+ * fer_share_victim (x itself: xq; a queued job: its index + 1). */
+uint32_t fer_share_job_limit(const struct fer_core *c, const struct fer_request *r, uint32_t si,
+                             const struct fer_share_cut *cut, uint32_t xq, uint32_t m);
 
 /* fer_output.c: outcomes are pushed under mu into the calling thread's own ring, quietly; each
  * returns 1 if it committed a record (the doorbell must be rung once the call is done). */
-int fer_emit_request(struct fer_core *c, const struct fer_request *r, uint32_t code, uint64_t now);
+/* why: FER_REJECT_* of a REJECTED_CAPACITY (ignored for other codes). */
+int fer_emit_request(struct fer_core *c, const struct fer_request *r, uint32_t code, uint32_t why,
+                     uint64_t now);
 /* For work holding slot id, decided by lane (-1: by submit); frees the slot (and its lane, if it
  * ran). act: action_len floats when code is FER_INFERENCE, else NULL. */
 int fer_emit_slot(struct fer_core *c, uint32_t id, uint32_t code, uint64_t now, int32_t lane,

@@ -314,6 +314,7 @@ int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_
     }
     s = &c->slots[id];
     s->remaining_nfe--;
+    fer_client_uncommit(c, s, 1); /* §7.1: one NFE less owed */
     s->nfe_done++;
     c->st.nfe_total++;
     c->st.busy_ns = fer_sat_add(c->st.busy_ns, nfe_ns_measured);

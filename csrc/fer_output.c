@@ -29,13 +29,18 @@ static int emit(struct fer_core *c, uint32_t ring, const struct fer_outcome *o, 
 }
 
 /* An outcome for a request decided at submit, before it got a slot. */
-int fer_emit_request(struct fer_core *c, const struct fer_request *r, uint32_t code, uint64_t now)
+int fer_emit_request(struct fer_core *c, const struct fer_request *r, uint32_t code, uint32_t why,
+                     uint64_t now)
 {
     struct fer_outcome o;
+    const char *cid;
 
     memset(&o, 0, sizeof(o));
     memcpy(o.session_id, r->session_id, r->session_id_len);
     o.session_id_len = r->session_id_len;
+    fer_client_key(r, &cid, &o.client_id_len);
+    memcpy(o.client_id, cid, o.client_id_len);
+    o.reject_reason = code == FER_REJECTED_CAPACITY ? why : FER_REJECT_NONE;
     o.code = code;
     o.lane = -1;
     o.retry_count = r->retry_count;
@@ -64,6 +69,10 @@ int fer_emit_slot(struct fer_core *c, uint32_t id, uint32_t code, uint64_t now, 
     memset(&o, 0, sizeof(o));
     memcpy(o.session_id, s->session_id, s->session_id_len);
     o.session_id_len = s->session_id_len;
+    memcpy(o.client_id, s->client_id, s->client_id_len);
+    o.client_id_len = s->client_id_len;
+    o.reject_reason = code != FER_REJECTED_CAPACITY ? FER_REJECT_NONE
+                      : s->reject_reason ? s->reject_reason : FER_REJECT_CAPACITY;
     o.code = code;
     o.lane = lane;
     o.retry_count = s->retry_count;

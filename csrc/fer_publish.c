@@ -42,6 +42,8 @@ static void write_action(struct fer_cdr_writer *w, const struct fer_publisher *p
     fer_cdr_u32(w, o->frozen_rows);
     fer_cdr_time(w, (int64_t)(o->chunk_start_ros_ns > INT64_MAX ? INT64_MAX
                                                                : o->chunk_start_ros_ns));
+    fer_cdr_string(w, o->client_id, o->client_id_len);      /* §7.1 */
+    fer_cdr_u8(w, (uint8_t)o->reject_reason);
 }
 
 uint64_t fer_action_cdr(const struct fer_publisher *p, const struct fer_outcome *o,
@@ -50,7 +52,7 @@ uint64_t fer_action_cdr(const struct fer_publisher *p, const struct fer_outcome 
     struct fer_cdr_writer w = {buf, 0, cap};
 
     if (p == NULL || o == NULL || buf == NULL || o->session_id_len > FER_SESSION_ID_MAX ||
-        (o->has_actions && actions == NULL))
+        o->client_id_len > FER_SESSION_ID_MAX || (o->has_actions && actions == NULL))
         return 0;
     write_action(&w, p, o, actions, stamp_ns);
     return w.n <= cap ? w.n : 0;
@@ -87,9 +89,11 @@ int fer_publisher_create(struct fer_core *core, const char *digest, uint32_t dig
     p->digest_len = digest_len;
     if (digest_len)
         memcpy(p->digest, digest, digest_len);
-    /* The largest message: a full session id and every action float (a sizing pass). */
+    /* The largest message: full session and client ids and every action float (a sizing
+     * pass). */
     memset(&o, 0, sizeof(o));
     o.session_id_len = FER_SESSION_ID_MAX;
+    o.client_id_len = FER_SESSION_ID_MAX;
     o.has_actions = 1;
     w = (struct fer_cdr_writer){NULL, 0, 0};
     write_action(&w, p, &o, NULL, 0); /* cap 0: sizes only, reads and writes nothing */

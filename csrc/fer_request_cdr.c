@@ -63,5 +63,6 @@ int fer_request_parse(const uint8_t *buf, uint64_t len, struct fer_request_view 
     v->prefix_start_nanosec = fer_cdr_get_u32(&r);
     v->action_period_sec = (int32_t)fer_cdr_get_u32(&r);
     v->action_period_nanosec = fer_cdr_get_u32(&r);
+    v->client_id = fer_cdr_get_string(&r, &v->client_id_len);
     return r.ok ? 0 : -1;
 }

@@ -40,36 +40,53 @@ uint32_t fer_session_find(struct fer_core *c, const char *id, uint32_t len, uint
     return FER_NONE;
 }
 
-static void session_index_insert(struct fer_core *c, uint32_t si)
+void fer_index_insert(uint32_t *tab, uint64_t mask, uint64_t h, uint32_t e)
 {
-    uint64_t i = c->sessions[si].hash & c->session_hash_mask;
+    uint64_t i = h & mask;
 
-    while (c->session_hash[i] != 0)
-        i = (i + 1) & c->session_hash_mask;
-    c->session_hash[i] = si + 1;
+    while (tab[i] != 0)
+        i = (i + 1) & mask;
+    tab[i] = e + 1;
 }
 
 /* Linear-probing delete by backward shift (no tombstones, so probes stay short forever). */
-static void session_index_remove(struct fer_core *c, uint32_t si)
+void fer_index_remove(uint32_t *tab, uint64_t mask, uint64_t h, uint32_t e,
+                      uint64_t (*hash_of)(const struct fer_core *, uint32_t),
+                      const struct fer_core *c)
 {
-    uint64_t mask = c->session_hash_mask;
-    uint64_t i = c->sessions[si].hash & mask, j, home;
+    uint64_t i = h & mask, j, home;
 
-    while (c->session_hash[i] != si + 1)
+    while (tab[i] != e + 1)
         i = (i + 1) & mask;
     j = i;
     for (;;) {
         j = (j + 1) & mask;
-        if (c->session_hash[j] == 0)
+        if (tab[j] == 0)
             break;
-        home = c->sessions[c->session_hash[j] - 1].hash & mask;
+        home = hash_of(c, tab[j] - 1) & mask;
         /* Move entry j into the hole at i unless its home lies cyclically in (i, j]. */
         if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
-            c->session_hash[i] = c->session_hash[j];
+            tab[i] = tab[j];
             i = j;
         }
     }
-    c->session_hash[i] = 0;
+    tab[i] = 0;
+}
+
+static uint64_t session_hash_of(const struct fer_core *c, uint32_t si)
+{
+    return c->sessions[si].hash;
+}
+
+static void session_index_insert(struct fer_core *c, uint32_t si)
+{
+    fer_index_insert(c->session_hash, c->session_hash_mask, c->sessions[si].hash, si);
+}
+
+static void session_index_remove(struct fer_core *c, uint32_t si)
+{
+    fer_index_remove(c->session_hash, c->session_hash_mask, c->sessions[si].hash, si,
+                     session_hash_of, c);
 }
 
 uint32_t fer_session_evictable(struct fer_core *c)
@@ -136,6 +153,7 @@ uint32_t fer_slot_take(struct fer_core *c, const struct fer_request *r, uint32_t
 {
     uint32_t id = c->staging;
     struct fer_slot *s = &c->slots[id];
+    const char *cid;
 
     /* The payload the request thread wrote into the staging slot travels with it; the next
      * request gets another free slot (the free stack is never empty here, see struct fer_slot). */
@@ -164,6 +182,10 @@ uint32_t fer_slot_take(struct fer_core *c, const struct fer_request *r, uint32_t
     s->prefix_start_ros_ns = r->prefix_start_ros_ns;
     s->action_period_ns = r->action_period_ns;
     s->frozen_rows = 0;
+    fer_client_key(r, &cid, &s->client_id_len); /* §7.1: whom it is charged to, echoed */
+    memcpy(s->client_id, cid, s->client_id_len);
+    s->client = FER_NONE; /* fer_client_accept attaches it, with fair_share on */
+    s->reject_reason = FER_REJECT_NONE;
     if (c->cfg.obs_dim)
         memcpy(s->obs, r->observation, (size_t)c->cfg.obs_dim * sizeof(float));
     session_link(c, si, id);
@@ -203,6 +225,8 @@ void fer_slot_free(struct fer_core *c, uint32_t id)
     if (s->snext != FER_NONE)
         c->slots[s->snext].sprev = s->sprev;
     ss->outstanding--;
+    fer_client_detach(c, s);
+    s->client = FER_NONE;
     s->state = FER_SLOT_FREE;
     s->cancelled = 0;
     c->free_slots[c->nfree++] = id;

@@ -19,6 +19,7 @@ int fer_core_stats(struct fer_core *c, struct fer_stats *out)
     *out = c->st;
     out->queue_depth = c->qlen;
     out->sessions = c->cfg.max_sessions - c->nsession_free;
+    out->clients = c->nclients;
     out->lanes_alive = c->lanes_alive;
     out->lanes_busy = 0;
     for (i = 0; i < c->nlanes; i++)

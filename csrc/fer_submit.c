@@ -9,8 +9,9 @@
  *   4. deadline already passed                                  -> EXPIRED
  *   5. retry / age gate                                         -> REJECTED_DEADLINE
  *   6. queue full and cannot displace, no alive lane, no room
- *      for its session                                          -> REJECTED_CAPACITY
- *   7. calibrated admission test fails (fer_admit.c)            -> REJECTED_DEADLINE
+ *      for its session (or, fair_share on, for its client)     -> REJECTED_CAPACITY
+ *   7. calibrated admission test fails (fer_admit.c), and, fair_share on, displacing
+ *      over-share queued work does not make it pass (fer_share.c) -> REJECTED_DEADLINE
  *   8. accept: commit everything the steps above planned.
  *
  * Steps 3-7 are gates: each only looks (and notes what acceptance would do in struct arrival),
@@ -28,8 +29,13 @@ struct arrival {
     uint64_t hash;      /* of r->session_id */
     uint32_t si;        /* its tracked session, or FER_NONE */
     uint32_t ncancel;   /* queued slots of si that accepting it cancels (older generations) */
-    uint32_t victim;    /* the queued slot it displaces, or FER_NONE */
+    struct fer_share_cut cut; /* the queued slots it displaces: step 6's, then step 7's (§7.1) */
+    uint32_t fair_mask; /* bit i: cut.slots[i] goes for the fair share (§7.1) */
     uint32_t evict;     /* the idle session evicted to make room for its own, or FER_NONE */
+    uint32_t ki;        /* §7.1: its tracked client, or FER_NONE */
+    uint32_t kevict;    /* §7.1: the idle client forgotten to make room for its own, or FER_NONE */
+    int x_over;         /* §7.1: its client is over its share before x (judged on arrival) */
+    uint32_t why;       /* FER_REJECT_* of a REJECTED_CAPACITY decision */
     int tested;         /* it passed the admission test */
     int rang;           /* an outcome was committed to ring 0 */
 };
@@ -138,12 +144,15 @@ static int gate_age(struct fer_core *c, struct arrival *a)
 
 /* 6a. Queue capacity, counted after removing the queued work x would cancel (§7). When full, the
  * victim is the retained request with the latest deadline (none = latest, ties: latest arrival),
- * i.e. the last retained entry in EDF order; x displaces it only with an earlier deadline. */
+ * i.e. the last retained entry in EDF order; x displaces it only with an earlier deadline.
+ * fair_share on (§7.1): x of a client within its share displaces the latest over-share request
+ * instead, whatever its deadline; x of a client over its share may not displace the work of a
+ * client within its share (REJECTED_CAPACITY, reason fair_share). */
 static int gate_queue_full(struct fer_core *c, struct arrival *a)
 {
     const struct fer_request *r = a->r;
     const struct fer_slot *v;
-    uint32_t i, id;
+    uint32_t i, id, fv;
 
     if (a->si != FER_NONE)
         for (id = c->sessions[a->si].head; id != FER_NONE; id = c->slots[id].snext)
@@ -151,13 +160,29 @@ static int gate_queue_full(struct fer_core *c, struct arrival *a)
                           fer_cancels(&c->slots[id], a->si, r->generation);
     if (c->qlen - a->ncancel < c->cfg.queue_capacity)
         return FER_ACCEPTED;
+    if (c->cfg.fair_share && !a->x_over) {
+        fv = fer_share_victim(c, r, a->si, &a->cut, c->qlen, FER_NONE);
+        if (fv != FER_NONE) {
+            a->fair_mask |= 1u << a->cut.n;
+            a->cut.slots[a->cut.n++] = fv;
+            return FER_ACCEPTED;
+        }
+    }
     for (i = c->qlen; i-- > 0;)
         if (!fer_cancels(&c->slots[c->queue[i]], a->si, r->generation))
             break;
-    a->victim = c->queue[i];
-    v = &c->slots[a->victim];
+    v = &c->slots[c->queue[i]];
     if (r->deadline_ns == 0 || (v->deadline_ns != 0 && r->deadline_ns >= v->deadline_ns))
         return FER_REJECTED_CAPACITY;
+    if (c->cfg.fair_share && v->client != a->ki && a->x_over &&
+        !fer_client_over(c, v->client, &a->cut)) {
+        a->why = FER_REJECT_FAIR_SHARE;
+        c->st.fair_share_rejected++;
+        if (a->ki != FER_NONE) /* a client not tracked yet has no counter of its own */
+            c->clients[a->ki].fair_rejections++;
+        return FER_REJECTED_CAPACITY;
+    }
+    a->cut.slots[a->cut.n++] = c->queue[i];
     return FER_ACCEPTED;
 }
 
@@ -179,12 +204,50 @@ static int gate_session_room(struct fer_core *c, struct arrival *a)
     return a->evict == FER_NONE ? FER_REJECTED_CAPACITY : FER_ACCEPTED;
 }
 
+/* 6d. fair_share on (§7.1): a new client needs a table entry; the least recently active idle
+ * client gives way. */
+static int gate_client_room(struct fer_core *c, struct arrival *a)
+{
+    if (!c->cfg.fair_share || a->ki != FER_NONE ||
+        fer_client_room(c, &a->kevict) == FER_OK)
+        return FER_ACCEPTED;
+    return FER_REJECTED_CAPACITY;
+}
+
+/* 7b. fair_share on (§7.1): x failed the test and its client is within its share. Displace
+ * over-share queued work ahead of the first miss (work after the missing job cannot delay it):
+ * ahead of x first, the largest first (fer_share_victim), re-testing after each, up to
+ * FER_SHARE_VICTIMS. Only the plan in a->cut grows: nothing changes unless x then passes. */
+static int displace_to_fit(struct fer_core *c, struct arrival *a, uint32_t miss, uint32_t xq)
+{
+    uint32_t k, id, from = a->cut.n;
+
+    if (a->x_over || c->lanes_alive == 0)
+        return 0;
+    for (k = 0; k < FER_SHARE_VICTIMS; k++) {
+        id = fer_share_victim(c, a->r, a->si, &a->cut,
+                              fer_share_job_limit(c, a->r, a->si, &a->cut, xq, miss), xq);
+        if (id == FER_NONE)
+            break;
+        a->fair_mask |= 1u << a->cut.n;
+        a->cut.slots[a->cut.n++] = id;
+        if (fer_admission_test(c, a->r, a->si, a->cut.slots, a->cut.n, a->now, &miss, &xq))
+            return 1;
+    }
+    a->cut.n = from; /* refused: the plan is dropped, nothing was changed */
+    a->fair_mask &= (1u << from) - 1;
+    return 0;
+}
+
 /* 7. Calibrated admission test: only with calibration and a finite deadline. */
 static int gate_admission(struct fer_core *c, struct arrival *a)
 {
+    uint32_t miss, xq;
+
     if (c->cfg.nfe_ns == 0 || a->r->deadline_ns == 0)
         return FER_ACCEPTED;
-    if (!fer_admission_test(c, a->r, a->si, a->victim, a->now))
+    if (!fer_admission_test(c, a->r, a->si, a->cut.slots, a->cut.n, a->now, &miss, &xq) &&
+        !(c->cfg.fair_share && displace_to_fit(c, a, miss, xq)))
         return FER_REJECTED_DEADLINE;
     a->tested = 1;
     return FER_ACCEPTED;
@@ -192,7 +255,7 @@ static int gate_admission(struct fer_core *c, struct arrival *a)
 
 static const fer_gate gates[] = {
     gate_inactive, gate_stale, gate_expired, gate_age, gate_queue_full, gate_no_lane, gate_session_room,
-    gate_admission,
+    gate_client_room, gate_admission,
 };
 
 /* 8a. Session si accepted generation gen: running older generations stop at their next step;
@@ -246,16 +309,35 @@ static void accept_session(struct fer_core *c, struct arrival *a)
     c->sessions[a->si].last_seen_ns = a->now;
 }
 
+/* 8c. Displace what steps 6 and 7 planned; a fair-share victim is answered with reason
+ * fair_share and counted against its client (§7.1). */
+static void displace(struct fer_core *c, struct arrival *a)
+{
+    uint32_t i, id;
+
+    for (i = 0; i < a->cut.n; i++) {
+        id = a->cut.slots[i];
+        fer_queue_unlink(c, id);
+        c->st.displaced++;
+        if (a->fair_mask & (1u << i)) {
+            c->slots[id].reject_reason = FER_REJECT_FAIR_SHARE;
+            c->st.fair_share_displaced++;
+            c->clients[c->slots[id].client].fair_rejections++;
+        }
+        a->rang |= fer_emit_slot(c, id, FER_REJECTED_CAPACITY, a->now, -1, NULL);
+    }
+}
+
 /* 8. Accept: nothing before this changed any state; from here on every change is committed. */
 static void accept(struct fer_core *c, struct arrival *a)
 {
+    uint32_t id;
+
     accept_session(c, a);
-    if (a->victim != FER_NONE) {
-        fer_queue_unlink(c, a->victim);
-        c->st.displaced++;
-        a->rang |= fer_emit_slot(c, a->victim, FER_REJECTED_CAPACITY, a->now, -1, NULL);
-    }
-    fer_queue_insert(c, fer_slot_take(c, a->r, a->si, a->now, a->tested));
+    displace(c, a);
+    id = fer_slot_take(c, a->r, a->si, a->now, a->tested);
+    fer_client_accept(c, a->r, a->ki, a->kevict, id, a->now);
+    fer_queue_insert(c, id);
     if (a->tested) /* cost-model hook (§5.2): how far ahead admission promised */
         fer_cost_promise(&c->cost, a->now, a->r->deadline_ns);
     c->st.accepted++;
@@ -272,7 +354,9 @@ static int submit_locked(struct fer_core *c, struct arrival *a)
     for (g = 0; g < sizeof(gates) / sizeof(gates[0]); g++) {
         d = gates[g](c, a);
         if (d != FER_ACCEPTED) {
-            a->rang |= fer_emit_request(c, a->r, (uint32_t)d, a->now);
+            if (d == FER_REJECTED_CAPACITY && a->why == FER_REJECT_NONE)
+                a->why = FER_REJECT_CAPACITY;
+            a->rang |= fer_emit_request(c, a->r, (uint32_t)d, a->why, a->now);
             return d;
         }
     }
@@ -293,7 +377,8 @@ int fer_core_submit(struct fer_core *c, const struct fer_request *r, uint64_t no
 {
     struct fer_request eff;
     struct arrival a = {
-        .r = r, .now = now, .si = FER_NONE, .victim = FER_NONE, .evict = FER_NONE,
+        .r = r, .now = now, .si = FER_NONE, .evict = FER_NONE, .ki = FER_NONE,
+        .kevict = FER_NONE,
     };
     int rc;
 
@@ -311,6 +396,16 @@ int fer_core_submit(struct fer_core *c, const struct fer_request *r, uint64_t no
     count_submitted(c, r);
     a.hash = fer_session_hash(r->session_id, r->session_id_len);
     a.si = fer_session_find(c, r->session_id, r->session_id_len, a.hash);
+    a.ki = fer_client_find(c, r);
+    if (c->cfg.fair_share) {
+        /* §7.1: x's own client is judged on what it had before x (a client may go over its
+         * share by the request that takes it there: the share is not a per-request quantum);
+         * everyone else's share with x counted, x's client active with x's NFE. */
+        a.cut.xk = a.ki;
+        a.cut.xweight = fer_client_weight(c, a.r, a.ki);
+        a.x_over = fer_client_over(c, a.ki, &a.cut);
+        a.cut.xnfe = r->remaining_nfe;
+    }
     rc = submit_locked(c, &a);
     fer_unlock_and_ring(c, a.rang);
     return rc;

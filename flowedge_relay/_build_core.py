@@ -36,7 +36,7 @@ SOURCES = ["fer_core.c", "fer_session.c", "fer_queue.c", "fer_submit.c", "fer_ad
            "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_cost.c", "fer_ring.c", "fer_bench.c",
            "fer_exec.c", "fer_noise.c", "fer_serve.c", "fer_publish.c", "fer_rt.c",
            "fer_ort.c", "fer_pass.c", "fer_lock.c", "fer_rtprobe.c", "fer_request_cdr.c",
-           "fer_take.c", "fer_intake.c", "fer_loadgen.c"]
+           "fer_take.c", "fer_intake.c", "fer_loadgen.c", "fer_share.c"]
 # The runtime contract, the benchmark / stress drivers, the native NFE loop (which dlopens ONNX
 # Runtime at run time: no link-time dependency), the initial noise, the worker's request cycle
 # over them, then rcl's ABI slice and the threads that call it (the publisher's loop, the request

@@ -174,6 +174,10 @@ class CoreConfig:
     cede_ns: int = 0  # §5.3: workers pause this long after each cede_every_ns of compute
     cede_every_ns: int = 0  # (admission prices the pauses); 0 = they never do
     rtc_max_delay: int = 0  # §5.4: most frozen rows; 0 = real-time chunking off
+    fair_share: int = 0  # §7.1: 1 = keep each client within its weighted share
+    max_clients: int = 0  # §7.1: tracked clients with fair_share (0 = 64)
+    # §7.1: ("pattern", weight) rules, glob on client_id, the first match wins (default 1)
+    client_weights: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -195,6 +199,7 @@ class Request:
     prefix_start_ns: int = 0
     prefix_start_ros_ns: int = 0
     action_period_ns: int = 0
+    client_id: bytes = b""  # §7.1: whose request; empty = the session's
 
 
 @dataclass(frozen=True)
@@ -233,6 +238,28 @@ class Outcome:
     actions: np.ndarray | None
     frozen_rows: int = 0  # §5.4: INFERENCE only
     chunk_start_ros_ns: int = 0  # §5.4: the request's prefix start, echoed; 0 = none
+    client_id: bytes = b""  # §7.1: the client charged (the session_id when none was sent)
+    reject_reason: int = 0  # §7.1: REJECT_* of a REJECTED_CAPACITY, else REJECT_NONE
+
+
+class RejectReason(enum.IntEnum):
+    """Why a REJECTED_CAPACITY (ActionMessage.REJECT_*, docs/design.md §7.1)."""
+
+    NONE = lib.FER_REJECT_NONE
+    CAPACITY = lib.FER_REJECT_CAPACITY
+    FAIR_SHARE = lib.FER_REJECT_FAIR_SHARE
+
+
+@dataclass(frozen=True)
+class ClientState:
+    """One tracked client (fair_share on, docs/design.md §7.1)."""
+
+    client_id: bytes
+    weight: int
+    committed_nfe: int  # remaining NFE of its queued and running requests
+    admitted_nfe: int  # NFE of its accepted requests (counter)
+    fair_share_rejections: int  # arrivals refused and queued work displaced for the share
+    last_active_ns: int
 
 
 @dataclass(frozen=True)
@@ -259,6 +286,10 @@ class Stats:
     oldest_queued_arrival_ns: int
     busy_ns: int
     rejected_inactive: int = 0  # REJECTED_CAPACITY while the relay was not accepting (§9)
+    fair_share_rejected: int = 0  # §7.1: arrivals refused as over their client's share
+    fair_share_displaced: int = 0  # §7.1: queued requests displaced for an under-share one
+    clients_evicted: int = 0  # §7.1: idle clients forgotten to make room
+    clients: int = 0  # §7.1: tracked clients (gauge)
 
 
 @dataclass(frozen=True)
@@ -342,6 +373,8 @@ class Core:
     def __init__(self, config: CoreConfig):
         cfg = ffi.new("struct fer_config *")
         for name in CoreConfig.__dataclass_fields__:
+            if name == "client_weights":
+                continue
             value = getattr(config, name)
             if not isinstance(value, int) or value < 0:
                 raise InvalidArgument(lib.FER_EINVAL, f"config.{name} must be an int >= 0")
@@ -353,6 +386,17 @@ class Core:
         _check(lib.fer_core_create(cfg, out))
         self._core = out[0]
         self.config = config
+        for pattern, weight in config.client_weights:
+            raw = pattern.encode()
+            if len(raw) > SESSION_ID_MAX:
+                self.close()
+                raise InvalidArgument(lib.FER_EINVAL, f"client_weights pattern {pattern!r} "
+                                      f"longer than {SESSION_ID_MAX} bytes")
+            try:
+                _check(lib.fer_core_add_client_weight(self._core, raw, len(raw), int(weight)))
+            except CoreError:
+                self.close()
+                raise
         self.workers = config.workers
         #: B lanes per worker (0 means 1, as in the core); lanes = W x B, worker w owns
         #: lanes [w*B, (w+1)*B)
@@ -476,6 +520,11 @@ class Core:
         r.prefix_start_ns = req.prefix_start_ns
         r.prefix_start_ros_ns = req.prefix_start_ros_ns
         r.action_period_ns = req.action_period_ns
+        cid = req.client_id
+        if len(cid) > SESSION_ID_MAX:
+            raise InvalidArgument(lib.FER_EINVAL, "client_id longer than SESSION_ID_MAX")
+        ffi.memmove(r.client_id, cid, len(cid))
+        r.client_id_len = len(cid)
         if self.obs_dim:
             ffi.memmove(self._req_obs, np.ascontiguousarray(obs), 4 * self.obs_dim)
         return Decision(_check(lib.fer_core_submit(self.ptr, r, now)))
@@ -577,7 +626,9 @@ class Core:
                     remaining_nfe=o.remaining_nfe, nfe_done=o.nfe_done, queue_ns=o.queue_ns,
                     compute_ns=o.compute_ns, arrival_ns=o.arrival_ns, finish_ns=o.finish_ns,
                     lane=o.lane, actions=actions, frozen_rows=o.frozen_rows,
-                    chunk_start_ros_ns=o.chunk_start_ros_ns))
+                    chunk_start_ros_ns=o.chunk_start_ros_ns,
+                    client_id=ffi.unpack(o.client_id, o.client_id_len),
+                    reject_reason=o.reject_reason))
             if n < want:
                 break
         return result
@@ -620,6 +671,17 @@ class Core:
         return Stats(outcomes=list(s.outcomes), retries_by_count=list(s.retries_by_count),
                      retries_by_reason=list(s.retries_by_reason),
                      **{name: getattr(s, name) for name in _STATS_SCALARS})
+
+    def clients_snapshot(self) -> list[ClientState]:
+        """The tracked clients (fair_share on; empty when off), in table order."""
+        n = self.config.max_clients or 64
+        buf = ffi.new("struct fer_client_state[]", n)
+        got = _check(lib.fer_core_clients_snapshot(self.ptr, buf, n))
+        return [ClientState(client_id=ffi.unpack(c.client_id, c.client_id_len), weight=c.weight,
+                            committed_nfe=c.committed_nfe, admitted_nfe=c.admitted_nfe,
+                            fair_share_rejections=c.fair_share_rejections,
+                            last_active_ns=c.last_active_ns)
+                for c in buf[0:got]]
 
     def queue_snapshot(self) -> list[QueuedItem]:
         buf = ffi.new("struct fer_queued_item[]", self.config.queue_capacity)

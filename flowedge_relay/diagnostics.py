@@ -78,6 +78,10 @@ class Snapshot:
     #: the lifecycle state (docs/design.md §9): lifecycle_msgs/State id and label
     lifecycle_id: int = 3
     lifecycle_label: str = "active"
+    #: fair share (docs/design.md §7.1): whether it is on, and the tracked clients
+    #: (core.ClientState; empty while it is off)
+    fair_share: bool = False
+    clients: list = field(default_factory=list)
 
     @property
     def oldest_queue_age_ms(self) -> float:
@@ -177,6 +181,21 @@ def _drift(s: Snapshot) -> str | None:
     return None
 
 
+TOP_CLIENTS = 8  # clients listed on the queue status, most committed work first
+
+
+def top_clients(clients: list) -> list:
+    """The TOP_CLIENTS tracked clients using the most now (committed NFE, then admitted)."""
+    return sorted(clients, key=lambda c: (-c.committed_nfe, -c.admitted_nfe,
+                                          c.client_id))[:TOP_CLIENTS]
+
+
+def share_in_use(clients: list) -> dict[bytes, float]:
+    """Each client's share of the committed work (remaining NFE queued and running) now."""
+    total = sum(c.committed_nfe for c in clients)
+    return {c.client_id: (c.committed_nfe / total if total else 0.0) for c in clients}
+
+
 def _kv(pairs: dict[str, object]) -> list[KeyValue]:
     return [KeyValue(key=k, value=f"{v:.3f}" if isinstance(v, float) else str(v))
             for k, v in pairs.items()]
@@ -191,6 +210,8 @@ class DiagnosticsBuilder:
         self._hold = _Hold(int(hold_s * 1e9))
         self._hold_ns = int(hold_s * 1e9)
         self._drift: tuple[int, str] | None = None  # (when, message) of the latest cost drift
+        self._admitted: dict[bytes, tuple[int, int]] = {}  # client: (when, admitted NFE) seen
+        self._admitted_ns = 0  # when the clients were last looked at
 
     def observe(self, s: Snapshot) -> None:
         """Note a cost drift in any snapshot (the node feeds its 10 Hz stats snapshots here too),
@@ -269,8 +290,37 @@ class DiagnosticsBuilder:
             "displaced": c.displaced,
             "sessions": c.sessions,
             "sessions_evicted": c.sessions_evicted,
+            **self._client_values(s),
         }
         return self._status("queue", OK, f"{c.queue_depth} queued", values)
+
+    def _client_values(self, s: Snapshot) -> dict[str, object]:
+        """§7.1: the fair share's counters and, per top client, its share of the committed work,
+        NFE admitted per second since the previous diagnostics and its fair-share rejections."""
+        if not s.fair_share:
+            return {"fair_share": "off"}
+        c = s.core
+        values: dict[str, object] = {
+            "fair_share": "on", "clients": c.clients, "clients_evicted": c.clients_evicted,
+            "fair_share_rejected": c.fair_share_rejected,
+            "fair_share_displaced": c.fair_share_displaced,
+        }
+        shares = share_in_use(s.clients)
+        rates = {}
+        for k in s.clients:
+            # a client new since the last diagnostics admitted all it has in that period
+            when, before = self._admitted.get(k.client_id, (self._admitted_ns or s.now_ns, 0))
+            rates[k.client_id] = ((k.admitted_nfe - before) * 1e9 / (s.now_ns - when)
+                                  if s.now_ns > when else 0.0)
+        self._admitted = {k.client_id: (s.now_ns, k.admitted_nfe) for k in s.clients}
+        self._admitted_ns = s.now_ns
+        for k in top_clients(s.clients):
+            name = k.client_id.decode("utf-8", "replace")
+            values[f"client.{name}.share_in_use"] = shares[k.client_id]
+            values[f"client.{name}.admitted_nfe_per_s"] = rates[k.client_id]
+            values[f"client.{name}.fair_share_rejections"] = k.fair_share_rejections
+            values[f"client.{name}.weight"] = k.weight
+        return values
 
     def _workers(self, s: Snapshot) -> DiagnosticStatus:
         values = {
@@ -416,4 +466,8 @@ def stats_message(s: Snapshot, stamp):
         step_ns_p99_one_row=_step_p99(s, 1),
         lifecycle_state=s.lifecycle_id,
         rejected_inactive=c.rejected_inactive,
+        fair_share_rejected=c.fair_share_rejected,
+        fair_share_displaced=c.fair_share_displaced,
+        clients=c.clients,
+        top_client_share=max(share_in_use(s.clients).values(), default=0.0),
     )

@@ -281,6 +281,7 @@ class PythonIntake:
             remaining_nfe=msg.remaining_nfe,
             noise_seed=msg.noise_seed,
             observation=obs,
+            client_id=msg.client_id.encode("utf-8", "surrogatepass"),
             **rtc,
         )
         try:

@@ -145,7 +145,7 @@ class _BusyWindow:
 
 #: A retired core's gauges are not summed into the relay's totals (the counters are).
 _GAUGES = frozenset({"queue_depth", "sessions", "lanes_busy", "lanes_alive",
-                     "oldest_queued_arrival_ns"})
+                     "oldest_queued_arrival_ns", "clients"})
 #: How long past a core's drain bound a drain is waited for before it is given up (a stalled
 #: worker): the drain bound is the lane simulation's, at the cost in use.
 DRAIN_MARGIN_NS = 5_000_000_000
@@ -206,7 +206,8 @@ class RelayNode(LifecycleNodeMixin, Node):
         # admitted work to finish holds neither the timers nor the parameter services.
         LifecycleNodeMixin.__init__(self, callback_group=MutuallyExclusiveCallbackGroup())
         p = parameters.declare_all(self, drill)  # the enums checked there
-        for name in ("request_topics", "execution_providers", *parameters.CPU_AFFINITIES):
+        for name in ("request_topics", "execution_providers", "client_weights",
+                     *parameters.CPU_AFFINITIES):
             problem = parameters.check_value(name, p[name])
             if problem:
                 raise parameters.ParameterError(problem)
@@ -757,6 +758,8 @@ class RelayNode(LifecycleNodeMixin, Node):
             realtime_refused=refused,
             lifecycle_id=state_id,
             lifecycle_label=label,
+            fair_share=bool(self._p["fair_share"]),
+            clients=s.core.clients_snapshot() if self._p["fair_share"] else [],
         )
 
     def _loop_values(self, s: Serving) -> dict[str, object]:

@@ -31,6 +31,31 @@ MINUTE_NS = 60_000_000_000
 HOUR_MS = 3_600_000
 UINT32_MAX = 2**32 - 1
 CPU_AFFINITIES = ("executor_cpu_affinity", "worker_cpu_affinity", "publisher_cpu_affinity")
+WEIGHT_MAX = 1_000_000  # csrc/fer.h FER_WEIGHT_MAX
+WEIGHT_RULES = 32  # csrc/fer.h FER_WEIGHT_RULES
+CLIENT_ID_MAX_BYTES = 64  # csrc/fer.h FER_SESSION_ID_MAX: a pattern is at most an id long
+
+
+def parse_client_weights(rules) -> tuple[tuple[str, int], ...]:
+    """client_weights' "pattern=weight" strings as (pattern, weight) pairs, in order; ValueError
+    saying which rule is wrong (docs/design.md §7.1)."""
+    out = []
+    if len(rules or ()) > WEIGHT_RULES:
+        raise ValueError(f"client_weights holds at most {WEIGHT_RULES} rules, got {len(rules)}")
+    for rule in rules or ():
+        pattern, sep, weight = rule.rpartition("=")
+        if not sep or not pattern or len(pattern.encode()) > CLIENT_ID_MAX_BYTES:
+            raise ValueError(f'client_weights: {rule!r} is not "pattern=weight" with a pattern '
+                             f"of 1..{CLIENT_ID_MAX_BYTES} bytes")
+        try:
+            value = int(weight)
+        except ValueError:
+            value = 0
+        if not 1 <= value <= WEIGHT_MAX:
+            raise ValueError(f"client_weights: the weight in {rule!r} must be an integer in "
+                             f"1..{WEIGHT_MAX}")
+        out.append((pattern, value))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -130,6 +155,23 @@ SPECS: tuple[Spec, ...] = (
     Spec("queue_capacity", 64, "queued (not running) requests held by the EDF queue", 1, 65536),
     Spec("max_sessions", 256, "producer sessions tracked; idle ones are evicted", 1, 65536),
     Spec("session_idle_ms", 10_000, "a session with no work unseen this long is idle", 0, HOUR_MS),
+    # Fair share per client (docs/design.md §7.1)
+    Spec(
+        "fair_share",
+        False,
+        "keep each client (InferenceRequest.client_id, else its session_id) within its "
+        "weighted share of the lanes when the relay is contended: a request of a client within "
+        "its share may displace queued work of clients over theirs (answered REJECTED_CAPACITY, "
+        "reject_reason fair_share); false = admission does not ask whose request it is",
+    ),
+    Spec(
+        "client_weights",
+        Parameter.Type.STRING_ARRAY,
+        'weights of clients as "pattern=weight" (glob on client_id, the first match wins, '
+        f"weight 1..{WEIGHT_MAX}, at most {WEIGHT_RULES} rules); unset = every client weight 1",
+    ),
+    Spec("max_clients", 64, "clients tracked with fair_share; the least recently active idle "
+         "one is evicted (counted) to make room", 1, 4096),
     # Calibrated admission (ADR 0015, docs/design.md#decision-record): live
     Spec(
         "nfe_ns",
@@ -422,6 +464,11 @@ def check_value(name: str, value: object) -> str | None:
         return "execution_providers must name at least one provider"
     if name == "request_topics" and (not value or any(not t for t in value)):
         return "request_topics must name at least one non-empty topic"
+    if name == "client_weights":
+        try:
+            parse_client_weights(value)
+        except ValueError as exc:
+            return str(exc)
     if name in CPU_AFFINITIES and any(not 0 <= c <= MAX_CPU for c in value or ()):
         return f"{name}: CPU ids must be in 0..{MAX_CPU}, got {list(value)}"
     return None

@@ -22,6 +22,13 @@ next request, and switches to each answer at its `frozen_rows`:
     req = build_request(served, arrays, ..., prefix=splicer.prefix(now_ns),
                         action_period_ns=period_ns)
     splicer.splice(answer.actions, answer.frozen_rows, stamp_ns(answer.chunk_start))
+
+A fleet sharing one relay names each robot with `client_id` (docs/design.md §7.1; empty = the
+session_id). With the relay's `fair_share` on, a REJECTED_CAPACITY answer says why in its
+`reject_reason`: REJECT_CAPACITY means the relay is full for everyone (retry later, with
+retry_reason RETRY_AFTER_CAPACITY), REJECT_FAIR_SHARE means this client is over its weighted
+share of a contended relay (others are being served: sending fewer requests, not retrying
+faster, is what helps). `over_fair_share(answer)` tells the two apart.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from builtin_interfaces.msg import Duration
-from flowedge_relay_msgs.msg import InferenceRequest, Tensor
+from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, Tensor
 from flowedge_relay_msgs.msg import ServedModel as ServedModelMsg
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
@@ -171,6 +178,7 @@ def build_request(
     retry_reason: int = InferenceRequest.RETRY_NONE,
     prefix: tuple[np.ndarray, int] | None = None,
     action_period_ns: int = 0,
+    client_id: str = "",
 ) -> InferenceRequest:
     """An InferenceRequest carrying exactly the model's declared inputs (ROS-time nanoseconds).
 
@@ -197,6 +205,7 @@ def build_request(
         action_dim=model.action_dim,
         action_horizon=model.action_horizon,
         noise_seed=int(noise_seed),
+        client_id=client_id,
     )
     if prefix is not None and len(prefix[0]):
         _set_prefix(req, model, prefix, action_period_ns)
@@ -208,6 +217,13 @@ def build_request(
         return req
     req.inputs = [encode_tensor(d, arrays[d.name]) for d in model.inputs]
     return req
+
+
+def over_fair_share(answer) -> bool:
+    """Whether an ActionMessage refuses its request because the request's client is over its
+    weighted share of a contended relay (docs/design.md §7.1), not because the relay is full."""
+    return (answer.code == ActionMessage.REJECTED_CAPACITY
+            and answer.reject_reason == ActionMessage.REJECT_FAIR_SHARE)
 
 
 def _set_prefix(req: InferenceRequest, model: ServedModel, prefix: tuple[np.ndarray, int],
@@ -228,4 +244,5 @@ def _set_prefix(req: InferenceRequest, model: ServedModel, prefix: tuple[np.ndar
 
 
 __all__ = ["MODEL_TOPIC", "ChunkSplicer", "InputDecl", "ServedModel", "build_request",
+           "over_fair_share",
            "encode_tensor", "follow_served_model", "model_qos", "parse_inputs"]

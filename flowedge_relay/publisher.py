@@ -179,6 +179,8 @@ def action_message(o, stamp_ns: int, model) -> ActionMessage:
     msg.compute_ns = o.compute_ns
     msg.frozen_rows = o.frozen_rows
     msg.chunk_start = ros_time(o.chunk_start_ros_ns)
+    msg.client_id = o.client_id.decode("utf-8", "surrogatepass")
+    msg.reject_reason = o.reject_reason
     if o.code == Code.INFERENCE and o.actions is not None:
         msg.actions = o.actions.tolist()
     return msg

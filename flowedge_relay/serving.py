@@ -18,6 +18,7 @@ from flowedge_relay.core import AgeGate, Core, CoreConfig, CostModel
 from flowedge_relay.diagnostics import model_description
 from flowedge_relay.intake import IntakeUnavailable, NativeIntake, PythonIntake
 from flowedge_relay.model import ModelInfo, default_model_path
+from flowedge_relay.parameters import parse_client_weights
 from flowedge_relay.publisher import ActionPublisher
 from flowedge_relay.realtime import ThreadSettings
 from flowedge_relay.rtc import RtcSpec
@@ -135,6 +136,8 @@ class Serving:
             reject_if_queue_age_ns_gte=p["reject_if_queue_age_ms_gte"] * MS,
             queue_timeout_ns=p["queue_timeout_ms"] * MS,
             session_idle_ns=p["session_idle_ms"] * MS,
+            fair_share=int(p["fair_share"]), max_clients=p["max_clients"],
+            client_weights=parse_client_weights(p["client_weights"]),
             **cost_fields(p), **cede_fields(p), **package_fields,
         ))  # fmt: skip
         self.core.set_accepting(accepting)

@@ -54,6 +54,8 @@ class Reason(enum.Enum):
     PREFIX_SHAPE = "prefix_shape"  # not whole rows of action_dim, or more than the horizon
     ACTION_PERIOD_INVALID = "action_period_invalid"  # a prefix without a positive period
     PREFIX_NOT_FINITE = "prefix_not_finite"
+    # the fair share's client_id (docs/design.md §7.1): longer than SESSION_ID_MAX_BYTES
+    CLIENT_ID_TOO_LONG = "client_id_too_long"
 
 
 _INTAKE_REASON = {reason.value: reason for reason in Reason}
@@ -139,6 +141,10 @@ class Validator:
         sid = session_id.encode("utf-8", "surrogatepass")
         if len(sid) > SESSION_ID_MAX_BYTES:
             return Reason.SESSION_ID_TOO_LONG, b"", None
+        client_id = msg.client_id
+        if len(client_id) > SESSION_ID_MAX_BYTES or \
+                len(client_id.encode("utf-8", "surrogatepass")) > SESSION_ID_MAX_BYTES:
+            return Reason.CLIENT_ID_TOO_LONG, sid, None
         digest = msg.model_digest
         if len(digest) > MODEL_DIGEST_MAX_CHARS or digest != model.digest:
             return Reason.DIGEST_MISMATCH, sid, None

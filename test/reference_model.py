@@ -9,6 +9,8 @@ and state. Where docs/design.md leaves a choice, it makes the one documented in 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from fractions import Fraction
 
 U64 = 2**64 - 1
 
@@ -17,6 +19,13 @@ ACCEPTED, COALESCED = 0, 5
 CONTINUE, DONE, STOP_STALE, STOP_EXPIRED = range(4)
 GATE_OFF, GATE_RETRIES, GATE_ALL = range(3)
 ESTATE = "ESTATE"
+REJECT_NONE, REJECT_CAPACITY, REJECT_FAIR_SHARE = range(3)
+SHARE_VICTIMS = 8  # §7.1: over-share queued requests one decision may displace
+
+
+def client_key(r: dict) -> bytes:
+    """§7.1: whom a request is charged to: its client_id, or its session_id without one."""
+    return r.get("client_id") or r["session_id"]
 
 
 def sat(x: int) -> int:
@@ -49,6 +58,8 @@ class Item:
     dispatch_ns: int = 0
     cancelled: bool = False
     prefix_pending: bool = False  # two-phase: its prefix pass has not been reported yet
+    client_id: bytes = b""  # §7.1: the client charged (the session id when none was sent)
+    reject_reason: int = REJECT_NONE
 
     def key(self) -> tuple:
         return edf_key(self.deadline_ns, self.arrival_seq)
@@ -59,6 +70,17 @@ class Session:
     generation: int
     touch: int
     last_seen_ns: int
+
+
+@dataclass
+class Client:
+    """§7.1: a tracked client; its committed work is computed from the queue and lanes."""
+
+    weight: int
+    touch: int
+    last_active_ns: int
+    admitted_nfe: int = 0
+    fair_share_rejections: int = 0
 
 
 @dataclass
@@ -82,6 +104,9 @@ class RefConfig:
     two_phase: int = 0
     prefix_ns: int = 0
     batch_slots: int = 1  # §5.1: workers x batch_slots lanes; worker w owns [w*B, (w+1)*B)
+    fair_share: int = 0  # §7.1
+    max_clients: int = 0  # 0 = 64
+    client_weights: tuple = ()  # (pattern, weight): the first fnmatch-matching rule wins
 
 
 class RefCost:
@@ -223,6 +248,9 @@ class RefStats:
     sessions_evicted: int = 0
     sessions_evicted_early: int = 0
     busy_ns: int = 0
+    fair_share_rejected: int = 0
+    fair_share_displaced: int = 0
+    clients_evicted: int = 0
 
 
 class RefCore:
@@ -238,6 +266,8 @@ class RefCore:
         self.alive = [True] * self.nlanes
         self.shut_down = False  # fer_core_shutdown: the relay stops
         self.sessions: dict[bytes, Session] = {}
+        self.clients: dict[bytes, Client] = {}  # §7.1, fair_share only
+        self.client_touch = 0
         # ring 0: submit; ring w + 1: worker w, carrying the outcomes of all its lanes
         self.rings: list[list[dict]] = [[] for _ in range(cfg.workers + 1)]
         self.cursor = 0
@@ -280,12 +310,51 @@ class RefCore:
         else:
             self.st.rejection_outputs_dropped += 1
 
-    def _emit_request(self, r: dict, code: int, now: int) -> None:
+    def _emit_request(self, r: dict, code: int, now: int, why: int = REJECT_CAPACITY) -> None:
         self._emit(0, dict(code=code, session_id=r["session_id"], sequence=r["sequence"],
                            generation=r["generation"], retry_count=r["retry_count"],
                            retry_reason=r["retry_reason"], deadline_ros_ns=r["deadline_ros_ns"],
                            remaining_nfe=r["remaining_nfe"], nfe_done=0, queue_ns=0,
-                           compute_ns=0, arrival_ns=now, finish_ns=now, lane=-1, actions=None))
+                           compute_ns=0, arrival_ns=now, finish_ns=now, lane=-1, actions=None,
+                           client_id=client_key(r),
+                           reject_reason=why if code == REJECTED_CAPACITY else REJECT_NONE))
+
+    # ---- §7.1 fair share -----------------------------------------------------------------------
+
+    def committed(self, cut: tuple = ()) -> dict[bytes, int]:
+        """Remaining NFE of each client's queued and running work, without the items in cut."""
+        out: dict[bytes, int] = {}
+        for it in self.queue + [w for w in self.lanes if w is not None]:
+            if any(it is c for c in cut):
+                continue
+            out[it.client_id] = out.get(it.client_id, 0) + it.remaining_nfe
+        return out
+
+    def over_share(self, client: bytes, x: tuple, cut: tuple = ()) -> bool:
+        """Over its share, with x = (x's client, x's NFE) counted and the items in cut gone:
+        committed / all committed > weight / (weights of the clients with committed work)."""
+        work = self.committed(cut)
+        work[x[0]] = work.get(x[0], 0) + x[1]
+        mine = work.get(client, 0)
+        active = sum(self.client_weight(k) for k, n in work.items() if n > 0)
+        return mine > 0 and mine * active > self.client_weight(client) * sum(work.values())
+
+    def usage(self, item: Item, x: tuple, cut: tuple = ()) -> Fraction:
+        """How much of its weight item's client uses: committed / weight (x counted, cut gone)."""
+        work = self.committed(cut)
+        work[x[0]] = work.get(x[0], 0) + x[1]
+        return Fraction(work.get(item.client_id, 0), self.client_weight(item.client_id))
+
+    def client_weight(self, client: bytes) -> int:
+        """A tracked client's weight, or the weight a new one would get."""
+        known = self.clients.get(client)
+        return known.weight if known is not None else self.weight_of(client)
+
+    def weight_of(self, client: bytes) -> int:
+        for pattern, weight in self.cfg.client_weights:
+            if fnmatchcase(client.decode("latin-1"), pattern):
+                return weight
+        return 1
 
     def _emit_item(self, it: Item, code: int, now: int, lane: int, ran: bool,
                    actions=None) -> None:
@@ -301,7 +370,9 @@ class RefCore:
             queue_ns=max(0, (it.dispatch_ns if ran else now) - it.arrival_ns),
             compute_ns=max(0, now - it.dispatch_ns) if ran else 0,
             arrival_ns=it.arrival_ns, finish_ns=now, lane=lane,
-            actions=list(actions) if code == INFERENCE else None))
+            actions=list(actions) if code == INFERENCE else None, client_id=it.client_id,
+            reject_reason=(it.reject_reason or REJECT_CAPACITY) if code == REJECTED_CAPACITY
+            else REJECT_NONE))
 
     # ---- §4 ---------------------------------------------------------------------------------
 
@@ -348,12 +419,30 @@ class RefCore:
             return sess is not None and it.session_id == sid and it.generation < gen
 
         retained = [q for q in self.queue if not cancelled_by_x(q)]
-        victim = None
+        cid = client_key(r)
+        fair = bool(cfg.fair_share)
+        x = (cid, r["remaining_nfe"])
+        x_over = fair and self.over_share(cid, (cid, 0))  # its own client: before x
+        victims: list[Item] = []  # displaced on acceptance
+        fair_victims: list[Item] = []  # of those, displaced for the fair share (§7.1)
         if len(retained) >= cfg.queue_capacity:
-            victim = max(retained, key=Item.key)
-            if not (dl and (victim.deadline_ns == 0 or dl < victim.deadline_ns)):
-                self._emit_request(r, REJECTED_CAPACITY, now)
-                return REJECTED_CAPACITY
+            over = [q for q in retained if fair and self.over_share(q.client_id, x)]
+            if fair and not x_over and over:
+                # the client using the most of its weight, then the latest deadline
+                victims = fair_victims = [max(over, key=lambda q: (self.usage(q, x), q.key()))]
+            else:
+                victim = max(retained, key=Item.key)
+                if not (dl and (victim.deadline_ns == 0 or dl < victim.deadline_ns)):
+                    self._emit_request(r, REJECTED_CAPACITY, now)
+                    return REJECTED_CAPACITY
+                if fair and victim.client_id != cid and x_over and \
+                        not self.over_share(victim.client_id, x):
+                    self.st.fair_share_rejected += 1
+                    if cid in self.clients:  # a client not tracked yet has no counter
+                        self.clients[cid].fair_share_rejections += 1
+                    self._emit_request(r, REJECTED_CAPACITY, now, REJECT_FAIR_SHARE)
+                    return REJECTED_CAPACITY
+                victims = [victim]
         if not any(self.alive) and not (cfg.nfe_ns and dl):
             self._emit_request(r, REJECTED_CAPACITY, now)     # no lane will ever serve it
             return REJECTED_CAPACITY
@@ -364,14 +453,52 @@ class RefCore:
                 self._emit_request(r, REJECTED_CAPACITY, now)
                 return REJECTED_CAPACITY
             evict = min(idle)[1]
-        # 7. calibrated admission
+        client_evict = None
+        if fair and cid not in self.clients and len(self.clients) >= (cfg.max_clients or 64):
+            work = self.committed()
+            idle_clients = [(c.touch, k) for k, c in self.clients.items()
+                            if not any(it.client_id == k for it in
+                                       self.queue + [w for w in self.lanes if w is not None])]
+            del work
+            if not idle_clients:
+                self._emit_request(r, REJECTED_CAPACITY, now)
+                return REJECTED_CAPACITY
+            client_evict = min(idle_clients)[1]
+        # 7. calibrated admission (§7.1: an under-share client may displace over-share work)
         tested = False
         if cfg.nfe_ns and dl:
-            if not self._admissible(r, now, retained, victim, cancelled_by_x):
+            kept = [q for q in retained if not any(q is v for v in victims)]
+            miss = self._first_miss(r, now, kept, cancelled_by_x)
+            if miss is not None and fair and not x_over and any(self.alive):
+                extra: list[Item] = []
+                while miss is not None and len(extra) < SHARE_VICTIMS:
+                    cut = tuple(victims + extra)
+                    limit = miss.key() if isinstance(miss, Item) else None
+                    x_key = edf_key(dl, self.arrival_seq + 1)
+                    ahead = [q for q in kept if not any(q is e for e in extra) and
+                             (q.key() <= limit if limit is not None else q.key() < x_key) and
+                             self.over_share(q.client_id, x, cut)]
+                    if not ahead:
+                        break
+                    # the client using the most of its weight, then ahead of x, then the
+                    # most NFE, then the latest deadline
+                    extra.append(max(ahead, key=lambda q: (self.usage(q, x, cut),
+                                                           q.key() < x_key, q.remaining_nfe,
+                                                           q.key())))
+                    miss = self._first_miss(
+                        r, now, [q for q in kept if not any(q is e for e in extra)],
+                        cancelled_by_x)
+                if miss is None:
+                    victims = victims + extra
+                    fair_victims = fair_victims + extra
+            if miss is not None:
                 self._emit_request(r, REJECTED_DEADLINE, now)
                 return REJECTED_DEADLINE
             tested = True
         # 8. accept
+        if client_evict is not None:
+            del self.clients[client_evict]
+            self.st.clients_evicted += 1
         if evict is not None:
             s = self.sessions.pop(evict)
             self.st.sessions_evicted += 1
@@ -390,17 +517,31 @@ class RefCore:
         self.touch += 1
         sess.touch = self.touch
         sess.last_seen_ns = now
-        if victim is not None:
-            self.queue.remove(victim)
+        for v in victims:
+            self.queue.remove(v)
             self.st.displaced += 1
-            self._emit_item(victim, REJECTED_CAPACITY, now, -1, ran=False)
+            if any(v is f for f in fair_victims):
+                v.reject_reason = REJECT_FAIR_SHARE
+                self.st.fair_share_displaced += 1
+                self.clients[v.client_id].fair_share_rejections += 1
+            self._emit_item(v, REJECTED_CAPACITY, now, -1, ran=False)
+        if fair:
+            client = self.clients.get(cid)
+            if client is None:
+                client = self.clients[cid] = Client(weight=self.weight_of(cid), touch=0,
+                                                    last_active_ns=now)
+            self.client_touch += 1
+            client.touch = self.client_touch
+            client.last_active_ns = now
+            client.admitted_nfe += r["remaining_nfe"]
         self.arrival_seq += 1
         self.queue.append(Item(
             session_id=sid, sequence=r["sequence"], generation=gen,
             retry_count=r["retry_count"], retry_reason=r["retry_reason"],
             remaining_nfe=r["remaining_nfe"], deadline_ns=dl,
             deadline_ros_ns=r["deadline_ros_ns"], arrival_ns=now,
-            arrival_seq=self.arrival_seq, tested=tested, prefix_pending=bool(cfg.two_phase)))
+            arrival_seq=self.arrival_seq, tested=tested, prefix_pending=bool(cfg.two_phase),
+            client_id=cid))
         self.queue.sort(key=Item.key)
         if tested:
             self.cost.promise(now, dl)
@@ -409,7 +550,12 @@ class RefCore:
 
     # ---- §5 -----------------------------------------------------------------------------------
 
-    def _admissible(self, r, now, retained, victim, cancelled_by_x) -> bool:
+    def _first_miss(self, r, now, kept, cancelled_by_x):
+        """None if x fits with the queue `kept` (x's retained queue less its victims), else the
+        first job from x on that misses: "x" or the queued Item."""
+        return self._admissible(r, now, kept, None, cancelled_by_x, want_miss=True)
+
+    def _admissible(self, r, now, retained, victim, cancelled_by_x, want_miss=False):
         nfe = self.cost.nfe_ns(self.cfg.nfe_ns, now)  # §5.2: static = nfe_ns
         prefix = self.prefix_in_use(now)
         lanes = []
@@ -426,23 +572,23 @@ class RefCore:
                 lanes.append(sat(now + self.cost_of(w.prefix_pending, w.remaining_nfe, nfe,
                                                     prefix)))
         if not lanes:
-            return False
+            return "x" if want_miss else False
         x_key = edf_key(r["deadline_ns"], self.arrival_seq + 1)
-        jobs = [(q.key(), q.deadline_ns, q.remaining_nfe, q.prefix_pending, False)
+        jobs = [(q.key(), q.deadline_ns, q.remaining_nfe, q.prefix_pending, q)
                 for q in retained if q is not victim]
         jobs.append((x_key, r["deadline_ns"], r["remaining_nfe"], bool(self.cfg.two_phase),
-                     True))
+                     "x"))
         jobs.sort(key=lambda j: j[0])
         judged = False
-        for _, deadline, n, pending, is_x in jobs:
-            judged = judged or is_x
+        for _, deadline, n, pending, who in jobs:
+            judged = judged or who == "x"
             if deadline == 0:
                 break
             k = min(range(len(lanes)), key=lambda i: lanes[i])
             lanes[k] = sat(lanes[k] + self.cost_of(pending, n, nfe, prefix))
             if judged and not meets(lanes[k] + self.cfg.admission_reserve_ns, deadline):
-                return False
-        return True
+                return who if want_miss else False
+        return None if want_miss else True
 
     # ---- workers --------------------------------------------------------------------------------
 

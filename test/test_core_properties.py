@@ -5,7 +5,9 @@ Small capacities (queue, sessions, rings, lanes) so that every rule fires often:
 stale generations, the retry gate, displacement, session eviction, calibrated admission, dispatch
 expiry, cancellation, ring drops; two-phase models (a prefix pass before the first NFE, reported
 by prefix_done, priced by prefix_ns in admission); and a base time near UINT64_MAX for the
-saturating paths; batch slots (W x B lanes, worker rings, dispatch_worker; docs/design.md §5.1).
+saturating paths; batch slots (W x B lanes, worker rings, dispatch_worker; docs/design.md §5.1);
+the fair share per client (docs/design.md §7.1: weights, the client table's bound, displacement
+of over-share work at a full queue and for the admission test).
 """
 
 import os
@@ -27,6 +29,8 @@ from flowedge_relay.core import (
 
 EXAMPLES = int(os.environ.get("FER_PROPERTY_EXAMPLES", "800"))
 SESSIONS = [b"a", b"b", b"c", b"d"]
+CLIENTS = [b"", b"", b"r1", b"r2", b"q"]  # b"": the session is the client
+WEIGHTS = [(), (("r1", 3),), (("r*", 2), ("a", 4)), (("[!r]*", 5),)]
 OBS_DIM, ACTION_LEN = 2, 3
 U64 = 2**64 - 1
 
@@ -51,6 +55,9 @@ configs = st.fixed_dictionaries(dict(
     two_phase=st.sampled_from([0, 1, 1]),
     prefix_ns=st.sampled_from([0, 30, 200]),
     batch_slots=st.sampled_from([1, 1, 2, 3]),  # §5.1: W x B lanes (at most 3 x 3 = 9)
+    fair_share=st.sampled_from([0, 1]),
+    max_clients=st.integers(1, 4),
+    client_weights=st.sampled_from(WEIGHTS),
     base=st.sampled_from([1_000, 1_000, U64 - 3_000]),
 ))
 LANES = 9  # lane indices the ops draw (an index beyond W x B is skipped)
@@ -67,6 +74,7 @@ submit_op = st.tuples(
     st.sampled_from([0, 0, 0, 50, 100, 300, 600]),        # age at arrival
     st.one_of(st.just(None), st.integers(-1, 30).map(lambda k: 50 * k)),  # deadline - now
     st.sampled_from([1, 1, 2, 3, 4, 6, 1, 2, 3, 0, 7]),   # remaining_nfe (0, 7 invalid)
+    st.integers(0, len(CLIENTS) - 1),                     # client
 )
 # ("tick", lane, ns): the legal next call for that lane (dispatch, prefix_done, step or finish), so
 # that work actually flows; the raw dispatch / prefix / step / finish ops also probe the illegal
@@ -97,7 +105,8 @@ def c_outcome(o) -> dict:
                 deadline_ros_ns=o.deadline_ros_ns, remaining_nfe=o.remaining_nfe,
                 nfe_done=o.nfe_done, queue_ns=o.queue_ns, compute_ns=o.compute_ns,
                 arrival_ns=o.arrival_ns, finish_ns=o.finish_ns, lane=o.lane,
-                actions=None if o.actions is None else [float(a) for a in o.actions])
+                actions=None if o.actions is None else [float(a) for a in o.actions],
+                client_id=o.client_id, reject_reason=o.reject_reason)
 
 
 def c_queue(core: Core) -> list[tuple]:
@@ -131,6 +140,12 @@ def compare_state(core: Core, model: ref.RefCore, now: int) -> None:
     assert cs.lanes_alive == sum(model.alive)
     assert cs.lanes_busy == sum(w is not None for w in model.lanes)
     assert cs.oldest_queued_arrival_ns == min((q.arrival_ns for q in model.queue), default=0)
+    assert cs.clients == len(model.clients)
+    work = model.committed()
+    assert {c.client_id: (c.weight, c.committed_nfe, c.admitted_nfe, c.fair_share_rejections,
+                          c.last_active_ns) for c in core.clients_snapshot()} == \
+        {k: (c.weight, work.get(k, 0), c.admitted_nfe, c.fair_share_rejections, c.last_active_ns)
+         for k, c in model.clients.items()}
     assert core.queued() == len(model.queue)
     for lane in range(model.nlanes):
         assert core.output_space(lane) == model.output_space(lane), lane
@@ -149,6 +164,7 @@ def compare_state(core: Core, model: ref.RefCore, now: int) -> None:
 def run_sequence(cfg: dict, program: list) -> None:
     base = cfg.pop("base")
     cfg.setdefault("cost_quantile_ppm", 1_000_000)
+    cfg.setdefault("max_clients", 4)
     core = Core(CoreConfig(obs_dim=OBS_DIM, action_len=ACTION_LEN,
                            **{**cfg, "age_gate": AgeGate(cfg["age_gate"]),
                               "cost_model": CostModel(cfg.get("cost_model", 0))}))
@@ -159,13 +175,14 @@ def run_sequence(cfg: dict, program: list) -> None:
         for n, op in enumerate(program):
             kind = op[0]
             if kind == "submit":
-                _, s, seq, dgen, rc, reason, age, rel, nfe = op
+                _, s, seq, dgen, rc, reason, age, rel, nfe = op[:9]
+                client = CLIENTS[op[9]] if len(op) > 9 else b""
                 known = model.sessions.get(SESSIONS[s])
                 gen = max(0, (known.generation if known else 0) + dgen)
                 deadline = 0 if rel is None else min(max(now + rel, 1), U64)
                 r = dict(session_id=SESSIONS[s], sequence=seq, generation=gen, retry_count=rc,
                          retry_reason=reason, origin_ns=max(now - age, 0), deadline_ns=deadline,
-                         deadline_ros_ns=deadline // 2 + 7, remaining_nfe=nfe)
+                         deadline_ros_ns=deadline // 2 + 7, remaining_nfe=nfe, client_id=client)
                 expect = model.submit(r, now)
                 try:
                     got = int(core.submit(Request(noise_seed=n, observation=obs, **r), now))
@@ -341,4 +358,35 @@ def test_regression_admission_off_with_an_adaptive_tail_expires_only_passed_dead
                ("submit", 1, 0, 0, 0, 0, 0, 100, 6),    # due in 100 ns: 6 x 500 would miss
                ("tick", 1, 10),                         # dispatched all the same
                ("pop", 100)]
+    run_sequence(cfg, program)
+
+
+# §7.1: admission on, a full or nearly full queue, one client flooding with long deadlines and
+# the others asking now and then: displacement for the fair share at step 6 and step 7 decides
+# many requests; weights and a small client table (eviction) on top.
+fair_ops = st.lists(st.one_of(
+    st.tuples(st.just("submit"), st.integers(0, 3), st.integers(0, 40), st.just(0), st.just(0),
+              st.just(0), st.just(0), st.integers(1, 60).map(lambda k: 50 * k),
+              st.integers(1, 6), st.sampled_from([2, 2, 2, 3, 4, 0])),
+    st.tuples(st.just("advance"), st.integers(0, 100)),
+    st.tuples(st.just("tick"), st.integers(0, 5), st.sampled_from([10, 50, 100])),
+    st.tuples(st.just("dispatch_worker"), st.integers(0, 2)),
+    st.tuples(st.just("pop"), st.integers(0, 6)),
+), min_size=40, max_size=150)
+
+
+@settings(max_examples=EXAMPLES // 3, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(workers=st.integers(1, 2), batch_slots=st.sampled_from([1, 2]), program=fair_ops,
+       nfe=st.sampled_from([0, 10, 50]), queue_capacity=st.integers(2, 8),
+       max_clients=st.integers(2, 5), weights=st.sampled_from(WEIGHTS),
+       two_phase=st.sampled_from([0, 1]))
+def test_fair_share_sequences_match_reference(workers, batch_slots, program, nfe, queue_capacity,
+                                              max_clients, weights, two_phase):
+    cfg = dict(workers=workers, queue_capacity=queue_capacity, max_sessions=8, max_nfe=6,
+               ring_capacity=256, nfe_ns=nfe, admission_reserve_ns=0,
+               reject_if_retry_count_gte=1, age_gate=1, reject_if_queue_age_ns_gte=0,
+               queue_timeout_ns=0, session_idle_ns=0, base=1_000, cost_model=0,
+               cost_window_ns=1_000, two_phase=two_phase, prefix_ns=20, batch_slots=batch_slots,
+               fair_share=1, max_clients=max_clients, client_weights=weights)
     run_sequence(cfg, program)

@@ -130,7 +130,8 @@ def requests(draw) -> InferenceRequest:
         noise_seed=draw(U64), inputs=tensors,
         prefix_actions=draw(st.lists(st.floats(width=32, allow_nan=False), max_size=8)),
         prefix_start=Time(sec=draw(st.integers(-2**31, 2**31 - 1)), nanosec=draw(U32)),
-        action_period=Duration(sec=draw(st.integers(-2**31, 2**31 - 1)), nanosec=draw(U32)))
+        action_period=Duration(sec=draw(st.integers(-2**31, 2**31 - 1)), nanosec=draw(U32)),
+        client_id=draw(text))
 
 
 @settings(max_examples=300, deadline=None)
@@ -162,6 +163,7 @@ def test_the_cdr_reader_reads_every_field_rclpy_serializes(msg):
         msg.prefix_start.sec, msg.prefix_start.nanosec)
     assert (v.action_period_sec, v.action_period_nanosec) == (
         msg.action_period.sec, msg.action_period.nanosec)
+    assert _bytes(v.client_id, v.client_id_len) == msg.client_id.encode()
 
 
 @settings(max_examples=300, deadline=None)
@@ -435,6 +437,33 @@ def test_session_ids_are_keyed_as_rclpy_decodes_them():
             py, c = pair.both(bytes(cdr), *_now())
             assert c == py, raw
         assert REASON_KEYS[lib.FER_REASON_SESSION_ID_TOO_LONG] == Reason.SESSION_ID_TOO_LONG.value
+    finally:
+        pair.close()
+
+
+def test_client_ids_are_charged_alike_by_both_intakes():
+    """docs/design.md §7.1: both intakes charge a request to the same client (its client_id as
+    rclpy decodes it, or its session id when empty) and discard a client_id over the limit as
+    client_id_too_long; the outcome echoes the client charged."""
+    builder = RequestBuilder(_contract_of(SMALL))
+    pair = Pair(policy_mod.load(default_model_path()), fair_share=1)
+    try:
+        for i, raw in enumerate([b"", b"robot-b", b"\xed\xa0\x80", b"\xff" * 21, b"\xff" * 22,
+                                 b"c" * 64, b"c" * 65]):
+            req = builder.request(session_id=f"s{i}", sequence=i)
+            req.client_id = "y" * len(raw)
+            cdr = bytearray(serialize_message(req))
+            if raw:
+                at = cdr.find(b"y" * len(raw))
+                cdr[at:at + len(raw)] = raw
+            py, c = pair.both(bytes(cdr), *_now())
+            assert c == py, raw
+        expect = {b"s0", b"robot-b", "\ufffd".encode() * 3, "\ufffd".encode() * 21, b"c" * 64}
+        for core in (pair.py_core, pair.c_core):
+            assert {k.client_id for k in core.clients_snapshot()} == expect
+            assert {o.client_id for o in core.pop_outcomes()} <= expect
+        assert pair.c.discarded()["client_id_too_long"] == 2
+        assert pair.validator.discarded[Reason.CLIENT_ID_TOO_LONG] == 2
     finally:
         pair.close()
 

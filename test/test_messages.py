@@ -55,6 +55,7 @@ def test_inference_request_roundtrip():
         action_horizon=8,
         observation=[0.5, -1.25, math.pi, 1e-30],
         noise_seed=UINT64_MAX,
+        client_id="fleet/arm-left",
     )
     (got,) = _roundtrip(InferenceRequest, [req])
     assert got == req
@@ -103,6 +104,8 @@ def test_action_message_every_code_roundtrips():
             queue_ns=UINT64_MAX,
             compute_ns=1,
             retry_reason=InferenceRequest.RETRY_TIMEOUT,
+            client_id=f"robot-{code}",
+            reject_reason=ActionMessage.REJECT_FAIR_SHARE if code == 3 else 0,
         )
         msg.header.stamp = Time(sec=5, nanosec=6)
         msg.header.frame_id = "relay"
@@ -133,6 +136,7 @@ REQUEST_FIELDS = {
     "remaining_nfe": "uint32", "model_digest": "string", "observation_dim": "uint32",
     "action_dim": "uint32", "action_horizon": "uint32", "observation": "sequence<float>",
     "noise_seed": "uint64", "inputs": "sequence<flowedge_relay_msgs/Tensor>",
+    "client_id": "string",
 }
 TENSOR_FIELDS = {
     "name": "string", "dtype": "uint8", "shape": "sequence<uint32>", "data": "sequence<uint8>",
@@ -143,7 +147,7 @@ ACTION_FIELDS = {
     "observation_dim": "uint32", "action_dim": "uint32", "action_horizon": "uint32",
     "deadline": "builtin_interfaces/Time", "remaining_nfe": "uint32",
     "actions": "sequence<float>", "nfe_done": "uint32", "queue_ns": "uint64",
-    "compute_ns": "uint64",
+    "compute_ns": "uint64", "client_id": "string", "reject_reason": "uint8",
 }
 
 
@@ -159,6 +163,17 @@ def test_fields_are_the_contract(msg_type, contract):
     """docs/design.md §2: names and types are the contract; adding is fine, renaming is not."""
     fields = msg_type.get_fields_and_field_types()
     assert {k: fields.get(k) for k in contract} == contract
+
+
+def test_reject_reasons_are_the_cores():
+    """docs/design.md §7.1: a robot tells "the relay is full" from "over your share" by these."""
+    from flowedge_relay.core import RejectReason
+
+    assert {r.name: int(r) for r in RejectReason} == {
+        "NONE": ActionMessage.REJECT_NONE, "CAPACITY": ActionMessage.REJECT_CAPACITY,
+        "FAIR_SHARE": ActionMessage.REJECT_FAIR_SHARE}
+    assert (ActionMessage.REJECT_NONE, ActionMessage.REJECT_CAPACITY,
+            ActionMessage.REJECT_FAIR_SHARE) == (0, 1, 2)
 
 
 TENSOR_DTYPES = {

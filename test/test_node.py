@@ -463,3 +463,50 @@ def test_a_relay_stopped_as_its_request_thread_starts_stops_whole(monkeypatch):
         node.destroy_node()
     time.sleep(0.2)
     assert [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()] == []
+
+
+@pytest.mark.ros
+def test_fair_share_displaces_the_flooding_client_and_says_why():
+    """docs/design.md §7.1 over DDS: with fair_share on, robot b (within its share) displaces
+    robot a's queued work at a full queue; a's displaced request and a's next one (over its share,
+    which may not displace b's) are REJECTED_CAPACITY with reject_reason fair_share; a's request
+    without a deadline, which may displace nothing, is plain capacity; answers echo client_id
+    (the session id when none is sent)."""
+    with running_relay(queue_capacity=2, fair_share=True,
+                       fault_nfe_delay_ms=HOLD_NFE_MS) as h:
+        def send(seq: int, client: str, nfe: int, deadline_ms: int | None) -> None:
+            extra = {} if deadline_ms is None else {"deadline_ms": deadline_ms}
+            req = h.request(session_id=f"{client or 'anon'}-{seq}", sequence=seq,
+                            remaining_nfe=nfe, **extra)
+            req.client_id = client
+            h.send(req)
+
+        send(0, "", 1, None)
+        plain = h.answer_for(0)
+        send(1, "robot-a", HOLD_NFE, None)  # holds the worker (12.8 s) until released below
+        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+        send(2, "robot-a", 5, 50_000)
+        send(3, "robot-a", 5, 50_000)
+        assert wait_for(lambda: h.relay.core.stats().queue_depth == 2, 10)
+        send(4, "robot-b", 1, 60_000)  # b is within its share: displaces a's latest (3)
+        displaced = h.answer_for(3)
+        send(5, "robot-a", 5, 30_000)  # a is over its share: may not displace b's request
+        over = h.answer_for(5)
+        send(6, "robot-a", 1, None)  # no deadline: may displace nothing, the queue is full
+        full = h.answer_for(6)
+        status = status_values(h.latest_status("queue"))
+        assert h.relay.core.stats().lanes_busy == 1  # all decided while a's work held the lane
+        _release(h)
+        kept = h.answer_for(4, timeout=30)
+    assert (displaced.code, displaced.reject_reason) == (A.REJECTED_CAPACITY, A.REJECT_FAIR_SHARE)
+    assert displaced.client_id == "robot-a" and displaced.session_id == "robot-a-3"
+    assert (over.code, over.reject_reason, over.client_id) == (
+        A.REJECTED_CAPACITY, A.REJECT_FAIR_SHARE, "robot-a")
+    assert (full.code, full.reject_reason) == (A.REJECTED_CAPACITY, A.REJECT_CAPACITY)
+    assert (plain.code, plain.reject_reason, plain.client_id) == (A.INFERENCE, A.REJECT_NONE,
+                                                                  "anon-0")
+    assert (kept.code, kept.reject_reason, kept.client_id) == (A.INFERENCE, A.REJECT_NONE,
+                                                               "robot-b")
+    assert status["fair_share"] == "on"
+    assert (status["fair_share_rejected"], status["fair_share_displaced"]) == ("1", "1")
+    assert status["client.robot-a.fair_share_rejections"] == "2"

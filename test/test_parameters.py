@@ -224,3 +224,14 @@ def test_a_live_enum_set_as_ros2_param_set_sends_it_takes_yamls_spellings():
                 else:
                     assert result.successful, (text, result.reason)
                     assert held == want, text
+
+
+def test_client_weights_are_parsed_and_checked():
+    """docs/design.md §7.1: "pattern=weight" rules, in order; a bad one is refused naming it."""
+    assert parameters.parse_client_weights(["arm-*=2", "a=b=3", "x=1000000"]) == (
+        ("arm-*", 2), ("a=b", 3), ("x", 1_000_000))
+    assert parameters.parse_client_weights([]) == ()
+    for bad in (["arm"], ["=2"], ["a=0"], ["a=x"], ["a=1000001"], ["p" * 65 + "=1"],
+                ["a=1"] * 33):
+        assert parameters.check_value("client_weights", bad), bad
+    assert parameters.check_value("client_weights", ["r*=2"]) is None

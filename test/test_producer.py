@@ -145,3 +145,19 @@ def test_the_tools_request_builder_goes_through_build_request_for_both_kinds(tin
     assert one.model_digest == small.digest and one.remaining_nfe == 2
     assert harness.model_path("vision") == P.vision_policy_path()
     assert harness.model_path("/x.onnx") == "/x.onnx"
+
+
+def test_a_robot_tells_a_fair_share_refusal_from_a_full_relay():
+    """docs/design.md §7.1: the request names its client; REJECTED_CAPACITY says why."""
+    from flowedge_relay_msgs.msg import ActionMessage as A
+
+    from flowedge_relay.producer import over_fair_share
+
+    served = ServedModel.from_policy(P.load(default_model_path()))
+    obs = np.zeros(served.observation_dim, np.float32)
+    req = build_request(served, {"observation": obs}, session_id="arm/1", sequence=1,
+                        remaining_nfe=2, client_id="fleet/arm")
+    assert req.client_id == "fleet/arm"
+    assert over_fair_share(A(code=A.REJECTED_CAPACITY, reject_reason=A.REJECT_FAIR_SHARE))
+    assert not over_fair_share(A(code=A.REJECTED_CAPACITY, reject_reason=A.REJECT_CAPACITY))
+    assert not over_fair_share(A(code=A.INFERENCE))

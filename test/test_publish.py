@@ -52,6 +52,8 @@ def _c_bytes(pub, o: Outcome, stamp_ns: int) -> bytes:
     c.sequence, c.generation, c.deadline_ros_ns = o.sequence, o.generation, o.deadline_ros_ns
     c.queue_ns, c.compute_ns = o.queue_ns, o.compute_ns
     c.arrival_ns, c.finish_ns = o.arrival_ns, o.finish_ns
+    c.client_id[0:len(o.client_id)] = o.client_id  # §7.1: echoed, with the reject reason
+    c.client_id_len, c.reject_reason = len(o.client_id), o.reject_reason
     act = ffi.NULL if o.actions is None else ffi.from_buffer("float[]", o.actions)
     cap = lib.fer_action_cdr_max(pub)
     buf = ffi.new("uint8_t[]", cap)
@@ -68,6 +70,8 @@ def outcomes(draw) -> Outcome:
                    max_size=20)  # fmt: skip
     sid = draw(text).encode("utf-8")[: lib.FER_SESSION_ID_MAX]
     sid = sid.decode("utf-8", "ignore").encode("utf-8")  # a cut may split a character
+    cid = draw(text).encode("utf-8")[: lib.FER_SESSION_ID_MAX]
+    cid = cid.decode("utf-8", "ignore").encode("utf-8")
     actions = None
     if code == Code.INFERENCE:
         actions = np.asarray(draw(st.lists(st.floats(width=32, allow_nan=False),
@@ -77,7 +81,8 @@ def outcomes(draw) -> Outcome:
         retry_count=draw(U32), retry_reason=draw(st.integers(0, 255)),
         deadline_ros_ns=draw(st.one_of(st.just(0), U64, st.integers(0, 2 * ROS_TIME_MAX_NS))),
         remaining_nfe=draw(U32), nfe_done=draw(U32), queue_ns=draw(U64), compute_ns=draw(U64),
-        arrival_ns=0, finish_ns=0, lane=-1, actions=actions,
+        arrival_ns=0, finish_ns=0, lane=-1, actions=actions, client_id=cid,
+        reject_reason=draw(st.integers(0, 2)),
     )  # fmt: skip
 
 

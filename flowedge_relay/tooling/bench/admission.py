@@ -6,7 +6,9 @@ For each queue depth (16, 64, 256, 1024) and worker count W (1, 2, 4) the same w
 twice:
 
 - C alone: `fer_bench_admission` (csrc/fer_bench.c) builds a core and times each
-  `fer_core_submit` with CLOCK_MONOTONIC in C, so no Python is involved;
+  `fer_core_submit` with CLOCK_MONOTONIC in C, so no Python is involved; once more with the
+  fair share on (docs/design.md §7.1; every session its own client, all tracked), side by side:
+  three rounds of each, interleaved, each side's quietest round (lowest p99) reported;
 - through CFFI: the same workload through `flowedge_relay.core.Core.submit` (the wrapper the node
   calls: struct fill, observation copy, the C call with the GIL released, the Decision), timed
   with `time.perf_counter_ns` around each call, garbage collector paused.
@@ -17,7 +19,8 @@ queued requests of 1-8 NFE with feasible, distinct, finite deadlines, and each s
 also prunes the previous sample). That is the expensive path: the whole lane simulation runs.
 
 A measurement, not a test: the host's load shows in the tails. The targets (C p99 <= 2 us at
-depth 64 / W = 2; CFFI p99 <= 50 us at depth 1024) are printed, not asserted.
+depth 64 / W = 2; CFFI p99 <= 50 us at depth 1024; C p99 with the fair share on <= 1.2 x off at
+every point) are printed, not asserted.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ DEPTHS = (16, 64, 256, 1024)
 WORKERS = (1, 2, 4)
 NFE_NS = 1_000
 NOW = 1_000_000_000_000
-TARGETS = {"c_p99_ns_depth64_w2": 2_000, "cffi_p99_ns_depth1024": 50_000}
+TARGETS = {"c_p99_ns_depth64_w2": 2_000, "cffi_p99_ns_depth1024": 50_000,
+           "c_fair_p99_vs_off_max": 1.2}
 
 
 def add_arguments(parser) -> None:
@@ -59,14 +63,28 @@ def _percentiles(lat: np.ndarray) -> dict:
     return {"p50_ns": int(p50), "p99_ns": int(p99), "p999_ns": int(p999), "max_ns": int(lat.max())}
 
 
-def measure_c(depth: int, workers: int, samples: int, seed: int) -> dict:
+def measure_c(depth: int, workers: int, samples: int, seed: int, fair_share: bool = False) -> dict:
     warmup = max(50, samples // 10)
     lat = np.zeros(samples + warmup, dtype=np.uint64)
-    rc = lib.fer_bench_admission(depth, workers, samples + warmup, seed,
+    rc = lib.fer_bench_admission(depth, workers, samples + warmup, seed, int(fair_share),
                                  ffi.cast("uint64_t *", lat.ctypes.data))
     if rc != lib.FER_OK:
         raise RuntimeError(f"fer_bench_admission failed: {ffi.string(lib.fer_strerror(rc))}")
     return _percentiles(lat[warmup:])
+
+
+ROUNDS = 3  # fair share off / on, interleaved; each keeps its round with the lowest p99
+
+
+def measure_c_side_by_side(depth: int, workers: int, samples: int, seed: int) -> tuple[dict, dict]:
+    """C alone with the fair share off and on (docs/design.md §7.1), ROUNDS rounds interleaved
+    (off, on, off, on, ...) so a noisy neighbour hits both alike; each side keeps its quietest
+    round (lowest p99): a busy host only ever adds to a latency."""
+    off, on = [], []
+    for _ in range(ROUNDS):
+        off.append(measure_c(depth, workers, samples, seed))
+        on.append(measure_c(depth, workers, samples, seed, fair_share=True))
+    return min(off, key=lambda r: r["p99_ns"]), min(on, key=lambda r: r["p99_ns"])
 
 
 def measure_cffi(depth: int, workers: int, samples: int, seed: int) -> dict:
@@ -128,12 +146,14 @@ def run(args) -> dict:
     results = []
     for depth in depths:
         for w in workers:
-            c = measure_c(depth, w, c_samples, args.seed)
+            c, fair = measure_c_side_by_side(depth, w, c_samples, args.seed)
             f = measure_cffi(depth, w, cffi_samples, args.seed)
             results.append({
                 "depth": depth, "workers": w,
                 "c_p50_ns": c["p50_ns"], "c_p99_ns": c["p99_ns"], "c_p999_ns": c["p999_ns"],
                 "c_max_ns": c["max_ns"], "c_samples": c_samples,
+                "c_fair_p50_ns": fair["p50_ns"], "c_fair_p99_ns": fair["p99_ns"],
+                "c_fair_p999_ns": fair["p999_ns"], "c_fair_max_ns": fair["max_ns"],
                 "cffi_p50_ns": f["p50_ns"], "cffi_p99_ns": f["p99_ns"],
                 "cffi_p999_ns": f["p999_ns"], "cffi_max_ns": f["max_ns"],
                 "cffi_samples": cffi_samples,
@@ -150,6 +170,13 @@ def run(args) -> dict:
             "measured": c64[0]["c_p99_ns"] if c64 else None,
             "met": (c64[0]["c_p99_ns"] <= TARGETS["c_p99_ns_depth64_w2"]) if c64 else None,
         },
+        # docs/design.md §7.1: the fair share costs the C decision at most 20% at p99
+        "c_fair_p99_vs_off_max": {
+            "target": TARGETS["c_fair_p99_vs_off_max"],
+            "measured": max(r["c_fair_p99_ns"] / r["c_p99_ns"] for r in results),
+            "met": all(r["c_fair_p99_ns"] <= TARGETS["c_fair_p99_vs_off_max"] * r["c_p99_ns"]
+                       for r in results),
+        },
         "cffi_p99_ns_depth1024": {
             "target": TARGETS["cffi_p99_ns_depth1024"],
             "measured": max(r["cffi_p99_ns"] for r in f1024) if f1024 else None,
@@ -159,6 +186,7 @@ def run(args) -> dict:
     }
     rows = [{"depth": r["depth"], "W": r["workers"],
              "C p50 ns": r["c_p50_ns"], "C p99 ns": r["c_p99_ns"], "C p99.9 ns": r["c_p999_ns"],
+             "C fair_share p99 ns": r["c_fair_p99_ns"],
              "CFFI p50 ns": r["cffi_p50_ns"], "CFFI p99 ns": r["cffi_p99_ns"],
              "CFFI p99.9 ns": r["cffi_p999_ns"]} for r in results]
     return {
@@ -181,8 +209,10 @@ def table(report: dict) -> str:
     lines = [format_rows(report["rows"]), ""]
     for name, t in report["targets"].items():
         met = {True: "met", False: "MISSED", None: "not measured at this size"}[t["met"]]
-        measured = "-" if t["measured"] is None else f"{t['measured']} ns"
-        lines.append(f"{name}: target <= {t['target']} ns, measured {measured}: {met}")
+        unit = "x" if "_vs_" in name else " ns"  # a ratio, or a latency
+        measured = "-" if t["measured"] is None else (
+            f"{t['measured']:.2f}{unit}" if unit == "x" else f"{t['measured']}{unit}")
+        lines.append(f"{name}: target <= {t['target']}{unit}, measured {measured}: {met}")
     return "\n".join(lines)
 
 
