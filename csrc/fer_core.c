@@ -75,6 +75,7 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
     c->session_hash = calloc(c->session_hash_mask + 1, sizeof(*c->session_hash));
     c->lanes = calloc(c->nlanes, sizeof(*c->lanes));
     c->charged_ns = calloc(cfg->workers, sizeof(*c->charged_ns));
+    c->turnover = calloc(cfg->workers, sizeof(*c->turnover));
     c->rings = calloc(c->nrings, sizeof(*c->rings));
     c->jobs = calloc((size_t)cfg->queue_capacity + 1, sizeof(*c->jobs));
     c->lane_start = calloc(c->nlanes, sizeof(*c->lane_start));
@@ -102,7 +103,7 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
     }
     if (!c->slots || !c->free_slots || !c->obs_slab || !c->queue || !c->qjobs || !c->skip ||
         !c->sessions ||
-        !c->session_free || !c->session_hash || !c->lanes || !c->charged_ns || !c->rings ||
+        !c->session_free || !c->session_hash || !c->lanes || !c->charged_ns || !c->turnover || !c->rings ||
         !c->jobs || !c->lane_start || !c->lane_scratch) {
         fer_core_destroy(c);
         return FER_ENOMEM;
@@ -181,6 +182,7 @@ void fer_core_destroy(struct fer_core *c)
     free(c->session_hash);
     free(c->lanes);
     free(c->charged_ns);
+    free(c->turnover);
     free(c->jobs);
     free(c->lane_start);
     free(c->lane_scratch);

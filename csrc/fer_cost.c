@@ -192,6 +192,14 @@ void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg)
     recompute(k);
 }
 
+/* Whether an excess of excess_ns over a typical span is a stall (fer_cost.h): at least
+ * reserve_ns / FER_COST_STALL_DIV, never with reserve_ns 0. */
+static int stall_sized(const struct fer_cost *k, uint64_t excess_ns)
+{
+    return k->reserve_ns != 0 && excess_ns != 0 &&
+           excess_ns >= k->reserve_ns - k->reserve_ns / FER_COST_STALL_DIV;
+}
+
 /* A completed block of FER_COST_BLOCK spans (sum, largest top) in sub-window s: its mean, and
  * its stall-free mean when its largest span is a stall (fer_cost.h). */
 static void complete_block(struct fer_cost *k, uint32_t s, uint64_t sum, uint64_t top)
@@ -202,7 +210,7 @@ static void complete_block(struct fer_cost *k, uint32_t s, uint64_t sum, uint64_
     if (k->reserve_ns != 0 && sum != FER_SAT) {
         typical = (sum - top) / (FER_COST_BLOCK - 1);
         excess = top > typical ? top - typical : 0;
-        if (excess != 0 && excess >= k->reserve_ns - k->reserve_ns / FER_COST_STALL_DIV) {
+        if (stall_sized(k, excess)) {
             mean_ex = (sum - (excess < k->reserve_ns ? excess : k->reserve_ns)) / FER_COST_BLOCK;
             k->sub_stalls[s]++;
         }
@@ -244,6 +252,33 @@ void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t
     }
     k->samples = fer_sat_add(k->samples, 1);
     recompute(k);
+}
+
+void fer_cost_dispatched(struct fer_turnover *t, uint32_t nfe)
+{
+    if (nfe != 0 && (t->nfe == 0 || nfe < t->nfe))
+        t->nfe = nfe;
+}
+
+uint64_t fer_cost_turnover(const struct fer_cost *k, struct fer_turnover *t, uint64_t span_ns,
+                           uint64_t measured_ns)
+{
+    uint64_t base = measured_ns != 0 ? measured_ns : 1, gap, pay;
+
+    if (span_ns == 0)
+        return 0;
+    if (t->nfe != 0) {
+        gap = span_ns > base ? span_ns - base : 0;
+        if (gap != 0 && !stall_sized(k, gap)) {
+            t->debt_ns = fer_sat_add(t->debt_ns, gap);
+            span_ns -= gap;
+        }
+        t->per_step_ns = t->debt_ns / t->nfe + (t->debt_ns % t->nfe != 0);
+        t->nfe = 0;
+    }
+    pay = t->per_step_ns < t->debt_ns ? t->per_step_ns : t->debt_ns;
+    t->debt_ns -= pay;
+    return fer_sat_add(span_ns, pay);
 }
 
 void fer_cost_age(struct fer_cost *k, uint64_t now)

@@ -19,7 +19,8 @@
  * the largest mean span over FER_COST_BLOCK consecutive steps in the window. The tail is the
  * larger of the two: a slowdown that lasts as long as a short queue counts at once, a single
  * preemption counts a sixteenth, or nothing when the reserve already covers it (the stall rule
- * above struct fer_cost).
+ * above struct fer_cost). A request's turnover (the gap before its first step) is paid by that
+ * request's steps instead of its block (struct fer_turnover): 1/NFE per NFE, not 1/16.
  *
  * Every function here is called with core->mu held. Nothing allocates (the struct is embedded in
  * struct fer_core); record costs O(buckets) at most, the admission read O(1).
@@ -113,6 +114,22 @@ struct fer_cost {
     uint32_t agg[FER_COST_BUCKETS];
 };
 
+/* A worker's turnover (docs/design.md §5.2): the time between a request's dispatch and its first
+ * step beyond that step's compute (the previous answer handed off, the dispatch, the join) is a
+ * cost of that request, not of the 16 steps around it. The first step after a dispatch puts its
+ * gap into `debt_ns` (unless the gap is stall-sized: the stall rule takes it as a span) and sets
+ * `per_step_ns` = ceil(debt / the joiner's NFE); every step then pays min(per_step_ns, debt_ns)
+ * of it on top of its own span, so the request's own steps carry its turnover, the block mean
+ * prices it at 1/NFE per NFE, and the sum of the spans charged is the sum of the spans measured
+ * (a debt left by work that stopped early rolls into the next request's). `nfe` is the
+ * smallest remaining NFE of the work dispatched to the worker since its last step, 0 when
+ * none. One per worker, in the core; touched under core->mu, never allocated on the path. */
+struct fer_turnover {
+    uint64_t debt_ns;
+    uint64_t per_step_ns;
+    uint32_t nfe;
+};
+
 /* Whether cfg's cost fields are valid (cost_model <= 1, cost_quantile_ppm <= 1000000). */
 int fer_cost_config_valid(const struct fer_config *cfg);
 /* Set the model, window (0 = default), quantile (0 = default) and the reserve the stall rule
@@ -123,6 +140,13 @@ void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg);
  * 0, is the busy span of the worker step this NFE ended (one per step, on its first row; the
  * caller passes 0 for the step's other rows and for prefix passes). */
 void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t span_ns);
+/* Work of nfe NFEs was dispatched to the worker whose turnover is t (its first step pays it). */
+void fer_cost_dispatched(struct fer_turnover *t, uint32_t nfe);
+/* The span to charge for a worker step (fer_cost_record's span_ns) whose busy span was span_ns
+ * and compute measured_ns: the turnover rule above. span_ns 0 (a later row of the same step)
+ * stays 0. */
+uint64_t fer_cost_turnover(const struct fer_cost *k, struct fer_turnover *t, uint64_t span_ns,
+                           uint64_t measured_ns);
 /* Rotate to now without a sample: what is older than the window ages out (a stats read). */
 void fer_cost_age(struct fer_cost *k, uint64_t now);
 /* Admission promised at now that a request ends by deadline_ns (it accepted a tested request):

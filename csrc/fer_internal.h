@@ -332,6 +332,8 @@ struct fer_core {
      * mean): its last step's end, moved on to its last prefix pass's end and, when it takes work
      * with every lane idle, to that work's arrival if later; 0 before its first */
     uint64_t *charged_ns;
+    /* per worker: the turnover its next steps still pay (§5.2, struct fer_turnover) */
+    struct fer_turnover *turnover;
     uint32_t nlanes;
     uint32_t lanes_alive;
 

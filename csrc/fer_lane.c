@@ -151,6 +151,8 @@ static void run_on_lane(struct fer_core *c, uint32_t lane, uint32_t id, uint64_t
      * work was there (its arrival), or from its own last step if the work waited for that. */
     if (!fer_worker_stepping(c, w) && s->arrival_ns > c->charged_ns[w])
         c->charged_ns[w] = s->arrival_ns;
+    /* ... and the time until its first step is this request's turnover, paid by its steps */
+    fer_cost_dispatched(&c->turnover[w], s->remaining_nfe);
     s->state = FER_SLOT_RUNNING;
     s->lane = lane;
     s->dispatch_ns = now;
@@ -285,16 +287,19 @@ int fer_core_prefix_done(struct fer_core *c, uint32_t lane, uint64_t now,
 
 /* §5.2 block mean: the busy span of the worker step lane's NFE ended at now, or 0 if another
  * row of the same step (same now) already reported it. Never less than the measured time (the
- * first step, and a clock read that lags another thread's). */
+ * first step, and a clock read that lags another thread's). A request's turnover is taken out
+ * of its first step's span and paid by its steps (fer_cost_turnover). */
 static uint64_t step_span(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t measured)
 {
-    uint64_t *charged = &c->charged_ns[lane / c->cfg.batch_slots], span;
+    uint32_t w = lane / c->cfg.batch_slots;
+    uint64_t *charged = &c->charged_ns[w], span;
 
     if (*charged == now)
         return 0;
     span = *charged != 0 && now > *charged ? now - *charged : 0;
     *charged = now;
-    return span > measured ? span : (measured ? measured : 1);
+    span = span > measured ? span : (measured ? measured : 1);
+    return fer_cost_turnover(&c->cost, &c->turnover[w], span, measured);
 }
 
 int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_ns_measured)

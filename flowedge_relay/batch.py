@@ -78,11 +78,11 @@ class RowSpec:
     @classmethod
     def of(cls, model: ModelInfo | _policy.Policy, solver: str,
            rtc: RtcSpec | None = None) -> RowSpec:
-        """Single .onnx (ModelInfo): x, t, observation; a package: its manifest."""
+        """Single .onnx (ModelInfo): x, t, observation, time 0_to_1; a package: its manifest."""
         if isinstance(model, ModelInfo):
             obs = _Tensor("observation", (model.obs_dim,), np.dtype(np.float32))
             return cls(model.action_horizon, model.action_dim, model.action_dim, None,
-                       "x", "t", "velocity", (1,), (obs,), (), (), np.float32(1.0), solver)
+                       "x", "t", "velocity", (1,), (obs,), (), (), np.float32(1.0), solver, rtc)
         p = model
         specs = p.input
         tensor = {name: _Tensor(name, s.shape, s.model_dtype) for name, s in specs.items()}
@@ -189,12 +189,13 @@ class BatchRows:
     def serve_rows(self, layout: _policy.PayloadLayout | None) -> _native.ServeRows:
         """These rows as fer_serve fills and compacts them (native.Serve: the whole request
         cycle in C, the same bytes as join / leave / actions here): the observation rows of a
-        single .onnx model (layout None), or where each of a package's request tensors lies in
-        a slot's payload (`layout`, SlotInputs'), and the actions' state indices and
-        de-normalization. After a Serve takes the rows, n, lane and slot here stay as they were
-        (0 rows): the serve holds the truth."""
+        single .onnx model (a layout without tensors, or None), or where each of a package's
+        request tensors lies in a slot's payload (`layout`, SlotInputs'); where a prefix lies
+        (real-time chunking); the actions' state indices and de-normalization. After a Serve
+        takes the rows, n, lane and slot here stay as they were (0 rows): the serve holds the
+        truth."""
         s = self.spec
-        if layout is None:
+        if layout is None or not layout.offsets:  # a single .onnx file: dispatch writes the row
             observation, copies = self.inputs["observation"], ()
         else:
             observation, copies = None, []

@@ -113,7 +113,8 @@ SPECS: tuple[Spec, ...] = (
         "rtc_mode",
         "auto",
         "real-time chunking (docs/design.md §5.4): auto = what the policy declares (policy.yaml "
-        "rtc:), else off; training_time (a policy trained for it); inpaint (any flow package); "
+        "rtc:), else off; training_time (a policy trained for it); inpaint (any flow policy on "
+        "the euler solver, a package or a single .onnx file); "
         "off: a request with prefix_actions is discarded as prefix_unsupported",
         choices=RTC_MODES,
     ),

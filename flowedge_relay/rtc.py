@@ -248,27 +248,38 @@ def resolve(declared: RtcSpec | None, requested: str, *, package: bool, solver: 
     is discarded, prefix_unsupported).
       auto           the declared mode, or off when nothing is declared;
       training_time  needs a policy trained for it (declared training_time);
-      inpaint        any flow package (no retraining); max_delay the declared one, else
-                     horizon - 1 (one row at least left to generate);
+      inpaint        any flow policy, a package or a single .onnx file (no retraining);
+                     max_delay the declared one, else horizon - 1 (one row at least left to
+                     generate);
       off            off.
-    A mode that cannot be served raises RtcManifestError (the model's ERROR, never a silent
-    off): a single .onnx file has no slot payload for the prefix, and the conditioning follows
-    the Euler solver's states (tooling/rtc_rollout.py evaluates it)."""
+    `solver` is what the policy is served on: a package's flow.solver, a single file's `solver`
+    parameter. A mode that cannot be served raises RtcManifestError (the model's ERROR, never a
+    silent off) whose message says what to change: the conditioning follows the Euler solver's
+    states (tooling/rtc_rollout.py evaluates it), and training_time needs a graph trained with
+    a per-row time input, which only a package's manifest can declare."""
     if requested not in RTC_MODES:
         raise RtcManifestError(f"rtc_mode: expected one of {list(RTC_MODES)}, found {requested!r}")
     if requested == "off" or (requested == "auto" and declared is None):
         return None
     mode = declared.mode if requested == "auto" else requested  # type: ignore[union-attr]
     if mode == "training_time" and (declared is None or declared.mode != "training_time"):
-        raise RtcManifestError("rtc_mode training_time: the policy declares no training-time "
-                               "conditioning (policy.yaml rtc.mode training_time)")
-    if not package or solver != "euler":
-        raise RtcManifestError(f"rtc_mode {mode}: real-time chunking needs a policy package on "
-                               f"the euler solver, found {'a package' if package else 'an .onnx'}"
-                               f" on {solver}")
+        where = "the policy package declares" if package else "a single .onnx file declares"
+        raise RtcManifestError(
+            f"rtc_mode training_time: {where} no training-time conditioning; serve a package "
+            "whose policy.yaml has rtc: {mode: training_time, time_input: ..., max_delay: ...}, "
+            "or set rtc_mode to inpaint (any flow policy, no retraining)")
+    if solver != "euler":
+        fix = ("export the package with flow.solver: euler in its policy.yaml" if package
+               else "set the solver parameter to euler")
+        raise RtcManifestError(f"rtc_mode {mode}: real-time chunking conditions the euler "
+                               f"solver's states, found solver {solver}; {fix}, or set "
+                               "rtc_mode to off")
     if declared is not None and declared.mode == mode:
         return declared
     max_delay = declared.max_delay if declared is not None else horizon - 1
+    if max_delay < 1:
+        raise RtcManifestError(f"rtc_mode {mode}: an action horizon of {horizon} row leaves no "
+                               "row to freeze and one to generate; set rtc_mode to off")
     return RtcSpec(mode=mode, max_delay=max_delay)
 
 

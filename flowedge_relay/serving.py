@@ -49,11 +49,14 @@ def cede_fields(p: dict) -> dict[str, int]:
             "cede_every_ns": p["worker_rt_cede_every_us"] * US}
 
 
-def rtc_of(policy: policy_mod.Policy, rtc_mode: str) -> RtcSpec | None:
-    """Real-time chunking as this policy is served with `rtc_mode` (rtc.resolve); RtcManifestError
-    (a ModelError) when the mode cannot be served."""
-    return resolve_rtc(policy.rtc, rtc_mode, package=policy.kind != "onnx",
-                       solver=policy.solver, horizon=policy.action_horizon)
+def rtc_of(policy: policy_mod.Policy, rtc_mode: str, solver: str) -> RtcSpec | None:
+    """Real-time chunking as this policy is served with `rtc_mode` (rtc.resolve) on the `solver`
+    parameter (a package's own flow.solver overrides it); RtcManifestError (a ModelError) when
+    the mode cannot be served."""
+    package = policy.kind != "onnx"
+    return resolve_rtc(policy.rtc, rtc_mode, package=package,
+                       solver=policy.solver if package else solver,
+                       horizon=policy.action_horizon)
 
 
 def thread_settings(p: dict, prefix: str) -> ThreadSettings:
@@ -97,7 +100,7 @@ class Serving:
         self.policy = policy
         self.model = model_of(policy) if policy is not None else None
         #: real-time chunking as served (docs/design.md §5.4): rtc_mode resolved on the policy
-        self.rtc = rtc_of(policy, p["rtc_mode"]) if policy is not None else None
+        self.rtc = rtc_of(policy, p["rtc_mode"], p["solver"]) if policy is not None else None
         self.model_error = model_error
         self.execution_providers = tuple(p["execution_providers"])
         self.intake_note = ""
@@ -120,7 +123,9 @@ class Serving:
     def _build_core(self, accepting: bool, hold: bool) -> None:
         p, m = self.p, self.model
         package_fields = {}
-        if self.package:  # a single .onnx file configures the core without payloads
+        # A single .onnx file's observation travels in the core's observation rows: its slots
+        # have a payload only for a real-time chunking prefix.
+        if self.package or self.rtc is not None:
             layout = policy_mod.payload_layout(self.policy, rtc=self.rtc is not None)
             package_fields = {"two_phase": int(self.policy.two_phase),
                               "payload_bytes": layout.nbytes,
@@ -147,7 +152,7 @@ class Serving:
         p = self.p
         # A package's request tensors go straight into the core's staging slot (one copy).
         self.slot_inputs = None
-        if self.package:
+        if self.package or self.rtc is not None:
             self.slot_inputs = SlotInputs(self.policy, self.core.payload_view, self.rtc)
             self.slot_inputs.prepare(range(self.core.slots))  # views + OrtValues, once per slot
         contract = ModelContract.of(self.policy) if self.policy is not None else None

@@ -124,6 +124,8 @@ class SlotInputs:
     (BatchRows.join copies them into the request's row once). The views and their OrtValues
     are built the first time a slot is seen and then reused, so a request allocates nothing
     here. `payload_view(slot)` is Core.payload_view (or any uint8 buffer per slot, for tests).
+    A single .onnx file's observation is in the core's observation rows instead: its slots hold
+    only a real-time chunking prefix (`prefix`), and it has no input buffers.
     """
 
     def __init__(
@@ -144,6 +146,8 @@ class SlotInputs:
     def __getitem__(self, slot: int) -> _policy.InputBuffers:
         buffers = self._by_slot.get(slot)
         if buffers is None:  # first use of this slot (the request thread, before its submit)
+            if self.policy.kind == "onnx":
+                raise ValueError("a single .onnx file's slots hold no input buffers")
             buffers = _policy.InputBuffers.over_payload(
                 self.policy, self._payload_view(slot), self.layout
             )
@@ -160,6 +164,8 @@ class SlotInputs:
 
     def prepare(self, slots: Sequence[int] | range) -> None:
         """Build the views of these slots now instead of at their first request."""
+        if self.policy.kind == "onnx":  # no input buffers: the prefix view is made per use
+            return
         for slot in slots:
             self[slot]
 
@@ -317,6 +323,7 @@ class WorkerPool:
         self.policy = model if isinstance(model, _policy.Policy) and model.kind != "onnx" else None
         if self.policy is not None and slot_inputs is None:
             raise ValueError("a policy package needs slot_inputs (the payload views per slot)")
+        #: the payload views per slot: a package's inputs and prefix, a single file's prefix
         self.slot_inputs = slot_inputs
         #: real-time chunking as served (docs/design.md §5.4), or None
         self.rtc = slot_inputs.rtc if slot_inputs is not None else None
@@ -612,7 +619,7 @@ class WorkerPool:
             sessions = {"velocity": _policy.make_session(
                 info.model_bytes, self.intra_op_threads, self.execution_providers,
                 f"{info.path}:velocity", w.intra_op_affinities)}  # fmt: skip
-            spec = RowSpec.of(info, self.solver)
+            spec = RowSpec.of(info, self.solver, self.rtc)
             warm = np.zeros(info.obs_dim, np.float32)
         else:
             sessions = _policy.make_sessions(
@@ -632,7 +639,7 @@ class WorkerPool:
             while rows.n:
                 rows.leave(rows.n - 1)
         if rows.native is not None:  # from now on C serves the rows: Python never steps them
-            layout = self.slot_inputs.layout if self.policy is not None else None  # type: ignore[union-attr]
+            layout = self.slot_inputs.layout if self.slot_inputs is not None else None
             w.serve = _native.Serve(
                 rows.native, rows.native_prefix, rows.serve_rows(layout),
                 worker=w.lane, max_nfe=self.core.config.max_nfe, obs_dim=self.core.obs_dim,

@@ -122,7 +122,12 @@ class RefCost:
     block's other spans is at least reserve / STALL_DIV (reserve = admission_reserve_ns, never
     with 0); the block's stall-free mean leaves min(excess, reserve) out of its sum. While the
     window holds at most one stall and no promise (a tested acceptance) longer than the window is
-    open, the block mean is the largest stall-free mean; otherwise the largest full one."""
+    open, the block mean is the largest stall-free mean; otherwise the largest full one.
+
+    The turnover rule (`turnover`): a worker's first step after a dispatch takes its gap (span
+    minus the step's compute) out of its span into the worker's debt, unless the gap is
+    stall-sized, and sets the installment to ceil(debt / the smallest NFE dispatched since the
+    last step); every step of the worker adds min(installment, debt) to its span."""
 
     SUBWINDOWS = 4
     BLOCK = 16
@@ -179,13 +184,32 @@ class RefCost:
         self.epoch = e
         return True
 
+    def stall_sized(self, excess: int) -> bool:
+        return bool(self.reserve and excess and
+                    excess >= self.reserve - self.reserve // self.STALL_DIV)
+
+    def turnover(self, t: list[int], span: int, measured: int) -> int:
+        """The span charged for a worker step; t = [debt, installment, nfe] of the worker."""
+        if not span:
+            return 0
+        if t[2]:
+            gap = max(span - max(measured, 1), 0)
+            if gap and not self.stall_sized(gap):
+                t[0] = sat(t[0] + gap)
+                span -= gap
+            t[1] = -(-t[0] // t[2])
+            t[2] = 0
+        pay = min(t[1], t[0])
+        t[0] -= pay
+        return sat(span + pay)
+
     def _complete_block(self, k: int) -> None:
         total = sat(sum(self.block))
         mean = mean_ex = total // self.BLOCK
         if self.reserve and total < U64:
             top = max(self.block)
             excess = max(top - (total - top) // (self.BLOCK - 1), 0)
-            if excess and excess >= self.reserve - self.reserve // self.STALL_DIV:
+            if self.stall_sized(excess):
                 mean_ex = (total - min(excess, self.reserve)) // self.BLOCK
                 self.sub_stalls[k] += 1
         self.sub_block[k] = max(self.sub_block[k], mean)
@@ -282,6 +306,8 @@ class RefCore:
                                    cfg.admission_reserve_ns)
         # §5.2 block mean: per worker, the instant its busy time is charged up to (0 = never)
         self.charged = [0] * cfg.workers
+        # and its turnover: [debt, installment, smallest NFE dispatched since its last step]
+        self.turnover = [[0, 0, 0] for _ in range(cfg.workers)]
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -613,6 +639,8 @@ class RefCore:
             w, b = lane // self.cfg.batch_slots, self.cfg.batch_slots
             if all(x is None for x in self.lanes[w * b:(w + 1) * b]):
                 self.charged[w] = max(self.charged[w], it.arrival_ns)  # busy from its arrival
+            t = self.turnover[w]
+            t[2] = min(t[2], it.remaining_nfe) if t[2] else it.remaining_nfe
             self.lanes[lane] = it
             return it
         return None
@@ -648,7 +676,7 @@ class RefCore:
             return 0
         span = now - self.charged[w] if 0 < self.charged[w] < now else 0
         self.charged[w] = now
-        return max(span, measured, 1)
+        return self.cost.turnover(self.turnover[w], max(span, measured, 1), measured)
 
     def step(self, lane: int, now: int, measured: int):
         it = self.lanes[lane]

@@ -1,6 +1,8 @@
 """Real-time chunking in the relay's rows (batch.BatchRows, docs/design.md §5.4): each row is
 conditioned exactly as the evaluation's reference solver (tooling/rtc_rollout.RtcSampler, rtc.py's
-arithmetic) conditions it, alone or batched with other rows, and its frozen rows are the prefix."""
+arithmetic) conditions it, alone or batched with other rows, and its frozen rows are the prefix.
+The same for a package (policy_rtc, both modes) and a single .onnx flow policy (the bundled
+policy_small, inpaint: its observation in the core's rows, its prefix in the slot payload)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import pytest
 from flowedge_relay import policy as P
 from flowedge_relay.batch import BATCH_ATOL, BATCH_RTOL, BatchRows, RowSpec
 from flowedge_relay.core import Code
+from flowedge_relay.model import default_model_path
 from flowedge_relay.rtc import RtcSpec
+from flowedge_relay.rtc import resolve as resolve_rtc
+from flowedge_relay.serving import model_of
 from flowedge_relay.tooling import rtc_rollout as rr
 
 NFE = 10
@@ -26,14 +31,33 @@ def reference():
     return rr.RtcSampler(rr.load_rtc_policy().session)
 
 
+@pytest.fixture(scope="module")
+def small():
+    """The bundled single-file flow policy (the relay's default model) and its reference."""
+    policy = P.load(default_model_path())
+    return policy, rr.RtcSampler(P.make_session(policy.graphs["velocity"].data, 1))
+
+
+def _spec(policy, mode: str) -> RtcSpec:
+    """What the relay serves for rtc_mode `mode` (rtc.resolve, as serving.rtc_of calls it)."""
+    spec = resolve_rtc(policy.rtc, mode, package=policy.kind != "onnx", solver="euler",
+                       horizon=policy.action_horizon)
+    assert spec is not None and spec.mode == mode
+    return spec
+
+
 def _rows(policy, mode: str, slots: int) -> BatchRows:
-    spec = RowSpec.of(policy, policy.solver, RtcSpec(mode, policy.rtc.max_delay))
-    return BatchRows(spec, P.make_sessions(policy, 1, P.DEFAULT_PROVIDERS), slots, 64)
+    """Rows as a worker makes them: a package from its manifest, a single file as ModelInfo."""
+    model = model_of(policy)
+    spec = RowSpec.of(model, policy.solver, _spec(policy, mode))
+    sessions = (P.make_sessions(policy, 1, P.DEFAULT_PROVIDERS) if policy.kind != "onnx"
+                else {"velocity": P.make_session(policy.graphs["velocity"].data, 1)})
+    return BatchRows(spec, sessions, slots, 64)
 
 
-def _requests(n: int, seed: int = 7):
+def _requests(n: int, seed: int = 7, obs_dim: int = 6):
     g = np.random.default_rng(seed)
-    obs = g.standard_normal((n, 6)).astype(np.float32)
+    obs = g.standard_normal((n, obs_dim)).astype(np.float32)
     prefixes = [g.standard_normal(16).astype(np.float32) for _ in range(n)]
     return obs, prefixes
 
@@ -56,14 +80,28 @@ def test_one_row_is_the_reference_solver_bit_for_bit(rtc_policy, reference, mode
     assert got[: 2 * d].tobytes() == prefixes[0][: 2 * d].tobytes()
 
 
-@pytest.mark.parametrize("mode", ["training_time", "inpaint"])
-def test_batched_rows_condition_each_row_by_its_own_delay(rtc_policy, reference, mode):
+@pytest.mark.parametrize("d", [0, 1, 4, 7])
+def test_a_single_file_row_is_the_reference_solver_bit_for_bit(small, d):
+    """inpaint on a single .onnx flow policy: up to horizon - 1 = 7 rows frozen (no rtc: block)."""
+    policy, ref = small
+    assert _spec(policy, "inpaint").max_delay == 7
+    obs, prefixes = _requests(1, obs_dim=4)
+    (got,) = _run(_rows(policy, "inpaint", 1), obs, [11], prefixes, [d])
+    want = ref.sample(obs, np.array([11]), NFE, "inpaint", prefixes, d)[0]
+    assert got.tobytes() == want.tobytes()
+    assert got[: 2 * d].tobytes() == prefixes[0][: 2 * d].tobytes()
+
+
+@pytest.mark.parametrize("case", ["training_time", "inpaint", "single file"])
+def test_batched_rows_condition_each_row_by_its_own_delay(rtc_policy, reference, small, case):
+    policy, ref, mode = ((*small, "inpaint") if case == "single file"
+                         else (rtc_policy, reference, case))
     frozen = [0, 4, 2]
-    obs, prefixes = _requests(3, seed=9)
+    obs, prefixes = _requests(3, seed=9, obs_dim=policy.inputs[0].shape[0])
     seeds = np.array([3, 4, 5])
-    got = _run(_rows(rtc_policy, mode, 4), obs, seeds, prefixes, frozen)
+    got = _run(_rows(policy, mode, 4), obs, seeds, prefixes, frozen)
     for i, d in enumerate(frozen):
-        want = reference.sample(obs[i:i + 1], seeds[i:i + 1], NFE, mode, [prefixes[i]], d)[0]
+        want = ref.sample(obs[i:i + 1], seeds[i:i + 1], NFE, mode, [prefixes[i]], d)[0]
         assert got[i][: 2 * d].tobytes() == prefixes[i][: 2 * d].tobytes()
         np.testing.assert_allclose(got[i], want, rtol=BATCH_RTOL, atol=BATCH_ATOL)
 
@@ -90,7 +128,9 @@ def test_a_row_that_leaves_keeps_the_others_conditioning(rtc_policy, reference):
 
 def _serve_prefixes(policy, mode: str, loop: str, slots: int, rows_of: list[int]):
     """Requests with rows_of[i] prefix rows through a core with admission off (so d is the
-    window's end, min(rows, max_delay): no timing in it) and a pool on `loop`. Returns outcomes
+    window's end, min(rows, max_delay): no timing in it) and a pool on `loop`, set up as
+    serving.Serving sets them up: a package's inputs and prefix in the slot payload, a single
+    file's observation in the core's rows and its prefix alone in the payload. Returns outcomes
     by sequence, each request's (observation, prefix), and the worker info."""
     import dataclasses
     import time
@@ -100,23 +140,25 @@ def _serve_prefixes(policy, mode: str, loop: str, slots: int, rows_of: list[int]
     from flowedge_relay.core import Decision
     from flowedge_relay.workers import SlotInputs, WorkerPool
 
-    spec = RtcSpec(mode, policy.rtc.max_delay)
+    spec = _spec(policy, mode)
+    single = policy.kind == "onnx"
     layout = P.payload_layout(policy, rtc=True)
     sent = {}
-    with make_core(batch_slots=slots, obs_dim=0, action_len=16, queue_capacity=64,
+    with make_core(batch_slots=slots, obs_dim=policy.obs_dim, action_len=16, queue_capacity=64,
                    payload_bytes=layout.nbytes, rtc_max_delay=spec.max_delay) as core:
         inputs = SlotInputs(policy, core.payload_view, spec)
-        pool = WorkerPool(core, policy, slot_inputs=inputs, nfe_loop=loop)
-        obs, prefixes = _requests(len(rows_of), seed=13)
+        pool = WorkerPool(core, model_of(policy), slot_inputs=inputs, nfe_loop=loop)
+        obs, prefixes = _requests(len(rows_of), seed=13, obs_dim=policy.inputs[0].shape[0])
         now = time.monotonic_ns()
         start = now + 60_000_000_000  # the windows end a minute from now: nothing expires
         for i, rows in enumerate(rows_of):
             slot = core.staging_slot()
-            P.fill_buffers(policy, inputs[slot], {"observation": obs[i]})
+            if not single:
+                P.fill_buffers(policy, inputs[slot], {"observation": obs[i]})
             inputs.prefix(slot)[: 2 * rows] = prefixes[i][: 2 * rows]
-            r = dataclasses.replace(request(b"s%d" % i, i, nfe=NFE, obs=np.zeros(0, np.float32)),
-                                    prefix_rows=rows, prefix_start_ns=start, prefix_start_ros_ns=7,
-                                    action_period_ns=PERIOD_NS)  # fmt: skip
+            r = request(b"s%d" % i, i, nfe=NFE, obs=obs[i] if single else np.zeros(0, np.float32))
+            r = dataclasses.replace(r, prefix_rows=rows, prefix_start_ns=start,
+                                    prefix_start_ros_ns=7, action_period_ns=PERIOD_NS)
             assert core.submit(r, now) == Decision.ACCEPTED
             sent[i] = (obs[i], prefixes[i])
         pool.start()
@@ -125,29 +167,33 @@ def _serve_prefixes(policy, mode: str, loop: str, slots: int, rows_of: list[int]
             info = pool.worker_info()
         finally:
             pool.stop()
-    return {o.sequence: o for o in got}, sent, info
+    return {o.sequence: o for o in got}, sent, info, spec.max_delay
 
 
 PERIOD_NS = 20_000_000
 
 
-@pytest.mark.parametrize("mode", ["training_time", "inpaint"])
+@pytest.mark.parametrize("case", ["training_time", "inpaint", "single file"])
 @pytest.mark.parametrize("loop", ["auto", "python"])
-def test_the_worker_loops_answer_with_the_reference_rows(rtc_policy, reference, mode, loop):
+def test_the_worker_loops_answer_with_the_reference_rows(rtc_policy, reference, small, case,
+                                                          loop):
     """One slot: each loop's answer is the reference solver's bit for bit (auto: the C serve
     loop; its d is min(rows, max_delay) with admission off). Four slots: within the batch
-    tolerance, the frozen rows exact, each answer carrying its own d and the echoed start."""
-    rows_of = [0, 1, 3, 4, 6, 8, 2, 5]
+    tolerance, the frozen rows exact, each answer carrying its own d and the echoed start.
+    "single file": the default model (a single .onnx) with inpaint, max_delay horizon - 1."""
+    policy, ref, mode = ((*small, "inpaint") if case == "single file"
+                         else (rtc_policy, reference, case))
+    rows_of = [0, 1, 3, 4, 6, 8, 2, 5, 7]
     for slots in (1, 4):
-        outs, sent, info = _serve_prefixes(rtc_policy, mode, loop, slots, rows_of)
+        outs, sent, info, max_delay = _serve_prefixes(policy, mode, loop, slots, rows_of)
         assert info[0]["nfe_loop"] == ("native" if loop == "auto" else "python"), info
         for i, rows in enumerate(rows_of):
-            o, d = outs[i], min(rows, rtc_policy.rtc.max_delay)
+            o, d = outs[i], min(rows, max_delay)
             obs, prefix = sent[i]
             assert o.code == Code.INFERENCE, (slots, i, o.code)
             assert (o.frozen_rows, o.chunk_start_ros_ns) == (d, 7 if rows else 0)
             assert o.actions[: 2 * d].tobytes() == prefix[: 2 * d].tobytes()
-            want = reference.sample(obs[None], np.array([i]), NFE, mode, [prefix], d)[0]
+            want = ref.sample(obs[None], np.array([i]), NFE, mode, [prefix], d)[0]
             if slots == 1:
                 assert o.actions.tobytes() == want.tobytes(), (slots, i)
             else:

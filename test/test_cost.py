@@ -162,6 +162,7 @@ def test_time_between_steps_of_busy_workers_is_charged():
     # dispatching, waiting for a core): a step costs the queue 300 us, as the block mean says.
     with make() as c:
         lane = Lane(c)
+        lane.nfe(FLOOR)  # the request's first step (a gap before it is its turnover, below)
         for _ in range(64):
             lane.now += 200_000
             lane.nfe(FLOOR)
@@ -222,6 +223,7 @@ def test_a_sustained_slowdown_and_a_small_preemption_are_charged():
     with make(admission_reserve_ns=RESERVE) as c:
         # every step waits 200 us for a core: no span stands out of its block
         lane = Lane(c)
+        lane.nfe(FLOOR)  # the request's first step (a gap before it is its turnover, below)
         for _ in range(64):
             lane.now += 200_000
             lane.nfe(FLOOR)
@@ -265,6 +267,75 @@ def test_a_new_reserve_charges_the_stalls_it_did_not_cover():
         assert c.cost_stats(lane.now).block_mean_ns == FLOOR
         c.set_calibration(FLOOR, RESERVE // 2)  # 2.5 ms no longer covers a 4 ms excess
         assert c.cost_stats(lane.now).block_mean_ns == (15 * FLOOR + 4_100_000) // 16
+
+
+# ---- the turnover rule: a request's turnover is paid by its own steps --------------------------
+
+
+def requests_back_to_back(core: Core, now: int, n: int, nfe: int, gap_ns: int,
+                          seq: int = 100) -> int:
+    """n requests of `nfe` NFE on lane 0, each arriving and dispatched as the previous one ends,
+    its first step starting gap_ns later (the previous answer handed off, the join), every step
+    computing FLOOR; returns the time after the last."""
+    for i in range(n):
+        assert core.submit(req(seq + i, nfe=nfe, origin=now), now) == Decision.ACCEPTED
+        assert core.dispatch(0, now) is not None
+        now += gap_ns
+        for j in range(nfe):
+            now += FLOOR
+            assert core.step(0, now, FLOOR) == (Step.DONE if j == nfe - 1 else Step.CONTINUE)
+        core.finish(0, now, np.zeros(ACT, np.float32))
+    return now
+
+
+def test_a_requests_turnover_is_priced_at_one_nfe_th_per_nfe():
+    # 800 us between requests of 64 NFE: each NFE of the queue costs FLOOR + 800 us / 64, not
+    # the 800 us / 16 the block holding a request's first step would charge.
+    with make() as c:
+        now = requests_back_to_back(c, T, 8, 64, 800_000)
+        assert c.cost_stats(now).block_mean_ns == FLOOR + 12_500
+    # 4-NFE requests: four turnovers in every block, the same 1/NFE as before
+    with make() as c:
+        now = requests_back_to_back(c, T, 32, 4, 800_000)
+        assert c.cost_stats(now).block_mean_ns == FLOOR + 200_000
+    # unequal requests: the one whose turnover weighs most per NFE sets the price
+    with make() as c:
+        now = requests_back_to_back(c, T, 4, 64, 800_000)
+        now = requests_back_to_back(c, now, 4, 32, 800_000, seq=200)
+        assert c.cost_stats(now).block_mean_ns == FLOOR + 25_000
+
+
+def test_a_stall_sized_turnover_is_left_to_the_stall_rule():
+    # A 4 ms gap before a request's first step: a stall under a 5 ms reserve, so a span of its
+    # block as before (the reserve pays it once per window); without a reserve it is turnover.
+    for reserve, charged in ((RESERVE, FLOOR), (0, FLOOR + 4_000_000 // 64)):
+        with make(admission_reserve_ns=reserve) as c:
+            now = requests_back_to_back(c, T, 2, 64, 0)
+            now = requests_back_to_back(c, now, 1, 64, 4_000_000, seq=200)
+            assert c.cost_stats(now).block_mean_ns == charged
+
+
+def test_turnover_left_by_work_that_stopped_early_is_paid_by_the_next():
+    # A 64-NFE request stopped (stale) after 3 steps leaves 61 installments of its 640 us
+    # turnover: the next request's steps take them on, so nothing is lost. The 3 + 13 steps of
+    # the two requests are one block, holding exactly the whole 640 us.
+    with make() as c:
+        now = T
+        assert c.submit(req(1, nfe=64, origin=now), now) == Decision.ACCEPTED
+        assert c.dispatch(0, now) is not None
+        now += 640_000
+        for _ in range(2):
+            now += FLOOR
+            assert c.step(0, now, FLOOR) == Step.CONTINUE
+        newer = request(b"s", 2, gen=1, nfe=13, seed=0, origin=now, obs_dim=OBS)
+        assert c.submit(newer, now) == Decision.ACCEPTED  # the running one is now stale
+        now += FLOOR
+        assert c.step(0, now, FLOOR) == Step.STOP_STALE
+        assert c.dispatch(0, now) is not None
+        for j in range(13):
+            now += FLOOR
+            assert c.step(0, now, FLOOR) == (Step.DONE if j == 12 else Step.CONTINUE)
+        assert c.cost_stats(now).block_mean_ns == FLOOR + 640_000 // 16
 
 
 def one_nfe_requests(core: Core, now: int, n: int, gap_ns: int, lane: int = 0) -> int:

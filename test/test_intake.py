@@ -54,18 +54,21 @@ class Pair:
         package = policy.kind != "onnx"
         model = policy
         contract = ModelContract.of(policy)
-        layout = policy_mod.payload_layout(policy, rtc=rtc is not None) if package else None
+        # as serving.Serving: a payload for a package's inputs, and for a prefix (a single file's
+        # observation stays in the core's rows)
+        payload = package or rtc is not None
+        layout = policy_mod.payload_layout(policy, rtc=rtc is not None) if payload else None
 
         def core() -> Core:
             extra = ({"two_phase": int(policy.two_phase), "payload_bytes": layout.nbytes,
                       "rtc_max_delay": rtc.max_delay if rtc else 0}
-                     if package else {})
+                     if payload else {})
             return Core(CoreConfig(obs_dim=model.obs_dim, action_len=model.action_len,
                                    queue_capacity=queue_capacity,
                                    max_nfe=core_max_nfe or max_nfe, **extra, **core_fields))
 
         self.py_core, self.c_core = core(), core()
-        self.slots = SlotInputs(policy, self.py_core.payload_view, rtc) if package else None
+        self.slots = SlotInputs(policy, self.py_core.payload_view, rtc) if payload else None
         staging = (lambda: self.slots[self.py_core.staging_slot()]) if package else None
         prefix = (lambda: self.slots.prefix(self.py_core.staging_slot())) if rtc else None
         self.validator = Validator(contract, max_nfe, intake_target=staging,
@@ -285,37 +288,43 @@ PREFIX_CHANGES = {
 
 def _prefix_request(i: int, now_ros: int, *, rows: int = 4, extra: int = 0, bad=None,
                     start_s: float = 0.05, start: Time | None = None,
-                    period: Duration | None = None) -> bytes:
+                    period: Duration | None = None, policy=RTC_POLICY) -> bytes:
     g = np.random.default_rng(i)
     prefix = g.standard_normal(2 * rows + extra).astype(np.float32)
     if bad is not None:
         prefix[len(prefix) // 2] = bad
-    req = build_request(RTC_POLICY, now_ros, session_id=f"s{i}", sequence=i, remaining_nfe=2,
-                        arrays={"observation": g.standard_normal(6).astype(np.float32)})
+    obs = g.standard_normal(policy.inputs[0].shape[0]).astype(np.float32)
+    req = build_request(policy, now_ros, session_id=f"s{i}", sequence=i, remaining_nfe=2,
+                        arrays={"observation": obs})
     req.prefix_actions = prefix.tolist()
     req.prefix_start = start or ros_time(now_ros + int(start_s * 1e9))
     req.action_period = period or Duration(nanosec=20 * MS)
     return serialize_message(req)
 
 
-@pytest.mark.parametrize("served", ["training_time", "off"])
+@pytest.mark.parametrize("served", ["training_time", "off", "single file inpaint"])
 def test_a_prefix_is_decided_and_staged_alike_by_both_intakes(served):
     """Real-time chunking's prefix: the same reason or decision from both intakes for each kind
     of prefix, and a valid prefix's rows bit for bit in the same place of the staging slot.
-    With rtc off every prefix is prefix_unsupported; a plain request is served as before."""
-    rtc = RTC_POLICY.rtc if served != "off" else None
-    pair = Pair(RTC_POLICY, rtc=rtc, nfe_ns=MS, queue_capacity=64)
+    With rtc off every prefix is prefix_unsupported; a plain request is served as before. A
+    single .onnx file with inpaint: its slots hold the prefix alone, decided the same way."""
+    policy, rtc = RTC_POLICY, (RTC_POLICY.rtc if served != "off" else None)
+    if served == "single file inpaint":
+        policy = policy_mod.load(default_model_path())
+        rtc = RtcSpec("inpaint", policy.action_horizon - 1)
+    pair = Pair(policy, rtc=rtc, nfe_ns=MS, queue_capacity=64)
     seen = {}
     try:
         for i in range(2 * len(PREFIX_CHANGES)):
             change = list(PREFIX_CHANGES)[i % len(PREFIX_CHANGES)]
             now_mono, now_ros = _now()
-            py, c = pair.both(_prefix_request(i, now_ros, **PREFIX_CHANGES[change]),
-                              now_mono, now_ros)
+            py, c = pair.both(_prefix_request(i, now_ros, **PREFIX_CHANGES[change],
+                                              policy=policy), now_mono, now_ros)
             assert c == py, (change, c, py)
             seen[change] = py[0] or py[1].name
-        plain = build_request(RTC_POLICY, time.time_ns(), session_id="plain",
-                              arrays={"observation": np.zeros(6, np.float32)})
+        plain = build_request(policy, time.time_ns(), session_id="plain",
+                              arrays={"observation": np.zeros(policy.inputs[0].shape[0],
+                                                              np.float32)})
         py, c = pair.both(serialize_message(plain), *_now())
         assert c == py == (None, Decision.ACCEPTED)
         for slot in range(pair.c_core.slots):  # every queued request's payload, bit for bit

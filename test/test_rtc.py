@@ -307,6 +307,47 @@ def test_rtc_manifest_errors_are_model_errors():
         rtc.parse_rtc({"mode": None, "max_delay": 1}, "pkg: rtc")
 
 
+# ---------------------------------------------------------------- rtc_mode against the policy
+
+_TT = rtc.RtcSpec("training_time", 4, "t")
+
+
+@pytest.mark.parametrize(
+    ("declared", "requested", "package", "want"),
+    [
+        (None, "inpaint", False, rtc.RtcSpec("inpaint", H - 1)),  # a single .onnx flow policy
+        (None, "inpaint", True, rtc.RtcSpec("inpaint", H - 1)),
+        (None, "auto", False, None),
+        (None, "off", False, None),
+        (_TT, "auto", True, _TT),
+        (_TT, "inpaint", True, rtc.RtcSpec("inpaint", 4)),  # the declared max_delay
+        (_TT, "off", True, None),
+    ],
+)
+def test_resolve_serves_inpaint_on_any_euler_flow_policy(declared, requested, package, want):
+    assert rtc.resolve(declared, requested, package=package, solver="euler", horizon=H) == want
+
+
+@pytest.mark.parametrize(
+    ("declared", "requested", "package", "solver", "horizon", "says"),
+    [
+        (None, "inpaint", False, "midpoint", H, "set the solver parameter to euler"),
+        (None, "inpaint", True, "midpoint", H, "flow.solver: euler in its policy.yaml"),
+        (_TT, "auto", True, "midpoint", H, "flow.solver: euler"),
+        (None, "training_time", False, "euler", H, "set rtc_mode to inpaint"),
+        (None, "training_time", True, "euler", H, "rtc: {mode: training_time"),
+        (None, "inpaint", False, "euler", 1, "set rtc_mode to off"),
+        (None, "sometimes", False, "euler", H, "rtc_mode: expected one of"),
+    ],
+)
+def test_resolve_says_what_to_change_when_a_mode_cannot_be_served(
+    declared, requested, package, solver, horizon, says
+):
+    with pytest.raises(rtc.RtcManifestError) as err:
+        rtc.resolve(declared, requested, package=package, solver=solver, horizon=horizon)
+    assert str(err.value).startswith("rtc_mode") and says in str(err.value), str(err.value)
+
+
 # ---------------------------------------------------------------- producer side
 
 P = 20_000_000  # 50 Hz

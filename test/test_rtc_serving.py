@@ -105,3 +105,59 @@ def test_a_prefix_is_discarded_and_counted_where_rtc_is_off(served):
 
         assert wait_for(discarded, 10), counted
         assert [a.sequence for a in h.answers()] == [2]
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("intake_loop", ["auto", "python"])
+def test_inpaint_serves_the_default_single_file_model(intake_loop):
+    """rtc_mode inpaint on the bundled policy_small.onnx (a single-file Euler flow policy, no
+    rtc: block): served with max_delay horizon - 1, the prefix taken by either intake, the answer
+    the reference solver's bit for bit (admission off: d = min(rows, max_delay))."""
+    import dataclasses
+
+    from ros_helpers import running_relay, status_values
+
+    from flowedge_relay.model import default_model_path
+
+    small = P.load(default_model_path())
+    reference = rr.RtcSampler(P.make_session(small.graphs["velocity"].data, 1))
+    served = dataclasses.replace(ServedModel.from_policy(small), rtc_mode="inpaint",
+                                 rtc_max_delay=7)
+    with running_relay(rtc_mode="inpaint", nfe_ns=0, intake_loop=intake_loop) as h:
+        model = status_values(h.latest_status("model"))
+        assert (model["rtc_mode"], model["rtc_max_delay"]) == ("inpaint", "7")
+        loops = status_values(h.latest_status("workers"))
+        assert (loops["nfe_loop"], loops["intake_loop"]) == (
+            "native", "native" if intake_loop == "auto" else "python"), loops
+        now = h.client.get_clock().now().nanoseconds
+        rows = np.random.default_rng(4).standard_normal(12).astype(np.float32)  # 6 rows
+        obs = np.random.default_rng(5).standard_normal(4).astype(np.float32)
+        sent = [build_request(served, {"observation": obs}, session_id="arm", sequence=seq,
+                              remaining_nfe=NFE, deadline_ns=now + 10_000_000_000,
+                              noise_seed=3, origin_ns=now, prefix=prefix,
+                              action_period_ns=PERIOD_NS)
+                for seq, prefix in ((1, (rows, now + PERIOD_NS)), (2, None))]  # fmt: skip
+        h.send(*sent)
+        answer, plain = h.answer_for(1), h.answer_for(2)
+    got = np.asarray(answer.actions, np.float32)
+    assert answer.code == answer.INFERENCE and answer.frozen_rows == 6
+    assert stamp_ns(answer.chunk_start) == now + PERIOD_NS
+    assert got[:12].tobytes() == rows.tobytes()
+    want = reference.sample(obs[None], np.array([3]), NFE, "inpaint", [rows], 6)[0]
+    assert got.tobytes() == want.tobytes()
+    assert plain.code == plain.INFERENCE and plain.frozen_rows == 0
+    plain_want = reference.sample(obs[None], np.array([3]), NFE)[0]
+    assert np.asarray(plain.actions, np.float32).tobytes() == plain_want.tobytes()
+
+
+@pytest.mark.ros
+def test_a_mode_that_cannot_be_served_says_what_to_change():
+    """inpaint on the single file with the midpoint solver (the conditioning follows Euler's
+    states): the model's ERROR names the parameter to set, never a silent off."""
+    from diagnostic_msgs.msg import DiagnosticStatus
+    from ros_helpers import running_relay
+
+    with running_relay(rtc_mode="inpaint", solver="midpoint") as h:
+        status = h.latest_status("model")
+    assert status.level == DiagnosticStatus.ERROR
+    assert "set the solver parameter to euler" in status.message, status.message

@@ -117,9 +117,10 @@ def _aligned(size: int) -> int:
 
 def payload_layout(policy: Policy, rtc: bool = False) -> PayloadLayout:
     """Inputs in declaration order, each at a PAYLOAD_ALIGN-aligned offset; with `rtc`, room
-    for a full-horizon prefix after them."""
+    for a full-horizon prefix after them. A single .onnx file's observation travels in the
+    core's observation rows, not in the payload: its layout holds the prefix alone."""
     offsets, sizes, off = {}, {}, 0
-    for s in policy.inputs:
+    for s in policy.inputs if policy.kind != "onnx" else ():
         size = math.prod(s.shape) * s.model_dtype.itemsize
         offsets[s.name], sizes[s.name] = off, size
         off += _aligned(size)
