@@ -22,6 +22,13 @@ next request, and switches to each answer at its `frozen_rows`:
     req = build_request(served, arrays, ..., prefix=splicer.prefix(now_ns),
                         action_period_ns=period_ns)
     splicer.splice(answer.actions, answer.frozen_rows, stamp_ns(answer.chunk_start))
+
+Only an `INFERENCE` answer carries actions to execute. `INFERENCE_FAILED` (the model call raised,
+or its actions came out NaN or infinite; docs/design.md §3) carries none: never act on it, keep
+executing the current chunk (a splicer is left as it is) or stop safely. A retry of the same
+sequence is allowed, with retry_reason RETRY_AFTER_EXPIRED (no reason of its own: the answer did
+not arrive in a usable form); it helps after a transient error, not for an input the model
+cannot handle (the same input gives the same NaN).
 """
 
 from __future__ import annotations
