@@ -53,9 +53,10 @@ def _assert_good(answer) -> None:
 def test_nan_and_raising_requests_are_answered_inference_failed_on_every_loop(
         tmp_path, loop, slots):
     """A single .onnx: good, NaN, good, raising, good, one after another; then with batch slots
-    a NaN row among good rows stepped together (a slow NFE so they all join): only the NaN
-    request fails. Counted per cause; the workers stay alive and the model keeps serving."""
-    from ros_helpers import running_relay, status_values
+    a NaN row among good rows stepped together (queued while dispatch is held, so all four join
+    one boundary): only the NaN request fails. Counted per cause; the workers stay alive and
+    the model keeps serving."""
+    from ros_helpers import running_relay, status_values, wait_for
 
     model = write_single_file(tmp_path)
     with running_relay(model_path=model, nfe_loop=loop, batch_slots=slots, workers=1,
@@ -71,18 +72,20 @@ def test_nan_and_raising_requests_are_answered_inference_failed_on_every_loop(
         _assert_failed(answers[1])
         _assert_failed(answers[3])
         n = 5
-        if slots > 1:
-            h.relay.serving.pool.fault_nfe_delay_ns = 30_000_000
+        if slots > 1:  # dispatch held until all four are queued: they join one step together
+            core = h.relay.serving.core
+            core.hold_dispatch(True)
             batch = [GOOD, GOOD, NAN, GOOD]
             for i, obs in enumerate(batch):
                 _send(h, n + i, obs, nfe=4)
+            assert wait_for(lambda: core.queued() == len(batch), 20)
+            core.hold_dispatch(False)
             got = {a.sequence: a for a in h.wait_answers(n + len(batch))}
-            h.relay.serving.pool.fault_nfe_delay_ns = 0
             for i in range(len(batch)):
                 (_assert_failed if i == 2 else _assert_good)(got[n + i])
             n += len(batch)
             batch_stats = h.relay.serving.pool.batch_stats()
-            assert max(batch_stats["step_ns_by_rows"]) > 1  # rows were stepped together
+            assert max(batch_stats["step_ns_by_rows"]) == len(batch)  # stepped together
         values = _counters(h, n)
         workers = status_values(h.latest_status("workers"))
         _send(h, 100, GOOD)
