@@ -95,6 +95,7 @@ def test_nan_and_raising_requests_are_answered_inference_failed_on_every_loop(
     assert values["failed.runtime_error"] == "1"
     assert values["outcome.inference_failed"] == str(failed_nan + 1)
     assert workers["dead_lanes"] == "none"
+    assert workers["publisher_loop"] == "native"  # the C publisher's CDR wrote code 5, no actions
 
 
 @pytest.mark.ros
