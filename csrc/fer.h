@@ -44,7 +44,7 @@
 #define FER_MAX_SESSIONS 65536
 #define FER_MAX_RING 1048576
 #define FER_MAX_PAYLOAD 1073741824 /* payload_bytes per slot */
-#define FER_NUM_CODES 5
+#define FER_NUM_CODES 6
 #define FER_RETRY_COUNT_BUCKETS 8
 #define FER_RETRY_REASONS 6
 #define FER_MAX_CLIENTS 4096 /* max_clients (docs/design.md §7.1) */
@@ -67,6 +67,12 @@
 #define FER_REJECTED_DEADLINE 2
 #define FER_REJECTED_CAPACITY 3
 #define FER_EXPIRED 4
+#define FER_INFERENCE_FAILED 5 /* the computation raised or its result was not finite */
+
+/* ---- why work ended INFERENCE_FAILED (fer_core_fail's cause) ---------------------------------- */
+#define FER_FAIL_NON_FINITE 0
+#define FER_FAIL_RUNTIME_ERROR 1
+#define FER_FAIL_CAUSES 2
 
 /* ---- reject_reason of a REJECTED_CAPACITY outcome (ActionMessage.REJECT_*) -------------------- */
 #define FER_REJECT_NONE 0
@@ -75,7 +81,7 @@
 
 /* ---- decisions returned by fer_core_submit: an outcome code, or one of these ---------------- */
 #define FER_ACCEPTED 0
-#define FER_COALESCED 5
+#define FER_COALESCED 6 /* after every outcome code */
 
 /* ---- fer_core_step results ------------------------------------------------------------------- */
 #define FER_STEP_CONTINUE 0
@@ -210,7 +216,7 @@ struct fer_work {
 struct fer_outcome {
     char session_id[FER_SESSION_ID_MAX];
     uint32_t session_id_len;
-    uint32_t code;                       /* FER_INFERENCE .. FER_EXPIRED */
+    uint32_t code;                       /* FER_INFERENCE .. FER_INFERENCE_FAILED */
     int32_t lane;
     uint32_t retry_count;
     uint32_t retry_reason;
@@ -245,7 +251,7 @@ struct fer_stats {
     uint64_t rejection_outputs_dropped;
     uint64_t action_outputs_dropped;
     uint64_t nfe_total;
-    uint64_t nfe_wasted;                 /* NFE of work that ended EXPIRED or REJECTED_STALE */
+    uint64_t nfe_wasted;                 /* NFE of work that ended EXPIRED, STALE or FAILED */
     uint64_t displaced;
     uint64_t sessions_evicted;
     uint64_t sessions_evicted_early;     /* of those, seen less than session_idle_ns before */
@@ -260,6 +266,7 @@ struct fer_stats {
     uint64_t fair_share_displaced;       /* §7.1: queued work displaced for an under-share one */
     uint64_t clients_evicted;            /* §7.1: idle clients forgotten to make room */
     uint64_t clients;                    /* gauge: tracked clients */
+    uint64_t failed[FER_FAIL_CAUSES];    /* INFERENCE_FAILED outcomes per FER_FAIL_* cause */
 };
 
 /* §7.1: one tracked client, for snapshots. committed_nfe: remaining NFE of its queued and running
@@ -446,6 +453,10 @@ int fer_core_prefix_done(struct fer_core *core, uint32_t lane, uint64_t now,
 int fer_core_step(struct fer_core *core, uint32_t lane, uint64_t now, uint64_t nfe_ns_measured);
 int fer_core_output_space(struct fer_core *core, uint32_t lane);
 int fer_core_finish(struct fer_core *core, uint32_t lane, uint64_t now, const float *actions);
+/* fail: the lane's work (prefix pending, mid-steps, or DONE before finish) ends INFERENCE_FAILED
+ * with no actions, counted under cause (FER_FAIL_*): its model call raised or its actions were
+ * not finite. Returns FER_INFERENCE_FAILED, or FER_ESTATE when the lane holds no work. */
+int fer_core_fail(struct fer_core *core, uint32_t lane, uint64_t now, uint32_t cause);
 int fer_core_disable_lane(struct fer_core *core, uint32_t lane, uint64_t now);
 
 /* ---- publisher thread (the single consumer of every ring) ------------------------------------

@@ -362,6 +362,26 @@ int fer_core_finish(struct fer_core *c, uint32_t lane, uint64_t now, const float
     return (int)code;
 }
 
+int fer_core_fail(struct fer_core *c, uint32_t lane, uint64_t now, uint32_t cause)
+{
+    uint32_t id;
+    int rang;
+
+    FER_CHECK_ARGS(FER_LANE_OK(c, lane) && cause < FER_FAIL_CAUSES);
+    pthread_mutex_lock(&c->mu);
+    id = running_slot(c, lane);
+    if (id == FER_NONE) {
+        pthread_mutex_unlock(&c->mu);
+        return FER_ESTATE;
+    }
+    /* Not a calibration miss: the model failed, the estimate was not wrong. */
+    c->slots[id].tested = 0;
+    c->st.failed[cause]++;
+    rang = fer_emit_slot(c, id, FER_INFERENCE_FAILED, now, (int32_t)lane, NULL);
+    fer_unlock_and_ring(c, rang);
+    return FER_INFERENCE_FAILED;
+}
+
 int fer_core_disable_lane(struct fer_core *c, uint32_t lane, uint64_t now)
 {
     uint32_t i, id, code;

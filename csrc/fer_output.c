@@ -55,7 +55,7 @@ int fer_emit_request(struct fer_core *c, const struct fer_request *r, uint32_t c
     return emit(c, 0, &o, NULL);
 }
 
-/* EXPIRED and REJECTED_STALE ends add the NFE already spent to nfe_wasted; an EXPIRED end of work
+/* EXPIRED, REJECTED_STALE and INFERENCE_FAILED ends add the NFE already spent to nfe_wasted; an EXPIRED end of work
  * that passed the admission test is a calibration miss. */
 int fer_emit_slot(struct fer_core *c, uint32_t id, uint32_t code, uint64_t now, int32_t lane,
                   const float *act)
@@ -89,7 +89,7 @@ int fer_emit_slot(struct fer_core *c, uint32_t id, uint32_t code, uint64_t now, 
     o.finish_ns = now;
     o.queue_ns = fer_sat_sub(ran ? s->dispatch_ns : now, s->arrival_ns);
     o.compute_ns = ran ? fer_sat_sub(now, s->dispatch_ns) : 0;
-    if (code == FER_EXPIRED || code == FER_REJECTED_STALE)
+    if (code == FER_EXPIRED || code == FER_REJECTED_STALE || code == FER_INFERENCE_FAILED)
         c->st.nfe_wasted += s->nfe_done;
     if (code == FER_EXPIRED && s->tested)
         c->st.calibration_misses++;

@@ -4,6 +4,7 @@
  * batch.BatchRows', described to it by the config.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -286,7 +287,7 @@ static int answer(struct fer_serve *s, struct fer_core *core, uint32_t r)
     const float *state = &c->state[(size_t)r * c->x_len];
     uint32_t i, lane = s->rows[r].lane;
     uint64_t give_up;
-    int space;
+    int space, finite = 1;
 
     for (i = 0; i < c->n_actions; i++) {
         float v = state[c->action_index[i]];
@@ -295,6 +296,7 @@ static int answer(struct fer_serve *s, struct fer_core *core, uint32_t r)
             v = v / c->action_scale[i];
         }
         s->actions[i] = v;
+        finite &= isfinite(v) != 0;
     }
     give_up = fer_sat_add(now_ns(), c->output_wait_ns);
     while ((space = fer_core_output_space(core, lane)) == 0 && now_ns() < give_up) {
@@ -304,7 +306,23 @@ static int answer(struct fer_serve *s, struct fer_core *core, uint32_t r)
     }
     if (space < 0)
         return space;
+    if (!finite) /* a NaN or an infinity is never an answer (docs/design.md §3) */
+        return fer_core_fail(core, lane, now_ns(), FER_FAIL_NON_FINITE);
     return fer_core_finish(core, lane, now_ns(), s->actions); /* full ring: counted drop */
+}
+
+/* Rows [first, s->n) were in a model call that raised: each ends INFERENCE_FAILED (runtime error)
+ * and leaves; the caller returns the call's status, so the worker counts the error. */
+static int fail_rows(struct fer_serve *s, struct fer_core *core, uint32_t first, int status)
+{
+    uint32_t r;
+    int rc;
+
+    for (r = first; r < s->n; r++)
+        if ((rc = fer_core_fail(core, s->rows[r].lane, now_ns(), FER_FAIL_RUNTIME_ERROR)) < 0)
+            return rc;
+    set_held(s, first);
+    return status;
 }
 
 /* A step boundary: free rows take queued work in EDF order; two-phase joiners run their prefix
@@ -338,7 +356,10 @@ static int boundary(struct fer_serve *s, struct fer_core *core, const struct fer
         return FER_OK;
     for (r = 0; r < count; r++)
         s->lanes[r] = s->rows[first + r].lane;
-    if ((rc = fer_pass_run_done(s->pass, core, s->lanes, first, count, s->results, times)) != FER_OK)
+    rc = fer_pass_run_done(s->pass, core, s->lanes, first, count, s->results, times);
+    if (rc == FER_EXEC_EORT)
+        return fail_rows(s, core, first, rc); /* the joiners' prefix pass raised */
+    if (rc != FER_OK)
         return rc;
     k = __atomic_load_n(c->prefix_count, __ATOMIC_RELAXED);
     c->prefix_ring[k % c->prefix_ring_len] = (int64_t)times[1];
@@ -385,6 +406,8 @@ int fer_serve_run(struct fer_serve *s, struct fer_core *core, const uint32_t *st
             continue; /* what was queued expired at dispatch, or another worker took it */
         rc = fer_exec_run(s->exec, core, s->rows, s->n, stop_flag, fault_delay_ns, FER_EXEC_JOIN,
                           rep);
+        if (rc == FER_EXEC_EORT)
+            return fail_rows(s, core, 0, rc); /* the step's model call raised: all its rows */
         if (rc < 0 || rc == FER_EXEC_STOPPED)
             return rc;
         for (r = s->n; r-- > 0;) { /* last first: a leave moves a row already visited */

@@ -117,10 +117,12 @@ void fer_serve_destroy(struct fer_serve *serve);
  *     joiners (prefix_ring, prefix_count), joiners the core stopped leave;
  *   fer_exec_run(FER_EXEC_JOIN) over the rows; then, last row first, a row whose result is
  *     FER_STEP_DONE is answered (its actions, after waiting up to output_wait_ns for ring space,
- *     fer_core_finish: a full ring is a counted drop) and leaves; STOP_* rows leave (the core
- *     emitted their outcome).
- * Errors (< 0) return at once with the rows as they are: fer_exec_run's and fer_pass_run_done's
- * (FER_EXEC_EORT: see fer_exec_last_error / fer_pass_last_error), or a core call's.
+ *     fer_core_finish, or fer_core_fail(FER_FAIL_NON_FINITE) when a float is not finite: a full
+ *     ring is a counted drop) and leaves; STOP_* rows leave (the core emitted their outcome).
+ * A model call that fails (FER_EXEC_EORT: see fer_exec_last_error / fer_pass_last_error) ends
+ * the rows of that call (a step: every row; a prefix pass: its joiners) with
+ * fer_core_fail(FER_FAIL_RUNTIME_ERROR), lets them go, and returns FER_EXEC_EORT.
+ * Other errors (< 0) return at once with the rows as they are: a core call's.
  * Allocates nothing; sleeps only in the core's wait, the ring-space wait and the fault delay.
  */
 int fer_serve_run(struct fer_serve *serve, struct fer_core *core, const uint32_t *stop_flag,

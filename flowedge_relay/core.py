@@ -19,7 +19,7 @@ its lanes (``worker_lanes(w)``: ``[w*B, (w+1)*B)`` with B = batch_slots) and its
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,10 +48,22 @@ class Code(enum.IntEnum):
     REJECTED_DEADLINE = lib.FER_REJECTED_DEADLINE
     REJECTED_CAPACITY = lib.FER_REJECTED_CAPACITY
     EXPIRED = lib.FER_EXPIRED
+    INFERENCE_FAILED = lib.FER_INFERENCE_FAILED
 
     @property
     def key(self) -> str:
         """The lower-case name: the key in diagnostics, stats and JSON ("rejected_stale")."""
+        return self.name.lower()
+
+
+class FailCause(enum.IntEnum):
+    """Why work ended INFERENCE_FAILED (Core.fail): counted per cause, `failed.<key>`."""
+
+    NON_FINITE = lib.FER_FAIL_NON_FINITE  # its actions held a NaN or an infinity
+    RUNTIME_ERROR = lib.FER_FAIL_RUNTIME_ERROR  # its model call raised
+
+    @property
+    def key(self) -> str:
         return self.name.lower()
 
 
@@ -290,6 +302,7 @@ class Stats:
     fair_share_displaced: int = 0  # §7.1: queued requests displaced for an under-share one
     clients_evicted: int = 0  # §7.1: idle clients forgotten to make room
     clients: int = 0  # §7.1: tracked clients (gauge)
+    failed: list[int] = field(default_factory=lambda: [0] * len(FailCause))  # per FailCause
 
 
 @dataclass(frozen=True)
@@ -348,7 +361,7 @@ class LaneState:
 
 
 _STATS_SCALARS = [f for f in Stats.__dataclass_fields__ if f not in
-                  ("outcomes", "retries_by_count", "retries_by_reason")]
+                  ("outcomes", "retries_by_count", "retries_by_reason", "failed")]
 _POP_CHUNK = 256
 
 
@@ -601,6 +614,10 @@ class Core:
             ffi.memmove(buf, np.ascontiguousarray(actions), 4 * self.action_len)
         return Code(_check(lib.fer_core_finish(self.ptr, lane, now, buf)))
 
+    def fail(self, lane: int, now: int, cause: FailCause) -> Code:
+        """The lane's work ends INFERENCE_FAILED with no actions, counted under `cause`."""
+        return Code(_check(lib.fer_core_fail(self.ptr, lane, now, int(cause))))
+
     def disable_lane(self, lane: int, now: int) -> None:
         _check(lib.fer_core_disable_lane(self.ptr, lane, now))
 
@@ -669,7 +686,7 @@ class Core:
         s = ffi.new("struct fer_stats *")
         _check(lib.fer_core_stats(self.ptr, s))
         return Stats(outcomes=list(s.outcomes), retries_by_count=list(s.retries_by_count),
-                     retries_by_reason=list(s.retries_by_reason),
+                     retries_by_reason=list(s.retries_by_reason), failed=list(s.failed),
                      **{name: getattr(s, name) for name in _STATS_SCALARS})
 
     def clients_snapshot(self) -> list[ClientState]:

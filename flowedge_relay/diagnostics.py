@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
-from flowedge_relay.core import RETRY_COUNT_BUCKETS, Code
+from flowedge_relay.core import RETRY_COUNT_BUCKETS, Code, FailCause
 
 OK = DiagnosticStatus.OK
 WARN = DiagnosticStatus.WARN
@@ -246,6 +246,7 @@ class DiagnosticsBuilder:
         c = s.core
         lost = self._hold.recent("middleware_lost", s.middleware_lost, s.now_ns)
         misses = self._hold.recent("calibration_misses", c.calibration_misses, s.now_ns)
+        failed = self._hold.recent("failed", sum(c.failed), s.now_ns)
         blind = s.nfe_ns == 0 and self._hold.recent("deadlines", s.deadlines_seen, s.now_ns)
         values = {
             "lifecycle_state": s.lifecycle_label,
@@ -260,6 +261,7 @@ class DiagnosticsBuilder:
             "invalid_discarded": sum(s.discarded.values()),
             **{f"invalid.{k}": v for k, v in s.discarded.items()},
             **{f"outcome.{code.key}": c.outcomes[code] for code in Code},
+            **{f"failed.{cause.key}": c.failed[cause] for cause in FailCause},
             "duplicate_retries_coalesced": c.coalesced,
             "rejected_late_retries": c.rejected_late_retries,
             **{f"retries.count_{i}{'+' if i == RETRY_COUNT_BUCKETS - 1 else ''}": n
@@ -274,6 +276,8 @@ class DiagnosticsBuilder:
                                 "answered REJECTED_CAPACITY")
         elif lost:
             level, msg = WARN, "requests lost in the middleware before the relay saw them"
+        elif failed:
+            level, msg = WARN, "inference failed: answered INFERENCE_FAILED (failed.* says why)"
         elif misses:
             level, msg = WARN, "calibration misses: admitted work missed its deadline"
         elif blind:
@@ -418,7 +422,7 @@ def stats_message(s: Snapshot, stamp):
     from flowedge_relay_msgs.msg import RelayStats
 
     c = s.core
-    inference, stale, deadline, capacity, expired = c.outcomes
+    inference, stale, deadline, capacity, expired, failed = c.outcomes
     return RelayStats(
         stamp=stamp,
         received=s.received,
@@ -470,4 +474,7 @@ def stats_message(s: Snapshot, stamp):
         fair_share_displaced=c.fair_share_displaced,
         clients=c.clients,
         top_client_share=max(share_in_use(s.clients).values(), default=0.0),
+        inference_failed=failed,
+        failed_non_finite=c.failed[FailCause.NON_FINITE],
+        failed_runtime_error=c.failed[FailCause.RUNTIME_ERROR],
     )

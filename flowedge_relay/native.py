@@ -82,6 +82,11 @@ class NativeError(RuntimeError):
     """fer_exec_run failed (an ONNX Runtime error, or a row the core did not expect)."""
 
 
+class ModelRunError(NativeError):
+    """A model call inside fer_serve_run raised (ONNX Runtime's status): the serve already
+    answered the rows of that call INFERENCE_FAILED and let them go; the worker counts it."""
+
+
 def default_library() -> str:
     """The onnxruntime wheel's C library (it exports OrtGetApiBase), or "" if it has none."""
     try:
@@ -582,8 +587,9 @@ class Serve:
         return int(lib.fer_serve_rows(self._serve)) if self._serve is not None else 0
 
     def run(self, core: Core, stop_flag, report: Report, fault_delay_ns=ffi.NULL) -> int:
-        """Serve until `*stop_flag` (STOPPED) or an idle wait of wait_timeout_ns (IDLE); errors
-        raise NativeError (ONNX Runtime's message) or the core's exception."""
+        """Serve until `*stop_flag` (STOPPED) or an idle wait of wait_timeout_ns (IDLE); a model
+        call that raised raises ModelRunError (ONNX Runtime's message; its rows were answered
+        INFERENCE_FAILED), other errors the core's exception."""
         if self._serve is None:
             raise NativeError("serve is closed")
         rc = lib.fer_serve_run(self._serve, core.ptr, stop_flag, fault_delay_ns, report.c)
@@ -593,7 +599,7 @@ class Serve:
             if prefix is not None:
                 why.append(ffi.string(lib.fer_pass_last_error(prefix._pass)))
             text = "; ".join(w.decode(errors="replace") for w in why if w)
-            raise NativeError(f"ONNX Runtime: {text} (status {rc})")
+            raise ModelRunError(f"ONNX Runtime: {text} (status {rc})")
         return check(rc)
 
     def close(self) -> None:

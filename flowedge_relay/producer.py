@@ -29,6 +29,13 @@ session_id). With the relay's `fair_share` on, a REJECTED_CAPACITY answer says w
 retry_reason RETRY_AFTER_CAPACITY), REJECT_FAIR_SHARE means this client is over its weighted
 share of a contended relay (others are being served: sending fewer requests, not retrying
 faster, is what helps). `over_fair_share(answer)` tells the two apart.
+
+Only an `INFERENCE` answer carries actions to execute. `INFERENCE_FAILED` (the model call raised,
+or its actions came out NaN or infinite; docs/design.md §3) carries none: never act on it, keep
+executing the current chunk (a splicer is left as it is) or stop safely. A retry of the same
+sequence is allowed, with retry_reason RETRY_AFTER_EXPIRED (no reason of its own: the answer did
+not arrive in a usable form); it helps after a transient error, not for an input the model
+cannot handle (the same input gives the same NaN).
 """
 
 from __future__ import annotations

@@ -61,12 +61,16 @@ import numpy as np
 from flowedge_relay import native as _native
 from flowedge_relay import policy as _policy
 from flowedge_relay.batch import BatchRows, RowSpec
-from flowedge_relay.core import Core, Step, ffi
+from flowedge_relay.core import Core, FailCause, Step, ffi
 from flowedge_relay.model import SOLVERS, ModelInfo
 from flowedge_relay.realtime import ThreadRoles, ThreadSettings
 from flowedge_relay.rtc import RtcSpec
 
 NFE_HISTORY = 4096  # measured NFE durations kept per worker (a ring)
+#: model calls that raise in a row, with no step that ran between them, before the worker gives
+#: up as before a failure code existed: its thread exits, its lanes are removed (workers ERROR).
+#: Fewer: each call's requests are answered INFERENCE_FAILED and the worker serves on.
+RUNTIME_ERRORS_IN_A_ROW = 3
 NFE_LOOPS = ("auto", "python")  # auto: native where it can run, else python
 #: instants of one NFE in a probe row: before sampler.nfe(), around the ONNX Runtime run inside
 #: it, after it (solver update done), after core.step
@@ -233,6 +237,8 @@ class _Worker:
     nfe_loop: str = ""  # "native" or "python" once the thread has its sessions
     nfe_loop_note: str = ""  # why python, when native was not possible
     cede: _native.Cede = field(default_factory=_native.Cede)  # its pacing (design.md §5.3)
+    runtime_errors: int = 0  # model calls that raised since the last step that ran
+    nfe_at_error: int = -1  # nfe_count when the last one raised (native: did a step run since?)
 
     # each an int view of one of `counters` (the native loop's C code stores to them too)
     nfe_count = _Counter(0, "NFEs computed")
@@ -657,7 +663,12 @@ class WorkerPool:
         while not stop.is_set():
             if w.crash_requested:
                 raise InjectedWorkerCrash(f"worker {w.lane}: injected crash")
-            serve.run(self.core, flag, w.report, self._fault)  # type: ignore[union-attr]
+            try:
+                serve.run(self.core, flag, w.report, self._fault)  # type: ignore[union-attr]
+            except _native.ModelRunError as exc:  # its rows are answered INFERENCE_FAILED
+                if w.nfe_count != w.nfe_at_error:
+                    w.runtime_errors = 0  # a step ran since the last one
+                self._runtime_error(w, exc)
         # stop: rows still held are left on their lanes; stop() disables them after the join
 
     def _loop_rows(self, w: _Worker, rows: BatchRows) -> None:
@@ -700,7 +711,11 @@ class WorkerPool:
                 w.last_progress_ns, w.slots_in_use = now, rows.n
         if rows.n == first or not (package and self.policy.two_phase):
             return
-        t1, pass_ns, results = rows.prefix_done(core, first, rows.n - first)
+        try:
+            t1, pass_ns, results = rows.prefix_done(core, first, rows.n - first)
+        except Exception as exc:  # the joiners' prefix pass raised: they fail, the rest go on
+            self._fail_rows(w, rows, first, exc)
+            return
         w.prefix_ns[w.prefix_count % NFE_HISTORY] = pass_ns
         w.prefix_count += 1
         w.last_progress_ns = t1
@@ -718,7 +733,12 @@ class WorkerPool:
         t0 = time.monotonic_ns()
         if probe is not None:
             probe.mark(0)
-        rows.run()
+        try:
+            rows.run()
+        except Exception as exc:  # the step's model call raised: every row of it fails
+            self._fail_rows(w, rows, 0, exc)
+            return
+        w.runtime_errors = 0
         if probe is not None:
             probe.mark(3)
         if self.fault_nfe_delay_ns:
@@ -744,13 +764,39 @@ class WorkerPool:
         elif result != Step.CONTINUE:
             rows.leave(r)
 
+    def _fail_rows(self, w: _Worker, rows: BatchRows, first: int, exc: Exception) -> None:
+        """Rows [first, n) were in a model call that raised: each is answered INFERENCE_FAILED
+        (runtime_error) and leaves; then the worker counts the error."""
+        now = time.monotonic_ns()
+        for r in range(rows.n - 1, first - 1, -1):
+            self.core.fail(int(rows.lane[r]), now, FailCause.RUNTIME_ERROR)
+            rows.leave(r)
+        w.slots_in_use = rows.n
+        self._runtime_error(w, exc)
+
+    def _runtime_error(self, w: _Worker, exc: Exception) -> None:
+        """One more model call that raised: logged; RUNTIME_ERRORS_IN_A_ROW of them with no step
+        between end the worker as an unexpected exception always did (the supervisor removes its
+        lanes and reports it dead)."""
+        w.runtime_errors += 1
+        w.nfe_at_error = w.nfe_count
+        self.log.error(f"worker {w.lane}: model call raised ({w.runtime_errors} in a row): "
+                       f"{exc!r}; its requests are answered INFERENCE_FAILED")
+        if w.runtime_errors >= RUNTIME_ERRORS_IN_A_ROW:
+            raise RuntimeError(f"worker {w.lane}: {w.runtime_errors} model calls raised in a "
+                               f"row; last: {exc!r}") from exc
+
     def _finish_lane(self, lane: int, actions: np.ndarray) -> None:
-        """Wait a bounded time for ring space, then hand the actions to the core."""
+        """Wait a bounded time for ring space, then hand the actions to the core; actions that
+        are not finite are never an answer: INFERENCE_FAILED (non_finite) instead."""
         core = self.core
         give_up = time.monotonic_ns() + self.output_wait_ns
         while not core.output_space(lane) and time.monotonic_ns() < give_up:
             time.sleep(50e-6)
-        core.finish(lane, time.monotonic_ns(), actions)  # full ring: counted drop
+        if not np.isfinite(actions).all():
+            core.fail(lane, time.monotonic_ns(), FailCause.NON_FINITE)
+        else:
+            core.finish(lane, time.monotonic_ns(), actions)  # full ring: counted drop
 
 
 def _model_info(p: _policy.Policy) -> ModelInfo:

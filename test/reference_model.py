@@ -14,8 +14,10 @@ from fractions import Fraction
 
 U64 = 2**64 - 1
 
-INFERENCE, REJECTED_STALE, REJECTED_DEADLINE, REJECTED_CAPACITY, EXPIRED = range(5)
-ACCEPTED, COALESCED = 0, 5
+(INFERENCE, REJECTED_STALE, REJECTED_DEADLINE, REJECTED_CAPACITY, EXPIRED,
+ INFERENCE_FAILED) = range(6)
+NON_FINITE, RUNTIME_ERROR = range(2)  # INFERENCE_FAILED's causes
+ACCEPTED, COALESCED = 0, 6
 CONTINUE, DONE, STOP_STALE, STOP_EXPIRED = range(4)
 GATE_OFF, GATE_RETRIES, GATE_ALL = range(3)
 ESTATE = "ESTATE"
@@ -258,7 +260,7 @@ class RefCost:
 class RefStats:
     submitted: int = 0
     accepted: int = 0
-    outcomes: list = field(default_factory=lambda: [0] * 5)
+    outcomes: list = field(default_factory=lambda: [0] * 6)
     coalesced: int = 0
     rejected_late_retries: int = 0
     retries_by_count: list = field(default_factory=lambda: [0] * 8)
@@ -275,6 +277,7 @@ class RefStats:
     fair_share_rejected: int = 0
     fair_share_displaced: int = 0
     clients_evicted: int = 0
+    failed: list = field(default_factory=lambda: [0] * 2)
 
 
 class RefCore:
@@ -384,7 +387,7 @@ class RefCore:
 
     def _emit_item(self, it: Item, code: int, now: int, lane: int, ran: bool,
                    actions=None) -> None:
-        if code in (EXPIRED, REJECTED_STALE):
+        if code in (EXPIRED, REJECTED_STALE, INFERENCE_FAILED):
             self.st.nfe_wasted += it.nfe_done
         if code == EXPIRED and it.tested:
             self.st.calibration_misses += 1
@@ -714,6 +717,16 @@ class RefCore:
             code = INFERENCE
         self._free_lane(lane, code, now, actions)
         return code
+
+    def fail(self, lane: int, now: int, cause: int):
+        """The lane's work, at any point, ends INFERENCE_FAILED with no actions."""
+        it = self.lanes[lane]
+        if not self.alive[lane] or it is None:
+            return ESTATE
+        it.tested = False  # the model failed, the estimate was not wrong
+        self.st.failed[cause] += 1
+        self._free_lane(lane, INFERENCE_FAILED, now)
+        return INFERENCE_FAILED
 
     def output_space(self, lane: int) -> bool:
         return len(self.rings[self.ring_of(lane)]) < self.ring_cap

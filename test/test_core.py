@@ -16,6 +16,7 @@ from flowedge_relay.core import (
     Code,
     Core,
     Decision,
+    FailCause,
     InvalidArgument,
     InvalidState,
     Step,
@@ -511,6 +512,31 @@ def test_finish_after_deadline_is_expired_without_actions():
         assert c.stats().calibration_misses == 0   # admission off: never promised
 
 
+def test_failed_work_is_answered_inference_failed_without_actions():
+    """A model call that raised or actions that are not finite: INFERENCE_FAILED, no actions,
+    counted per cause, the NFE spent wasted, no calibration miss; at any point of the work."""
+    with make(workers=1, nfe_ns=100) as c:
+        sub(c, seq=1, deadline=T + 1000, nfe=2)
+        c.dispatch(0, T)
+        assert c.step(0, T + 100, 100) == Step.CONTINUE
+        assert c.fail(0, T + 150, FailCause.RUNTIME_ERROR) == Code.INFERENCE_FAILED  # mid-steps
+        sub(c, now=T + 200, seq=2, deadline=T + 1000, nfe=1)
+        c.dispatch(0, T + 200)
+        assert c.step(0, T + 300, 100) == Step.DONE
+        assert c.fail(0, T + 300, FailCause.NON_FINITE) == Code.INFERENCE_FAILED  # at finish
+        with pytest.raises(InvalidState):
+            c.fail(0, T + 300, FailCause.NON_FINITE)  # the lane holds nothing now
+        with pytest.raises(InvalidArgument):
+            c.fail(0, T + 300, 2)  # no such cause
+        got = [(o.code, o.sequence, o.actions, o.frozen_rows, o.nfe_done)
+               for o in c.pop_outcomes()]
+        assert got == [(Code.INFERENCE_FAILED, 1, None, 0, 1),
+                       (Code.INFERENCE_FAILED, 2, None, 0, 1)]
+        s = c.stats()
+        assert (s.outcomes[Code.INFERENCE_FAILED], s.failed, s.nfe_wasted,
+                s.calibration_misses, s.lanes_busy) == (2, [1, 1], 2, 0, 0)
+
+
 def test_calls_out_of_lane_state_raise():
     with make(workers=1) as c:
         with pytest.raises(InvalidState):
@@ -776,12 +802,14 @@ def test_vocabulary_matches_header_and_messages():
     from flowedge_relay.core import RETRY_COUNT_BUCKETS, RETRY_REASON_MAX, Code, Decision
 
     assert [c.name for c in Code] == [
-        "INFERENCE", "REJECTED_STALE", "REJECTED_DEADLINE", "REJECTED_CAPACITY", "EXPIRED"
+        "INFERENCE", "REJECTED_STALE", "REJECTED_DEADLINE", "REJECTED_CAPACITY", "EXPIRED",
+        "INFERENCE_FAILED",
     ]
     assert len(Code) == lib.FER_NUM_CODES
     for code in Code:
         assert code.value == getattr(lib, f"FER_{code.name}") == getattr(ActionMessage, code.name)
-        if code != Code.INFERENCE:  # a decision is ACCEPTED (0) or the outcome itself
+        if code not in (Code.INFERENCE, Code.INFERENCE_FAILED):  # submit decides neither: a
+            # decision is ACCEPTED (0) or the outcome itself
             assert Decision[code.name].value == code.value
         assert code.key == code.name.lower()
     reasons = [name for name in dir(InferenceRequest) if name.startswith("RETRY_")
@@ -789,6 +817,7 @@ def test_vocabulary_matches_header_and_messages():
     assert max(getattr(InferenceRequest, n) for n in reasons) == RETRY_REASON_MAX
     assert RETRY_REASON_MAX == InferenceRequest.RETRY_AFTER_EXPIRED
     assert RETRY_COUNT_BUCKETS == 8  # retry_count buckets 0..7+, diagnostics keys count_1..7+
+    assert Decision.COALESCED not in set(Code)  # a decision apart from every outcome code
 
 
 # ---- §5, §10: two-phase models (prefix_ns) ------------------------------------------------------

@@ -22,6 +22,7 @@ from flowedge_relay.core import (
     Core,
     CoreConfig,
     CostModel,
+    FailCause,
     InvalidArgument,
     InvalidState,
     Request,
@@ -89,6 +90,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("step"), st.integers(0, LANES - 1), st.integers(1, 150)),
     st.tuples(st.just("prefix"), st.integers(0, LANES - 1), st.integers(1, 300)),
     st.tuples(st.just("finish"), st.integers(0, LANES - 1)),
+    st.tuples(st.just("fail"), st.integers(0, LANES - 1), st.integers(0, 1)),
     st.tuples(st.just("disable"), st.integers(0, LANES - 1)),
     st.tuples(st.just("pop"), st.integers(0, 6)),
     st.tuples(st.just("calibrate"), st.sampled_from([0, 10, 100]), st.sampled_from([0, 25]),
@@ -223,7 +225,7 @@ def run_sequence(cfg: dict, program: list) -> None:
                     next(i for i, x in enumerate(model.lanes) if x is it),
                     it.session_id, it.sequence, it.generation)
                 assert got == expect, (op, got, expect)
-            elif kind in ("dispatch", "prefix", "step", "finish", "disable"):
+            elif kind in ("dispatch", "prefix", "step", "finish", "fail", "disable"):
                 lane = op[1]
                 if lane >= model.nlanes:
                     continue
@@ -237,6 +239,8 @@ def run_sequence(cfg: dict, program: list) -> None:
                         got = int(core.prefix_done(lane, now, op[2]))
                     elif kind == "finish":
                         got = int(core.finish(lane, now, np.full(ACTION_LEN, n, np.float32)))
+                    elif kind == "fail":
+                        got = int(core.fail(lane, now, FailCause(op[2])))
                     else:
                         got = core.disable_lane(lane, now)
                 except InvalidState:
@@ -251,6 +255,8 @@ def run_sequence(cfg: dict, program: list) -> None:
                     expect = model.prefix_done(lane, now, op[2])
                 elif kind == "finish":
                     expect = model.finish(lane, now, [float(n)] * ACTION_LEN)
+                elif kind == "fail":
+                    expect = model.fail(lane, now, op[2])
                 else:
                     expect = model.disable_lane(lane, now)
                 assert got == expect, (op, got, expect)

@@ -14,8 +14,8 @@ S = 1_000_000_000
 
 def stats(**fields) -> Stats:
     base = {f.name: 0 for f in dataclasses.fields(Stats)}
-    base.update(outcomes=[0] * 5, retries_by_count=[0] * 8, retries_by_reason=[0] * 6,
-                lanes_alive=2)
+    base.update(outcomes=[0] * 6, retries_by_count=[0] * 8, retries_by_reason=[0] * 6,
+                failed=[0, 0], lanes_alive=2)
     base.update(fields)
     return Stats(**base)
 
@@ -60,6 +60,21 @@ def test_calibration_miss_warns_and_the_warning_is_held():
     assert levels(b, snap(2.0, core=missed))["admission"] == DiagnosticStatus.WARN
     assert levels(b, snap(11.0, core=missed))["admission"] == DiagnosticStatus.WARN  # held
     assert levels(b, snap(12.5, core=missed))["admission"] == DiagnosticStatus.OK  # expired
+
+
+def test_inference_failures_are_counted_per_cause_and_warn():
+    b = DiagnosticsBuilder("r", hold_s=10.0)
+    assert levels(b, snap(1.0))["admission"] == DiagnosticStatus.OK
+    failed = stats(failed=[2, 1], outcomes=[0, 0, 0, 0, 0, 3])
+    array = b.build(snap(2.0, core=failed), _stamp())
+    admission = next(st for st in array.status if st.name.endswith("admission"))
+    values = {kv.key: kv.value for kv in admission.values}
+    assert admission.level == DiagnosticStatus.WARN
+    assert (values["failed.non_finite"], values["failed.runtime_error"],
+            values["outcome.inference_failed"]) == ("2", "1", "3")
+    msg = stats_message(snap(2.0, core=failed), _stamp())
+    assert (msg.inference_failed, msg.failed_non_finite, msg.failed_runtime_error) == (3, 2, 1)
+    assert levels(b, snap(12.5, core=failed))["admission"] == DiagnosticStatus.OK  # expired
 
 
 def test_admission_off_while_deadlines_arrive_warns():
@@ -150,7 +165,7 @@ def test_without_the_core_cost_model_the_pool_p99_still_warns():
 
 def test_counters_are_reported_per_code_reason_and_retry_bucket():
     b = DiagnosticsBuilder("r")
-    s = snap(core=stats(outcomes=[5, 4, 3, 2, 1], retries_by_count=[0, 2, 0, 0, 0, 0, 0, 9],
+    s = snap(core=stats(outcomes=[5, 4, 3, 2, 1, 0], retries_by_count=[0, 2, 0, 0, 0, 0, 0, 9],
                         retries_by_reason=[0, 1, 0, 0, 7, 0], coalesced=6),
              discarded={"dims_mismatch": 3, "observation_not_finite": 1})
     admission = b.build(s, _stamp()).status[0]
@@ -162,7 +177,8 @@ def test_counters_are_reported_per_code_reason_and_retry_bucket():
 
 
 def test_stats_message_mirrors_the_snapshot():
-    s = snap(core=stats(outcomes=[5, 4, 3, 2, 1], queue_depth=7, oldest_queued_arrival_ns=S // 2))
+    s = snap(core=stats(outcomes=[5, 4, 3, 2, 1, 0], queue_depth=7,
+                        oldest_queued_arrival_ns=S // 2))
     msg = stats_message(s, _stamp())
     assert (msg.inference, msg.rejected_stale, msg.expired) == (5, 4, 1)
     assert msg.queue_depth == 7 and abs(msg.oldest_queue_age_ms - 500.0) < 1e-9

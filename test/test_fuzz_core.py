@@ -27,9 +27,9 @@ def test_fuzz_core_short_run():
     assert result["cases"] > 20
     cov = result["coverage"]
     # the run reached every decision and every outcome, not only error paths
-    for key in ("submit=0", "submit=1", "submit=2", "submit=3", "submit=4", "submit=5",
-                "outcome=0", "outcome=1", "outcome=2", "outcome=3", "outcome=4",
-                "step=1", "step=2", "step=3"):
+    for key in ("submit=0", "submit=1", "submit=2", "submit=3", "submit=4", "submit=6",
+                "outcome=0", "outcome=1", "outcome=2", "outcome=3", "outcome=4", "outcome=5",
+                "step=1", "step=2", "step=3", "fail=5"):
         assert cov.get(key, 0) > 0, key
 
 

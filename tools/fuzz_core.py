@@ -158,8 +158,8 @@ class Case:
         self.nslots = self.cfg["queue_capacity"] + W + 1
         ops = [
             (30, self.op_submit), (12, self.op_dispatch), (20, self.op_step), (6, self.op_prefix),
-            (8, self.op_finish), (10, self.op_pop), (2, self.op_calibrate), (2, self.op_policy),
-            (3, self.op_snapshots), (2, self.op_misc), (1, self.op_disable),
+            (8, self.op_finish), (2, self.op_fail), (10, self.op_pop), (2, self.op_calibrate),
+            (2, self.op_policy), (3, self.op_snapshots), (2, self.op_misc), (1, self.op_disable),
         ]
         weights = [w for w, _ in ops]
         funcs = [f for _, f in ops]
@@ -308,6 +308,19 @@ class Case:
                                                            self.actions))
         self.note(f"finish lane={lane} rc={rc}")
 
+    def op_fail(self) -> None:
+        """INFERENCE_FAILED at any point of a lane's work (a model call that raised, actions
+        that are not finite), or an out-of-range cause that must be refused."""
+        lane = self.lane()
+        cause = self.r.choice([0, 1, 1, 2])
+        rc = self.rc_ok("fail", self.lib.fer_core_fail(self.core, lane, self.now, cause))
+        self.note(f"fail lane={lane} cause={cause} rc={rc}")
+        self.coverage[f"fail={rc}"] += 1
+        if cause >= self.lib.FER_FAIL_CAUSES and rc != self.lib.FER_EINVAL:
+            self.fail(f"fail accepted cause {cause} (rc {rc})")
+        if rc >= 0 and rc != self.lib.FER_INFERENCE_FAILED:
+            self.fail(f"fail returned {rc}, not INFERENCE_FAILED")
+
     def op_pop(self) -> None:
         n = self.r.choice([0, 1, 3, 8])
         rc = self.rc_ok("pop", self.lib.fer_core_pop_outcomes(self.core, self.pop_out,
@@ -319,7 +332,7 @@ class Case:
     def record(self, n: int) -> None:
         for i in range(n):
             o = self.pop_out[i]
-            if o.session_id_len > 64 or o.code > 4:
+            if o.session_id_len > 64 or o.code >= self.lib.FER_NUM_CODES:
                 self.fail(f"popped a corrupt record: len {o.session_id_len} code {o.code}")
             if bool(o.has_actions) != (o.code == 0):
                 self.fail(f"has_actions {o.has_actions} with code {o.code}")

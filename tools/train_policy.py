@@ -36,8 +36,11 @@ Each model's JSON sidecar records the task, dims, recipe (seed included), the fi
 loss and a task evaluation of the exported file run through `flowedge_relay.model` (policy_rtc:
 the closed-loop rollouts of flowedge_relay/tooling/rtc_rollout.py at d = 3).
 
+`--reexport` (policy_rtc) trains nothing: it exports the shipped graph's weights again with
+this file's export code (a graph change that keeps the weights) and updates the digest.
+
 Usage: python tools/train_policy.py [--model small|bench|vision|rtc|all] [--out-dir DIR]
-       [--steps N]
+       [--steps N] [--reexport]
 """
 
 from __future__ import annotations
@@ -253,11 +256,15 @@ def export_onnx(r: Recipe, p: dict[str, np.ndarray], per_row_time: bool = False)
         for name, value in [("relative", RELATIVE), ("axis", AXIS), ("to_frame", TO_FRAME),
                             ("from_frame", FROM_FRAME), ("sum_axis", np.array([1], np.int64)),
                             ("pairs", np.array([-1, 2, 2], np.int64)),
-                            ("rows", np.array([-1, task.ACTION_HORIZON, 2], np.int64))]:
+                            ("rows", np.array([-1, task.ACTION_HORIZON, 2], np.int64)),
+                            ("axis_norm_floor", np.array(AXIS_NORM_FLOOR, np.float32))]:
             inits.append(numpy_helper.from_array(value, name))
         axis = node("MatMul", ["observation", "axis"], "axis_vec")
         norm = node("Sqrt", [node("ReduceSum", [node("Mul", [axis, axis], "axis_sq"), "sum_axis"],
                                   "axis_ss", keepdims=1)], "axis_norm")
+        # a goal on the obstacle has no axis: the floor keeps the frame finite (zero) there and
+        # leaves every norm >= AXIS_NORM_FLOOR, so every other velocity, bit for bit as before
+        norm = node("Max", [norm, "axis_norm_floor"], "axis_norm_safe")
         unit = node("Div", [axis, norm], "axis_unit")
         to_frame = node("Reshape", [node("MatMul", [unit, "to_frame"], "to_frame4"), "pairs"],
                         "to_frame_m")
@@ -784,6 +791,9 @@ AXIS = np.array([[0, 0], [0, 0], [1, 0], [0, 1], [-1, 0], [0, -1]], np.float32)
 # @ FROM_FRAME = its transpose (frame -> world)
 TO_FRAME = np.array([[1, 0, 0, 1], [0, -1, 1, 0]], np.float32)
 FROM_FRAME = np.array([[1, 0, 0, 1], [0, 1, -1, 0]], np.float32)
+# the smallest goal - obstacle norm divided by (rtc_frames, the graph's axis_norm_safe): a goal on
+# the obstacle would divide by 0 and give NaN velocities
+AXIS_NORM_FLOOR = np.float32(1e-6)
 RTC_IN_DIM = ACTION_LEN + task.ACTION_HORIZON * (1 + 2 * TIME_FREQS.size) + RELATIVE.shape[1]
 
 
@@ -792,7 +802,7 @@ def rtc_frames(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     obstacle -> goal line as its x axis, so the network learns the task once, not per heading
     (the graph builds the same matrices and rotates x in and the velocity out)."""
     axis = obs @ AXIS
-    unit = axis / np.sqrt((axis * axis).sum(axis=1, keepdims=True))
+    unit = axis / np.maximum(np.sqrt((axis * axis).sum(axis=1, keepdims=True)), AXIS_NORM_FLOOR)
     return (unit @ TO_FRAME).reshape(-1, 2, 2), (unit @ FROM_FRAME).reshape(-1, 2, 2)
 
 
@@ -913,13 +923,43 @@ def build_rtc(r: Recipe, out_dir: Path) -> dict:
     return write_training_json(out_dir, sidecar)
 
 
+def shipped_rtc_weights(out_dir: Path) -> dict[str, np.ndarray]:
+    """The trained weights in policy_rtc's policy.onnx, by name in export order (every
+    initializer but the graph's constants)."""
+    graph = onnx.load(str(out_dir / "policy.onnx")).graph
+    weights = {"in", "out", *(f"h{i}" for i in range(RTC.dense_layers))}
+    return {i.name: numpy_helper.to_array(i) for i in graph.initializer
+            if i.name.split(".")[0] in weights}
+
+
+def reexport_rtc(out_dir: Path) -> dict:
+    """policy_rtc's graph again from its shipped weights (no training), and its new digest in the
+    sidecar; the evaluation stands where the graph computes the same velocities."""
+    from flowedge_relay.policy import package_digest
+
+    graph = export_onnx(RTC, shipped_rtc_weights(out_dir), per_row_time=True)
+    manifest = rtc_manifest(RTC)
+    (out_dir / "policy.onnx").write_bytes(graph)
+    (out_dir / "policy.yaml").write_bytes(manifest)
+    sidecar = json.loads((out_dir / "training.json").read_text())
+    sidecar["digest"] = package_digest(manifest, [("velocity", graph)])
+    return write_training_json(out_dir, sidecar)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=["small", "bench", "vision", "rtc", "all"], default="all")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "flowedge_relay" / "models")
     ap.add_argument("--steps", type=int, default=0, help="override training steps (experiments)")
+    ap.add_argument("--reexport", action="store_true",
+                    help="policy_rtc: export the shipped weights again, no training")
     args = ap.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    if args.reexport:
+        if args.model != "rtc":
+            ap.error("--reexport applies to --model rtc")
+        reexport_rtc(args.out_dir / RTC.name)
+        return 0
     for key in ["small", "bench", "vision", "rtc"] if args.model == "all" else [args.model]:
         if key == "rtc":
             rr = Recipe(**{**asdict(RTC), "steps": args.steps}) if args.steps else RTC

@@ -42,8 +42,7 @@ MIXES = {"expired": ["expired"], "rejected": ["rejected"], "admitted": ["admitte
          "mixed": ["expired", "rejected", "admitted"]}
 RATES = (5_000, 10_000, 15_000, 20_000, 25_000, 30_000, 40_000)
 QUICK_RATES = (1_000, 3_000)
-CODE_NAMES = {0: "inference", 1: "rejected_stale", 2: "rejected_deadline", 3: "rejected_capacity",
-              4: "expired"}
+CODE_NAMES = dict(enumerate(CODE_KEYS))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

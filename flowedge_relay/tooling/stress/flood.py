@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flowedge_relay.core import CODE_KEYS
 from flowedge_relay.tooling.stress.probes import (
     BASE_SEQ,
     NOT_SENT,
@@ -59,7 +60,7 @@ class FloodBook:
         self.crc = np.zeros(n, np.uint32)  # of the first answer's session_id
         self.code = np.full(n, -1, np.int8)  # of the first answer
         self.unattributed = 0  # answers whose key names no probe
-        self.codes = np.zeros(5, np.int64)
+        self.codes = np.zeros(len(CODE_KEYS), np.int64)
         self._lock = threading.Lock()
 
     def on_answer(self, msg) -> None:

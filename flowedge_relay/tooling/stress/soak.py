@@ -36,7 +36,7 @@ class AnswerBook:
         self.sid_crc = np.zeros(n, np.uint32)
         self.attempts = np.zeros(n, np.int32)
         self.unexpected = 0  # answers with no matching index / session
-        self.codes = np.zeros(5, np.int64)
+        self.codes = np.zeros(len(CODE_KEYS), np.int64)
         self._lock = threading.Lock()
 
     def expect(self, i: int, session: str, attempts: int = 1) -> None:
