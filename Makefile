@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # FlowEdge Relay: the two commands a newcomer needs are `make run` and `make test`.
 # Both bootstrap on first use (scripts/bootstrap.sh: a venv of pinned ROS 2 wheels, colcon build).
 # ROS 2 Jazzy by default; ROS_DISTRO=kilted make test builds and tests against Kilted, beside it.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ament_python package flowedge_relay: the relay node, its C scheduling core (CFFI) and tools."""
 
 from glob import glob

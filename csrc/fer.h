@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer.h - FlowEdge Relay scheduling core: the public header, the runtime contract.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_admit.c - the calibrated admission test of docs/design.md §5: a pure predicate, and the one
  * function that builds its input from the core's state (build_admission_state).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_bench.c - timing and stress drivers that must run in C, compiled into the extension
  * (declared in fer_bench.h, apart from the runtime contract fer.h).

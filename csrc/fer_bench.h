@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_bench.h - benchmark and stress drivers of the scheduling core: tooling, not the runtime
  * contract (that is fer.h). Nothing on the relay's data path calls these.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_cdr.h - XCDR1 little endian, as rmw_fastrtps writes ROS 2 messages: a bounded writer and a
  * bounded reader (internal: not read into the cdef).

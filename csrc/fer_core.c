@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_core.c - the core's lifetime and settings: create (validates the configuration and
  * allocates everything the core will ever use), destroy, shutdown, and the calls that read or

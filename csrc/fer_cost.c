@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_cost.c - docs/design.md §5.2: the measured NFE cost tail and the cost model admission uses.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_cost.h - the cost model of docs/design.md §5.2: static or adaptive, and the observed tail.
  *

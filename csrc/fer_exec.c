@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_exec.c - the native NFE loop (fer_exec.h): the exec's session over the caller's rows, the
  * solver update and fer_core_step, one step after another without the Python interpreter.

@@ -1,5 +1,6 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fer_exec.h - the native NFE loop (issue #15): a worker's solver steps run in C, calling ONNX
+ * fer_exec.h - the native NFE loop: a worker's solver steps run in C, calling ONNX
  * Runtime's C API and fer_core_step, so an NFE never waits for the Python GIL.
  *
  * What it is for: between two Python calls a worker can run every NFE of its work; CFFI releases
@@ -14,7 +15,7 @@
  * runs as before; only fer_exec_create fails (FER_EXEC_ELIB), and the worker keeps its Python
  * loop.
  *
- * Rows (for step-level batching, issue #12): one exec runs up to max_rows requests at once, row r
+ * Rows (for step-level batching): one exec runs up to max_rows requests at once, row r
  * being row r of every tensor ([n_rows, ...] on the batch axis). Each step is one ORT Run over
  * n_rows rows, then per row the solver update and one fer_core_step on the row's lane.
  *

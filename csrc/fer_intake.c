@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_intake.c - the request intake in C (fer_intake.h says why). Allocates only in create.
  */

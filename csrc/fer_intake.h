@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_intake.h - the request intake in C: take each InferenceRequest's CDR bytes from the rcl
  * subscription, parse them, validate, convert the clocks and submit to the core, all without the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_internal.h - private structures of the scheduling core and the calls its files share.
  * Not part of the cdef. Each struct's invariants are written above it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_lane.c - the worker lanes (docs/design.md §5's non-preemptive EDF lanes, W x B of them with
  * batch slots, §5.1): waiting for work, dispatching the EDF head, accounting a two-phase model's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_loadgen.c - the intake bench's client in C (fer_loadgen.h says why). Allocates only in
  * fer_tally_create.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_loadgen.h - the intake bench's client in C: InferenceRequests written and published at a
  * set rate, and their answers taken and tallied, without the Python interpreter, so that the

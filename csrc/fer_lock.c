@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_lock.c - how the core makes its locks (the list of every lock and wait, and who takes it,
  * is in fer_internal.h): each mutex priority-inheriting, each condition variable timed on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_noise.c - numpy's np.random.default_rng(seed).standard_normal(n, dtype=np.float32) in C, bit
  * for bit (fer_noise.h says why). Three stages, each a port of the numpy/numpy sources named here,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_noise.h - a request's initial noise drawn in C: numpy's
  * np.random.default_rng(seed).standard_normal(n, dtype=np.float32), bit for bit.

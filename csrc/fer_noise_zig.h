@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_noise_zig.h - the float32 ziggurat tables of the normal sampler in fer_noise.c. Private:
  * included by fer_noise.c only, never by the cdef.

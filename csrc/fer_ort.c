@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_ort.c - the slice of ONNX Runtime's C API the core uses (fer_ort.h): the library loaded at
  * create, the session, OrtValues over caller-owned rows, Run, statuses turned into messages, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_ort.h - ONNX Runtime for the core's two users, the exec (fer_exec.c) and the prefix pass
  * (fer_pass.c): the library, the session with the Python path's options, OrtValues over

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_output.c - the output path of docs/design.md §8: every outcome goes from the thread that
  * decides it into that thread's own SPSC ring (ring 0 = submit, ring w+1 = worker w's lanes), and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_pass.c - the native prefix pass of a two-phase package (fer_pass.h): one ORT Run over a
  * range of rows, the outputs written straight into the step loop's static inputs, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_pass.h - the native prefix pass of a two-phase package (csrc/fer_pass.c).
  *

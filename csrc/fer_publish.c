@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_publish.c - the publisher thread's loop in C: outcome rings -> ActionMessage CDR -> rcl
  * (fer_publish.h says why). Allocates only in create.

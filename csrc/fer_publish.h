@@ -1,5 +1,6 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fer_publish.h - the publisher thread's loop in C (issue #15): outcome rings -> ActionMessage in
+ * fer_publish.h - the publisher thread's loop in C: outcome rings -> ActionMessage in
  * CDR -> rcl_publish_serialized_message, without the Python interpreter.
  *
  * Why: with the loop in Python, every answer waited for the GIL after its doorbell woke the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_queue.c - the bounded EDF queue: queue[0..qlen) holds QUEUED slot ids sorted by
  * (deadline, none last; then arrival_seq), head first, and qjobs[] mirrors each entry's deadline,

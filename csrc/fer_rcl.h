@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_rcl.h - the slice of rcl's C ABI that the publisher and the request intake call, in one
  * place.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_request_cdr.c - flowedge_relay_msgs/InferenceRequest from its CDR bytes (fer_intake.h).
  *

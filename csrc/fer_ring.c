@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_ring.c - bounded single-producer / single-consumer outcome rings and the doorbell that
  * wakes their consumer (docs/design.md §8). Shape of concurrencykit ck_ring / DPDK rte_ring:

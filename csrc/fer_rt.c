@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_rt.c - a thread applies its own CPU set and SCHED_FIFO priority; the process locks its
  * memory (fer_rt.h says why). On Linux, pid 0 in sched_setaffinity / sched_setscheduler is the

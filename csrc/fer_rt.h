@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_rt.h - a thread's real-time settings, applied by the thread itself, and the process's
  * memory lock (docs/robot-computer.md).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_rtprobe.c - test support (fer_bench.h): priority inversion on one CPU, by construction, on
  * the core's own locks (test/test_realtime_locks.py).

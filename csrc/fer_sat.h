@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_sat.h - saturating uint64 arithmetic for nanosecond times (in the style of Linux
  * include/linux/overflow.h size_add / size_mul).

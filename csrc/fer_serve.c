@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_serve.c - a worker's request cycle in C (fer_serve.h): wait, join, prefix, steps, answer,
  * leave. Uses only public calls (fer.h, fer_exec.h, fer_pass.h, fer_noise.h); the rows' layout is

@@ -1,5 +1,6 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fer_serve.h - a worker's whole request cycle in C (issues #12, #15): wait for work, take it
+ * fer_serve.h - a worker's whole request cycle in C: wait for work, take it
  * into a free batch row (its noise, time grid and inputs), the two-phase prefix pass, the steps
  * (fer_exec_run), and the answer (actions into the outcome ring), without the Python interpreter.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_session.c - the session table (fixed array + open-addressing index, docs/design.md §7's bound
  * on tracked sessions) and the request slots each session owns, including the staging slot the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_share.c - docs/design.md §7.1: a weighted fair share of the lanes per client, inside the
  * admission decision.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_stats.c - read-only views of the core for diagnostics and tests: counters and gauges,
  * snapshots of the queue (EDF order) and of the lanes, a session's generation watermark, and the

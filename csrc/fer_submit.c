@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_submit.c - what happens to a request on arrival: the docs/design.md §4 decision order, one
  * small step per rule, read top to bottom in submit_locked.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_take.c - a thread that takes serialized messages from rcl subscriptions as they arrive
  * (fer_take.h says why and how).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_take.h - a thread that takes serialized messages from rcl subscriptions as they arrive and
  * hands each to a handler, without the Python interpreter (internal: not read into the cdef).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_tensor.h - what the core's ONNX Runtime users share: a graph tensor over caller-owned row
  * buffers, the element types it may have, and the two statuses ONNX Runtime adds to fer.h's.

@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """FlowEdge Relay: a deadline-aware EDF inference relay for flow-matching action policies."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """CFFI builder of the C scheduling core (out-of-line API mode).
 
 Used two ways:
@@ -12,7 +13,7 @@ Used two ways:
 
 The cdef is ``csrc/fer.h`` (the runtime contract) followed by ``csrc/fer_bench.h`` (benchmark and
 stress drivers), ``csrc/fer_tensor.h`` (the tensor over row buffers both ONNX Runtime users take),
-``csrc/fer_exec.h`` (the native NFE loop, issue #15), ``csrc/fer_pass.h`` (the native prefix
+``csrc/fer_exec.h`` (the native NFE loop), ``csrc/fer_pass.h`` (the native prefix
 pass), ``csrc/fer_noise.h`` (a request's initial noise, numpy's float32 standard_normal in C),
 ``csrc/fer_serve.h`` (a worker's whole request cycle in C), ``csrc/fer_publish.h`` (the
 publisher thread's loop in C) and ``csrc/fer_rt.h`` (a thread's own real-time settings), read

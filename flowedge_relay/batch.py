@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Batch slots (docs/design.md §5.1): up to B requests of one worker integrated in lock step.
 
 Why: one ONNX Runtime call over B rows costs far less than B calls of one row (for the bundled

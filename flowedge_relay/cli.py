@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`flowedge-relayd`: the relay as a command, in the ROS form and the ADR 0015 form
 (docs/design.md#decision-record).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Thin typed wrapper of the C scheduling core (``csrc/``, built by ``_build_core.py``).
 
 The API is ``docs/core-api.md``; the rules are docs/design.md §4-8 and live in C. This module

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Health on /diagnostics and numbers on flowedge/stats, from one snapshot of the relay.
 
 Shaped like ros/diagnostics' diagnostic_updater (name "node: task", a stable hardware_id, one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Executors that run only some callback groups of their nodes.
 
 rclpy has no per-callback-group executor assignment (rclcpp's add_callback_group), yet the request

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The request intake in C: take, parse, validate and submit each request without the GIL.
 
 csrc/fer_intake.h does the work on the relay's intake thread: it waits on the request

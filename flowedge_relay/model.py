@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loading a flow-matching policy from ONNX and integrating it one NFE at a time.
 
 The relay's unit of work is one NFE (function evaluation): one `InferenceSession` call that

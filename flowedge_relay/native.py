@@ -1,4 +1,5 @@
-"""The native NFE loop (csrc/fer_exec.h, issue #15): a worker's steps without the GIL.
+# SPDX-License-Identifier: Apache-2.0
+"""The native NFE loop (csrc/fer_exec.h): a worker's steps without the GIL.
 
 Why: under overload the slowest NFEs were waiting for the GIL after ONNX Runtime returned (and in
 the Python around the run) while the request thread, the publisher and the timers held it

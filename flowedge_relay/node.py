@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The relay node `flowedge_relay`: a managed (lifecycle) node, ROS 2 in and out, the C core and
 the workers in between.
 

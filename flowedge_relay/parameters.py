@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every parameter of the relay node in one table (docs/design.md §9).
 
 Each entry becomes a `declare_parameter` with a ParameterDescriptor: description, range (rclpy

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The producer side: build an InferenceRequest from a dict of numpy arrays.
 
 Why: a robot-side producer should not hand-assemble Tensor messages (dtype codes, shapes without

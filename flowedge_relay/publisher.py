@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The relay's publisher thread: every outcome ring -> flowedge/actions, in C where it can be.
 
 The C loop (csrc/fer_publish.h) waits on the core's doorbell, pops the outcomes, writes each

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rcl's C functions, from the librcl and librcutils that rclpy itself loaded.
 
 The C publisher (csrc/fer_publish.c) and the C request intake (csrc/fer_intake.c) call rcl

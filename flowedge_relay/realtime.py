@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real-time settings of the relay's threads by role, and what the OS really applied.
 
 Every thread on a request's path (request intake, workers, publisher) asks for a CPU set and a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Everything that differs between the ROS 2 distros the relay runs on, in one place.
 
 Jazzy (LTS) ships rclpy 7 and rcl 9.2; Kilted ships rclpy 9 and rcl 10.1. The relay's code is

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real-time chunking (RTC): the arithmetic the relay, the producers and the evaluation share.
 
 Why: a robot that runs a chunked flow policy asynchronously keeps executing its current chunk

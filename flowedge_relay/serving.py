@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One model being served: its description, core, intakes, workers and publisher thread.
 
 A relay serves through exactly one `Serving` at a time. It is built in stages (the model, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SIGINT and SIGTERM stop every entry point the same way, whatever dispositions it inherited.
 
 A process started by a non-interactive shell (`flowedge-relayd ... &`, `make test > log &`)

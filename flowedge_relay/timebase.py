@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ROS time in, monotonic nanoseconds out: the one place where clocks and stamps are converted.
 
 Producers stamp deadlines and origins in ROS time (which may be simulated or jump with NTP); the

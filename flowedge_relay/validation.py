@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Request checks: what the relay refuses to schedule, and why (docs/design.md §3).
 
 Invalid or model-incompatible input is discarded with no output, because the relay cannot safely

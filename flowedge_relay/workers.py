@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The worker threads: each runs the policy one NFE at a time on work the C core dispatches.
 
 Why dedicated threads and not executor callbacks: a worker blocks in ONNX Runtime for a whole NFE

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Launch the FlowEdge Relay, a managed (lifecycle) node, with its YAML parameters.
 
 Usage (under a ROS 2 Jazzy or Kilted install, after `colcon build` and sourcing the workspace):

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Every flowedge_relay_bench subcommand at full size, one after the other (`make bench` runs this):
 #   out/bench/<name>.json, out/bench/<name>.png and out/bench/<name>.txt (the printed table),
 # then docs/performance.md, docs/img/bench-*.png and the README's Performance section from them

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Sets up everything FlowEdge Relay needs from nothing but the machine's python3 (3.11):
 #   1. checks the tools (python 3.11, a C compiler, cmake, make)
 #   2. creates .venv/<distro> and installs the pinned wheels of requirements/<distro>.txt

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by bootstrap.sh and env.sh: which ROS 2 distro this shell builds and runs against.
 # ROS_DISTRO picks it (jazzy, the default, or kilted), as a sourced ROS 2 install would set it;
 # each distro has its own venv and colcon tree, so both can live side by side in one checkout.

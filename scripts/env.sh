@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Source me (". scripts/env.sh") for a shell with the venv, the built messages and the package,
 # for the distro ROS_DISTRO names (jazzy by default, or kilted; scripts/distro.sh).
 _fer_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Rewrite the build container's Python paths baked into the ROS 2 wheels' CMake files.
 
 The PyPI ROS 2 wheels export CMake config files that name /opt/python/cp311-cp311/... (the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The C scheduling core under AddressSanitizer + UndefinedBehaviorSanitizer (`make sanitize`).
 #
 # Builds csrc/ with FER_SANITIZE=1 (-fsanitize=address,undefined -fno-omit-frame-pointer,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Build the C core extension for the tests when it is missing or older than its sources.
 
 Imported (and ensure_built() called) by test/conftest.py before any test module imports

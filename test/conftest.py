@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared pytest setup: keep DDS on this machine and in a domain of its own per test run, and
 keep ROS out of the tests not marked `ros` (`pytest -m "not ros"` runs the fast part)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test-side helpers shared by every test file: the C core and its requests (no DDS), and the
 one way tests wait for something (`wait_for`, also what ros_helpers and the tools use)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ONNX graphs built here (onnx.helper) that fail on a chosen input and are finite otherwise:
 what the INFERENCE_FAILED tests serve. observation[0] == NAN_AT gives a NaN velocity (a Where on
 that row only, so a batch's other rows stay finite); observation[1] == RAISE_AT makes a Gather

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small pure-Python reference of docs/design.md §4-7 (plus dispatch / step / finish / rings).
 
 Written from the contract, not from the C: plain lists kept sorted, a dict of sessions, Python

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test-side helpers for `flowedge-relayd` as a real process, seen through its ROS interfaces.
 
 The relay runs as deployed (`python -m flowedge_relay.cli ...`, its own process and DDS

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test-side names for the in-process relay harness (flowedge_relay/tooling/harness.py)."""
 
 from flowedge_relay.tooling.harness import (  # noqa: F401

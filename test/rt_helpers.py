@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test-side helpers for the real-time settings (flowedge_relay/realtime.py): what this host
 allows, and the wrapper that takes SCHED_FIFO and mlock away from a child process for real."""
 

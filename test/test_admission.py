@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The admission predicate of docs/design.md §5 (csrc/fer_admit.c), alone and through the core.
 
 - hand-computed lane simulations, saturation at UINT64_MAX, check_from, zero lanes;

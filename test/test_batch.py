@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Batch slots (docs/design.md §5.1): batch.BatchRows against the batch-1 samplers, and the worker
 pool's batched loop with the real C core (the core's W x B lanes: test_batch_core.py).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Batch slots (docs/design.md §5.1) in the C core, in virtual time through CFFI: W x B lanes,
 worker w owning lanes [w*B, (w+1)*B) and ring w + 1, dispatch_worker filling free slots in EDF
 order, worker_wait, independent leaves, admission over W x B lanes (a free slot of a stepping

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real-time chunking in the relay's rows (batch.BatchRows, docs/design.md §5.4): each row is
 conditioned exactly as the evaluation's reference solver (tooling/rtc_rollout.RtcSampler, rtc.py's
 arithmetic) conditions it, alone or batched with other rows, and its frozen rows are the prefix.

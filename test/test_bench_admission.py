@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench admission` runs at a tiny size and reports the keys the issue and the docs read.
 
 Only shapes and sanity are checked, never a timing target: the bench is a measurement.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench batching` at a tiny size: documented keys, strict JSON, table, plot, registration and
 the docs rows. Shapes and sanity only, never a timing target (a shared host measures noise)."""
 

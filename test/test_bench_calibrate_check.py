@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench calibrate`'s reserve (the answer's way out plus the host's stalls, from rounds whose
 spread it prints), `calibrate --realtime`, and `bench calibrate-check` (the user's flow: calibrate,
 the relay with its values, a robot-like node at ~2x, with and without a hog) at a tiny size.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The bench client's answer parser (tooling/bench/client.py) against rclpy's serialization."""
 
 from __future__ import annotations

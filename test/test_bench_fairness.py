@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench fairness` at its quick size: the real C core in virtual time, so its figures are
 deterministic for a seed and the fair-share targets can be checked, not only the report's
 shape (docs/design.md §7.1)."""

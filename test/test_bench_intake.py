@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench intake` runs at a tiny size through the real node and reports every case it claims.
 
 Only shapes and outcomes are checked, never a timing target: the bench is a measurement.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench model` runs at its tiny size and reports the keys the README and CI read.
 
 Only shapes and sanity are checked, never a timing target: the bench is a measurement.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench calibrate`, `overload` and `overhead` at a tiny size: documented keys, JSON, plots.
 
 Each runs the real relay node and a client over real DDS in this process. Only shapes and

@@ -1,4 +1,5 @@
-"""`bench overload --rtc` (issue #30): the RTC trace's requests, its figures and its report.
+# SPDX-License-Identifier: Apache-2.0
+"""`bench overload --rtc`: the RTC trace's requests, its figures and its report.
 
 The figures are checked as arithmetic on known answers, then the trace runs tiny over real DDS
 and only the report's structure and its counts are checked, never a timing target.

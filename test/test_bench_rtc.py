@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench rtc` runs at a tiny size and reports what the table, the plot and the docs read.
 
 Its figures are the closed-loop evaluation's; the targets themselves are asserted on a larger

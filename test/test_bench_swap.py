@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench swap` runs at a small size against a relay process and reports what it claims.
 
 Only accounting and shapes are checked, never the pause itself: the bench is a measurement

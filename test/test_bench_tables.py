@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The benches' readable tables (tooling/bench/tables.py)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every bundled policy (each model under flowedge_relay/models/) gives finite actions on its
 whole input box: the box's corners, zeros, points that coincide (a goal on the obstacle, on the
 robot), and random points. A NaN answer is INFERENCE_FAILED (docs/design.md §3), but a shipped

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`flowedge-relayd` and `make run` as real processes: they serve, show every outcome, and stop
 cleanly on SIGINT/SIGTERM, also when started the way a background job starts them (SIGINT
 ignored: a non-interactive shell's `cmd &`, `make test > log &`), without alarming output."""

@@ -1,4 +1,5 @@
-"""config/*.yaml apply to their nodes under any namespace (issue 14 item 2).
+# SPDX-License-Identifier: Apache-2.0
+"""config/*.yaml apply to their nodes under any namespace.
 
 A YAML block keyed `flowedge_relay:` matches only /flowedge_relay; a relay launched under a
 namespace would silently run on its defaults. The shipped files key every block

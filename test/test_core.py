@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One test per rule of docs/design.md §4-8 on the C core, with hand-computed expectations.
 
 Times are virtual nanoseconds passed explicitly; T is an arbitrary base time.

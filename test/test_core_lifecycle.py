@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The core's lifecycle and model-swap primitives (csrc/fer.h: set_accepting, hold_dispatch,
 reserve_lanes_until, drain_bound), in virtual time: what an inactive relay answers, what a
 swapped-in core may promise while the old one drains, and when the old one is done."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Property tests: the C core and the pure-Python reference (test/reference_model.py) make the same
 decision, emit the same outcomes and leave the same state on random operation sequences.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The core's half of real-time chunking (docs/design.md §5.4): a prefix request's window is a
 deadline, and the rows the robot runs meanwhile (frozen_rows) are fixed at dispatch from the same
 finish bound admission promised."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """docs/design.md §5.2 on the C core (csrc/fer_cost.c) in virtual time: the measured NFE tail, the
 adaptive cost model and what admission decides with it.
 

@@ -1,5 +1,6 @@
+# SPDX-License-Identifier: Apache-2.0
 """config/diagnostic_aggregator.yaml: well formed for diagnostic_aggregator, and it groups every
-status a real relay publishes, at the root and under namespaces (issue 14 item 6).
+status a real relay publishes, at the root and under namespaces.
 
 diagnostic_aggregator is not installable here (no wheel), so its rules are restated from the
 ROS 2 sources (ros/diagnostics, diagnostic_aggregator: aggregator.cpp, analyzer_group.cpp,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Diagnostics levels and keys from snapshots (the node-level test checks them over DDS)."""
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ def test_stats_message_mirrors_the_snapshot():
 
 
 def test_middleware_loss_is_reported_and_warns_while_it_grows():
-    """Issue 14: requests the middleware lost before the callback show in diagnostics (key
+    """Requests the middleware lost before the callback show in diagnostics (key
     `middleware_lost`, WARN held like other counter events) and in RelayStats."""
     b = DiagnosticsBuilder("r", hold_s=10.0)
     array = b.build(snap(1.0), _stamp())

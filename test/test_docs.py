@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The documentation resolves inside the repository: a clone is all a reader has.
 
 Checks every relative Markdown link (and its #anchor) in README.md, SECURITY.md, CONTRIBUTING.md

@@ -1,4 +1,5 @@
-"""The blind-retry drill (issue 6, docs/design.md §6) and the retry rules it rests on.
+# SPDX-License-Identifier: Apache-2.0
+"""The blind-retry drill (docs/design.md §6) and the retry rules it rests on.
 
 The drill tests run `flowedge-relay-drill` at 0.4 of its time scale with a 1500 ms happy path
 (120 ms per NFE, 440 ms with the fault, 1200 ms budget), so that the margin its verdict relies on
@@ -132,7 +133,7 @@ def test_drill_runs_on_the_two_phase_package():
 @pytest.mark.ros
 def test_drill_started_in_the_background_stops_cleanly_on_sigint():
     """Started with SIGINT ignored (as `cmd &` starts it), SIGINT still stops the drill: its
-    relay and client are torn down, exit 130, no traceback (issue 14, item 4)."""
+    relay and client are torn down, exit 130, no traceback."""
     proc = subprocess.Popen(
         ["bash", "-c", 'trap "" INT; exec "$@"', "bash", sys.executable, "-m",
          "flowedge_relay.tooling.drill", "--time-scale", SCALE],

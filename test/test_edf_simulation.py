@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Discrete-event simulation of the relay in virtual time, driving the real C core.
 
 docs/design.md §5's promise: if no NFE takes longer than nfe_ns (and dispatch lag fits in the

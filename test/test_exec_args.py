@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fer_exec's argument contract (csrc/fer_exec.h) without ONNX Runtime: what create and run
 refuse before they touch a library. Part of `make sanitize` (scripts/sanitize_core.sh), where
 ONNX Runtime itself is never loaded; test/test_native.py runs the loop for real."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The relay's two executors: who runs what, and a teardown that leaves nothing behind.
 
 RequestExecutor relies on one rclpy behaviour, public but worth pinning: the wait set is built
@@ -7,7 +8,7 @@ nothing; the split test then fails with a message that says where to look.
 rclpy's MultiThreadedExecutor.shutdown destroys its guard condition before waiting for its
 thread pool; a callback handed to the pool just before Ctrl-C then fails on that guard and rclpy
 prints "The following exception was never retrieved: cannot use Destroyable because destruction
-was requested" at exit (issue 14, item 7). The teardown test holds the pool's threads busy on
+was requested" at exit. The teardown test holds the pool's threads busy on
 purpose, so a handler is certainly still queued when shutdown starts.
 
 rclpy's MultiThreadedExecutor hands a callback still queued in its pool to the pool again on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A short fuzz run of the C core in CI (tools/fuzz_core.py): random operation sequences with
 hostile arguments, invariants after every call, the exactly-once ledger after every case; once on
 the normal build and once on an ASan + UBSan build of csrc/ in a child process.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """INFERENCE_FAILED over real DDS (docs/design.md §3): a request whose actions are not finite, or
 whose model call raised, is answered INFERENCE_FAILED with no actions, counted per cause on
 /diagnostics and flowedge/stats; the model keeps serving. Every path: the Python loop, the C

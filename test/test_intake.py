@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The request intake in C (csrc/fer_intake.h, flowedge_relay/intake.py) against the rclpy one.
 
 The C intake must decide every message exactly as validation.py, policy intake and the core do

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The launch file, checked without a ROS install (launch/launch_ros are not on PyPI).
 
 It cannot be executed here, so check what a real `ros2 launch` depends on: it parses, every
@@ -57,7 +58,7 @@ def _function_defs(tree: ast.AST) -> dict[str, ast.FunctionDef]:
 
 
 def test_launch_file_declares_exactly_one_node():
-    """One Node, not one per combination of optional arguments (issue 13 item 5)."""
+    """One Node, not one per combination of optional arguments."""
     tree = ast.parse(LAUNCH.read_text())
     nodes = _calls(tree, "LifecycleNode")
     assert len(nodes) == 1, f"{len(nodes)} LifecycleNode(...) calls"
@@ -104,7 +105,7 @@ def test_nfe_ns_override_is_added_only_when_given():
 
 def test_autostart_argument_becomes_the_node_parameter():
     """The managed relay configures and activates itself only when autostart says so; launch's
-    own ChangeState events and ros2 lifecycle drive it otherwise (issue 29 item 4). The argument
+    own ChangeState events and ros2 lifecycle drive it otherwise. The argument
     is parsed strictly at launch time and lands in the parameter list after the YAML."""
     tree = ast.parse(LAUNCH.read_text())
     fn = _function_defs(tree)["relay_node"]

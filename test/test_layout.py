@@ -1,4 +1,5 @@
-"""The runtime stands apart from the tooling (issue 13), and no module reaches into another's
+# SPDX-License-Identifier: Apache-2.0
+"""The runtime stands apart from the tooling, and no module reaches into another's
 privates: the import graph, the node's surface, and `obj._name` everywhere outside the tests.
 
 The runtime is flowedge_relay/ without tooling/; it must never import the tooling (a robot runs

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The managed relay (docs/design.md §9) over real DDS, through its lifecycle services
 (`~/change_state`, `~/get_state`): each transition and what a producer sees in each state, a
 configure that fails, exactly-once across deactivate and activate under load, and the latched

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The message types (Tensor included) round-trip over real DDS between two real rclpy nodes."""
 
 from __future__ import annotations

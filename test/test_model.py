@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The shipped policies learned the detour task; the loader's digest, dims and errors; solvers."""
 
 from __future__ import annotations

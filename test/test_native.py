@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The native NFE loop (csrc/fer_exec.c, flowedge_relay/native.py) with the real C core, the
 real ONNX Runtime C library of the onnxruntime wheel and the bundled models.
 

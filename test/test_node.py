@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The relay node over real DDS: every outcome from a real scenario, parameters, diagnostics.
 
 Each test starts a real RelayNode (request executor thread + main executor + workers running the
@@ -176,7 +177,7 @@ def test_diagnostics_report_each_concern_with_levels():
     for key in ("nfe_ns_p50", "nfe_ns_p99", "nfe_ns_configured", "lane_utilisation"):
         assert key in workers
     assert float(workers["nfe_ns_p50"]) > 0
-    assert workers["nfe_loop"] == "native"  # the default: NFEs in C, without the GIL (#15)
+    assert workers["nfe_loop"] == "native"  # the default: NFEs in C, without the GIL
 
 
 @pytest.mark.ros

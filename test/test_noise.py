@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """csrc/fer_noise.c (core.noise_fill) against numpy itself: a request's initial noise must be
 np.random.default_rng(seed).standard_normal(n, dtype=np.float32) bit for bit, for any uint64 seed
 and any n (docs/policy-packages.md, flowedge_relay/model.py).

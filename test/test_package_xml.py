@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """package.xml declares what the package's Python code imports, and nothing it does not.
 
 rosdep installs from package.xml, not from the imports, so a missing entry breaks a fresh

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """config/relay.yaml and the parameter table agree; descriptors carry ranges and read_only."""
 
 import pathlib

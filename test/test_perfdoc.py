@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """perfdoc: the README block and docs/performance.md come from bench JSON, and two consecutive
 runs are reported side by side (a figure counts when it reproduces). The README block is a few
 headline rows stated for their host, without commit or date; the page keeps every row, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Policy packages: manifest and graph checks, digest, tensor intake, providers, two-phase sampling.
 
 The packages here are tiny real ONNX graphs built with the onnx helper API and run by the real

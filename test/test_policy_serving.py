@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Serving a policy package: request tensors -> the staging slot's payload (one copy) -> the
 worker's sampler bound to that slot; and the same over real DDS through the node.
 
@@ -248,7 +249,7 @@ def test_vision_package_served_over_dds_bit_identical_and_bad_tensors_counted(vi
     assert model["model_kind"] == "two-phase (package)"
     assert model["execution_providers"] == "CPUExecutionProvider"
     assert int(model["prefix_samples"]) >= 3
-    assert loop == "native"  # the step graph ran in the C loop, the prefix in Python (#15)
+    assert loop == "native"  # the step graph ran in the C loop, the prefix in Python
 
 
 @pytest.mark.ros

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """producer.build_request: requests built from numpy arrays pass the relay's tensor intake."""
 
 from __future__ import annotations

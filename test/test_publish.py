@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The publisher thread's C loop (csrc/fer_publish.h, flowedge_relay/publisher.py).
 
 fer_action_cdr's bytes are checked against rclpy's own (de)serialization of the message the

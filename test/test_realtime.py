@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Thread roles apply their real-time settings and /proc reads back what the OS holds.
 
 Real threads and the real /proc of this process; where the OS has to refuse (no CAP_SYS_NICE,

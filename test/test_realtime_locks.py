@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The core's mutexes inherit priority (csrc/fer_lock.c), shown by construction.
 
 A relay on a robot computer runs its workers and request intake at SCHED_FIFO while

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The real-time deployment mode on real relays (docs/robot-computer.md), over DDS.
 
 Each relay is a `flowedge-relayd` process; the test talks to it only as a robot's nodes would

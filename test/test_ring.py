@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SPSC outcome rings (csrc/fer_ring.c) with a real producer thread and a real consumer thread.
 
 Two levels: Python threads calling push / pop one record at a time (the GIL is released inside

@@ -1,4 +1,5 @@
-"""Issue 8: hostile input, faults and bursts lose nothing and crash nothing (over real DDS).
+# SPDX-License-Identifier: Apache-2.0
+"""Hostile input, faults and bursts lose nothing and crash nothing (over real DDS).
 
 Each test starts a real RelayNode and client (harness.running_relay) and runs one scenario from
 flowedge_relay/tooling/stress/, the same code `python -m flowedge_relay.tooling.stress` runs for
@@ -97,7 +98,7 @@ def _producer(tmp_path, h, mix: str, count: int, depth: int, rate: float = 1e6):
 
 
 def test_flood_beyond_the_receive_rate_every_message_is_accounted_for(tmp_path):
-    """REGRESSION (issue 14 item 8): offered more than the relay could take, 30-42% of the
+    """REGRESSION: offered more than the relay could take, 30-42% of the
     requests got no answer and nothing counted them. Now every message sent is received (then
     answered or counted invalid) or reported lost by the middleware, in diagnostics and
     RelayStats. Loss is created on purpose, not by racing a rate: the relay's intake is held

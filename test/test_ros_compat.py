@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What differs between Jazzy (rclpy 7) and Kilted (rclpy 9), one test per difference.
 
 Each test pins what the installed distro does (scripts/env.sh sets ROS_DISTRO), so the suite run
@@ -114,7 +115,7 @@ def test_rclpy_hands_a_queued_callback_to_its_pool_again_on_every_spin():
             # handed over again and again
             assert len(submitted) > 10, (
                 f"rclpy on {DISTRO} handed the queued callback over {len(submitted) - 2} times: "
-                "issue 1452 looks fixed; executors.MainExecutor's override may be dropped")
+                "rclpy issue 1452 looks fixed; executors.MainExecutor's override may be dropped")
         finally:
             release.set()
             ros_compat.shutdown_executor(executor, timeout_sec=5.0)

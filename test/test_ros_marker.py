@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `ros` marker is honest: a test without it cannot start ROS, in this process or in a
 process it starts (conftest.py), so `pytest -m "not ros"` is the part that needs no DDS."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rtc.py: the frozen-row arithmetic, the two conditionings, the manifest block, the splicer.
 
 The conditionings are checked against the contract element by element (frozen rows bit for bit,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real-time chunking served over real DDS (docs/design.md §5.4): a producer's prefix comes back
 as the answer's first frozen_rows rows bit for bit, the rest conditioned as the evaluation's
 reference solver conditions it, chunk_start echoed; a plain request is served as before; a prefix

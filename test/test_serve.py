@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The worker's request cycle in C (csrc/fer_serve.h, native.Serve) with the real core and models.
 
 Its results are checked bit for bit against the batch-1 samplers by test_batch.py and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The shared stop handling (flowedge_relay/signals.py), in this process: whatever SIGINT
 disposition was inherited, SIGINT/SIGTERM stop the entry points, and the previous handlers come
 back afterwards. The entry points themselves are exercised as processes in test_cli.py and

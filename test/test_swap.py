@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A model swap (docs/design.md §9) over real DDS: `model_path` set while the relay serves
 steady traffic, from the bundled small policy to the bench policy and back. Nothing is lost or
 duplicated, every answer's digest echo names the model that computed it (checked by computing

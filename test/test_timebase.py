@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ROS-time to monotonic conversion: saturating, never wrapping, never making work look older."""
 
 from hypothesis import given
@@ -59,7 +60,7 @@ def test_results_stay_in_uint64(stamp, now_ros, now_mono):
 
 
 def test_ros_time_saturates_and_round_trips():
-    """The one nanoseconds -> builtin_interfaces/Time conversion (issue 13: six copies with three
+    """The one nanoseconds -> builtin_interfaces/Time conversion (there were six copies with three
     behaviours before): negative is the zero stamp, past int32 seconds the latest stamp."""
     from flowedge_relay.timebase import ROS_TIME_MAX_NS, ros_time, stamp_ns
 

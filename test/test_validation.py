@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Request checks: each discard reason, counted; valid input passes with its observation."""
 
 import math
@@ -79,7 +80,7 @@ def test_counters_have_a_fixed_key_set():
 
 @pytest.mark.ros
 def test_a_flood_of_invalid_requests_is_counted_per_message_and_logged_once_per_period():
-    """Issue 14: each discard is one counter (per reason) and one integer compare; the log line
+    """Each discard is one counter (per reason) and one integer compare; the log line
     comes at most once per DISCARD_LOG_PERIOD_NS, with how many it stood for. (rclpy's own
     throttle walked the stack on every call: a discard cost more than a decision.)"""
     from rclpy.parameter import Parameter

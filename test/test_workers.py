@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Worker threads with the real C core and the real small model.
 
 No wall-time assertions: cancellation and expiry are measured in NFEs. `fault_nfe_delay_ns`

@@ -1,4 +1,5 @@
-"""Fuzz the C scheduling core directly: random operation sequences through CFFI (issue 8).
+# SPDX-License-Identifier: Apache-2.0
+"""Fuzz the C scheduling core directly: random operation sequences through CFFI.
 
     python tools/fuzz_core.py --seconds 60                 # plain build, seeded, reports JSON
     python tools/fuzz_core.py --seconds 60 --sanitize      # ASan + UBSan build of csrc/, same ops

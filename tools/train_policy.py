@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Train the shipped flow-matching policies in pure numpy and export them to ONNX.
 
 Why a script and not downloaded weights: the relay must be runnable and testable offline, and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The toy robot task the shipped policies learn, and how to score an action chunk on it.
 
 A 2-D point robot at `current` must reach `goal`; a disk obstacle sits exactly midway, so the

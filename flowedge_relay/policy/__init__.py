@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Policy packages: named tensor inputs, two-phase (prefix + step) graphs, normalization.
 
 Why: the policies robots run take several named inputs (uint8 camera images, float robot state,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the relay serves, described: a policy's named inputs, its action chunk and its graphs.
 
 One description (`Policy`) for a single `.onnx` file and for a policy package directory alike

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Wire intake of request tensors: checked against the declared inputs, copied once.
 
 `intake` validates `InferenceRequest.inputs` (Tensor messages) and copies each tensor once,

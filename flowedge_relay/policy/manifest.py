@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Policy packages from disk: `policy.yaml` and its graphs, read, checked and hashed.
 
   load(path)          one description (`Policy`) for a single `.onnx` file (model.load_model's

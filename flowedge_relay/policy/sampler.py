@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The runtime sampler of a policy: prefix once per request, then one step graph run per NFE.
 
 Time convention: `0_to_1` integrates from noise at t=0 to the action at t=1 (x += dt v, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ONNX Runtime sessions for a policy's graphs, on an explicit ordered list of providers.
 
 An unavailable provider is an error (`ProviderUnavailable`), never a silent CPU fallback: the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tooling around the relay, kept apart from the runtime in flowedge_relay/.
 
 Nothing in the runtime (node, core, workers, validation, model, policy, diagnostics, cli)

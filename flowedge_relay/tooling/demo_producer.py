@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A demo producer: several robot sessions asking the relay for actions, and what comes back.
 
 It is the newcomer's first look at the relay, so it produces every outcome on purpose, each by a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`flowedge-relay-drill`: blind retries must never clone late work (docs/design.md §6).
 
 The incident pattern behind section 6: a free worker idles while a request's queue age is already

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Run a real relay and real client nodes in one process: for tests, the drill and the benches.
 
 Everything here is real: a private rclpy context, real DDS topics, the RelayNode exactly as

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The real-time chunking demo producer: a simulated robot that keeps moving while it asks.
 
 `make run RUN_ARGS="--rtc"` serves the bundled training-time RTC policy (models/policy_rtc) and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The closed-loop detour task executed asynchronously: what real-time chunking buys.
 
 A robot executes one action per period. Every EXECUTE_ROWS rows of its current chunk it sends a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`make run`: the relay and the demo producer in one process, until Ctrl-C (or --duration).
 
 Where `ros2 launch` is installed, `ros2 launch flowedge_relay relay.launch.py` starts the relay

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Polling for a condition with a timeout: the one wait the tools and the tests share.
 
 No ROS here, so code that drives the C core alone (and its tests) waits the same way as code

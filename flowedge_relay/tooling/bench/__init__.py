@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """flowedge_relay_bench: the relay's benchmarks (see __main__.py for the subcommands)."""

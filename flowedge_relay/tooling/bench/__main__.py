@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`flowedge_relay_bench`: the relay's benchmarks, one subcommand each.
 
     flowedge_relay_bench <subcommand> [options] [--json PATH] [--plot PATH.png]

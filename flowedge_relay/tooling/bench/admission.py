@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench admission`: latency of one admission decision of the C core, in C alone and via CFFI.
 
     python -m flowedge_relay.tooling.bench admission [--quick] [--json PATH] [--plot PATH.png]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench batching`: what batch slots (docs/design.md §5.1) buy, measured through the relay.
 
 For each bundled model (small, bench) one relay per `batch_slots` B (1, 2, 4, 8, 16) runs as its
@@ -92,7 +93,7 @@ from flowedge_relay.workers import WorkerPool
 
 MODELS = ("small", "bench")
 SLOTS = (1, 2, 4, 8, 16)
-TARGETS = {"small": 4.0, "bench": 2.0}  # issue 12: capacity at B = 8 vs B = 1 (printed only)
+TARGETS = {"small": 4.0, "bench": 2.0}  # capacity at B = 8 vs B = 1 (printed only)
 OVERLOAD_POLICIES = ("edf_admission", "edf_adaptive")  # the overload runs, side by side
 #: NFE per saturating request by model (other models: DEFAULT_NFE); see the module docstring
 NFE_PER_REQUEST = {"small": 4096, "bench": 64}

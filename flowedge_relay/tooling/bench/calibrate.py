@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench calibrate`: measure through the real relay node and recommend `nfe_ns` (and `prefix_ns`).
 
 ADR 0015 leaves calibration to the deployment: `nfe_ns` must be a measured upper bound of one

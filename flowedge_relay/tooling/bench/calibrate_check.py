@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench calibrate-check`: the user's flow, judged where the robot is.
 
     flowedge_relay_bench calibrate-check [--runs 5] [--hogs 0 1] [--duration 10] [--load 2]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The bench's relay and its light measuring client, talking over real DDS.
 
 `relay_process(**params)` starts `flowedge-relayd` as its own process, as deployed, so nothing

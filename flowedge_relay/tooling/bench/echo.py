@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The transport floor for `bench overhead`: a node that answers each request at once.
 
 `flowedge_echo` subscribes to `flowedge/requests` and publishes, from the same callback, an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench fairness`: one flooding client against three light ones, fair share off and on.
 
     python -m flowedge_relay.tooling.bench fairness [--quick] [--batch-slots B] [--rtc]

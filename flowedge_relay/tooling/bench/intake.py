@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench intake`: what a request costs the relay's intake, and how many per second it answers.
 
     flowedge_relay_bench intake [--quick] [--json PATH] [--no-dds] [--rates R ...] [--mixes M ...]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The host's wake-up latency at a real-time priority, measured the way cyclictest does.
 
     python -m flowedge_relay.tooling.bench.latency --cpu 1 --priority 51 --seconds 5

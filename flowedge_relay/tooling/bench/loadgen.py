@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A load of InferenceRequests published, and their answers tallied, in C (csrc/fer_loadgen.h).
 
 An rclpy client takes ~30 us to build and publish a request and ~60 us to take an answer, so a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench model`: what one NFE of each shipped policy costs, and what the worker loop adds.
 
 Raw cost: `InferenceSession.run` on batch 1, per model, at 1 and 2 intra-op threads (p50 / p99 /

@@ -1,5 +1,6 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench nfe-breakdown`: where a worker NFE's wall time goes, at light load and at overload, and
-what the cheapest candidate fixes change (issue 15, item 1: measure, don't guess).
+what the cheapest candidate fixes change (measure, don't guess).
 
 For each variant the relay runs as its own `flowedge-relayd` process with the bench-only probe
 on (bench/nfe_probe.py through the runtime's workers.set_nfe_probe_factory hook: every worker
@@ -26,7 +27,7 @@ and the makeup of the slowest 1% of NFEs at overload (mean of each part over the
 reads the same instants in both NFE loops (nfe_probe.NfeProbe in Python, fer_exec.c's probe in the
 native loop), so the parts compare one to one. Variants:
 
-  python_loop     nfe_loop python: the worker's NFE loop in Python (the relay before #15)
+  python_loop     nfe_loop python: the worker's NFE loop in Python (the relay before the C loop)
   baseline        the relay as configured by default: the native NFE loop (C, ONNX Runtime's C
                   API, no GIL; nfe_loop auto)
   switch_200us    sys.setswitchinterval(200e-6) in the relay process (default 5 ms): a thread

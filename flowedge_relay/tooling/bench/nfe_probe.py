@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """BENCH ONLY: the NFE probe `bench nfe-breakdown` plants in a relay's workers.
 
     FLOWEDGE_NFE_BREAKDOWN=DIR python -m flowedge_relay.tooling.bench.nfe_probe --ros-args ...

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A CPU-hog neighbour for the benches' `--noise` option: the load a shared robot computer sees.
 
     # what cpu_hog() starts:

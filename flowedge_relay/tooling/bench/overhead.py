@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench overhead`: what the relay adds on top of the model, at light load and at saturation.
 
 The relay runs as deployed, as its own `flowedge-relayd` process (bench model, admission off);
@@ -22,7 +23,7 @@ Saturation: NFE per second delivered through the relay (answers received by the 
   share of time the lanes compute, which says whether a loss is in the NFEs or between them.
 
 `--compare-loops`: afterwards a second relay with `nfe_loop: python` (the worker's NFE loop in
-  Python, as before issue #15) runs the same saturation trials against fresh bare trials, and
+  Python, as before the native loop) runs the same saturation trials against fresh bare trials, and
   `nfe_loop_comparison` in the JSON holds both loops' ratio, worker speed and lane share side by
   side (the main figures are the relay as configured: the native loop by default). Then a third
   relay with `publisher_loop: python` (answers built and published through rclpy, as before the
@@ -30,7 +31,7 @@ Saturation: NFE per second delivered through the relay (answers received by the 
   `publisher_loop_comparison` holds both loops' overhead p50 / p99, floor p99 and ratio.
 
 Targets (printed, not asserted): overhead p99 <= 2 ms (the first target; the echo floor alone
-misses it on this host), overhead p99 <= 1.5x the echo floor's p99 in the same run (issue 15),
+misses it on this host), overhead p99 <= 1.5x the echo floor's p99 in the same run,
 relay_throughput_ratio >= 0.95.
 """
 
@@ -233,7 +234,7 @@ def run(args: argparse.Namespace) -> dict:
         p50, p99 = percentiles(values, (50, 99))
         parts[name] = {"p50_ns": p50, "p99_ns": p99, "max_ns": float(np.max(values))}
     where = "as its own flowedge-relayd process"
-    vs_floor = main["overhead_p99_vs_floor"]  # issue 15: overhead p99 vs the echo floor
+    vs_floor = main["overhead_p99_vs_floor"]  # overhead p99 vs the echo floor
     report = {
         "method": (
             f"relay {where}, {args.workers} worker(s), admission off; light load: "

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench overload`: does the relay keep its promises past capacity? Four policies, one trace.
 
 The relay runs as deployed, as its own `flowedge-relayd` process (bench model, `--workers` lanes;
@@ -49,7 +50,7 @@ than the request's deadline (with --rtc the earlier of it and the RTC window). P
 
   on_time_goodput          on-time answers / offered requests
   goodput_vs_capacity      on-time answers per second / capacity, where capacity is taken from
-                           the NFE cost under load (issue 15): the NFE per second the lanes
+                           the NFE cost under load: the NFE per second the lanes
                            would compute, never idle, at the cost the relay measured during this
                            point (NFEs done over busy lane time, from its stats;
                            capacity_nfe_per_s_under_load). With --in-process, and whenever the
@@ -482,9 +483,9 @@ def _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, b
 
 def _goodput(m: dict, duration: float, calibrated_rps: float, mean_nfe: float,
              nfe_per_s_under_load: float | None) -> dict:
-    """Goodput against capacity. Issue 15 takes capacity "from the NFE cost under load, not
-    idle": the NFE per second the lanes would compute, never idle, at the cost the relay measured
-    during this very point (its own stats), when the relay runs as its own process. The inline
+    """Goodput against capacity, taken from the NFE cost under load, not idle: the NFE per
+    second the lanes would compute, never idle, at the cost the relay measured during this very
+    point (its own stats), when the relay runs as its own process. The inline
     calibration's capacity (the load axis) is kept next to it: the host's speed drifts between
     calibration and trace (sequential NFE cost 438-594 us over four runs, NFE p50 in the traces
     420-521 us), and goodput against it moved with the calibration, not the relay."""

@@ -1,6 +1,7 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench overload --rtc`: is real-time chunking's delay right over real DDS, past capacity?
 
-Issue #30: under overload, every INFERENCE answer must reach the producer by
+Under overload, every INFERENCE answer must reach the producer by
 `chunk_start + frozen_rows x action_period` (the robot runs out of frozen rows there and switches
 to the new chunk), and frozen_rows (d) must be tight: no more rows frozen than had run when the
 answer arrived, give or take one. The relay fixes d at dispatch from admission's finish bound
@@ -59,7 +60,7 @@ DEFAULT_ROWS = (8, 8)
 #: client: about 1 ms of CPU per request on a 2-core host), and the overload would be the
 #: messaging's, not the workers'; 32-128 (mean 80, ~6 ms) keeps 3x near 550 requests/s
 NFE = (32, 128)
-#: printed, never asserted: at 2x load, both EDF admission policies (issue #30)
+#: printed, never asserted: at 2x load, both EDF admission policies
 TARGETS = {"rtc_in_time_ratio": (">=", 1.0), "rtc_spare_rows_p50": ("<=", 1.0)}
 ROW_METRICS = ("rtc_spare_rows_p50",)  # targets counted in rows, not as a ratio
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The README's Performance block and docs/performance.md, generated from bench JSON.
 
     python -m flowedge_relay.tooling.bench.perfdoc out/bench      # scripts/bench_all.sh runs this

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared matplotlib setup for bench plots: Agg backend (no display), one style, one saver."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small stderr progress bar for long bench runs (any subcommand may use it).
 
     with Progress("overload", total=15) as bar:

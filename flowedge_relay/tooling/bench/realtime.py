@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The real-time deployment mode as the benches start it (docs/robot-computer.md): the options,
 the relay's parameters and environment, the client's own scheduling, and what the relay's threads
 really got, read back from its diagnostics.

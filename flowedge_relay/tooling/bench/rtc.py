@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench rtc`: what real-time chunking buys, on the closed-loop detour task.
 
     flowedge_relay_bench rtc [--quick] [--episodes N] [--delays 0,1,2,3,4] [--json P] [--plot P.png]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bench swap`: what a model swap costs the producers of a relay under steady load.
 
     flowedge_relay_bench swap [--quick] [--swaps N] [--load F] [--json PATH]

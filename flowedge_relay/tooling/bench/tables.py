@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Plain-text and Markdown tables from a list of dicts (bench reports keep their rows as such),
 and the cells and target verdicts the benches print alike."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The seeded arrival trace the overload bench replays (same trace for every policy).
 
 One base trace is drawn once from `seed`: for request i a unit-mean exponential gap, a session

@@ -1,4 +1,5 @@
-"""Robustness campaigns on a real relay over real DDS (issue 8): hostile input, soak, faults.
+# SPDX-License-Identifier: Apache-2.0
+"""Robustness campaigns on a real relay over real DDS: hostile input, soak, faults.
 
     python -m flowedge_relay.tooling.stress malformed --messages 20000 --json out/malformed.json
     python -m flowedge_relay.tooling.stress malformed --rate 2500 --duration 30 \

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`python -m flowedge_relay.tooling.stress malformed|soak|faults ...`: the campaigns' command line
 (flags and JSON keys as documented in the package docstring and the README); `produce` is the
 internal producer process of `malformed --rate`."""
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
                         "flow-controlled by the relay's intake (--messages)")
     m.add_argument("--duration", type=float, default=30.0, help="seconds at --rate")
     m.add_argument("--mix", choices=("flood", "mixed"), default=None,
-                   help="flood: 90%% invalid as in issue 14 (default with --rate); mixed: "
+                   help="flood: 90%% invalid, the hostile mix (default with --rate); mixed: "
                         "35%% valid, 35%% invalid, 15%% hostile-but-valid, 15%% raw CDR")
     s = sub.add_parser("soak", help="mixed traffic at a fraction of measured capacity")
     s.add_argument("--duration", type=float, default=60.0, help="seconds (600 for the report)")

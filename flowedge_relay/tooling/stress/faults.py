@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The fault drills, with figures: what the relay does when its surroundings fail.
 
 The output consumer stops draining, NFEs run far slower than calibrated, a worker dies mid

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The hostile-input campaign over real DDS: probes in, every answer booked, exactly once.
 
 `run_malformed` sends from this process, flow-controlled by the relay's intake (`pace`);

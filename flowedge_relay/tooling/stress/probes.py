@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The hostile-input probes and their oracle: what each request was built to be.
 
 Every generated request has a unique index. The index is the sequence number (BASE_SEQ + index)
@@ -232,7 +233,7 @@ class ProbeFactory:
 
     def make(self, i: int, mix: str = "mixed") -> Probe:
         """Probe i. mixed: 35% plain valid, 35% hostile invalid, 15% hostile but valid, 15% raw
-        CDR. flood (issue 14): 90% invalid (the flood kinds), 10% valid, 3 in 10 of those
+        CDR. flood: 90% invalid (the flood kinds), 10% valid, 3 in 10 of those
         already past their deadline. invalid: only the flood kinds. expired: only valid
         requests past their deadline (the cheapest decision)."""
         r = self.rng

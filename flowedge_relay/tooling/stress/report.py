@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The figures a hostile-input campaign reports, read from the relay and this process, and the
 one place its report is assembled (`campaign_report`), whichever campaign ran it (flood.py:
 the producer in this process, or a producer process at a fixed rate).

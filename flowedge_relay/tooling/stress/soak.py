@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The soak: mixed traffic at a fraction of the relay's measured capacity, for minutes.
 
 Deadlines (none, generous, tight, passed), NFE 1-8, generation bumps and stale generations,
