@@ -139,3 +139,18 @@ def test_design_status_says_implemented_or_what_is_missing():
     bad = [s for s in statuses
            if s != "implemented" and not re.fullmatch(r"not implemented: [^|]+", s)]
     assert not bad, f"status cells that are neither: {bad}"
+
+
+def test_design_opens_with_an_overview_a_newcomer_reads_first():
+    """docs/design.md opens with the promise, the outcomes, the order of decisions and the
+    threads in at most 150 lines; the numbered detail follows it."""
+    lines = (ROOT / "docs" / "design.md").read_text().splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("## ")]
+    assert lines[heads[0]] == "## Overview"
+    end = heads[1]
+    assert end <= 150, f"the overview runs to line {end}"
+    overview = "\n".join(lines[:end])
+    for part in ("**The promise.**", "**The outcomes**", "**The order of decisions",
+                 "**The threads**", "INFERENCE_FAILED", "fer-request"):
+        assert part in overview, part
+    assert heads.index(next(i for i in heads if lines[i].startswith("## 1. "))) > 1
