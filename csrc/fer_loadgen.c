@@ -66,6 +66,7 @@ static void write_request(struct fer_cdr_writer *w, const struct fer_load *load,
     fer_cdr_u32(w, 0);                                    /* prefix_actions: none */
     fer_cdr_time(w, 0);                                   /* prefix_start */
     fer_cdr_time(w, 0);                                   /* action_period (a Duration) */
+    fer_cdr_string(w, "", 0);                             /* client_id: the session's */
 }
 
 uint64_t fer_load_request_cdr(const struct fer_load *load, uint32_t i, int64_t now_ros,

@@ -92,6 +92,7 @@ def _discard_cases(builder, rng) -> list[tuple[str, str, dict]]:
     return [
         ("session_id_empty", "session_id_empty", {"session_id": ""}),
         ("session_id_300_unicode", "session_id_too_long", {"session_id": sid300}),
+        ("client_id_300_unicode", "client_id_too_long", {"client_id": sid300}),
         ("digest_5000_chars", "model_digest_mismatch", {"model_digest": "sha256:" + "e" * 4993}),
         ("dims_u32_max", "dims_mismatch", {"observation_dim": UINT32_MAX}),
         ("observation_4096_floats", "observation_length",
