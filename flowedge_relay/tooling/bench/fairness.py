@@ -5,11 +5,15 @@
 
 By default against the real relay over DDS (bench/fairness_relay.py): `flowedge-relayd` in its
 own process with the bench model and calibrated admission, an rclpy client node sending the four
-clients' requests, each answer judged on time at receipt (client clock). Capacity is workers x
-batch_slots x 1e9 / nfe_ns NFE per second (the NFE per second admission bounds). Four clients
-with Poisson arrivals, requests of 4-16 NFE (2-8 with --sim; `--nfe LO HI` to change), deadlines
-50-100 NFE times after the send (`--slack LO HI`; with 25-50 the light clients' own bursts exceed
-their share within the horizon more often): A offers 5x capacity, B, C and D 0.2x each.
+clients' requests, each answer judged on time at receipt (client clock). Capacity there is the
+NFE per second the lanes really compute (workers x batch_slots x 1e9 / the calibration's mean
+compute ns per NFE), so the flood is 5x what the relay can do, not 5x admission's conservative
+bound; with --sim, and with --nfe-ns, it is workers x batch_slots x 1e9 / nfe_ns. Four clients
+with Poisson arrivals, requests of 12-48 NFE (2-8 with --sim, `--nfe LO HI` to change: large
+enough that one rclpy node sends 5x capacity on time), deadlines 10-20 x the mean NFE in NFE
+times (nfe_ns each) after the send (50-100 at 2-8 NFE; `--slack LO HI`; with less the light
+clients' own bursts exceed their share within the horizon more often): A offers 5x capacity, B,
+C and D 0.2x each.
 Scenarios: fair_share off; on at equal weights; on with A weighted 2 (client_weights "A=2"); and
 B, C, D each alone (their baseline).
 
@@ -60,7 +64,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seconds", type=float, help="seconds of arrivals per scenario")
     parser.add_argument("--alone-seconds", type=float,
                         help="seconds of arrivals of each light client alone (relay; default "
-                             "half a scenario's)")
+                             "a scenario's: the same arrivals)")
     parser.add_argument("--workers", type=int, help="worker lanes (default 1; 2 with --sim)")
     parser.add_argument("--batch-slots", type=int, default=1,
                         help="batch slots per worker (docs/design.md §5.1)")
@@ -77,8 +81,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rtc", action="store_true",
                         help="--sim: every request carries a real-time chunking prefix (§5.4)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--slack", type=int, nargs=2, default=list(SLACK_NFE),
-                        metavar=("LO", "HI"), help="deadline after arrival, NFE times")
+    parser.add_argument("--slack", type=int, nargs=2, metavar=("LO", "HI"),
+                        help="deadline after arrival, NFE times (default 10-20 x the mean NFE: "
+                             "50 100 with --sim, 300 600 against the relay)")
 
 
 @dataclass
@@ -251,35 +256,38 @@ def run(args) -> dict:
 
         if args.rtc:
             raise SystemExit("fairness --rtc runs with --sim only")
-        slack, nfe = tuple(args.slack), tuple(report_nfe(args))
-        report = fairness_relay.run(args, CLIENTS, lambda clients, seconds, capacity, nfe_ns:
-                                    _arrivals(args.seed, clients, seconds, capacity, nfe_ns,
-                                              slack, nfe))
-    report.update({"capacity_definition": "workers x batch_slots x 1e9 / nfe_ns NFE per second",
-                   "batch_slots": args.batch_slots, "rtc": args.rtc, "seed": args.seed,
-                   "offer_x_capacity": OFFER, "slack_nfe": list(args.slack),
-                   "nfe_range": report_nfe(args), "targets": TARGETS})  # fmt: skip
+        nfe, slack = workload(args)
+        report = fairness_relay.run(args, CLIENTS, nfe, slack,
+                                    lambda clients, seconds, capacity, nfe_ns: _arrivals(
+                                        args.seed, clients, seconds, capacity, nfe_ns, slack,
+                                        nfe))  # fmt: skip
+    nfe, slack = workload(args)
+    report.update({"batch_slots": args.batch_slots, "rtc": args.rtc, "seed": args.seed,
+                   "offer_x_capacity": OFFER, "slack_nfe": list(slack), "nfe_range": list(nfe),
+                   "targets": TARGETS})  # fmt: skip
     _compare(report)
     report["targets_met"] = _targets(report)
     report["rows"] = _rows(report)
     return report
 
 
-def report_nfe(args) -> list[int]:
-    """The NFE range of the requests: --nfe, else the mode's default."""
-    if args.nfe:
-        return list(args.nfe)
+def workload(args) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(NFE range, slack range in NFE times) of the requests: --nfe, else the mode's default;
+    --slack, else 10-20 x the mean NFE (the simulation's 50-100 at its 2-8 NFE)."""
     from flowedge_relay.tooling.bench.fairness_relay import NFE_RANGE as RELAY_NFE
 
-    return list(NFE_RANGE if args.sim else RELAY_NFE)
+    nfe = tuple(args.nfe) if args.nfe else NFE_RANGE if args.sim else RELAY_NFE
+    scale = (nfe[0] + nfe[1]) / (NFE_RANGE[0] + NFE_RANGE[1])
+    slack = tuple(args.slack) if args.slack else tuple(round(x * scale) for x in SLACK_NFE)
+    return nfe, slack
 
 
 def _run_sim(args) -> dict:
     seconds = args.seconds or (2.0 if args.quick else 20.0)
     workers, nfe_ns = args.workers or 2, args.nfe_ns or SIM_NFE_NS
+    nfe, slack = workload(args)
     common = dict(seconds=seconds, workers=workers, slots=args.batch_slots, nfe_ns=nfe_ns,
-                  rtc=args.rtc, seed=args.seed, slack_nfe=tuple(args.slack),
-                  nfe_range=tuple(report_nfe(args)))  # fmt: skip
+                  rtc=args.rtc, seed=args.seed, slack_nfe=slack, nfe_range=nfe)  # fmt: skip
     scenarios = {
         "off": simulate(CLIENTS, fair=False, **common),
         "on": simulate(CLIENTS, fair=True, **common),
@@ -292,6 +300,7 @@ def _run_sim(args) -> dict:
         "method": ("the real C core in virtual time (discrete-event simulation through CFFI, "
                    "steps of exactly nfe_ns): deterministic per seed, the host's load does not "
                    "show"),
+        "capacity_definition": "workers x batch_slots x 1e9 / nfe_ns NFE per second",
         "seconds": seconds, "workers": workers, "nfe_ns": nfe_ns, "scenarios": scenarios,
         "alone": alone,
     }  # fmt: skip
@@ -340,6 +349,7 @@ def _rows(report: dict) -> list[dict]:
                 "late/expired": c["late"],
                 "fair-share rejections": c["fair_share_rejections"],
                 "capacity rejections": c["capacity_rejections"],
+                "deadline rejections": c["deadline_rejections"],
                 "goodput vs off": f"{100 * s['goodput_vs_off']:.1f}%" if name == "A" else "",
             })  # fmt: skip
     for name, c in report["alone"].items():
@@ -350,6 +360,7 @@ def _rows(report: dict) -> list[dict]:
                      "late/expired": c["late"],
                      "fair-share rejections": c["fair_share_rejections"],
                      "capacity rejections": c["capacity_rejections"],
+                     "deadline rejections": c["deadline_rejections"],
                      "goodput vs off": ""})  # fmt: skip
     return rows
 
@@ -359,7 +370,9 @@ def table(report: dict) -> str:
 
     relay = "relay" in report
     where = (f"real relay over DDS, {report['alone_seconds']:g} s alone, nfe_ns "
-             f"{'calibrated inline' if isinstance(report['calibration'], dict) else 'given'}"
+             f"{'calibrated inline' if isinstance(report['calibration'], dict) else 'given'}, "
+             f"admission_reserve_ns {report['admission_reserve_ns']}, admission bound "
+             f"{report['admission_capacity_nfe_per_s']:.0f} NFE/s"
              if relay else "virtual time")
     head = (f"fairness: {report['workers']} workers x {report['batch_slots']} batch slots, "
             f"nfe_ns {report['nfe_ns']}, capacity "

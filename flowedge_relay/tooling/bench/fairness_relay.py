@@ -5,10 +5,13 @@ deployed (bench model, `--workers` lanes) and a BenchClient node in this process
 clients' requests (`client_id` A, B, C, D; Poisson arrivals, NFE and deadline slack as in the
 simulation), stamping each answer in its subscription callback. Admission is calibrated: a short
 inline calibration (`calibrate.inline`, as `bench overload` does) on the first relay gives
-`nfe_ns` and `admission_reserve_ns` (or `--nfe-ns`), and capacity is workers x batch_slots x 1e9 /
-nfe_ns NFE per second. `fair_share` and `client_weights` are read at start, so each setting is
-its own relay process: fair_share off (calibration, the off scenario, then B, C and D each alone:
-their baseline), on at equal weights, on with `client_weights: ["A=2"]`.
+`nfe_ns` and `admission_reserve_ns` (or `--nfe-ns`). Capacity, the offered load's unit, is what
+the lanes really compute, workers x batch_slots x 1e9 / the calibration's mean compute ns per NFE
+(`calibrate.capacity`, overload's load axis): nfe_ns is a tail bound, on a busy 2-core host
+several times the mean, and 5x of lanes x 1e9 / nfe_ns can be less than the relay computes. With
+`--nfe-ns` it is lanes x 1e9 / nfe_ns. `fair_share` and `client_weights` are read at start, so
+each setting is its own relay process: fair_share off (calibration, the off scenario, then B, C
+and D each alone: their baseline), on at equal weights, on with `client_weights: ["A=2"]`.
 
 Per client, from the answers it received: admitted = INFERENCE or EXPIRED answers (the relay took
 the request and kept it to its end; a displaced request is answered REJECTED_CAPACITY and counted
@@ -38,11 +41,11 @@ from flowedge_relay.tooling.bench.client import (
 from flowedge_relay.tooling.bench.perfdoc import host_info
 from flowedge_relay.tooling.bench.progress import Progress
 
-#: seconds of arrivals per scenario, per client alone, inline calibration requests and seconds
-SIZES = {"quick": (1.0, 0.5, 12, 0.3), "full": (20.0, 10.0, 300, 3.0)}
+#: seconds of arrivals per scenario (and per client alone), inline calibration requests, seconds
+SIZES = {"quick": (1.0, 12, 0.3), "full": (20.0, 300, 3.0)}
 #: NFE per request: larger than the simulation's, so 5x capacity stays a rate one rclpy node
-#: sends on time (~70 requests/s of capacity at the bench model's ~1.4 ms calibrated NFE)
-NFE_RANGE = (4, 16)
+#: sends on time (~70 requests/s of capacity at the bench model's ~0.5 ms NFE on a 2-core host)
+NFE_RANGE = (12, 48)
 SETTINGS = {"on": (), "on_A_weight_2": ("A=2",)}  # fair_share on: client_weights
 
 
@@ -143,15 +146,15 @@ def replay(relay, client, arrivals, seconds: float, drain_s: float) -> dict:
             "accounting": accounting, "send_lag_max_ms": lag_max / 1e6}
 
 
-def run(args, clients, arrivals_of) -> dict:
+def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
+        arrivals_of) -> dict:  # fmt: skip
     """The scenarios against real relays; `arrivals_of(clients, seconds, capacity_nfe_per_s,
     nfe_ns)` draws the arrivals (bench/fairness.py). Returns the report's measured part."""
     host = host_info()
-    seconds, alone_s, cal_requests, cal_s = SIZES["quick" if args.quick else "full"]
+    seconds, cal_requests, cal_s = SIZES["quick" if args.quick else "full"]
     seconds = args.seconds or seconds
-    alone_s = args.alone_seconds or alone_s
+    alone_s = args.alone_seconds or seconds  # the same arrivals as in the scenarios
     workers = args.workers or 1
-    nfe_range = tuple(args.nfe) if args.nfe else NFE_RANGE
     mean_nfe = (nfe_range[0] + nfe_range[1]) / 2
     lanes = workers * args.batch_slots
     params = dict(model_path=model_path(args.model), workers=workers,
@@ -164,14 +167,18 @@ def run(args, clients, arrivals_of) -> dict:
             warm_up(client)
             if args.nfe_ns:
                 nfe_ns, reserve = args.nfe_ns, args.admission_reserve_ns or 0
+                capacity, basis = lanes * 1e9 / nfe_ns, "workers x batch_slots x 1e9 / nfe_ns"
             else:
                 bar.update(label="inline calibration")
                 cal = calibrate.inline(relay, client, mean_nfe, cal_requests, cal_s)
                 nfe_ns = cal["recommended_nfe_ns"]
                 reserve = (args.admission_reserve_ns if args.admission_reserve_ns is not None
                            else cal["recommended_admission_reserve_ns"])  # fmt: skip
-            capacity = lanes * 1e9 / nfe_ns
-            drain = args.slack[1] * nfe_ns * 1e-9 + 5.0  # the longest slack, and then some
+                rps = calibrate.capacity(cal, mean_nfe, workers, args.batch_slots)[0]
+                capacity = rps * mean_nfe
+                basis = ("workers x batch_slots x 1e9 / the inline calibration's mean compute "
+                         "ns per NFE (what the lanes really compute; admission uses nfe_ns)")
+            drain = slack_nfe[1] * nfe_ns * 1e-9 + 5.0  # the longest slack, and then some
             set_policy(relay, nfe_ns=nfe_ns, admission_reserve_ns=reserve)
             bar.update(label="fair_share off")
             scenarios["off"] = replay(relay, client, arrivals_of(clients, seconds, capacity,
@@ -202,6 +209,7 @@ def run(args, clients, arrivals_of) -> dict:
         "method": ("the real relay over DDS: flowedge-relayd in its own process (one per "
                    "fair_share setting), an rclpy client node sending every client's requests; "
                    "on time = INFERENCE received by the deadline, client clock"),
+        "capacity_definition": basis, "admission_capacity_nfe_per_s": lanes * 1e9 / nfe_ns,
         "host": host, "relay": "flowedge-relayd process", "model": params["model_path"],
         "seconds": seconds, "alone_seconds": alone_s, "workers": workers, "nfe_ns": nfe_ns,
         "admission_reserve_ns": reserve, "nfe_range": list(nfe_range),
