@@ -44,12 +44,16 @@ def test_batch_slots_and_prefix_requests_keep_the_share():
 
 
 def test_registered_and_in_bench_all():
+    """`make bench` runs the real relay at full size (fairness) and the simulation beside it."""
     from flowedge_relay.tooling.bench.__main__ import SUBCOMMANDS
     from flowedge_relay.tooling.bench.perfdoc import ORDER, ROOT
 
     assert SUBCOMMANDS["fairness"][0] == fairness.__name__
-    assert "fairness" in ORDER
-    assert "fairness" in (ROOT / "scripts" / "bench_all.sh").read_text()
+    script = (ROOT / "scripts" / "bench_all.sh").read_text()
+    order = script.split("\nORDER=(", 1)[1].split(")", 1)[0].split()
+    assert {"fairness", "fairness-sim"} <= set(order) and {"fairness", "fairness-sim"} <= set(ORDER)
+    assert '[fairness]=""' in script  # no --sim: the relay
+    assert '[fairness-sim]="--sim"' in script and "[fairness-sim]=fairness" in script
 
 
 @pytest.mark.ros  # starts flowedge-relayd processes and a client node (conftest.py)

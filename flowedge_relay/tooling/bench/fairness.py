@@ -5,15 +5,14 @@
 
 By default against the real relay over DDS (bench/fairness_relay.py): `flowedge-relayd` in its
 own process with the bench model and calibrated admission, an rclpy client node sending the four
-clients' requests, each answer judged on time at receipt (client clock). Capacity there is the
-NFE per second the lanes really compute (workers x batch_slots x 1e9 / the calibration's mean
-compute ns per NFE), so the flood is 5x what the relay can do, not 5x admission's conservative
-bound; with --sim, and with --nfe-ns, it is workers x batch_slots x 1e9 / nfe_ns. Four clients
-with Poisson arrivals, requests of 12-48 NFE (2-8 with --sim, `--nfe LO HI` to change: large
-enough that one rclpy node sends 5x capacity on time), deadlines 10-20 x the mean NFE in NFE
-times (nfe_ns each) after the send (50-100 at 2-8 NFE; `--slack LO HI`; with less the light
-clients' own bursts exceed their share within the horizon more often): A offers 5x capacity, B,
-C and D 0.2x each.
+clients' requests, each answer judged on time at receipt (client clock). Capacity is workers x
+batch_slots x 1e9 / nfe_ns NFE per second (the NFE per second admission bounds; against the
+relay, what the lanes really compute is reported beside it). Four clients with Poisson
+arrivals, requests of 16-64 NFE (2-8 with --sim, `--nfe LO HI` to change: large enough that one
+rclpy node sends 5x capacity on time), deadlines 10-20 x the mean NFE in NFE times (nfe_ns each)
+after the send (50-100 at 2-8 NFE; `--slack LO HI`; with less the light clients' own bursts
+exceed their share within the horizon more often): A offers 5x capacity (against the relay 5x
+the larger of it and what the lanes compute, so that it floods), B, C and D 0.2x each.
 Scenarios: fair_share off; on at equal weights; on with A weighted 2 (client_weights "A=2"); and
 B, C, D each alone (their baseline).
 
@@ -46,6 +45,7 @@ from flowedge_relay.core import Code, Core, CoreConfig, Decision, RejectReason, 
 
 CLIENTS = ("A", "B", "C", "D")
 OFFER = {"A": 5.0, "B": 0.2, "C": 0.2, "D": 0.2}  # x capacity, in NFE
+FLOOD = "A"
 NFE_RANGE = (2, 8)
 SLACK_NFE = (50, 100)  # deadline after arrival, in NFE times
 TARGETS = {"light_vs_alone": 0.95, "on_time_among_admitted": 0.9999,
@@ -65,7 +65,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--alone-seconds", type=float,
                         help="seconds of arrivals of each light client alone (relay; default "
                              "a scenario's: the same arrivals)")
-    parser.add_argument("--workers", type=int, help="worker lanes (default 1; 2 with --sim)")
+    parser.add_argument("--workers", type=int, default=2, help="worker threads (lanes)")
     parser.add_argument("--batch-slots", type=int, default=1,
                         help="batch slots per worker (docs/design.md §5.1)")
     parser.add_argument("--nfe-ns", type=int,
@@ -117,14 +117,17 @@ class Sim:
 
 def _arrivals(seed: int, clients, seconds: float, capacity_nfe_s: float, nfe_ns: int,
               slack_nfe: tuple[int, int],
-              nfe_range: tuple[int, int] = NFE_RANGE) -> list[tuple[int, str, int, int]]:
+              nfe_range: tuple[int, int] = NFE_RANGE,
+              flood_nfe_s: float | None = None) -> list[tuple[int, str, int, int]]:
     """(t_ns, client, nfe, slack_ns) for each request, Poisson per client, each client's stream
-    its own (the same alone and with the others)."""
+    its own (the same alone and with the others); the flood's offer counted in `flood_nfe_s`
+    where given (the relay: the larger of capacity and what its lanes compute)."""
     out = []
     mean_nfe = (nfe_range[0] + nfe_range[1]) / 2
     for name in clients:
         rng = random.Random(f"{seed}/{name}")
-        rate = OFFER[name] * capacity_nfe_s / mean_nfe  # requests per second
+        unit = (flood_nfe_s or capacity_nfe_s) if name == FLOOD else capacity_nfe_s
+        rate = OFFER[name] * unit / mean_nfe  # requests per second
         t = 0.0
         while True:
             t += rng.expovariate(rate)
@@ -194,7 +197,7 @@ def simulate(clients, *, seconds: float, workers: int, slots: int, nfe_ns: int, 
     capacity = lanes * 1e9 / nfe_ns
     arrivals = _arrivals(seed, clients, seconds, capacity, nfe_ns, slack_nfe, nfe_range)
     core = Core(CoreConfig(workers=workers, batch_slots=slots, queue_capacity=256,
-                           max_sessions=65536, max_nfe=16, obs_dim=OBS_DIM,
+                           max_sessions=65536, max_nfe=max(16, nfe_range[1]), obs_dim=OBS_DIM,
                            action_len=ACTION_LEN, ring_capacity=65536, nfe_ns=nfe_ns,
                            admission_reserve_ns=0, fair_share=int(fair), max_clients=8,
                            client_weights=weights, rtc_max_delay=8 if rtc else 0))
@@ -258,9 +261,9 @@ def run(args) -> dict:
             raise SystemExit("fairness --rtc runs with --sim only")
         nfe, slack = workload(args)
         report = fairness_relay.run(args, CLIENTS, nfe, slack,
-                                    lambda clients, seconds, capacity, nfe_ns: _arrivals(
+                                    lambda clients, seconds, capacity, nfe_ns, flood: _arrivals(
                                         args.seed, clients, seconds, capacity, nfe_ns, slack,
-                                        nfe))  # fmt: skip
+                                        nfe, flood))  # fmt: skip
     nfe, slack = workload(args)
     report.update({"batch_slots": args.batch_slots, "rtc": args.rtc, "seed": args.seed,
                    "offer_x_capacity": OFFER, "slack_nfe": list(slack), "nfe_range": list(nfe),
@@ -268,6 +271,8 @@ def run(args) -> dict:
     _compare(report)
     report["targets_met"] = _targets(report)
     report["rows"] = _rows(report)
+    head, notes = _notes(report)
+    report["caveat"] = " ".join([head, *notes])  # the performance page's line above the table
     return report
 
 
@@ -284,7 +289,7 @@ def workload(args) -> tuple[tuple[int, int], tuple[int, int]]:
 
 def _run_sim(args) -> dict:
     seconds = args.seconds or (2.0 if args.quick else 20.0)
-    workers, nfe_ns = args.workers or 2, args.nfe_ns or SIM_NFE_NS
+    workers, nfe_ns = args.workers, args.nfe_ns or SIM_NFE_NS
     nfe, slack = workload(args)
     common = dict(seconds=seconds, workers=workers, slots=args.batch_slots, nfe_ns=nfe_ns,
                   rtc=args.rtc, seed=args.seed, slack_nfe=slack, nfe_range=nfe)  # fmt: skip
@@ -314,10 +319,13 @@ def _compare(report: dict) -> None:
             base = alone[name]["admitted_nfe_per_s"]
             result["clients"][name]["vs_alone"] = (
                 result["clients"][name]["admitted_nfe_per_s"] / base if base else 1.0)
-    off_goodput = report["scenarios"]["off"]["goodput_nfe_per_s"]
+    off = report["scenarios"]["off"]
     for result in report["scenarios"].values():
-        result["goodput_vs_off"] = result["goodput_nfe_per_s"] / off_goodput if off_goodput \
-            else 1.0
+        result["goodput_vs_off"] = (result["goodput_nfe_per_s"] / off["goodput_nfe_per_s"]
+                                    if off["goodput_nfe_per_s"] else 1.0)
+        if result.get("goodput_vs_lanes") and off.get("goodput_vs_lanes"):  # the real relay
+            result["goodput_vs_off_at_lane_speed"] = (result["goodput_vs_lanes"]
+                                                      / off["goodput_vs_lanes"])
 
 
 def _targets(report: dict) -> dict:
@@ -350,7 +358,7 @@ def _rows(report: dict) -> list[dict]:
                 "fair-share rejections": c["fair_share_rejections"],
                 "capacity rejections": c["capacity_rejections"],
                 "deadline rejections": c["deadline_rejections"],
-                "goodput vs off": f"{100 * s['goodput_vs_off']:.1f}%" if name == "A" else "",
+                "goodput vs off": _goodput_cell(s) if name == "A" else "",
             })  # fmt: skip
     for name, c in report["alone"].items():
         rows.append({"scenario": "alone", "client": name,
@@ -365,27 +373,49 @@ def _rows(report: dict) -> list[dict]:
     return rows
 
 
+def _goodput_cell(s: dict) -> str:
+    """Goodput vs fair_share off; against the relay also at equal lane speed (in brackets)."""
+    cell = f"{100 * s['goodput_vs_off']:.1f}%"
+    at_speed = s.get("goodput_vs_off_at_lane_speed")
+    return cell if at_speed is None else f"{cell} ({100 * at_speed:.1f}%)"
+
+
+def _notes(report: dict) -> tuple[str, list[str]]:
+    """The table's head line and the lines under it (also the report's caveat, which the
+    performance page prints)."""
+    relay = "relay" in report
+    off = report["scenarios"]["off"]
+    where = (f"real relay over DDS, {report['alone_seconds']:g} s alone, nfe_ns "
+             f"{'calibrated inline' if isinstance(report['calibration'], dict) else 'given'}, "
+             f"admission_reserve_ns {report['admission_reserve_ns']}; A offers 5x "
+             f"{report['flood_unit_nfe_per_s']:.0f} NFE/s (the larger of capacity and the lanes "
+             f"at the calibration's mean cost), {report['flood_vs_lanes'] or 0:.1f}x the "
+             f"{off['lanes_nfe_per_s'] or 0:.0f} NFE/s the lanes computed busy with fair_share "
+             "off" if relay else "virtual time")
+    head = (f"fairness: {report['workers']} workers x {report['batch_slots']} batch slots, "
+            f"nfe_ns {report['nfe_ns']}, capacity {off['capacity_nfe_per_s']:.0f} NFE/s, "
+            f"{report['seconds']:g} s of arrivals ({where}), NFE {report['nfe_range']}, rtc "
+            f"{'on' if report['rtc'] else 'off'}; A offers 5x, B, C, D 0.2x each")
+    lines = []
+    if relay:
+        lag = ", ".join(f"{k} {s['send_lag_max_ms']:.0f}" for k, s in report["scenarios"].items())
+        lines += [
+            "goodput vs off (in brackets: each run's goodput over the NFE/s its lanes computed "
+            "busy, against off's; the runs are separate relay processes on a shared host)",
+            f"the client's longest lag behind the arrival schedule, ms: {lag}",
+            "every request answered exactly once (answers and the relay's counters): "
+            + ("yes" if report["exactly_once"] else f"NO {report['accounting']}"),
+        ]  # fmt: skip
+    met = "; ".join(f"{s}: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in t.items())
+                    for s, t in report["targets_met"].items())
+    return head, [*lines, f"targets ({TARGETS}): {met}"]
+
+
 def table(report: dict) -> str:
     from flowedge_relay.tooling.bench.tables import format_rows
 
-    relay = "relay" in report
-    where = (f"real relay over DDS, {report['alone_seconds']:g} s alone, nfe_ns "
-             f"{'calibrated inline' if isinstance(report['calibration'], dict) else 'given'}, "
-             f"admission_reserve_ns {report['admission_reserve_ns']}, admission bound "
-             f"{report['admission_capacity_nfe_per_s']:.0f} NFE/s"
-             if relay else "virtual time")
-    head = (f"fairness: {report['workers']} workers x {report['batch_slots']} batch slots, "
-            f"nfe_ns {report['nfe_ns']}, capacity "
-            f"{report['scenarios']['off']['capacity_nfe_per_s']:.0f} NFE/s, "
-            f"{report['seconds']:g} s of arrivals ({where}), NFE {report['nfe_range']}, rtc "
-            f"{'on' if report['rtc'] else 'off'}; A offers 5x, B, C, D 0.2x each")
-    lines = [head, format_rows(report["rows"])]
-    if relay:
-        lines.append("every request answered exactly once (answers and the relay's counters): "
-                     + ("yes" if report["exactly_once"] else f"NO {report['accounting']}"))
-    met = "; ".join(f"{s}: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in t.items())
-                    for s, t in report["targets_met"].items())
-    return "\n".join([*lines, f"targets ({TARGETS}): {met}"])
+    head, notes = _notes(report)
+    return "\n".join([head, format_rows(report["rows"]), *notes])
 
 
 def plot(report: dict, path: str) -> str:
