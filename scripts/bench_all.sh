@@ -48,9 +48,10 @@ mkdir -p "$OUT"
 # gives every request of the EDF policies' 2x and 3x trace a real-time chunking prefix
 # (bench/overload_rtc.py): is each answer in by chunk_start + frozen_rows x period, and how tight
 # is frozen_rows; overload-rtc-rt-1hog asks the same on a busy host, in the real-time mode with a
-# continuously spinning neighbour from before the calibration. fairness runs the C core in
-# virtual time (deterministic): one client flooding at 5x capacity against three at 0.2x, with
-# fair_share off, on, and A weighted 2.
+# continuously spinning neighbour from before the calibration. fairness runs one client flooding
+# at 5x capacity against three at 0.2x, with fair_share off, on, and A weighted 2, against
+# flowedge-relayd processes over DDS (calibrated inline, on time judged at receipt); fairness-sim
+# runs the same on the C core in virtual time (deterministic per seed).
 RT_TRACE="--model bench --policies edf_admission edf_adaptive --loads 2 3 --noise continuous
           --calibrate-under-noise"
 declare -A ARGS=(
@@ -73,6 +74,7 @@ declare -A ARGS=(
     [swap]=""
     [rtc]=""
     [fairness]=""
+    [fairness-sim]="--sim"
 )
 # report name -> subcommand, where they differ
 declare -A SUBCOMMAND=(
@@ -83,10 +85,11 @@ declare -A SUBCOMMAND=(
     [overload-normal-2hogs]=overload
     [overload-rtc]=overload
     [overload-rtc-rt-1hog]=overload
+    [fairness-sim]=fairness
 )
 ORDER=(model admission intake calibrate calibrate-check overload overload-noise overload-rt-1hog overload-normal-1hog
        overload-rt-2hogs overload-normal-2hogs overload-rtc overload-rtc-rt-1hog batching
-       nfe-breakdown overhead swap rtc fairness)
+       nfe-breakdown overhead swap rtc fairness fairness-sim)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
 REGISTERED=" $(python -c 'from flowedge_relay.tooling.bench.__main__ import available; print(*available())') "

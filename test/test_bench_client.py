@@ -31,6 +31,8 @@ def messages(draw) -> ActionMessage:
     m.actions = draw(st.lists(st.floats(width=32, allow_nan=False), max_size=40))
     m.queue_ns, m.compute_ns = draw(U64), draw(U64)
     m.retry_reason = draw(st.integers(0, 255))
+    m.client_id = draw(TEXT)  # variable length, before reject_reason
+    m.reject_reason = draw(st.integers(0, 2))
     return m
 
 
@@ -41,4 +43,5 @@ def test_parse_action_reads_what_rclpy_wrote(m, received):
     assert key == (m.session_id, m.sequence)
     stamp = m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec
     assert ans == Answer(m.code, received, stamp, m.nfe_done, m.remaining_nfe, m.queue_ns,
-                         m.compute_ns, m.model_digest.encode())  # fmt: skip
+                         m.compute_ns, m.model_digest.encode(),
+                         reject_reason=m.reject_reason)  # fmt: skip

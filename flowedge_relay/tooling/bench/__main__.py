@@ -48,7 +48,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
              "a model swap under steady load: the pause, and nothing lost or duplicated"),
     "fairness": ("flowedge_relay.tooling.bench.fairness",
                  "one client flooding at 5x capacity against three at 0.2x: fair share off, "
-                 "on, and with weights (the C core in virtual time)"),
+                 "on, and with weights, against the relay over DDS (--sim: the C core in "
+                 "virtual time)"),
     "rtc": ("flowedge_relay.tooling.bench.rtc",
             "real-time chunking on the closed-loop detour task: success, seam jump and mode "
             "flips of synchronous, naive, inpaint and training-time RTC at delays 0-4"),

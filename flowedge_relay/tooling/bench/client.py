@@ -85,6 +85,7 @@ class Answer:
     model_digest: bytes = b""  # the echo: the digest of the model that computed it
     frozen_rows: int = 0  # real-time chunking: rows of the answer that are the prefix's (d)
     chunk_start_ns: int = 0  # real-time chunking: the request's prefix_start, echoed
+    reject_reason: int = 0  # REJECTED_CAPACITY: REJECT_CAPACITY or REJECT_FAIR_SHARE (§7.1)
 
 
 _STAMP = struct.Struct("<iI")
@@ -101,7 +102,7 @@ def _aligned(pos: int, n: int) -> int:
 def parse_action(raw: bytes, received_ns: int) -> tuple[tuple[str, int], Answer]:
     """((session_id, sequence), Answer) straight from an ActionMessage's CDR bytes (XCDR1
     little endian, as rmw_fastrtps_cpp sends it), reading only what the bench keeps (the RTC
-    fields 0 where the message definition predates them): a few us
+    fields and reject_reason 0 where the message definition predates them): a few us
     where deserializing the whole message (actions list, digest) takes ~26 us, which at 2x
     overload is 1,700 messages/s in the client that measures the relay."""
     sec, nanosec = _STAMP.unpack_from(raw, 4)
@@ -126,9 +127,14 @@ def parse_action(raw: bytes, received_ns: int) -> tuple[tuple[str, int], Answer]
     pos = _aligned(pos + 16 + 1, 4)  # after retry_reason
     rtc = len(raw) >= pos + _RTC_TAIL.size
     frozen, start_sec, start_nsec = _RTC_TAIL.unpack_from(raw, pos) if rtc else (0, 0, 0)
+    pos += _RTC_TAIL.size  # client_id (a string), then reject_reason
+    reason = 0
+    if len(raw) >= pos + 4:
+        pos += 4 + _U32.unpack_from(raw, pos)[0]
+        reason = raw[pos] if len(raw) > pos else 0
     ans = Answer(code, received_ns, sec * 1_000_000_000 + nanosec, nfe_done, remaining_nfe,
                  queue_ns, compute_ns, digest, frozen,
-                 start_sec * 1_000_000_000 + start_nsec)  # fmt: skip
+                 start_sec * 1_000_000_000 + start_nsec, reason)  # fmt: skip
     return (session_id, sequence), ans
 
 
@@ -190,7 +196,8 @@ class BenchClient:
         received = time.time_ns()
         ans = Answer(msg.code, received, stamp_ns(msg.header.stamp), msg.nfe_done,
                      msg.remaining_nfe, msg.queue_ns, msg.compute_ns,
-                     msg.model_digest.encode(), msg.frozen_rows, stamp_ns(msg.chunk_start))
+                     msg.model_digest.encode(), msg.frozen_rows, stamp_ns(msg.chunk_start),
+                     msg.reject_reason)
         self._store((msg.session_id, msg.sequence), ans)
 
     def _record(self, raw: bytes) -> None:
@@ -210,11 +217,12 @@ class BenchClient:
     def request(
         self, session: str, sequence: int, nfe: int, *, generation: int = 1,
         deadline_ns: int = 0, noise_seed: int = 0, prefix: np.ndarray | None = None,
-        action_period_ns: int = 0,
+        action_period_ns: int = 0, client_id: str = "",
     ) -> InferenceRequest:  # fmt: skip
         """A request of the served model; with `prefix` (rows not yet executed) and
         `action_period_ns` a real-time chunking one, built by producer.build_request (which
-        checks it against the served model), its prefix_start set by send()."""
+        checks it against the served model), its prefix_start set by send(); `client_id` names
+        the robot it is from (the fair share's unit, docs/design.md §7.1)."""
         arrays = self._inputs[sequence % len(self._inputs)]
         if prefix is not None:
             from flowedge_relay import producer
@@ -231,6 +239,7 @@ class BenchClient:
             )  # fmt: skip
         if deadline_ns:
             req.deadline = ros_time(deadline_ns)
+        req.client_id = client_id
         return req
 
     def send(self, req: InferenceRequest, slack_ns: int = 0, grid_ns: int = 0) -> int:
