@@ -29,6 +29,7 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future as PoolFuture
 from concurrent.futures import wait as wait_for_pool
+from contextlib import ExitStack
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.event_handler import EventHandler
@@ -182,20 +183,28 @@ class EventPoll:
         """Run the callback of each handler whose event is pending; how many ran."""
         if not self._handlers or not self._context.ok():
             return 0
-        ran = 0
+        taken = []
         try:
-            wait_set = _rclpy.WaitSet(0, 0, 0, 0, 0, len(self._handlers), self._context.handle)
-            for handler in self._handlers:
-                with handler:
+            # as rclpy's executor does: every handle stays in use (its destruction deferred) from
+            # building the wait set to taking the events, so a node destroyed on another thread
+            # meanwhile cannot free an event under the wait
+            with ExitStack() as in_use:
+                for handler in self._handlers:
+                    in_use.enter_context(handler)
+                in_use.enter_context(self._context.handle)
+                wait_set = _rclpy.WaitSet(0, 0, 0, 0, 0, len(self._handlers),
+                                          self._context.handle)
+                for handler in self._handlers:
                     handler.add_to_wait_set(wait_set)
-            wait_set.wait(0)
-            for handler in self._handlers:
-                if handler.is_ready(wait_set) and (data := handler.take_data()):
-                    handler.callback(data)
-                    ran += 1
-        except InvalidHandle:  # a subscription destroyed under it (teardown)
-            return ran
-        return ran
+                wait_set.wait(0)
+                for handler in self._handlers:
+                    if handler.is_ready(wait_set) and (data := handler.take_data()):
+                        taken.append((handler, data))
+        except InvalidHandle:  # a subscription or the context destroyed under it (teardown)
+            return 0
+        for handler, data in taken:
+            handler.callback(data)
+        return len(taken)
 
 
 def take_waiting(sub, on_message: Callable[[object], None], limit: int,
