@@ -43,7 +43,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from flowedge_relay.core import Code
 from flowedge_relay.producer import ServedModel, follow_served_model
 from flowedge_relay.timebase import ros_time
-from flowedge_relay.tooling.harness import build_request, scene_inputs
+from flowedge_relay_tools.harness import build_request, scene_inputs
 
 # the summary line's short names: inference, stale, deadline, capacity, expired
 CODE_NAMES = {code.value: code.key.removeprefix("rejected_") for code in Code}

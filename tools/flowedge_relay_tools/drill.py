@@ -72,7 +72,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from flowedge_relay.core import CODE_NAMES
 from flowedge_relay.signals import stoppable
 from flowedge_relay.timebase import ros_time, stamp_ns
-from flowedge_relay.tooling.harness import MODEL_CHOICES, build_request, load_served, model_path
+from flowedge_relay_tools.harness import MODEL_CHOICES, build_request, load_served, model_path
 
 MS = 1_000_000
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "config"
@@ -370,7 +370,7 @@ def run_drill(cond: Conditions, admission: dict, log: Callable[[str], None] = pr
     """Run the three variants against one in-process relay serving `model` (small, bench,
     vision or a path); return the report (events, verdict)."""
     cond.check()
-    from flowedge_relay.tooling.harness import (
+    from flowedge_relay_tools.harness import (
         running_relay,
         spinning,
         status_values,

@@ -20,7 +20,7 @@ from rclpy.node import Node
 
 from flowedge_relay.executors import take_waiting
 from flowedge_relay.timebase import ros_time
-from flowedge_relay.tooling.waiting import wait_for
+from flowedge_relay_tools.waiting import wait_for
 
 if TYPE_CHECKING:
     from flowedge_relay.producer import ServedModel
@@ -82,8 +82,9 @@ MODEL_CHOICES = ("small (the relay's default), bench (~1 ms per NFE), vision (th
 def model_path(choice: str) -> str:
     """`small`, `bench`, `vision`, `rtc` or a path (an .onnx file or a policy package
     directory)."""
-    from flowedge_relay.model import bench_model_path, default_model_path
+    from flowedge_relay.model import default_model_path
     from flowedge_relay.policy import rtc_policy_path, vision_policy_path
+    from flowedge_relay_tools.models import bench_model_path
 
     named = {"small": default_model_path, "bench": bench_model_path, "vision": vision_policy_path,
              "rtc": rtc_policy_path}
@@ -126,7 +127,7 @@ def scene_inputs(served: ServedModel, seed: int) -> dict[str, np.ndarray]:
     the robot state for the vision package. An input of another package gets seeded values of its
     declared dtype and shape (valid for the relay's intake, meaningless to the policy).
     """
-    from flowedge_relay.models import detour_task as task
+    from flowedge_relay_tools.models import detour_task as task
 
     rng = np.random.default_rng(seed)
     obs = task.sample_observations(rng, 1)
@@ -214,7 +215,7 @@ class RelayHarness:
         self.actions: list = []
         self.diagnostics: list = []
         self.diagnostics_seen = 0
-        # Long runs (flowedge_relay.tooling.stress soak) keep the client bounded: answers go only to
+        # Long runs (flowedge_relay_tools.stress soak) keep the client bounded: answers go only to
         # on_answer when keep_answers is False, and only the newest max_diagnostics arrays stay.
         self.keep_answers = True
         self.on_answer: Callable[[object], None] | None = None

@@ -30,7 +30,6 @@ from flowedge_relay_msgs.msg import ServedModel as ServedModelMsg
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
-from flowedge_relay.models import detour_task as task
 from flowedge_relay.producer import (
     ChunkSplicer,
     ServedModel,
@@ -38,7 +37,8 @@ from flowedge_relay.producer import (
     follow_served_model,
 )
 from flowedge_relay.timebase import stamp_ns
-from flowedge_relay.tooling.demo_producer import read_only_params
+from flowedge_relay_tools.demo_producer import read_only_params
+from flowedge_relay_tools.models import detour_task as task
 
 
 class _Robot:

@@ -31,8 +31,8 @@ import onnxruntime as ort
 
 from flowedge_relay import rtc
 from flowedge_relay.model import integrator_plan
-from flowedge_relay.models import detour_task as task
 from flowedge_relay.policy import load, make_session
+from flowedge_relay_tools.models import detour_task as task
 
 STRATEGIES = ("synchronous", "naive", "inpaint", "training_time")
 EXECUTE_ROWS = 4  # rows of a chunk executed before the next request is sent

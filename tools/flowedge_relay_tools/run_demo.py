@@ -10,7 +10,7 @@ is served from the relay's `flowedge/model` and builds its requests for it (the 
 image + state tensors), also after `ros2 param set /flowedge_relay model_path ...` swaps it.
 
 `--rtc` serves the bundled real-time chunking policy (models/policy_rtc) to simulated robots that
-keep executing their chunk while they ask for the next (tooling/rtc_demo_producer.py).
+keep executing their chunk while they ask for the next (flowedge_relay_tools/rtc_demo_producer.py).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                                                          else "demo.yaml"))
     model_args = []
     if args.model:
-        from flowedge_relay.tooling.harness import model_path
+        from flowedge_relay_tools.harness import model_path
 
         model_args = ["-p", f"flowedge_relay:model_path:={model_path(args.model)}"]
 
@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 
         from flowedge_relay.node import RelayNode, spin_relay
         from flowedge_relay.ros_compat import initialized
-        from flowedge_relay.tooling.demo_producer import DemoProducer
-        from flowedge_relay.tooling.rtc_demo_producer import RtcDemoProducer
+        from flowedge_relay_tools.demo_producer import DemoProducer
+        from flowedge_relay_tools.rtc_demo_producer import RtcDemoProducer
 
         # --duration sets the same Event a signal sets, so it exercises the real teardown
         timer = threading.Timer(args.duration, stop.set)

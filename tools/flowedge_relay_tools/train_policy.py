@@ -8,7 +8,7 @@ the shipped models must be reproducible. Everything is seeded, so a rerun on the
 
 Flow matching (rectified flow / conditional OT path): x0 ~ N(0, I), x1 = a demonstration chunk,
 x_t = (1 - t) x0 + t x1, and the network v(x_t, t, observation) regresses the target x1 - x0.
-The task is `flowedge_relay.models.detour_task` (two valid modes around an obstacle).
+The task is `flowedge_relay_tools.models.detour_task` (two valid modes around an obstacle).
 
 Two architectures, one trainer (SiLU MLP on [x, time features, observation]):
   policy_small  3 hidden layers of 256: the relay's default, tens of microseconds per NFE.
@@ -35,13 +35,15 @@ policy_vision 4000 steps: 8.5 min on 2 cores shared with other jobs (less when i
 policy_rtc 16000 steps: about 3 min idle, 6.5 min on 2 shared cores.
 Each model's JSON sidecar records the task, dims, recipe (seed included), the final training
 loss and a task evaluation of the exported file run through `flowedge_relay.model` (policy_rtc:
-the closed-loop rollouts of flowedge_relay/tooling/rtc_rollout.py at d = 3).
+the closed-loop rollouts of tools/flowedge_relay_tools/rtc_rollout.py at d = 3).
 
 `--reexport` (policy_rtc) trains nothing: it exports the shipped graph's weights again with
 this file's export code (a graph change that keeps the weights) and updates the digest.
 
-Usage: python tools/train_policy.py [--model small|bench|vision|rtc|all] [--out-dir DIR]
-       [--steps N] [--reexport]
+Usage: python -m flowedge_relay_tools.train_policy [--model small|bench|vision|rtc|all]
+       [--out-dir DIR] [--steps N] [--reexport]
+By default policy_bench goes to flowedge_relay_tools/models/ (only the benchmarks use it) and the
+others to flowedge_relay/models/ (the runtime ships them)
 """
 
 from __future__ import annotations
@@ -58,10 +60,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import flowedge_relay.models
+import flowedge_relay_tools.models
+from flowedge_relay_tools.models import detour_task as task
 
-from flowedge_relay.models import detour_task as task  # noqa: E402
+#: where each model goes by default: the runtime's shipped policies, and the benchmarks' own
+RUNTIME_MODELS = Path(flowedge_relay.models.__file__).resolve().parent
+TOOLS_MODELS = Path(flowedge_relay_tools.models.__file__).resolve().parent
 
 ACTION_LEN = task.ACTION_HORIZON * task.ACTION_DIM
 TIME_FREQS = (np.pi * np.array([1.0, 2.0, 4.0, 8.0])).astype(np.float32)
@@ -867,8 +872,8 @@ def rtc_manifest(r: Recipe) -> bytes:
 
 def evaluate_rtc(out_dir: Path, p: dict[str, np.ndarray], r: Recipe, n: int = 300) -> dict:
     """Exported graph == numpy network, then the closed-loop rollouts of every strategy at
-    d = RTC_EVAL_DELAY (flowedge_relay.tooling.rtc_rollout, as the test and the bench run them)."""
-    from flowedge_relay.tooling import rtc_rollout as rr
+    d = RTC_EVAL_DELAY (flowedge_relay_tools.rtc_rollout, as the test and the bench run them)."""
+    from flowedge_relay_tools import rtc_rollout as rr
 
     pol = rr.load_rtc_policy(out_dir)
     rng = np.random.default_rng(7)
@@ -950,32 +955,39 @@ def reexport_rtc(out_dir: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=["small", "bench", "vision", "rtc", "all"], default="all")
-    ap.add_argument("--out-dir", type=Path, default=ROOT / "flowedge_relay" / "models")
+    ap.add_argument("--out-dir", type=Path, default=None,
+                    help="write every model here (default: policy_bench to "
+                         f"{TOOLS_MODELS}, the others to {RUNTIME_MODELS})")
     ap.add_argument("--steps", type=int, default=0, help="override training steps (experiments)")
     ap.add_argument("--reexport", action="store_true",
                     help="policy_rtc: export the shipped weights again, no training")
     args = ap.parse_args(argv)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def out_dir(key: str) -> Path:
+        folder = args.out_dir or (TOOLS_MODELS if key == "bench" else RUNTIME_MODELS)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
     if args.reexport:
         if args.model != "rtc":
             ap.error("--reexport applies to --model rtc")
-        reexport_rtc(args.out_dir / RTC.name)
+        reexport_rtc(out_dir("rtc") / RTC.name)
         return 0
     for key in ["small", "bench", "vision", "rtc"] if args.model == "all" else [args.model]:
         if key == "rtc":
             rr = Recipe(**{**asdict(RTC), "steps": args.steps}) if args.steps else RTC
-            build_rtc(rr, args.out_dir / rr.name)
+            build_rtc(rr, out_dir(key) / rr.name)
             continue
         if key == "vision":
             vr = VISION
             if args.steps:
                 vr = VisionRecipe(**{**asdict(vr), "steps": args.steps})
-            build_vision(vr, args.out_dir / vr.name)
+            build_vision(vr, out_dir(key) / vr.name)
             continue
         r = RECIPES[key]
         if args.steps:
             r = Recipe(**{**asdict(r), "steps": args.steps})
-        build(r, args.out_dir)
+        build(r, out_dir(key))
     return 0
 
 

@@ -2,7 +2,7 @@
 """`flowedge_relay_bench`: the relay's benchmarks, one subcommand each.
 
     flowedge_relay_bench <subcommand> [options] [--json PATH] [--plot PATH.png]
-    python -m flowedge_relay.tooling.bench <subcommand> ...
+    python -m flowedge_relay_tools.bench <subcommand> ...
 
 Every subcommand is a module in this package registered in SUBCOMMANDS below, with
 `add_arguments(parser)` and `run(args) -> dict` (JSON-serialisable report), and optionally
@@ -24,33 +24,33 @@ from flowedge_relay.signals import stoppable
 
 # name -> (module, one-line help). A module that is not there (yet) is simply not offered.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "calibrate": ("flowedge_relay.tooling.bench.calibrate",
+    "calibrate": ("flowedge_relay_tools.bench.calibrate",
                   "end-to-end vs raw ns per NFE through the real node; recommended nfe_ns"),
-    "calibrate-check": ("flowedge_relay.tooling.bench.calibrate_check",
+    "calibrate-check": ("flowedge_relay_tools.bench.calibrate_check",
                         "the user's flow: calibrate, the relay with its values, ~2x from a "
                         "robot-like rclpy node; on time at receipt, with and without a CPU hog"),
-    "overload": ("flowedge_relay.tooling.bench.overload",
+    "overload": ("flowedge_relay_tools.bench.overload",
                  "seeded trace at 0.5-3x capacity: EDF admission (static, adaptive) vs "
                  "expire-only vs queue timeout"),
-    "overhead": ("flowedge_relay.tooling.bench.overhead",
+    "overhead": ("flowedge_relay_tools.bench.overhead",
                  "relay latency minus compute at light load; throughput vs bare onnxruntime"),
-    "model": ("flowedge_relay.tooling.bench.model",
+    "model": ("flowedge_relay_tools.bench.model",
               "raw NFE cost of the shipped policies; worker loop vs bare session.run"),
-    "admission": ("flowedge_relay.tooling.bench.admission", "the C core's admission path"),
-    "intake": ("flowedge_relay.tooling.bench.intake",
+    "admission": ("flowedge_relay_tools.bench.admission", "the C core's admission path"),
+    "intake": ("flowedge_relay_tools.bench.intake",
                "us per request in the request callback: discard by reason vs decision by outcome"),
-    "batching": ("flowedge_relay.tooling.bench.batching",
+    "batching": ("flowedge_relay_tools.bench.batching",
                  "saturated NFE/s at batch_slots 1-16 per model; overload at 2x with B = 8 vs 1"),
-    "nfe-breakdown": ("flowedge_relay.tooling.bench.nfe_breakdown",
+    "nfe-breakdown": ("flowedge_relay_tools.bench.nfe_breakdown",
                       "worker NFE time split (ORT / GIL / solver / step), light vs overload, "
                       "with candidate fixes"),
-    "swap": ("flowedge_relay.tooling.bench.swap",
+    "swap": ("flowedge_relay_tools.bench.swap",
              "a model swap under steady load: the pause, and nothing lost or duplicated"),
-    "fairness": ("flowedge_relay.tooling.bench.fairness",
+    "fairness": ("flowedge_relay_tools.bench.fairness",
                  "one client flooding at 5x capacity against three at 0.2x: fair share off, "
                  "on, and with weights, against the relay over DDS (--sim: the C core in "
                  "virtual time)"),
-    "rtc": ("flowedge_relay.tooling.bench.rtc",
+    "rtc": ("flowedge_relay_tools.bench.rtc",
             "real-time chunking on the closed-loop detour task: success, seam jump and mode "
             "flips of synchronous, naive, inpaint and training-time RTC at delays 0-4"),
 }  # fmt: skip
@@ -84,7 +84,7 @@ def _print_table(module, report: dict) -> None:
         return
     rows = report.get("rows")
     if isinstance(rows, list) and rows and isinstance(rows[0], dict):
-        from flowedge_relay.tooling.bench.tables import format_rows
+        from flowedge_relay_tools.bench.tables import format_rows
 
         print(format_rows(rows))
     else:

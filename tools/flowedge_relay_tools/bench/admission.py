@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """`bench admission`: latency of one admission decision of the C core, in C alone and via CFFI.
 
-    python -m flowedge_relay.tooling.bench admission [--quick] [--json PATH] [--plot PATH.png]
+    python -m flowedge_relay_tools.bench admission [--quick] [--json PATH] [--plot PATH.png]
 
 For each queue depth (16, 64, 256, 1024) and worker count W (1, 2, 4) the same workload is run
 twice:
@@ -32,9 +32,8 @@ import time
 
 import numpy as np
 
-from flowedge_relay._fer_core import ffi, lib
-from flowedge_relay.core import AgeGate, Core, CoreConfig, Decision, Request
-from flowedge_relay.tooling.bench.tables import format_rows
+from flowedge_relay.core import AgeGate, Core, CoreConfig, Decision, Request, ffi, lib
+from flowedge_relay_tools.bench.tables import format_rows
 
 DEPTHS = (16, 64, 256, 1024)
 WORKERS = (1, 2, 4)
@@ -139,7 +138,7 @@ def run(args) -> dict:
     c_samples = args.samples or (400 if quick else 20_000)
     cffi_samples = args.cffi_samples or (200 if quick else 5_000)
     try:
-        from flowedge_relay.tooling.bench.perfdoc import host_info
+        from flowedge_relay_tools.bench.perfdoc import host_info
 
         host = host_info()
     except Exception:  # noqa: BLE001 - host facts are a nicety, never a reason to fail
@@ -218,7 +217,7 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, path: str) -> str:
-    from flowedge_relay.tooling.bench import plots
+    from flowedge_relay_tools.bench import plots
 
     fig, ax = plots.subplots()
     for w in sorted({r["workers"] for r in report["results"]}):

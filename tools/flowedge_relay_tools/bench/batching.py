@@ -76,8 +76,9 @@ import numpy as np
 from flowedge_relay import native
 from flowedge_relay.core import Core, CoreConfig
 from flowedge_relay.model import load_model
-from flowedge_relay.tooling.bench import overload
-from flowedge_relay.tooling.bench.client import (
+from flowedge_relay.workers import WorkerPool
+from flowedge_relay_tools.bench import overload
+from flowedge_relay_tools.bench.client import (
     model_path,
     relay_for_bench,
     remote_relay,
@@ -85,11 +86,10 @@ from flowedge_relay.tooling.bench.client import (
     wait_idle,
     warm_up,
 )
-from flowedge_relay.tooling.bench.model import pinned_to, submit_all_and_wait
-from flowedge_relay.tooling.bench.perfdoc import host_info
-from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.tooling.bench.tables import VERDICT, format_rows, percent, target_met
-from flowedge_relay.workers import WorkerPool
+from flowedge_relay_tools.bench.model import pinned_to, submit_all_and_wait
+from flowedge_relay_tools.bench.perfdoc import host_info
+from flowedge_relay_tools.bench.progress import Progress
+from flowedge_relay_tools.bench.tables import VERDICT, format_rows, percent, target_met
 
 MODELS = ("small", "bench")
 SLOTS = (1, 2, 4, 8, 16)
@@ -550,7 +550,7 @@ def row_cost_notes(report: dict) -> dict[str, str]:
 
 
 def plot(report: dict, path: str) -> str:
-    from flowedge_relay.tooling.bench import plots
+    from flowedge_relay_tools.bench import plots
 
     # the paired ratios where the report has them (else each row count's median over the
     # one-row median, which mixes host speeds)

@@ -88,8 +88,9 @@ import numpy as np
 
 from flowedge_relay.model import FlowSampler, ModelInfo, make_session
 from flowedge_relay.policy import Policy, PolicySampler, fill_buffers, make_sessions
-from flowedge_relay.tooling.bench import latency, realtime
-from flowedge_relay.tooling.bench.client import (
+from flowedge_relay.workers import NFE_HISTORY
+from flowedge_relay_tools.bench import latency, realtime
+from flowedge_relay_tools.bench.client import (
     collector_paused,
     percentiles,
     relay_for_bench,
@@ -98,17 +99,16 @@ from flowedge_relay.tooling.bench.client import (
     wait_idle,
     warm_up,
 )
-from flowedge_relay.tooling.bench.perfdoc import host_info
-from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.tooling.bench.trace import capacity_rps
-from flowedge_relay.tooling.harness import (
+from flowedge_relay_tools.bench.perfdoc import host_info
+from flowedge_relay_tools.bench.progress import Progress
+from flowedge_relay_tools.bench.trace import capacity_rps
+from flowedge_relay_tools.harness import (
     MODEL_CHOICES,
     load_served,
     model_path,
     scene_inputs,
     served_model,
 )
-from flowedge_relay.workers import NFE_HISTORY
 
 QS = (50, 99, 99.9)
 CAVEAT = (
@@ -682,7 +682,7 @@ def _rows(r: dict) -> list[dict]:
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.tooling.bench.tables import format_rows
+    from flowedge_relay_tools.bench.tables import format_rows
 
     lines = [
         f"calibrate: {report['method']}",
@@ -793,7 +793,7 @@ def spread_lines(report: dict) -> list[str]:
 
 
 def plot(report: dict, path: str) -> str:
-    from flowedge_relay.tooling.bench import plots
+    from flowedge_relay_tools.bench import plots
 
     fig, ax = plots.subplots(width=7.0, height=4.2)
     s = report["samples"]

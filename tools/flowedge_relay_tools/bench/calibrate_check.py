@@ -39,13 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
-from flowedge_relay.tooling.bench import calibrate, noise, overload, realtime
-from flowedge_relay.tooling.bench.client import model_path, relay_for_bench, warm_up
-from flowedge_relay.tooling.bench.perfdoc import host_info
-from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.tooling.bench.tables import VERDICT, format_rows, percent, target_met
-from flowedge_relay.tooling.bench.trace import Trace, TraceSpec
-from flowedge_relay.tooling.harness import MODEL_CHOICES
+from flowedge_relay_tools.bench import calibrate, noise, overload, realtime
+from flowedge_relay_tools.bench.client import model_path, relay_for_bench, warm_up
+from flowedge_relay_tools.bench.perfdoc import host_info
+from flowedge_relay_tools.bench.progress import Progress
+from flowedge_relay_tools.bench.tables import VERDICT, format_rows, percent, target_met
+from flowedge_relay_tools.bench.trace import Trace, TraceSpec
+from flowedge_relay_tools.harness import MODEL_CHOICES
 
 #: every run, per hog setting: on time among admitted at receipt; on the host as it is also
 #: goodput (on time / offered)
@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def calibrate_args(args: argparse.Namespace, out: Path) -> list[str]:
     """The `flowedge_relay_bench calibrate` command line of one run (its own process)."""
-    cmd = [sys.executable, "-m", "flowedge_relay.tooling.bench", "calibrate", "--model",
+    cmd = [sys.executable, "-m", "flowedge_relay_tools.bench", "calibrate", "--model",
            args.model, "--workers", str(args.workers), "--json", str(out)]  # fmt: skip
     if args.quick:
         cmd.append("--quick")

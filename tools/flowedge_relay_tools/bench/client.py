@@ -49,7 +49,7 @@ from flowedge_relay.executors import take_waiting
 from flowedge_relay.model import ModelInfo, default_model_path
 from flowedge_relay.policy import Policy
 from flowedge_relay.timebase import ros_time, stamp_ns
-from flowedge_relay.tooling.harness import (
+from flowedge_relay_tools.harness import (
     ANSWER_DRAIN_MAX,
     build_request,
     load_served,
@@ -728,7 +728,7 @@ def relay_for_bench(in_process: bool, env: dict[str, str] | None = None, plain: 
 @contextmanager
 def echo_process(info: ModelInfo | Policy) -> Iterator[BenchClient]:
     """The transport floor (bench/echo.py) in its own process under /echo, and its client."""
-    proc = NodeProcess("flowedge_relay.tooling.bench.echo", ["-r", "__ns:=/echo"])
+    proc = NodeProcess("flowedge_relay_tools.bench.echo", ["-r", "__ns:=/echo"])
     with client_of(proc, info, namespace="/echo") as client:
         yield client
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """`bench fairness`: one flooding client against three light ones, fair share off and on.
 
-    python -m flowedge_relay.tooling.bench fairness [--quick] [--nfe-ns NS] [--seconds S]
+    python -m flowedge_relay_tools.bench fairness [--quick] [--nfe-ns NS] [--seconds S]
         [--sim [--batch-slots B] [--rtc]] [--json PATH] [--plot PATH.png]
 
 By default against the real relay over DDS (bench/fairness_relay.py): `flowedge-relayd` in its
@@ -256,7 +256,7 @@ def run(args) -> dict:
     if args.sim:
         report = _run_sim(args)
     else:
-        from flowedge_relay.tooling.bench import fairness_relay
+        from flowedge_relay_tools.bench import fairness_relay
 
         if args.rtc:
             raise SystemExit("fairness --rtc runs with --sim only")
@@ -280,7 +280,7 @@ def run(args) -> dict:
 def workload(args) -> tuple[tuple[int, int], tuple[int, int]]:
     """(NFE range, slack range in NFE times) of the requests: --nfe, else the mode's default;
     --slack, else 10-20 x the mean NFE (the simulation's 50-100 at its 2-8 NFE)."""
-    from flowedge_relay.tooling.bench.fairness_relay import NFE_RANGE as RELAY_NFE
+    from flowedge_relay_tools.bench.fairness_relay import NFE_RANGE as RELAY_NFE
 
     nfe = tuple(args.nfe) if args.nfe else NFE_RANGE if args.sim else RELAY_NFE
     scale = (nfe[0] + nfe[1]) / (NFE_RANGE[0] + NFE_RANGE[1])
@@ -413,14 +413,14 @@ def _notes(report: dict) -> tuple[str, list[str]]:
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.tooling.bench.tables import format_rows
+    from flowedge_relay_tools.bench.tables import format_rows
 
     head, notes = _notes(report)
     return "\n".join([head, format_rows(report["rows"]), *notes])
 
 
 def plot(report: dict, path: str) -> str:
-    from flowedge_relay.tooling.bench import plots
+    from flowedge_relay_tools.bench import plots
 
     fig, ax = plots.subplots(width=7.0)
     names = [*report["scenarios"], "alone"]

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from flowedge_relay_msgs.msg import ActionMessage
 
 from flowedge_relay.core import Code
-from flowedge_relay.tooling.bench import calibrate
-from flowedge_relay.tooling.bench.client import (
+from flowedge_relay_tools.bench import calibrate
+from flowedge_relay_tools.bench.client import (
     collector_paused,
     model_path,
     relay_for_bench,
@@ -42,8 +42,8 @@ from flowedge_relay.tooling.bench.client import (
     wait_idle,
     warm_up,
 )
-from flowedge_relay.tooling.bench.perfdoc import host_info
-from flowedge_relay.tooling.bench.progress import Progress
+from flowedge_relay_tools.bench.perfdoc import host_info
+from flowedge_relay_tools.bench.progress import Progress
 
 #: seconds of arrivals per scenario (and per client alone), inline calibration requests, seconds
 SIZES = {"quick": (1.0, 12, 0.3), "full": (20.0, 300, 3.0)}

@@ -14,7 +14,7 @@ Two measurements, both on the real node:
   REJECTED_CAPACITY, ACCEPTED). The outcome each case really produced is read back from the
   relay's counters, not assumed.
 - over DDS: a relay process (as deployed) and a client that is not the limit
-  (tooling/bench/loadgen.py: requests published on schedule and answers tallied in C), offered
+  (bench/loadgen.py: requests published on schedule and answers tallied in C), offered
   a rising rate of valid requests of one mix (expired on arrival, rejected by admission,
   admitted, or all three): per step, what was answered exactly once, what went unanswered and
   what the relay counted lost. The ceiling is the highest rate answered in full; the first loss
@@ -33,8 +33,8 @@ import time
 import numpy as np
 
 from flowedge_relay.core import CODE_KEYS
-from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.tooling.bench.tables import format_rows
+from flowedge_relay_tools.bench.progress import Progress
+from flowedge_relay_tools.bench.tables import format_rows
 
 UINT32_MAX = 2**32 - 1
 OUTCOMES = CODE_KEYS
@@ -153,8 +153,8 @@ def _cases(relay, n: int, rng, run_case) -> None:
     first, untimed, with settle_s after its first message."""
     from rclpy.parameter import Parameter
 
-    from flowedge_relay.tooling.bench.client import wait_idle
-    from flowedge_relay.tooling.stress import Contract, RequestBuilder
+    from flowedge_relay_tools.bench.client import wait_idle
+    from flowedge_relay_tools.stress import Contract, RequestBuilder
 
     b = RequestBuilder(Contract.of(relay.model))
 
@@ -206,7 +206,7 @@ def intake_costs(n: int, intake: str, bar: Progress | None = None) -> list[dict]
     from rclpy.serialization import serialize_message
 
     from flowedge_relay.node import RelayNode
-    from flowedge_relay.tooling.harness import ros_context
+    from flowedge_relay_tools.harness import ros_context
 
     rows = []
     with ros_context() as ctx:
@@ -256,7 +256,7 @@ def intake_costs(n: int, intake: str, bar: Progress | None = None) -> list[dict]
 def dds_ramp(mixes, rates, seconds: float, bar: Progress | None = None) -> list[dict]:
     """Each mix at each offered rate against one relay process; per step the answers tallied
     in C and what the relay counted lost (its flowedge/stats)."""
-    from flowedge_relay.tooling.bench.loadgen import EXPECTED_CODES, relay_under_load
+    from flowedge_relay_tools.bench.loadgen import EXPECTED_CODES, relay_under_load
 
     # admission on, one NFE "costing" a minute: a rejected request (due in 10 s) cannot fit,
     # however late it arrives, and no answer's code depends on the host's speed

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The host's wake-up latency at a real-time priority, measured the way cyclictest does.
 
-    python -m flowedge_relay.tooling.bench.latency --cpu 1 --priority 51 --seconds 5
+    python -m flowedge_relay_tools.bench.latency --cpu 1 --priority 51 --seconds 5
 
 A SCHED_FIFO thread pinned to one CPU sleeps to a deadline every --interval-us and records how
 late it woke. Whatever can hold a real-time worker off its CPU shows as a late wake-up: a higher
@@ -75,7 +75,7 @@ def probe(cpu: int | None, priority: int, seconds: float, interval_us: int = 1_0
     scheduling) where the OS refused the priority."""
     where = [] if cpu is None else ["--cpu", str(cpu)]
     out = subprocess.run(
-        [sys.executable, "-m", "flowedge_relay.tooling.bench.latency", *where,
+        [sys.executable, "-m", "flowedge_relay_tools.bench.latency", *where,
          "--priority", str(priority), "--seconds", str(seconds), "--interval-us",
          str(interval_us)],
         capture_output=True, text=True, check=True, timeout=seconds + 60,

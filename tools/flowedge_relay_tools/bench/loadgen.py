@@ -26,14 +26,14 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from flowedge_relay.core import check, ffi, lib
 from flowedge_relay.model import default_model_path
 from flowedge_relay.rcl_abi import publish_functions, take_functions
-from flowedge_relay.tooling.bench.client import (
+from flowedge_relay_tools.bench.client import (
     RELAY_MODULE,
     NodeProcess,
     RemoteRelay,
     private_context,
     relay_ros_args,
 )
-from flowedge_relay.tooling.harness import load_served, spinning, wait_for_relay
+from flowedge_relay_tools.harness import load_served, spinning, wait_for_relay
 
 KINDS = {"expired": lib.FER_LOAD_EXPIRED, "rejected": lib.FER_LOAD_REJECTED,
          "admitted": lib.FER_LOAD_ADMITTED, "due": lib.FER_LOAD_DUE}

@@ -54,15 +54,15 @@ from flowedge_relay.model import (
     INPUT_X,
     OUTPUT_V,
     ModelInfo,
-    bench_model_path,
     default_model_path,
     load_model,
     make_session,
 )
-from flowedge_relay.models import detour_task as task
-from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.tooling.harness import scene_inputs, served_model
 from flowedge_relay.workers import SlotInputs, WorkerPool
+from flowedge_relay_tools.bench.progress import Progress
+from flowedge_relay_tools.harness import scene_inputs, served_model
+from flowedge_relay_tools.models import bench_model_path
+from flowedge_relay_tools.models import detour_task as task
 
 TARGET_RATIO = 0.95
 THREADS = (1, 2)
@@ -449,7 +449,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.tooling.bench.tables import format_rows
+    from flowedge_relay_tools.bench.tables import format_rows
 
     wt = report["worker_throughput"]
     v = report["vision"]
@@ -497,7 +497,7 @@ def _ratio(r: float | None) -> str:
 
 
 def plot(report: dict, path: str) -> str:
-    from flowedge_relay.tooling.bench import plots
+    from flowedge_relay_tools.bench import plots
 
     fig, (ax_cost, ax_tp) = plots.subplots(ncols=2, width=5.2, height=3.8)
     rows = report["rows"]

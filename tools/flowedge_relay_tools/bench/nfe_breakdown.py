@@ -50,14 +50,14 @@ from pathlib import Path
 
 import numpy as np
 
-from flowedge_relay.tooling.bench import calibrate, nfe_probe
-from flowedge_relay.tooling.bench.client import model_path, remote_relay, set_policy, warm_up
-from flowedge_relay.tooling.bench.overload import replay
-from flowedge_relay.tooling.bench.perfdoc import host_info
-from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.tooling.bench.tables import format_rows, percent
-from flowedge_relay.tooling.bench.trace import Trace, TraceSpec
 from flowedge_relay.workers import PROBE_POINTS
+from flowedge_relay_tools.bench import calibrate, nfe_probe
+from flowedge_relay_tools.bench.client import model_path, remote_relay, set_policy, warm_up
+from flowedge_relay_tools.bench.overload import replay
+from flowedge_relay_tools.bench.perfdoc import host_info
+from flowedge_relay_tools.bench.progress import Progress
+from flowedge_relay_tools.bench.tables import format_rows, percent
+from flowedge_relay_tools.bench.trace import Trace, TraceSpec
 
 VARIANTS: dict[str, dict] = {
     "python_loop": {"params": {"nfe_loop": "python"}},
@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> dict:
                   f"{args.light:g}x",
         "method": "relay as its own flowedge-relayd process, bench-only probe "
                   f"({nfe_probe.BREAKDOWN_ENV}); edf_admission at the inline calibration; "
-                  "parts are described in flowedge_relay/tooling/bench/nfe_breakdown.py",
+                  "parts are described in tools/flowedge_relay_tools/bench/nfe_breakdown.py",
         "variants": results,
         "pid": os.getpid(),
     }  # fmt: skip

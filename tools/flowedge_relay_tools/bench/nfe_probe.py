@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """BENCH ONLY: the NFE probe `bench nfe-breakdown` plants in a relay's workers.
 
-    FLOWEDGE_NFE_BREAKDOWN=DIR python -m flowedge_relay.tooling.bench.nfe_probe --ros-args ...
+    FLOWEDGE_NFE_BREAKDOWN=DIR python -m flowedge_relay_tools.bench.nfe_probe --ros-args ...
 
 runs `flowedge-relayd` (flowedge_relay.cli) with every worker probed through the runtime's
 hook (workers.set_nfe_probe_factory): each worker splits every NFE's wall time (`NfeProbe`) and

@@ -2,7 +2,7 @@
 """A CPU-hog neighbour for the benches' `--noise` option: the load a shared robot computer sees.
 
     # what cpu_hog() starts:
-    python -m flowedge_relay.tooling.bench.noise --busy-ms 50 --sleep-ms 50
+    python -m flowedge_relay_tools.bench.noise --busy-ms 50 --sleep-ms 50
 
 One process, one thread, at normal priority: it spins on the CPU for `busy_ms`, then sleeps
 `sleep_ms`, and again, until it is terminated. Duty cycle busy / (busy + sleep); `sleep_ms` 0
@@ -69,7 +69,7 @@ def cpu_hog(spec: str, processes: int = 1) -> Iterator[dict]:
     if processes < 1:
         raise ValueError(f"--noise-hogs wants at least 1 process, got {processes}")
     procs = [subprocess.Popen(
-        [sys.executable, "-m", "flowedge_relay.tooling.bench.noise", "--busy-ms", str(busy_ms),
+        [sys.executable, "-m", "flowedge_relay_tools.bench.noise", "--busy-ms", str(busy_ms),
          "--sleep-ms", str(sleep_ms)],
     ) for _ in range(processes)]  # fmt: skip
     info = {"spec": spec, "busy_ms": busy_ms, "sleep_ms": sleep_ms,

@@ -44,7 +44,7 @@ import time
 import numpy as np
 
 from flowedge_relay.model import FlowSampler, make_session
-from flowedge_relay.tooling.bench.client import (
+from flowedge_relay_tools.bench.client import (
     echo_process,
     model_path,
     parse_relay_params,
@@ -54,8 +54,8 @@ from flowedge_relay.tooling.bench.client import (
     saturate,
     warm_up,
 )
-from flowedge_relay.tooling.bench.perfdoc import host_info
-from flowedge_relay.tooling.bench.progress import Progress
+from flowedge_relay_tools.bench.perfdoc import host_info
+from flowedge_relay_tools.bench.progress import Progress
 
 TARGET_OVERHEAD_P99_NS = 2_000_000
 TARGET_OVERHEAD_VS_FLOOR = 1.5  # overhead p99 / transport floor p99, same run
@@ -322,7 +322,7 @@ def worst_share(overhead: np.ndarray, parts: dict[str, np.ndarray]) -> dict[str,
 
 
 def table(report: dict) -> str:
-    from flowedge_relay.tooling.bench.tables import format_rows
+    from flowedge_relay_tools.bench.tables import format_rows
 
     t = report["targets"]
     verdict = lambda m: "met" if t[m]["met"] else "MISSED"  # noqa: E731
@@ -366,7 +366,7 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, path: str) -> str:
-    from flowedge_relay.tooling.bench import plots
+    from flowedge_relay_tools.bench import plots
 
     fig, (ax_cdf, ax_tp) = plots.subplots(ncols=2, width=5.2, height=3.8)
     plots.ecdf(ax_cdf, np.asarray(report["samples"]["overhead_ns"]) / 1e3, "e2e - compute")

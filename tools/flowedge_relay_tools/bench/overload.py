@@ -85,9 +85,9 @@ import numpy as np
 
 from flowedge_relay.core import CODE_NAMES
 from flowedge_relay.timebase import stamp_ns
-from flowedge_relay.tooling.bench import calibrate, latency, noise, realtime
-from flowedge_relay.tooling.bench import overload_rtc as rtc_trace
-from flowedge_relay.tooling.bench.client import (
+from flowedge_relay_tools.bench import calibrate, latency, noise, realtime
+from flowedge_relay_tools.bench import overload_rtc as rtc_trace
+from flowedge_relay_tools.bench.client import (
     INFERENCE,
     collector_paused,
     model_path,
@@ -99,11 +99,11 @@ from flowedge_relay.tooling.bench.client import (
     wait_idle,
     warm_up,
 )
-from flowedge_relay.tooling.bench.perfdoc import host_info
-from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.tooling.bench.tables import VERDICT, format_rows, percent, target_met
-from flowedge_relay.tooling.bench.trace import Trace, TraceSpec
-from flowedge_relay.tooling.harness import MODEL_CHOICES
+from flowedge_relay_tools.bench.perfdoc import host_info
+from flowedge_relay_tools.bench.progress import Progress
+from flowedge_relay_tools.bench.tables import VERDICT, format_rows, percent, target_met
+from flowedge_relay_tools.bench.trace import Trace, TraceSpec
+from flowedge_relay_tools.harness import MODEL_CHOICES
 
 LOADS = (0.5, 1.0, 1.5, 2.0, 3.0)
 POLICIES = ("edf_admission", "edf_adaptive", "expire_only", "queue_timeout")
@@ -601,7 +601,7 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, path: str) -> str:
-    from flowedge_relay.tooling.bench import plots
+    from flowedge_relay_tools.bench import plots
 
     fig, axes = plots.subplots(ncols=3, width=4.6, height=3.8)
     ax_good, ax_waste, ax_ratio = axes

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flowedge_relay.core import Code
-from flowedge_relay.tooling.bench.trace import TraceSpec
+from flowedge_relay_tools.bench.trace import TraceSpec
 
 DEFAULT_ROWS = (8, 8)
 #: --rtc's default NFE range: policy_rtc takes ~70 us per NFE, so the plain trace's 4-16 NFE

@@ -4,7 +4,7 @@
     flowedge_relay_bench rtc [--quick] [--episodes N] [--delays 0,1,2,3,4] [--json P] [--plot P.png]
 
 The bundled training-time RTC policy (models/policy_rtc) drives seeded episodes of the
-closed-loop detour task (flowedge_relay.tooling.rtc_rollout): one action per period, a request
+closed-loop detour task (flowedge_relay_tools.rtc_rollout): one action per period, a request
 every EXECUTE_ROWS rows, inference taking d periods (d = 0..4 of 8 rows) during which the robot
 keeps executing the old chunk, then the switch at row d. Compared on the same episodes and noise
 seeds: synchronous (the robot waits for each chunk: the reference, the same at every d), naive
@@ -25,10 +25,10 @@ import argparse
 
 import numpy as np
 
-from flowedge_relay.models import detour_task as task
-from flowedge_relay.tooling import rtc_rollout as rr
-from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.tooling.bench.tables import format_rows
+from flowedge_relay_tools import rtc_rollout as rr
+from flowedge_relay_tools.bench.progress import Progress
+from flowedge_relay_tools.bench.tables import format_rows
+from flowedge_relay_tools.models import detour_task as task
 
 DELAYS = (0, 1, 2, 3, 4)
 SIZES = {"quick": 40, "full": 1000}  # episodes
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from flowedge_relay.tooling.bench.perfdoc import host_info
+    from flowedge_relay_tools.bench.perfdoc import host_info
 
     size = "quick" if args.quick else "full"
     episodes = args.episodes or SIZES[size]
@@ -125,7 +125,7 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, path: str) -> str:
-    from flowedge_relay.tooling.bench import plots
+    from flowedge_relay_tools.bench import plots
 
     fig, axes = plots.subplots(ncols=3, width=4.6)
     axes = list(axes)

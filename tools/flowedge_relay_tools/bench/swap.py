@@ -35,9 +35,9 @@ from flowedge_relay_msgs.msg import ServedModel as ServedModelMsg
 from rclpy.parameter import Parameter
 
 from flowedge_relay.core import CODE_KEYS
-from flowedge_relay.model import bench_model_path, default_model_path
+from flowedge_relay.model import default_model_path
 from flowedge_relay.producer import ServedModel, follow_served_model
-from flowedge_relay.tooling.bench.client import (
+from flowedge_relay_tools.bench.client import (
     INFERENCE,
     BenchClient,
     RemoteRelay,
@@ -46,10 +46,11 @@ from flowedge_relay.tooling.bench.client import (
     saturate,
     warm_up,
 )
-from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.tooling.bench.tables import format_rows
-from flowedge_relay.tooling.harness import load_served
-from flowedge_relay.tooling.waiting import wait_for
+from flowedge_relay_tools.bench.progress import Progress
+from flowedge_relay_tools.bench.tables import format_rows
+from flowedge_relay_tools.harness import load_served
+from flowedge_relay_tools.models import bench_model_path
+from flowedge_relay_tools.waiting import wait_for
 
 MODELS = {"small": default_model_path(), "bench": bench_model_path()}
 SESSIONS = 4

@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """Robustness campaigns on a real relay over real DDS: hostile input, soak, faults.
 
-    python -m flowedge_relay.tooling.stress malformed --messages 20000 --json out/malformed.json
-    python -m flowedge_relay.tooling.stress malformed --rate 2500 --duration 30 \
+    python -m flowedge_relay_tools.stress malformed --messages 20000 --json out/malformed.json
+    python -m flowedge_relay_tools.stress malformed --rate 2500 --duration 30 \
         --json out/flood.json
-    python -m flowedge_relay.tooling.stress soak --duration 600 --json out/soak.json \
+    python -m flowedge_relay_tools.stress soak --duration 600 --json out/soak.json \
         --plot out/soak.png
-    python -m flowedge_relay.tooling.stress faults --json out/faults.json
+    python -m flowedge_relay_tools.stress faults --json out/faults.json
 
 A real `RelayNode` (request thread, main executor, workers, publisher thread;
 `harness.running_relay`) and a client node run in this process, over DDS on this host. With
@@ -32,7 +32,7 @@ middleware, discarded and counted, or answered once. Figures: `valid_lost`, `dup
 `unexpected_answers`, `middleware_lost`, next to the per-reason counts and RSS.
 """
 
-from flowedge_relay.tooling.stress.faults import (
+from flowedge_relay_tools.stress.faults import (
     exactly_once,
     fault_bad_model,
     fault_burst,
@@ -43,7 +43,7 @@ from flowedge_relay.tooling.stress.faults import (
     level,
     run_faults,
 )
-from flowedge_relay.tooling.stress.flood import (
+from flowedge_relay_tools.stress.flood import (
     FloodBook,
     malformed_ok,
     pace,
@@ -52,7 +52,7 @@ from flowedge_relay.tooling.stress.flood import (
     run_flood,
     run_malformed,
 )
-from flowedge_relay.tooling.stress.probes import (
+from flowedge_relay_tools.stress.probes import (
     BASE_SEQ,
     MIXES,
     Contract,
@@ -61,7 +61,7 @@ from flowedge_relay.tooling.stress.probes import (
     ProbeFactory,
     RequestBuilder,
 )
-from flowedge_relay.tooling.stress.report import (
+from flowedge_relay_tools.stress.report import (
     campaign_report,
     judge,
     lost,
@@ -69,7 +69,7 @@ from flowedge_relay.tooling.stress.report import (
     relay_threads_alive,
     rss_bytes,
 )
-from flowedge_relay.tooling.stress.soak import (
+from flowedge_relay_tools.stress.soak import (
     AnswerBook,
     SoakTraffic,
     measure_capacity,

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`python -m flowedge_relay.tooling.stress malformed|soak|faults ...`: the campaigns' command line
+"""`python -m flowedge_relay_tools.stress malformed|soak|faults ...`: the campaigns' command line
 (flags and JSON keys as documented in the package docstring and the README); `produce` is the
 internal producer process of `malformed --rate`."""
 
@@ -12,18 +12,18 @@ import sys
 from pathlib import Path
 
 from flowedge_relay.signals import stoppable
-from flowedge_relay.tooling import stress
-from flowedge_relay.tooling.harness import model_path
-from flowedge_relay.tooling.stress.faults import run_faults
-from flowedge_relay.tooling.stress.flood import malformed_ok, produce, run_flood, run_malformed
-from flowedge_relay.tooling.stress.probes import MIXES
-from flowedge_relay.tooling.stress.soak import plot_soak, run_soak, soak_ok
+from flowedge_relay_tools import stress
+from flowedge_relay_tools.harness import model_path
+from flowedge_relay_tools.stress.faults import run_faults
+from flowedge_relay_tools.stress.flood import malformed_ok, produce, run_flood, run_malformed
+from flowedge_relay_tools.stress.probes import MIXES
+from flowedge_relay_tools.stress.soak import plot_soak, run_soak, soak_ok
 
 
 @stoppable  # SIGINT/SIGTERM stop it cleanly however it was started (exit 130)
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m flowedge_relay.tooling.stress", description=stress.__doc__,
+        prog="python -m flowedge_relay_tools.stress", description=stress.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("malformed", help="hostile-input campaign over real DDS")
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
         return produce(args)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
-    from flowedge_relay.tooling.harness import running_relay
+    from flowedge_relay_tools.harness import running_relay
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

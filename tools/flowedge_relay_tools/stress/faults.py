@@ -13,14 +13,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from flowedge_relay.tooling.stress.flood import pace
-from flowedge_relay.tooling.stress.report import param, received, relay_threads_alive
+from flowedge_relay_tools.stress.flood import pace
+from flowedge_relay_tools.stress.report import param, received, relay_threads_alive
 
 
 def fault_consumer_stops(h, n: int = 400) -> dict:
     """The output consumer stops draining: admission keeps deciding at full speed, full rings
     drop and count, nothing blocks; once it drains again, answers flow again."""
-    from flowedge_relay.tooling.harness import wait_for
+    from flowedge_relay_tools.harness import wait_for
 
     relay = h.relay
     st0 = relay.core.stats()
@@ -91,7 +91,7 @@ def fault_slow_worker(h) -> dict:
     deadlines (500 ms) leave room for a slow delivery on a loaded host, and the six requests'
     720 ms of real work (3 NFE x 40 ms each, one worker) outlast them however late they
     arrive: admission (2 ms per NFE) takes them, and at least the last misses."""
-    from flowedge_relay.tooling.harness import status_values
+    from flowedge_relay_tools.harness import status_values
 
     keys = []
     for i in range(6):
@@ -116,7 +116,7 @@ def fault_slow_worker(h) -> dict:
 def fault_worker_dies(h) -> dict:
     """Kill the worker holding a long request: its lane leaves admission, the in-flight
     request gets an outcome, ERROR diagnostics, the other lane keeps serving."""
-    from flowedge_relay.tooling.harness import wait_for
+    from flowedge_relay_tools.harness import wait_for
 
     relay = h.relay
     h.send(h.request(session_id="long", sequence=1, remaining_nfe=40))
@@ -147,7 +147,7 @@ def fault_worker_dies(h) -> dict:
 
 def fault_bad_model(h) -> dict:
     """Missing or corrupt model at start: ERROR, valid requests discarded, node stays up."""
-    from flowedge_relay.tooling.harness import status_values
+    from flowedge_relay_tools.harness import status_values
 
     for i in range(5):
         h.send(h.request(session_id="m", sequence=i))
@@ -232,7 +232,7 @@ def run_faults(workers: int = 2, progress=None) -> dict:
     """Every fault drill once, with its figures (the tests assert the same functions)."""
     import tempfile
 
-    from flowedge_relay.tooling.harness import running_relay
+    from flowedge_relay_tools.harness import running_relay
 
     out = {}
     with tempfile.TemporaryDirectory() as tmp:

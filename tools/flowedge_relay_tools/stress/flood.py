@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from flowedge_relay.core import CODE_KEYS
-from flowedge_relay.tooling.stress.probes import (
+from flowedge_relay_tools.stress.probes import (
     BASE_SEQ,
     NOT_SENT,
     RAW,
@@ -33,7 +33,7 @@ from flowedge_relay.tooling.stress.probes import (
     RequestBuilder,
     probe_index,
 )
-from flowedge_relay.tooling.stress.report import (
+from flowedge_relay_tools.stress.report import (
     MB,
     RelayMark,
     campaign_report,
@@ -46,7 +46,7 @@ def pace(relay, target: int, backlog: int = 300, timeout: float = 30.0) -> bool:
     """Keep at most `backlog` requests between the client and the relay's callback, so the
     relay's DDS history never fills: a producer in the relay's own process is delivered
     intra-process, and Fast DDS reports nothing it loses there (SECURITY.md)."""
-    from flowedge_relay.tooling.harness import wait_for
+    from flowedge_relay_tools.harness import wait_for
 
     return wait_for(lambda: received(relay) >= target - backlog, timeout, 0.002)
 
@@ -153,10 +153,10 @@ def _settle(relay, book: FloodBook, oracle: Oracle, marker: int, timeout: float)
 
 def producer_command(contract: Contract, *, rate: float, count: int, mix: str, oracle: str,
                      depth: int = 5000, seed: int = 1, max_nfe: int = 64) -> list[str]:
-    """`python -m flowedge_relay.tooling.stress produce ...`: a producer process that publishes
+    """`python -m flowedge_relay_tools.stress produce ...`: a producer process that publishes
     `count` probes of `mix` at `rate` to a relay serving `contract` and writes the oracle to
     `oracle` (.npz); on stdout, a JSON line when published and a summary JSON line at the end."""
-    return [sys.executable, "-m", "flowedge_relay.tooling.stress", "produce",
+    return [sys.executable, "-m", "flowedge_relay_tools.stress", "produce",
             "--seed", str(seed), "--rate", str(rate), "--count", str(count), "--mix", mix,
             "--contract", json.dumps(contract.as_dict()), "--max-nfe", str(max_nfe),
             "--depth", str(depth), "--oracle", oracle]
@@ -244,7 +244,7 @@ def produce(args) -> int:
     from rclpy.duration import Duration
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-    from flowedge_relay.tooling.harness import ros_context, wait_for_subscribers
+    from flowedge_relay_tools.harness import ros_context, wait_for_subscribers
 
     builder = RequestBuilder(Contract.from_dict(json.loads(args.contract)))
     factory = ProbeFactory(builder, args.seed, args.max_nfe, huge=False)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flowedge_relay.timebase import stamp_ns
-from flowedge_relay.tooling.harness import build_request
+from flowedge_relay_tools.harness import build_request
 
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from flowedge_relay.core import CODE_KEYS
-from flowedge_relay.tooling.stress.probes import (
+from flowedge_relay_tools.stress.probes import (
     EXPIRED_CODE,
     INVALID,
     NOT_SENT,
@@ -117,7 +117,7 @@ def _close_accounting(fig: dict, oracle: Oracle, got_reasons: dict[str, int]) ->
 
 
 def _relay_figures(h, got_reasons: dict[str, int]) -> dict:
-    from flowedge_relay.tooling.harness import status_values
+    from flowedge_relay_tools.harness import status_values
 
     relay = h.relay
     stats = relay.core.stats()

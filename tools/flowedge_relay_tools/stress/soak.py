@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from flowedge_relay.core import CODE_KEYS
-from flowedge_relay.tooling.stress.probes import BASE_SEQ, ProbeFactory, probe_index
-from flowedge_relay.tooling.stress.report import (
+from flowedge_relay_tools.stress.probes import BASE_SEQ, ProbeFactory, probe_index
+from flowedge_relay_tools.stress.report import (
     MB,
     param,
     received,
@@ -62,7 +62,7 @@ class AnswerBook:
 
 def measure_capacity(h, seconds: float = 4.0, nfe_mix=(1, 8), sessions: int = 8) -> dict:
     """Saturate the relay with no-deadline requests; answers/s is the capacity at this mix."""
-    from flowedge_relay.tooling.harness import wait_for
+    from flowedge_relay_tools.harness import wait_for
 
     relay = h.relay
     rng = random.Random(7)
@@ -151,7 +151,7 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
     depth and outcome accounting every `sample_s`; check exactly-once-or-counted at the end."""
     from rclpy.parameter import Parameter
 
-    from flowedge_relay.tooling.harness import wait_for
+    from flowedge_relay_tools.harness import wait_for
 
     relay = h.relay
     cap = measure_capacity(h)
@@ -283,7 +283,7 @@ def soak_ok(fig: dict) -> list[str]:
 
 
 def plot_soak(fig: dict, path: str) -> str:
-    from flowedge_relay.tooling.bench.plots import plt  # Agg backend; says what to install
+    from flowedge_relay_tools.bench.plots import plt  # Agg backend; says what to install
 
     s = fig["samples"]
     t = [x["t"] for x in s]
