@@ -83,6 +83,39 @@ def test_tools_read_the_node_only_through_its_public_surface():
     assert found == []
 
 
+BENCH = TOOLING / "bench"
+
+
+def bench_import_graph() -> dict[str, set[str]]:
+    """bench module -> the bench modules it imports (at the top or inside a function)."""
+    names = {p.stem for p in BENCH.glob("*.py")}
+    graph = {}
+    for path in sorted(BENCH.glob("*.py")):
+        found = set()
+        for module in imports_of(path.read_text()):
+            parts = module.split(".")
+            if parts[:2] == ["flowedge_relay_tools", "bench"] and len(parts) > 2:
+                found.add(parts[2])
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):  # from flowedge_relay_tools.bench import calibrate, noise
+            if isinstance(node, ast.ImportFrom) and node.module == "flowedge_relay_tools.bench":
+                found.update(a.name for a in node.names if a.name in names)
+        graph[path.stem] = found - {path.stem}
+    return graph
+
+
+def test_the_benches_import_each_other_without_a_cycle():
+    """The figures the benches share live in targets.py and host.py, which import no bench
+    module; perfdoc reads the benches' JSON and states their targets, and no bench imports it
+    (calibrate, overload and perfdoc once imported each other in a circle)."""
+    graph = bench_import_graph()
+    assert {"calibrate", "overload"} <= graph["calibrate_check"]
+    assert find_cycle(graph) is None
+    assert graph["targets"] == graph["host"] == set()
+    assert [m for m, deps in graph.items() if "perfdoc" in deps] == []
+    assert {"targets", "host"} <= graph["overload"] and "targets" in graph["perfdoc"]
+
+
 # ---- the C core's include graph ------------------------------------------------------------------
 
 CSRC = ROOT / "csrc"

@@ -138,7 +138,7 @@ def run(args) -> dict:
     c_samples = args.samples or (400 if quick else 20_000)
     cffi_samples = args.cffi_samples or (200 if quick else 5_000)
     try:
-        from flowedge_relay_tools.bench.perfdoc import host_info
+        from flowedge_relay_tools.bench.host import host_info
 
         host = host_info()
     except Exception:  # noqa: BLE001 - host facts are a nicety, never a reason to fail

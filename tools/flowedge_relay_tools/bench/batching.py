@@ -77,7 +77,7 @@ from flowedge_relay import native
 from flowedge_relay.core import Core, CoreConfig
 from flowedge_relay.model import load_model
 from flowedge_relay.workers import WorkerPool
-from flowedge_relay_tools.bench import overload
+from flowedge_relay_tools.bench import overload, targets
 from flowedge_relay_tools.bench.client import (
     model_path,
     relay_for_bench,
@@ -86,14 +86,14 @@ from flowedge_relay_tools.bench.client import (
     wait_idle,
     warm_up,
 )
+from flowedge_relay_tools.bench.host import host_info
 from flowedge_relay_tools.bench.model import pinned_to, submit_all_and_wait
-from flowedge_relay_tools.bench.perfdoc import host_info
 from flowedge_relay_tools.bench.progress import Progress
 from flowedge_relay_tools.bench.tables import VERDICT, format_rows, percent, target_met
 
 MODELS = ("small", "bench")
 SLOTS = (1, 2, 4, 8, 16)
-TARGETS = {"small": 4.0, "bench": 2.0}  # capacity at B = 8 vs B = 1 (printed only)
+TARGETS = targets.BATCHING_SPEEDUP  # capacity at B = 8 vs B = 1 (printed only)
 OVERLOAD_POLICIES = ("edf_admission", "edf_adaptive")  # the overload runs, side by side
 #: NFE per saturating request by model (other models: DEFAULT_NFE); see the module docstring
 NFE_PER_REQUEST = {"small": 4096, "bench": 64}

@@ -89,7 +89,7 @@ import numpy as np
 from flowedge_relay.model import FlowSampler, ModelInfo, make_session
 from flowedge_relay.policy import Policy, PolicySampler, fill_buffers, make_sessions
 from flowedge_relay.workers import NFE_HISTORY
-from flowedge_relay_tools.bench import latency, realtime
+from flowedge_relay_tools.bench import latency, realtime, targets
 from flowedge_relay_tools.bench.client import (
     collector_paused,
     percentiles,
@@ -99,7 +99,7 @@ from flowedge_relay_tools.bench.client import (
     wait_idle,
     warm_up,
 )
-from flowedge_relay_tools.bench.perfdoc import host_info
+from flowedge_relay_tools.bench.host import host_info
 from flowedge_relay_tools.bench.progress import Progress
 from flowedge_relay_tools.bench.trace import capacity_rps
 from flowedge_relay_tools.harness import (
@@ -128,7 +128,7 @@ NOISY_TAIL_RATIO = 3.0  # raw NFE p99 / p50 above this: the host stalls; say so
 #: probe's late wake-ups); in the real-time mode the probe's longest goes in whole
 STATED_Q = 99.9
 #: a figure reproduces when every round is within this fraction of the rounds' median
-REPRODUCE_TOL = 0.25
+REPRODUCE_TOL = targets.REPRODUCE_TOL
 PROBE_TAIL_KEYS = ("late_ns_p50", "late_ns_p99", "late_ns_p99_9", "late_ns_max")
 # requests, nfe, raw NFEs, blocks, seconds saturated per round, rounds
 SIZES = {"quick": (16, 4, 100, 2, 0.3, 2), "full": (800, 10, 4000, 8, 3.0, 5)}

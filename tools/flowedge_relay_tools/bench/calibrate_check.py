@@ -39,9 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-from flowedge_relay_tools.bench import calibrate, noise, overload, realtime
+from flowedge_relay_tools.bench import calibrate, noise, overload, realtime, targets
 from flowedge_relay_tools.bench.client import model_path, relay_for_bench, warm_up
-from flowedge_relay_tools.bench.perfdoc import host_info
+from flowedge_relay_tools.bench.host import host_info
 from flowedge_relay_tools.bench.progress import Progress
 from flowedge_relay_tools.bench.tables import VERDICT, format_rows, percent, target_met
 from flowedge_relay_tools.bench.trace import Trace, TraceSpec
@@ -49,7 +49,7 @@ from flowedge_relay_tools.harness import MODEL_CHOICES
 
 #: every run, per hog setting: on time among admitted at receipt; on the host as it is also
 #: goodput (on time / offered)
-TARGETS = {"on_time_at_receipt": (">=", 0.999), "goodput": (">=", 0.35)}
+TARGETS = targets.CALIBRATE_CHECK
 # runs, seconds of trace per run
 SIZES = {"quick": (1, 1.0), "full": (5, 10.0)}
 

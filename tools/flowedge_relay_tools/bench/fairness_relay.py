@@ -42,7 +42,7 @@ from flowedge_relay_tools.bench.client import (
     wait_idle,
     warm_up,
 )
-from flowedge_relay_tools.bench.perfdoc import host_info
+from flowedge_relay_tools.bench.host import host_info
 from flowedge_relay_tools.bench.progress import Progress
 
 #: seconds of arrivals per scenario (and per client alone), inline calibration requests, seconds

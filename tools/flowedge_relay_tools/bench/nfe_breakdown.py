@@ -51,10 +51,10 @@ from pathlib import Path
 import numpy as np
 
 from flowedge_relay.workers import PROBE_POINTS
-from flowedge_relay_tools.bench import calibrate, nfe_probe
+from flowedge_relay_tools.bench import calibrate, nfe_probe, targets
 from flowedge_relay_tools.bench.client import model_path, remote_relay, set_policy, warm_up
+from flowedge_relay_tools.bench.host import host_info
 from flowedge_relay_tools.bench.overload import replay
-from flowedge_relay_tools.bench.perfdoc import host_info
 from flowedge_relay_tools.bench.progress import Progress
 from flowedge_relay_tools.bench.tables import format_rows, percent
 from flowedge_relay_tools.bench.trace import Trace, TraceSpec
@@ -69,7 +69,7 @@ VARIANTS: dict[str, dict] = {
                                            "worker_cpu_affinity": [1]}},
 }  # fmt: skip
 PARTS = ("nfe", "ort_cpu", "ort_runq", "gil_wait", "py_before", "solver", "step")
-TARGET_RATIO = 1.5
+TARGET_RATIO = targets.NFE_BREAKDOWN_RATIO
 # seconds per point, calibration requests, calibration seconds saturated
 SIZES = {"quick": (0.4, 12, 0.2), "full": (6.0, 200, 2.0)}
 

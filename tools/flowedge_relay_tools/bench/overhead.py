@@ -44,6 +44,7 @@ import time
 import numpy as np
 
 from flowedge_relay.model import FlowSampler, make_session
+from flowedge_relay_tools.bench import targets
 from flowedge_relay_tools.bench.client import (
     echo_process,
     model_path,
@@ -54,12 +55,12 @@ from flowedge_relay_tools.bench.client import (
     saturate,
     warm_up,
 )
-from flowedge_relay_tools.bench.perfdoc import host_info
+from flowedge_relay_tools.bench.host import host_info
 from flowedge_relay_tools.bench.progress import Progress
 
-TARGET_OVERHEAD_P99_NS = 2_000_000
-TARGET_OVERHEAD_VS_FLOOR = 1.5  # overhead p99 / transport floor p99, same run
-TARGET_THROUGHPUT_RATIO = 0.95
+TARGET_OVERHEAD_P99_NS = targets.OVERHEAD_P99_NS
+TARGET_OVERHEAD_VS_FLOOR = targets.OVERHEAD_VS_FLOOR  # overhead p99 / transport floor p99
+TARGET_THROUGHPUT_RATIO = targets.THROUGHPUT_RATIO
 SIZES = {"quick": (24, 0.4, 1), "full": (1000, 1.5, 10)}  # light requests, s per trial, pairs
 
 

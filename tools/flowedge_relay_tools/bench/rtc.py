@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from flowedge_relay_tools.bench.perfdoc import host_info
+    from flowedge_relay_tools.bench.host import host_info
 
     size = "quick" if args.quick else "full"
     episodes = args.episodes or SIZES[size]

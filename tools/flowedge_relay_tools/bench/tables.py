@@ -18,6 +18,12 @@ def target_met(value: float | None, op: str, bound: float) -> bool | None:
     return None if value is None else (value >= bound if op == ">=" else value <= bound)
 
 
+def bound_text(target: tuple[str, float]) -> str:
+    """A ratio target as the tables state it: (">=", 0.9999) -> ">= 99.99%"."""
+    op, bound = target
+    return f"{op} {100 * bound:g}%"
+
+
 def _cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1000 else f"{value:.0f}"
