@@ -11,7 +11,7 @@ try:
 except ImportError as exc:  # an optional dependency: the relay itself never plots
     raise ImportError(
         "plots need matplotlib, an optional dependency of the tooling: "
-        "pip install 'flowedge_relay[plots]' (make setup installs it)"
+        "pip install 'flowedge_relay_tools[plots]' (make setup installs it)"
     ) from exc
 
 matplotlib.use("Agg")
