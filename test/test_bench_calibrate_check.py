@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from rt_helpers import CPUS, fifo_refused
 
-from flowedge_relay.tooling.bench import calibrate, calibrate_check, perfdoc
+from flowedge_relay_tools.bench import calibrate, calibrate_check, perfdoc
 
 # The bench picks a private DDS domain of its own; in tests, use the run's domain (conftest).
 os.environ.setdefault("FLOWEDGE_BENCH_DOMAIN_ID", os.environ["ROS_DOMAIN_ID"])
@@ -103,7 +103,7 @@ def test_rounds_that_agree_reproduce():
 
 def test_calibrate_check_runs_calibrate_as_its_own_step_in_the_same_mode():
     plain = calibrate_check.calibrate_args(_args(calibrate_check, ["--quick"]), "c.json")
-    assert plain[1:5] == ["-m", "flowedge_relay.tooling.bench", "calibrate", "--model"]
+    assert plain[1:5] == ["-m", "flowedge_relay_tools.bench", "calibrate", "--model"]
     assert "--quick" in plain and "--realtime" not in plain
     rt = calibrate_check.calibrate_args(_args(calibrate_check, [
         "--realtime", "--rt-dds", "--rt-worker-cpus", "1"]), "c.json")  # fmt: skip
@@ -144,7 +144,7 @@ def test_calibrate_check_is_in_make_bench_and_the_headline():
 
     from test_perfdoc import _bench_all
 
-    from flowedge_relay.tooling.bench.__main__ import build_parser
+    from flowedge_relay_tools.bench.__main__ import build_parser
 
     args, subcommand, order = _bench_all()
     assert "calibrate-check" in order and subcommand.get("calibrate-check") is None
