@@ -511,3 +511,53 @@ def test_fair_share_displaces_the_flooding_client_and_says_why():
     assert status["fair_share"] == "on"
     assert (status["fair_share_rejected"], status["fair_share_displaced"]) == ("1", "1")
     assert status["client.robot-a.fair_share_rejections"] == "2"
+
+
+@pytest.mark.ros
+def test_stats_show_each_top_client_share_rate_and_fair_share_rejections():
+    """docs/design.md §7.1 over DDS: flowedge/stats lists the clients with the most committed
+    work, most first, each with its share in use, admitted NFE/s and fair-share rejections. While
+    robot-a's long request holds the lane, robot-b (within its share) displaces a's queued request:
+    the next stats name a, then b (weight 3 from client_weights), shares summing to 1 and a's
+    rejection; each client's admitted NFE/s is above 0 in the first stats after its admission
+    (the rate's base sample was taken before: the test waits for one stats message first)."""
+    from flowedge_relay_msgs.msg import RelayStats
+
+    with running_relay(queue_capacity=2, fair_share=True, client_weights=["robot-b=3"],
+                       fault_nfe_delay_ms=HOLD_NFE_MS) as h:
+        stats: list = []
+        h.client.create_subscription(RelayStats, "flowedge/stats", stats.append, 50)
+        assert wait_for(lambda: stats, 10)
+        assert stats[-1].top_clients == []  # nothing tracked yet
+
+        def send(seq: int, client: str, nfe: int, deadline_ms: int | None = None) -> None:
+            extra = {} if deadline_ms is None else {"deadline_ms": deadline_ms}
+            req = h.request(session_id=f"{client}-{seq}", sequence=seq, remaining_nfe=nfe,
+                            **extra)
+            req.client_id = client
+            h.send(req)
+
+        send(1, "robot-a", HOLD_NFE)  # holds the worker (12.8 s) until released below
+        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+        send(2, "robot-a", 5, 50_000)
+        send(3, "robot-a", 5, 50_000)
+        assert wait_for(lambda: h.relay.core.stats().queue_depth == 2, 10)
+        send(4, "robot-b", 1, 60_000)  # b is within its share: displaces a's latest (3)
+        displaced = h.answer_for(3)
+
+        def decided(m) -> bool:
+            return len(m.top_clients) == 2 and m.top_clients[0].fair_share_rejections == 1
+
+        assert wait_for(lambda: any(decided(m) for m in list(stats)), 10)
+        got = list(stats)
+        _release(h)
+        kept = h.answer_for(4, timeout=30)
+    assert (displaced.reject_reason, kept.code) == (A.REJECT_FAIR_SHARE, A.INFERENCE)
+    a, b = next(m for m in got if decided(m)).top_clients
+    assert (a.client_id, a.weight, b.client_id, b.weight) == ("robot-a", 1, "robot-b", 3)
+    assert (a.fair_share_rejections, b.fair_share_rejections) == (1, 0)
+    assert a.share_in_use > b.share_in_use > 0 and a.share_in_use + b.share_in_use == \
+        pytest.approx(1.0)
+    rate = {n: max((c.admitted_nfe_per_s for m in got for c in m.top_clients if c.client_id == n),
+                   default=0.0) for n in ("robot-a", "robot-b")}
+    assert rate["robot-a"] > 0 and rate["robot-b"] > 0, rate
