@@ -466,6 +466,28 @@ def test_a_relay_stopped_as_its_request_thread_starts_stops_whole(monkeypatch):
     assert [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()] == []
 
 
+def _send_as(h, seq: int, client: str, nfe: int, deadline_ms: int | None = None) -> None:
+    """A request of `client` (its session `<client>-<seq>`, `anon-<seq>` for no client)."""
+    extra = {} if deadline_ms is None else {"deadline_ms": deadline_ms}
+    req = h.request(session_id=f"{client or 'anon'}-{seq}", sequence=seq, remaining_nfe=nfe,
+                    **extra)
+    req.client_id = client
+    h.send(req)
+
+
+def _b_displaces_a(h):
+    """On a fair-share relay with queue_capacity 2 and HOLD_NFE_MS steps: robot-a's long request
+    holds the worker (12.8 s, until _release) and two more of a's fill the queue; robot-b, within
+    its share, then displaces a's latest (sequence 3). Returns that request's answer."""
+    _send_as(h, 1, "robot-a", HOLD_NFE)
+    assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+    _send_as(h, 2, "robot-a", 5, 50_000)
+    _send_as(h, 3, "robot-a", 5, 50_000)
+    assert wait_for(lambda: h.relay.core.stats().queue_depth == 2, 10)
+    _send_as(h, 4, "robot-b", 1, 60_000)  # b is within its share: displaces a's latest (3)
+    return h.answer_for(3)
+
+
 @pytest.mark.ros
 def test_fair_share_displaces_the_flooding_client_and_says_why():
     """docs/design.md §7.1 over DDS: with fair_share on, robot b (within its share) displaces
@@ -475,25 +497,12 @@ def test_fair_share_displaces_the_flooding_client_and_says_why():
     (the session id when none is sent)."""
     with running_relay(queue_capacity=2, fair_share=True,
                        fault_nfe_delay_ms=HOLD_NFE_MS) as h:
-        def send(seq: int, client: str, nfe: int, deadline_ms: int | None) -> None:
-            extra = {} if deadline_ms is None else {"deadline_ms": deadline_ms}
-            req = h.request(session_id=f"{client or 'anon'}-{seq}", sequence=seq,
-                            remaining_nfe=nfe, **extra)
-            req.client_id = client
-            h.send(req)
-
-        send(0, "", 1, None)
+        _send_as(h, 0, "", 1)
         plain = h.answer_for(0)
-        send(1, "robot-a", HOLD_NFE, None)  # holds the worker (12.8 s) until released below
-        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
-        send(2, "robot-a", 5, 50_000)
-        send(3, "robot-a", 5, 50_000)
-        assert wait_for(lambda: h.relay.core.stats().queue_depth == 2, 10)
-        send(4, "robot-b", 1, 60_000)  # b is within its share: displaces a's latest (3)
-        displaced = h.answer_for(3)
-        send(5, "robot-a", 5, 30_000)  # a is over its share: may not displace b's request
+        displaced = _b_displaces_a(h)
+        _send_as(h, 5, "robot-a", 5, 30_000)  # a is over its share: may not displace b's request
         over = h.answer_for(5)
-        send(6, "robot-a", 1, None)  # no deadline: may displace nothing, the queue is full
+        _send_as(h, 6, "robot-a", 1)  # no deadline: may displace nothing, the queue is full
         full = h.answer_for(6)
         status = status_values(h.latest_status("queue"))
         assert h.relay.core.stats().lanes_busy == 1  # all decided while a's work held the lane
@@ -529,21 +538,7 @@ def test_stats_show_each_top_client_share_rate_and_fair_share_rejections():
         h.client.create_subscription(RelayStats, "flowedge/stats", stats.append, 50)
         assert wait_for(lambda: stats, 10)
         assert stats[-1].top_clients == []  # nothing tracked yet
-
-        def send(seq: int, client: str, nfe: int, deadline_ms: int | None = None) -> None:
-            extra = {} if deadline_ms is None else {"deadline_ms": deadline_ms}
-            req = h.request(session_id=f"{client}-{seq}", sequence=seq, remaining_nfe=nfe,
-                            **extra)
-            req.client_id = client
-            h.send(req)
-
-        send(1, "robot-a", HOLD_NFE)  # holds the worker (12.8 s) until released below
-        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
-        send(2, "robot-a", 5, 50_000)
-        send(3, "robot-a", 5, 50_000)
-        assert wait_for(lambda: h.relay.core.stats().queue_depth == 2, 10)
-        send(4, "robot-b", 1, 60_000)  # b is within its share: displaces a's latest (3)
-        displaced = h.answer_for(3)
+        displaced = _b_displaces_a(h)
 
         def decided(m) -> bool:
             return len(m.top_clients) == 2 and m.top_clients[0].fair_share_rejections == 1
