@@ -9,8 +9,8 @@ Two measurements, both on the C pool (csrc/fer_pool.h) the relay runs:
   128,000 sessions), ranked by the C rendezvous hash (core.Pool.ranking): the most sessions one
   member owns over the mean (target <= 1.15); then one member fails, and every session is ranked
   again: the sessions that moved, and whether any moved that the dead member did not own
-  (target: none); then one member joins: the sessions it takes (about 1/(N + 1)) and any other
-  move. The same for S sessions in all (a small fleet), where the law of small numbers shows.
+  (target: none); then one member joins the N - 1 left: the sessions it takes (about 1/N) and
+  any other move. The same for S sessions in all (a small fleet), where the law of small numbers shows.
 - the intake's cost (csrc/fer_intake.c, timed per message in C): a member's not_owner drop
   (parse, hash, the view's ranking) and a successor's standby copy against a full decision of
   the same request by its owner (validate, submit: admitted, and expired on arrival), with
@@ -69,11 +69,13 @@ def simulate(relays: int, sessions: int, digest: str) -> dict:
     after = _owners(pool, sids, digest)
     moved = sum(a != b for a, b in zip(before, after, strict=True))
     moved_not_dead = sum(a != b and a != dead for a, b in zip(before, after, strict=True))
+    # then one joins the N - 1 left (the view holds at most FER_POOL_MEMBERS_MAX): N again
     joiner = Pool("relay-joiner").key
-    pool.set_view([PoolViewMember(k, (digest,)) for k in keys + [joiner]])
+    pool.set_view([PoolViewMember(k, (digest,)) for k in keys if k != dead] +
+                  [PoolViewMember(joiner, (digest,))])
     joined = _owners(pool, sids, digest)
     took = sum(j == joiner for j in joined)
-    moved_elsewhere = sum(j != b and j != joiner for j, b in zip(joined, before, strict=True))
+    moved_elsewhere = sum(j != a and j != joiner for j, a in zip(joined, after, strict=True))
     mean = statistics.mean(owned.values())
     return {
         "relays": relays, "sessions": sessions,
@@ -81,7 +83,7 @@ def simulate(relays: int, sessions: int, digest: str) -> dict:
         "owned_mean": mean, "max_over_mean": max(owned.values()) / mean,
         "failure_moved": moved, "failure_dead_owned": owned[dead],
         "failure_moved_not_dead": moved_not_dead,
-        "join_took": took, "join_share": took / sessions, "join_fair_share": 1 / (relays + 1),
+        "join_took": took, "join_share": took / sessions, "join_fair_share": 1 / relays,
         "join_moved_elsewhere": moved_elsewhere,
     }  # fmt: skip
 
@@ -204,7 +206,7 @@ def table(report: dict) -> str:
          "mean": s["owned_mean"], "max/mean": s["max_over_mean"],
          "failure moved": s["failure_moved"], "dead owned": s["failure_dead_owned"],
          "moved not dead": s["failure_moved_not_dead"], "join took": s["join_took"],
-         "join share": s["join_share"], "1/(N+1)": s["join_fair_share"]}
+         "join share": s["join_share"], "1/N": s["join_fair_share"]}
         for s in report["simulation"]])  # fmt: skip
     cost = format_rows([{"members": r["members"], "case": r["case"], "ns p50": r["ns_p50"],
                          "ns mean": r["ns_mean"], "ns p99": r["ns_p99"], "n": r["n"]}
