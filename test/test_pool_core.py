@@ -37,8 +37,8 @@ from flowedge_relay.intake import NOT_OWNER, STANDBY, NativeIntake
 from flowedge_relay.model import default_model_path, load_model
 from flowedge_relay.publisher import ActionPublisher, action_message
 from flowedge_relay.timebase import ros_time
-from flowedge_relay.tooling.harness import build_request
 from flowedge_relay.validation import ModelContract
+from flowedge_relay_tools.harness import build_request
 
 MS = 1_000_000
 LEASE = 500 * MS
