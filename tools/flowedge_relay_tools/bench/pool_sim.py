@@ -183,7 +183,17 @@ def run(args) -> dict:
         cheapest = min(rows["decision: admitted"]["ns_p50"], rows["decision: expired"]["ns_p50"])
         ratios[str(m)] = max(rows["not_owner drop"]["ns_p50"] - timer, 0) / (cheapest - timer)
     main = sims[0]
+    rows = [{"measure": f"max/mean owned sessions, {s['relays']} members x {s['sessions']}",
+             "measured": round(s["max_over_mean"], 3),
+             "target": f"<= {TARGETS['max_over_mean']}" if s is main else "-"} for s in sims]
+    rows += [{"measure": f"sessions one failure moved that the dead member did not own, "
+                         f"{s['relays']} x {s['sessions']}",
+              "measured": s["failure_moved_not_dead"], "target": "0"} for s in sims]
+    rows += [{"measure": f"not_owner drop / cheapest full decision, {m} members (C, p50)",
+              "measured": round(v, 3), "target": f"<= {TARGETS['drop_over_decision']}"}
+             for m, v in ratios.items()]
     return {
+        "rows": rows,
         "host": host_info(),
         "method": "C rendezvous hash (core.Pool.ranking) over N members; intake cases timed "
                   "per message in C (fer_intake_bench_decide), p50 over the samples after a "
