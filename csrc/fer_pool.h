@@ -132,7 +132,8 @@ int fer_pool_role(struct fer_pool *pool, const uint8_t *session_id, uint32_t ses
                   uint64_t *successor_key);
 
 /* Any thread: post a dead member's key for takeover (its standby entries are re-decided by the
- * intake thread's next fer_intake_pool_service; the loop is woken). FER_EFULL when
+ * intake thread's next fer_intake_pool_service; the loop is woken). Set the view without that
+ * member first: a request decided after the takeover is then never kept for it. FER_EFULL when
  * FER_POOL_TAKEOVERS_MAX keys wait already. */
 int fer_pool_takeover(struct fer_pool *pool, uint64_t dead_key);
 

@@ -966,7 +966,8 @@ class Pool:
 
     def takeover(self, dead_key: int) -> None:
         """A member died (not drained): the intake thread re-decides every request this member
-        kept as its successor, as arrivals (answered once: admitted, or EXPIRED / rejected)."""
+        kept as its successor, as arrivals (answered once: admitted, or EXPIRED / rejected).
+        Set the view without that member first, so nothing is kept for it afterwards."""
         _check(lib.fer_pool_takeover(self._pool, dead_key))
 
     def role(self, session_id: bytes, digest: str, origin_ns: int) -> PoolRole:
