@@ -265,6 +265,17 @@ class IntakePause:
         return self._event.is_set()
 
 
+def pool_owns(pool: Pool, msg) -> bool:
+    """The rclpy intake's pool check of an InferenceRequest, before validation, as the C intake
+    makes it (docs/design.md §13): False (counted not_owner) when another member owns it. The
+    session id's bytes as rclpy gives them back, the digest as sent, the origin stamp (an
+    invalid one counts as unset, as in C). Only from the thread that decides requests."""
+    origin = msg.origin_stamp
+    valid = origin.sec >= 0 and origin.nanosec < 1_000_000_000
+    return pool.owner_is_self(msg.session_id.encode("utf-8", "surrogatepass"),
+                              msg.model_digest, stamp_ns(origin) if valid else 0)
+
+
 class PythonIntake:
     """The rclpy intake's decision for one InferenceRequest: validation.py, the clocks, the core.
 
@@ -323,4 +334,4 @@ class PythonIntake:
 
 
 __all__ = ["NOT_OWNER", "REASON_KEYS", "STANDBY", "WAIT_NS", "IntakeLoop", "IntakeUnavailable",
-           "NativeIntake", "NotSupported", "PythonIntake", "RclUnavailable"]
+           "NativeIntake", "NotSupported", "PythonIntake", "RclUnavailable", "pool_owns"]

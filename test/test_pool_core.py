@@ -33,7 +33,7 @@ from flowedge_relay.core import (
     pool_hash,
     pool_key,
 )
-from flowedge_relay.intake import NOT_OWNER, STANDBY, NativeIntake
+from flowedge_relay.intake import NOT_OWNER, STANDBY, NativeIntake, pool_owns
 from flowedge_relay.model import default_model_path, load_model
 from flowedge_relay.publisher import ActionPublisher, action_message
 from flowedge_relay.timebase import ros_time
@@ -213,6 +213,27 @@ def test_the_intake_decides_each_request_against_the_view_and_window_in_force():
     assert me.decide(request_cdr(mine, 1, now_ros=ROS)) == (NOT_OWNER, None)
     assert me.decide(request_cdr(mine, 2, now_ros=t_join)) == (None, Decision.ACCEPTED)
     assert me.decide(request_cdr(mine, 3, now_ros=ROS)) == (NOT_OWNER, None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(sid=st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+                   min_size=1, max_size=20),
+       origin_sec=st.sampled_from([-1, 0, 1_699_999_999, 1_700_000_000, 1_700_000_001]),
+       origin_nanosec=st.sampled_from([0, 5, 999_999_999, 1_000_000_000]),
+       digest=st.sampled_from([DIGEST, "sha256:other"]))  # fmt: skip
+def test_the_rclpy_intakes_pool_check_is_the_c_intakes(sid, origin_sec, origin_nanosec, digest):
+    """pool_owns (the rclpy intake) and the C intake leave the same requests to other members,
+    invalid origin stamps and unserved digests included."""
+    me = Member_()
+    t_join = ROS  # this member counts from ROS on; the others always
+    me.pool.set_view([PoolViewMember(pool_key("a"), (DIGEST,)), PoolViewMember(pool_key("b")),
+                      PoolViewMember(me.pool.key, (DIGEST,), t_join)])
+    msg = build_request(SMALL, ROS, session_id=sid, sequence=1, model_digest=digest)
+    msg.origin_stamp.sec, msg.origin_stamp.nanosec = origin_sec, origin_nanosec
+    key, _ = me.decide(serialize_message(msg))
+    assert pool_owns(me.pool, msg) == (key not in (NOT_OWNER, STANDBY))
+    # both counted it
+    assert me.pool.counters().not_owner + me.pool.counters().unowned in (0, 2)
 
 
 def test_a_successor_keeps_the_request_until_an_answer_names_it():
