@@ -75,6 +75,7 @@ declare -A ARGS=(
     [rtc]=""
     [fairness]=""
     [fairness-sim]="--sim"
+    [pool-sim]=""
 )
 # report name -> subcommand, where they differ
 declare -A SUBCOMMAND=(
@@ -89,7 +90,7 @@ declare -A SUBCOMMAND=(
 )
 ORDER=(model admission intake calibrate calibrate-check overload overload-noise overload-rt-1hog overload-normal-1hog
        overload-rt-2hogs overload-normal-2hogs overload-rtc overload-rtc-rt-1hog batching
-       nfe-breakdown overhead swap rtc fairness fairness-sim)
+       nfe-breakdown overhead swap rtc fairness fairness-sim pool-sim)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
 REGISTERED=" $(python -c 'from flowedge_relay_tools.bench.__main__ import available; print(*available())') "
@@ -102,7 +103,7 @@ for name in "${ORDER[@]}"; do
     fi
     plot=(--plot "$OUT/$name.png")
     if [ "$sub" = nfe-breakdown ] || [ "$sub" = intake ] || [ "$sub" = swap ] ||
-       [ "$sub" = calibrate-check ]; then plot=(); fi  # tables, no plot
+       [ "$sub" = calibrate-check ] || [ "$sub" = pool-sim ]; then plot=(); fi  # tables, no plot
     echo "== flowedge_relay_bench $sub ${ARGS[$name]:-} --json $OUT/$name.json ${plot[*]}" >&2
     # shellcheck disable=SC2086
     if python -m flowedge_relay_tools.bench "$sub" ${ARGS[$name]:-} \

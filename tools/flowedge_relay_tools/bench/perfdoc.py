@@ -45,7 +45,7 @@ ORDER = ("calibrate", "calibrate-check", "overload", "overload-noise",
          *(name for _, by_mode in RT_VARIANTS for name in by_mode.values()),
          *(name for name, _ in RTC_VARIANTS), "batching",
          "nfe-breakdown", "intake", "overhead", "swap", "model", "admission", "rtc",
-         "fairness", "fairness-sim")
+         "fairness", "fairness-sim", "pool-sim")
 EDF_POLICIES = ("edf_admission", "edf_adaptive")
 OVERLOAD_FIGURES = "on time among admitted / goodput vs capacity / in NFE / wasted NFE"
 #: on time among admitted, NFE goodput against capacity, wasted NFE: at 2x and 3x, both EDF
