@@ -369,9 +369,7 @@ SPECS: tuple[Spec, ...] = (
         "",
         "name of the relay pool this relay joins on its request topics (flowedge/pool, "
         "docs/design.md §13): each session is decided by one live member, a dead member's "
-        "requests by the next; empty = a single relay, no pool topic. Set only while "
-        "unconfigured",
-        read_only=False,
+        "requests by the next; empty = a single relay, no pool topic",
     ),
     Spec(
         "pool_lease_ms",

@@ -33,7 +33,6 @@ def test_live_parameters_are_exactly_the_tunable_ones():
         "reject_if_queue_age_ms_gte", "queue_timeout_ms",
         "cost_model", "cost_window_ms", "cost_quantile",
         "model_path",  # a model swap (docs/design.md §9)
-        "pool",  # only while unconfigured (docs/design.md §13)
         "pool_spill",  # refused while spill is not built, with the reason
     }
 
