@@ -10,6 +10,7 @@
 #include "fer_rcl.h"
 #include "fer_intake.h"
 #include "fer_take.h"
+#include "fer_pool.h"
 
 #define NS_PER_S 1000000000ull
 
@@ -27,6 +28,9 @@ struct fer_intake {
     char sid[FER_SESSION_ID_MAX];
     uint32_t cid_len;                    /* §7.1: the validated client id, as rclpy sees it */
     char cid[FER_SESSION_ID_MAX];
+    struct fer_pool *pool;               /* NULL: no pool (today's intake) */
+    uint64_t svc_mono;                   /* fer_intake_pool_service's clocks, for its takeovers */
+    int64_t svc_ros;
 };
 
 static const char *const REASON_NAMES[FER_REASONS] = {
@@ -443,21 +447,53 @@ static int discard(struct fer_intake *in, uint32_t reason)
     return (int)reason;
 }
 
-int fer_intake_decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
-                      uint64_t now_mono, int64_t now_ros, int32_t *decision)
+/* A pool member's check, right after the header fields are parsed and before any copy: 1 with
+ * *decision set when another member owns the request (kept in standby when this one is its
+ * successor), 0 when this member decides it. */
+static int not_owned(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
+                     const struct fer_request_view *v, uint64_t now_mono, int64_t now_ros,
+                     int32_t *decision)
+{
+    int64_t origin = stamp_ok(v->origin_sec, v->origin_nanosec)
+                     ? (int64_t)stamp_ns(v->origin_sec, v->origin_nanosec) : 0;
+    uint64_t owner, deadline = 0;
+    int role = fer_pool_route(in->pool, v->session_id, v->session_id_len,
+                              fer_pool_hash(v->model_digest, v->model_digest_len), origin,
+                              now_mono, 1, &owner, NULL);
+
+    if (role == FER_POOL_OWNER || role == FER_POOL_UNOWNED)
+        return 0;
+    if (role == FER_POOL_SUCCESSOR) {
+        if (stamp_ok(v->deadline_sec, v->deadline_nanosec))
+            deadline = deadline_mono(stamp_ns(v->deadline_sec, v->deadline_nanosec), now_ros,
+                                     now_mono);
+        fer_pool_standby_put(in->pool, cdr, len, owner, now_mono, deadline, now_mono);
+        *decision = FER_INTAKE_STANDBY;
+    } else {
+        *decision = FER_INTAKE_NOT_OWNER;
+    }
+    return 1;
+}
+
+/* One message; arrival_mono: when it was first taken (now_mono, but for a takeover); pooled: 0
+ * for a takeover's re-decision (decided here whatever the view says, not counted received
+ * again). */
+static int decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len, uint64_t now_mono,
+                  int64_t now_ros, uint64_t arrival_mono, int pooled, int32_t *decision)
 {
     struct fer_request_view v;
     struct fer_request r;
-    uint64_t deadline_ros;
+    uint64_t deadline_ros, origin_ros;
     uint32_t reason;
     int rc;
 
-    if (in == NULL || cdr == NULL || decision == NULL)
-        return FER_EINVAL;
     *decision = -1;
-    bump(&in->counters.received);
+    if (pooled)
+        bump(&in->counters.received);
     if (fer_request_parse(cdr, len, &v) != 0)
         return discard(in, FER_REASON_REQUEST_MALFORMED);
+    if (pooled && in->pool != NULL && not_owned(in, cdr, len, &v, now_mono, now_ros, decision))
+        return FER_REASON_NONE;
     reason = validate(in, &v);
     if (reason != FER_REASON_NONE)
         return discard(in, reason);
@@ -474,7 +510,9 @@ int fer_intake_decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
     r.remaining_nfe = v.remaining_nfe;
     r.sequence = v.sequence;
     r.generation = v.generation;
-    r.origin_ns = origin_mono(stamp_ns(v.origin_sec, v.origin_nanosec), now_ros, now_mono);
+    origin_ros = stamp_ns(v.origin_sec, v.origin_nanosec);
+    /* an unset origin ages from the arrival (a takeover keeps the first one) */
+    r.origin_ns = origin_ros == 0 ? arrival_mono : origin_mono(origin_ros, now_ros, now_mono);
     r.deadline_ns = deadline_mono(deadline_ros, now_ros, now_mono);
     r.deadline_ros_ns = deadline_ros;
     r.noise_seed = v.noise_seed;
@@ -494,6 +532,48 @@ int fer_intake_decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
     return FER_REASON_NONE;
 }
 
+int fer_intake_decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
+                      uint64_t now_mono, int64_t now_ros, int32_t *decision)
+{
+    if (in == NULL || cdr == NULL || decision == NULL)
+        return FER_EINVAL;
+    return decide(in, cdr, len, now_mono, now_ros, now_mono, 1, decision);
+}
+
+/* ---- a relay pool ------------------------------------------------------------------------------ */
+
+int fer_intake_set_pool(struct fer_intake *in, struct fer_pool *pool)
+{
+    if (in == NULL)
+        return FER_EINVAL;
+    in->pool = pool;
+    return FER_OK;
+}
+
+/* fer_pool_run_takeovers' callback: one standby entry of a dead owner, as an arrival now */
+static void redecide(void *ctx, const uint8_t *cdr, uint64_t len, uint64_t arrival_ns)
+{
+    struct fer_intake *in = ctx;
+    int32_t decision;
+
+    decide(in, cdr, len, in->svc_mono, in->svc_ros, arrival_ns, 0, &decision);
+}
+
+int fer_intake_pool_service(struct fer_intake *in, uint64_t now_mono, int64_t now_ros)
+{
+    uint64_t n;
+
+    if (in == NULL)
+        return FER_EINVAL;
+    if (in->pool == NULL)
+        return 0;
+    in->svc_mono = now_mono;
+    in->svc_ros = now_ros;
+    n = fer_pool_run_takeovers(in->pool, redecide, in);
+    fer_pool_tick(in->pool, now_mono);
+    return n > INT32_MAX ? INT32_MAX : (int)n;
+}
+
 /* ---- the intake thread ------------------------------------------------------------------------- */
 
 /*
@@ -507,6 +587,7 @@ struct fer_intake_loop {
     struct fer_take take;
     struct fer_intake *route;
     uint64_t unrouted;
+    struct fer_pool *pool;               /* set before run; NULL: no pool */
 };
 
 static uint64_t clock_ns(clockid_t id)
@@ -538,6 +619,39 @@ static void take_one(void *ctx, const uint8_t *cdr, uint64_t len)
                       &decision);
 }
 
+/* fer_take's handler for flowedge/actions (a pool's answers watch) */
+static void take_answer(void *ctx, const uint8_t *cdr, uint64_t len)
+{
+    struct fer_intake_loop *loop = ctx;
+
+    if (cdr != NULL && loop->pool != NULL)
+        fer_pool_answer(loop->pool, cdr, len);
+}
+
+/* fer_take's tick, each pass with a pool: takeovers and expiry through the routed intake */
+static void pool_tick(void *ctx)
+{
+    struct fer_intake_loop *loop = ctx;
+    struct fer_intake *in = __atomic_load_n(&loop->route, __ATOMIC_ACQUIRE);
+
+    if (in != NULL)
+        fer_intake_pool_service(in, clock_ns(CLOCK_MONOTONIC), (int64_t)clock_ns(CLOCK_REALTIME));
+}
+
+int fer_intake_loop_set_pool(struct fer_intake_loop *loop, struct fer_pool *pool,
+                             uint32_t answers_from)
+{
+    if (loop == NULL)
+        return FER_EINVAL;
+    loop->pool = pool;
+    loop->take.watch = pool ? take_answer : NULL;
+    loop->take.watch_from = pool ? answers_from : UINT32_MAX;
+    loop->take.tick = pool ? pool_tick : NULL;
+    if (pool)
+        fer_pool_set_wake(pool, loop->take.efd);
+    return FER_OK;
+}
+
 int fer_intake_loop_create(uint64_t max_request_bytes, struct fer_intake_loop **out)
 {
     struct fer_intake_loop *loop;
@@ -563,6 +677,8 @@ void fer_intake_loop_destroy(struct fer_intake_loop *loop)
 {
     if (loop == NULL)
         return;
+    if (loop->pool)
+        fer_pool_set_wake(loop->pool, -1);
     fer_take_fini(&loop->take);
     free(loop);
 }

@@ -123,6 +123,12 @@ struct fer_intake_counters {
 };
 
 struct fer_intake;
+struct fer_pool;                      /* fer_pool.h */
+
+/* fer_intake_decide's *decision for a request a pool member does not decide (fer_pool.h): after
+ * the core's decisions (0..FER_COALESCED), never counted in decided[]. */
+#define FER_INTAKE_NOT_OWNER 8        /* another member owns it: dropped before any copy */
+#define FER_INTAKE_STANDBY 9          /* another member owns it, this one is its successor: kept */
 
 /* create: checks cfg (digest_len <= FER_INTAKE_DIGEST_MAX, n_inputs <= FER_INTAKE_INPUTS_MAX,
  *   each spec's name_len, ndim, dtype, and offset + count x model itemsize within the core's
@@ -224,3 +230,23 @@ struct fer_request_view {
  * bytes are a whole InferenceRequest (trailing padding allowed), -1 when not (truncated, a length
  * past the end, big endian or another encapsulation). Reads nothing past len. */
 int fer_request_parse(const uint8_t *buf, uint64_t len, struct fer_request_view *v);
+
+/*
+ * A relay pool (fer_pool.h; docs/design.md §13). set_pool: every request decide takes from then
+ *   on is first checked for ownership, right after the header fields are parsed and before any
+ *   copy: FER_REASON_NONE with *decision FER_INTAKE_NOT_OWNER or FER_INTAKE_STANDBY when another
+ *   member owns it. NULL (the default) is today's intake. Set it before the intake is routed to;
+ *   the pool outlives the intake.
+ * pool_service: the deciding thread: run the takeovers posted with fer_pool_takeover (every
+ *   standby entry of a dead owner decided as an arrival, its arrival time kept: an unset
+ *   origin_stamp ages from it; a request past its deadline is answered EXPIRED), then drop
+ *   expired standby entries. Returns the requests re-decided (>= 0), FER_EINVAL. The intake loop
+ *   calls it on every pass with a pool set; tests and the bench call it themselves.
+ * loop_set_pool: the loop's pool, before run: subscriptions at index >= answers_from carry
+ *   flowedge/actions (fer_pool_answer), the rest requests; the loop is woken by
+ *   fer_pool_takeover and serves the pool through the intake it is routed to. NULL: none.
+ */
+int fer_intake_set_pool(struct fer_intake *in, struct fer_pool *pool);
+int fer_intake_pool_service(struct fer_intake *in, uint64_t now_mono, int64_t now_ros);
+int fer_intake_loop_set_pool(struct fer_intake_loop *loop, struct fer_pool *pool,
+                             uint32_t answers_from);

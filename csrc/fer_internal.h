@@ -24,6 +24,7 @@
  *   fer_intake.c   the request intake: validate and submit what it takes (fer_intake.h)
  *   fer_request_cdr.c  an InferenceRequest's CDR read in place (fer_intake.h)
  *   fer_loadgen.c  the intake bench's client: requests out, answers tallied (fer_loadgen.h)
+ *   fer_pool.c     a relay pool: ownership, the standby table, takeovers (fer_pool.h)
  *   (headers only: fer_rcl.h, rcl's ABI slice; fer_cdr.h, the XCDR1 reader and writer)
  *
  * Include graph: the quoted #includes of csrc/, a .c and its .h being one node (a header that
@@ -41,9 +42,10 @@
  *   fer_noise -> fer_internal fer_noise_zig
  *   fer_bench -> fer_internal
  *   fer_rtprobe -> fer_internal fer_bench
- *   fer_publish -> fer_internal fer_cdr fer_rcl
+ *   fer_publish -> fer_internal fer_cdr fer_rcl fer_pool
  *   fer_take -> fer_internal fer_rcl
- *   fer_intake -> fer_internal fer_rcl fer_take
+ *   fer_intake -> fer_internal fer_rcl fer_take fer_pool
+ *   fer_pool -> fer_internal fer_cdr
  *   fer_request_cdr -> fer_internal fer_cdr fer_rcl fer_intake
  *   fer_loadgen -> fer_internal fer_cdr fer_rcl fer_take
  *   fer_rt -> fer_internal
@@ -578,5 +580,21 @@ int fer_emit_slot(struct fer_core *c, uint32_t id, uint32_t code, uint64_t now, 
 /* Release mu, then ring the doorbell if the call committed anything (rang != 0): the publisher
  * is woken after the mutex is free, so it never waits on admission. */
 void fer_unlock_and_ring(struct fer_core *c, int rang);
+
+/* ---- relay pool (fer_pool.c), for the intake (fer_intake.c) and the publisher (fer_publish.c) ---
+ * route: fer_pool_role with the deciding thread's now (count: not_owner / unowned, and the
+ *   owned_sessions estimate). run_takeovers: the deciding thread; fn re-decides each standby
+ *   entry of a posted dead key (oldest first), which is out of the table before fn sees it; how
+ *   many. tick: the deciding thread, each pass: expiry, at most every lease / 4. set_wake: the
+ *   eventfd fer_pool_takeover rings (-1 none). */
+struct fer_pool;
+typedef void (*fer_pool_redecide_fn)(void *ctx, const uint8_t *cdr, uint64_t len,
+                                     uint64_t arrival_ns);
+int fer_pool_route(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uint64_t digest_hash,
+                   int64_t origin_ns, uint64_t now_ns, uint32_t count, uint64_t *owner_key,
+                   uint64_t *successor_key);
+uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx);
+void fer_pool_tick(struct fer_pool *p, uint64_t now_ns);
+void fer_pool_set_wake(struct fer_pool *p, int fd);
 
 #endif /* FER_INTERNAL_H */

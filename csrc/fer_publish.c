@@ -11,6 +11,7 @@
 #include "fer_cdr.h"
 #include "fer_rcl.h"
 #include "fer_publish.h"
+#include "fer_pool.h"
 
 #define NS_PER_S FER_CDR_NS_PER_S
 
@@ -19,6 +20,10 @@ static void write_action(struct fer_cdr_writer *w, const struct fer_publisher *p
                          const struct fer_outcome *o, const float *actions, int64_t stamp_ns)
 {
     uint32_t n_actions = o->has_actions ? p->action_len : 0;
+    /* acquire: set_pool's pool is whole once seen */
+    const struct fer_pool *pool = __atomic_load_n(&p->pool, __ATOMIC_ACQUIRE);
+    uint32_t relay_id_len = 0;
+    const char *relay_id = pool ? fer_pool_relay_id(pool, &relay_id_len) : "";
 
     fer_cdr_begin(w);
     fer_cdr_time(w, stamp_ns);                               /* header.stamp */
@@ -45,6 +50,8 @@ static void write_action(struct fer_cdr_writer *w, const struct fer_publisher *p
                                                                : o->chunk_start_ros_ns));
     fer_cdr_string(w, o->client_id, o->client_id_len);      /* §7.1 */
     fer_cdr_u8(w, (uint8_t)o->reject_reason);
+    fer_cdr_string(w, relay_id, relay_id_len);               /* a pool's (docs/design.md §13) */
+    fer_cdr_u32(w, pool ? fer_pool_epoch(pool) : 0);
 }
 
 uint64_t fer_action_cdr(const struct fer_publisher *p, const struct fer_outcome *o,
@@ -62,6 +69,14 @@ uint64_t fer_action_cdr(const struct fer_publisher *p, const struct fer_outcome 
 uint64_t fer_action_cdr_max(const struct fer_publisher *p)
 {
     return p ? p->cdr_cap : 0;
+}
+
+int fer_publisher_set_pool(struct fer_publisher *p, const struct fer_pool *pool)
+{
+    if (p == NULL)
+        return FER_EINVAL;
+    __atomic_store_n(&p->pool, pool, __ATOMIC_RELEASE);
+    return FER_OK;
 }
 
 /* ---- create / destroy -------------------------------------------------------------------------- */
@@ -98,7 +113,7 @@ int fer_publisher_create(struct fer_core *core, const char *digest, uint32_t dig
     o.has_actions = 1;
     w = (struct fer_cdr_writer){NULL, 0, 0};
     write_action(&w, p, &o, NULL, 0); /* cap 0: sizes only, reads and writes nothing */
-    p->cdr_cap = w.n;
+    p->cdr_cap = w.n + FER_POOL_RELAY_ID_MAX; /* a pool's relay_id, set later */
     p->outcomes = calloc(FER_PUBLISH_BATCH, sizeof(*p->outcomes));
     p->actions = calloc((size_t)FER_PUBLISH_BATCH * p->action_len, sizeof(float));
     p->buf = calloc(1, p->cdr_cap);

@@ -54,6 +54,7 @@ struct fer_publisher {
     float *actions;
     uint8_t *buf;
     uint64_t cdr_cap;
+    const struct fer_pool *pool;         /* relay_id and pool_epoch of answers; NULL: "" and 0 */
 };
 
 /* create: the relay's fixed message fields and every buffer (one batch of outcomes and their
@@ -86,3 +87,8 @@ int fer_publish_run(struct fer_publisher *p, fer_rcl_publish_fn publish,
 uint64_t fer_action_cdr(const struct fer_publisher *p, const struct fer_outcome *o,
                         const float *actions, int64_t stamp_ns, uint8_t *buf, uint64_t cap);
 uint64_t fer_action_cdr_max(const struct fer_publisher *p);
+
+/* A relay pool's member (fer_pool.h): from the next answer on, ActionMessage.relay_id and
+ * pool_epoch are the pool's (NULL: "" and 0, a relay outside a pool). Any thread; the pool
+ * outlives the publisher. FER_OK, FER_EINVAL. */
+int fer_publisher_set_pool(struct fer_publisher *p, const struct fer_pool *pool);

@@ -78,6 +78,7 @@ int fer_take_init(struct fer_take *t, uint64_t cap, fer_take_handler_fn handle, 
     t->cap = cap;
     t->handle = handle;
     t->ctx = ctx;
+    t->watch_from = UINT32_MAX;
     t->msg.buffer = t->buf;
     t->msg.buffer_capacity = cap;
     t->msg.allocator = (struct fer_rcl_allocator){grow_aside, free_aside, grow_reallocate,
@@ -106,7 +107,8 @@ static void on_new_message(const void *user_data, size_t n)
 }
 
 /* Take and hand over up to FER_TAKE_BURST messages of one subscription; how many were taken. */
-static uint32_t drain(struct fer_take *t, const struct fer_rcl_take *rcl, void *sub)
+static uint32_t drain(struct fer_take *t, const struct fer_rcl_take *rcl, void *sub,
+                      fer_take_handler_fn handle)
 {
     uint32_t n;
 
@@ -121,7 +123,7 @@ static uint32_t drain(struct fer_take *t, const struct fer_rcl_take *rcl, void *
             t->msg.buffer = t->buf;
             t->msg.buffer_capacity = t->cap;
             t->msg.buffer_length = 0;
-            t->handle(t->ctx, NULL, 0);
+            handle(t->ctx, NULL, 0);
             continue;
         }
         if (rc == FER_RCL_TAKE_FAILED)
@@ -133,7 +135,7 @@ static uint32_t drain(struct fer_take *t, const struct fer_rcl_take *rcl, void *
                 rcl->reset_error();
             break;
         }
-        t->handle(t->ctx, t->buf, t->msg.buffer_length);
+        handle(t->ctx, t->buf, t->msg.buffer_length);
     }
     return n;
 }
@@ -180,8 +182,11 @@ int fer_take_run(struct fer_take *t, const struct fer_rcl_take *rcl, void *const
             nanosleep(&ms10, NULL);
             continue;
         }
+        if (t->tick)
+            t->tick(t->ctx);
         for (i = 0; i < n; i++)
-            taken += drain(t, rcl, subscriptions[i]);
+            taken += drain(t, rcl, subscriptions[i],
+                           i >= t->watch_from && t->watch ? t->watch : t->handle);
         if (taken == 0)
             wait_doorbell(t, wait_ns);
     }

@@ -39,6 +39,9 @@ struct fer_take {
     uint64_t cap;
     fer_take_handler_fn handle;
     void *ctx;
+    fer_take_handler_fn watch;           /* subscriptions at index >= watch_from go here */
+    uint32_t watch_from;                 /* UINT32_MAX (init): none */
+    void (*tick)(void *ctx);             /* NULL, or called once per pass (a pool's upkeep) */
     struct fer_rcl_serialized msg;
     _Alignas(16) uint8_t message_info[256]; /* rmw_message_info_t is ~64 bytes in rmw 7.3, 7.8 */
 };

@@ -11,7 +11,8 @@ Used two ways:
   ``scripts/sanitize_core.sh``); ``FER_BUILD_DIR`` and ``FER_OUTPUT_DIR`` redirect the temporary and
   output directories (the sanitizer build keeps its .so apart from the normal one).
 
-The cdef is ``csrc/fer.h`` (the runtime contract) followed by ``csrc/fer_bench.h`` (benchmark and
+The cdef is ``csrc/fer.h`` (the runtime contract) followed by ``csrc/fer_pool.h`` (a relay pool's
+ownership, standby and takeover), ``csrc/fer_bench.h`` (benchmark and
 stress drivers), ``csrc/fer_tensor.h`` (the tensor over row buffers both ONNX Runtime users take),
 ``csrc/fer_exec.h`` (the native NFE loop), ``csrc/fer_pass.h`` (the native prefix
 pass), ``csrc/fer_noise.h`` (a request's initial noise, numpy's float32 standard_normal in C),
@@ -37,15 +38,15 @@ SOURCES = ["fer_core.c", "fer_session.c", "fer_queue.c", "fer_submit.c", "fer_ad
            "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_cost.c", "fer_ring.c", "fer_bench.c",
            "fer_exec.c", "fer_noise.c", "fer_serve.c", "fer_publish.c", "fer_rt.c",
            "fer_ort.c", "fer_pass.c", "fer_lock.c", "fer_rtprobe.c", "fer_request_cdr.c",
-           "fer_take.c", "fer_intake.c", "fer_loadgen.c", "fer_share.c"]
+           "fer_take.c", "fer_intake.c", "fer_loadgen.c", "fer_share.c", "fer_pool.c"]
 # The runtime contract, the benchmark / stress drivers, the native NFE loop (which dlopens ONNX
 # Runtime at run time: no link-time dependency), the initial noise, the worker's request cycle
 # over them, then rcl's ABI slice and the threads that call it (the publisher's loop, the request
 # intake, the intake bench's client; through function pointers of the rcl that rclpy loaded: no
 # link-time dependency either), and a thread's real-time settings: one cdef, one module.
-HEADERS = ["fer.h", "fer_bench.h", "fer_tensor.h", "fer_exec.h", "fer_pass.h", "fer_noise.h",
-           "fer_serve.h", "fer_rcl.h", "fer_publish.h", "fer_intake.h", "fer_loadgen.h",
-           "fer_rt.h"]
+HEADERS = ["fer.h", "fer_pool.h", "fer_bench.h", "fer_tensor.h", "fer_exec.h", "fer_pass.h",
+           "fer_noise.h", "fer_serve.h", "fer_rcl.h", "fer_publish.h", "fer_intake.h",
+           "fer_loadgen.h", "fer_rt.h"]
 MODULE = "flowedge_relay._fer_core"
 
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",

@@ -825,3 +825,179 @@ def noise_fill(seed: int, out: np.ndarray) -> np.ndarray:
     _check(lib.fer_noise_fill(seed, ffi.from_buffer("float[]", out, require_writable=True),
                               out.size))
     return out
+
+
+# ---- relay pool (csrc/fer_pool.h, docs/design.md §13) -------------------------------------------
+
+
+class PoolRole(enum.IntEnum):
+    """What this member is for one request (fer_pool_role)."""
+
+    OWNER = lib.FER_POOL_OWNER  # decide it
+    SUCCESSOR = lib.FER_POOL_SUCCESSOR  # second in its ranking: keep it in standby
+    OTHER = lib.FER_POOL_OTHER  # neither: drop it
+    UNOWNED = lib.FER_POOL_UNOWNED  # no member of the view covers it: decide it here
+
+
+def pool_hash(data: bytes | str) -> int:
+    """64-bit FNV-1a of `data` (a str is UTF-8 encoded): how a model digest enters the view."""
+    raw = data.encode() if isinstance(data, str) else data
+    return int(lib.fer_pool_hash(raw, len(raw)))
+
+
+def pool_key(relay_id: str) -> int:
+    """A member's key: the splitmix64 finaliser of the FNV-1a of its relay_id."""
+    return int(lib.fer_pool_mix64(pool_hash(relay_id)))
+
+
+@dataclass(frozen=True)
+class PoolViewMember:
+    """One live, active member as the membership layer knows it. Times are ROS ns (0 =
+    unbounded): the member counts for a request iff owning_from_ns <= origin_stamp <
+    owning_until_ns. digests: the model digests it serves (empty = every digest)."""
+
+    key: int
+    digests: tuple[str, ...] = ()
+    owning_from_ns: int = 0
+    owning_until_ns: int = 0
+
+
+@dataclass(frozen=True)
+class PoolCounters:
+    """struct fer_pool_counters: counters, and the gauges standby_*, pool_members, pool_epoch,
+    owned_sessions (an estimate over FER_POOL_OWNED_SLOTS slots), key."""
+
+    not_owner: int
+    unowned: int
+    standby_stored: int
+    standby_answered: int
+    standby_expired: int
+    standby_evicted: int
+    answers_seen: int
+    answers_malformed: int
+    answers_early: int
+    takeovers: int
+    taken_over_requests: int
+    surrendered: int
+    standby_bytes: int
+    standby_bytes_capacity: int
+    standby_entries: int
+    standby_capacity: int
+    pool_members: int
+    pool_epoch: int
+    owned_sessions: int
+    key: int
+
+
+class Pool:
+    """This relay's membership of a pool, in C (csrc/fer_pool.h): the view, the ownership of a
+    request, the standby table of requests it is the successor for, and takeovers.
+
+    One Pool lives as long as the node (it outlives a model swap's cores); the C intake
+    (intake.NativeIntake(pool=...), intake.IntakeLoop.set_pool), the C publisher
+    (publisher.ActionPublisher(pool=...)) and the rclpy intake (owner_is_self) use it.
+
+    Any thread: set_view, set_epoch, add_surrendered, takeover, role, counters. owner_is_self
+    counts, so it belongs to the thread that decides requests (the rclpy intake's).
+    Errors are core.CoreError subclasses (InvalidArgument for a bad view, RingFull when
+    FER_POOL_TAKEOVERS_MAX takeovers wait).
+    """
+
+    def __init__(self, relay_id: str, standby_entries: int = 4096,
+                 standby_bytes: int = 16 << 20, lease_ns: int = 500_000_000) -> None:
+        raw = relay_id.encode()
+        if len(raw) > lib.FER_POOL_RELAY_ID_MAX:
+            raise InvalidArgument(lib.FER_EINVAL, f"relay_id longer than "
+                                  f"{lib.FER_POOL_RELAY_ID_MAX} bytes")
+        cfg = ffi.new("struct fer_pool_config *")
+        cfg.relay_id[0:len(raw)] = raw
+        cfg.relay_id_len = len(raw)
+        cfg.standby_entries = standby_entries
+        cfg.standby_bytes = standby_bytes
+        cfg.lease_ns = lease_ns
+        out = ffi.new("struct fer_pool **")
+        _check(lib.fer_pool_create(cfg, out))
+        self._pool = ffi.gc(out[0], lib.fer_pool_destroy)
+        self.relay_id = relay_id
+        self.key = pool_key(relay_id)
+        self.lease_ns = lease_ns
+        self._view = ffi.new("struct fer_pool_member[]", lib.FER_POOL_MEMBERS_MAX)
+        self._counters = ffi.new("struct fer_pool_counters *")
+        self._keys = ffi.new("uint64_t[2]")
+
+    @property
+    def ptr(self):
+        """The C struct fer_pool * (intake.py, publisher.py)."""
+        return self._pool
+
+    def set_view(self, members: list[PoolViewMember]) -> None:
+        """The live, active members (this one included when it owns): every request from the
+        next decision on is decided against them. InvalidArgument beyond FER_POOL_MEMBERS_MAX
+        members, FER_POOL_DIGESTS_MAX digests each, or for a repeated key."""
+        if len(members) > lib.FER_POOL_MEMBERS_MAX:
+            raise InvalidArgument(lib.FER_EINVAL, f"{len(members)} members: the view holds "
+                                  f"{lib.FER_POOL_MEMBERS_MAX}")
+        for i, m in enumerate(members):
+            if len(m.digests) > lib.FER_POOL_DIGESTS_MAX:
+                raise InvalidArgument(lib.FER_EINVAL, f"member {m.key:#x} serves "
+                                      f"{len(m.digests)} digests: at most "
+                                      f"{lib.FER_POOL_DIGESTS_MAX} count")
+            c = self._view[i]
+            c.key = m.key
+            c.owning_from_ns = m.owning_from_ns
+            c.owning_until_ns = m.owning_until_ns
+            c.n_digests = len(m.digests)
+            for k, d in enumerate(m.digests):
+                c.digests[k] = pool_hash(d)
+        _check(lib.fer_pool_set_view(self._pool, self._view, len(members)))
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch answers carry (ActionMessage.pool_epoch) from the next one on."""
+        _check(lib.fer_pool_set_epoch(self._pool, epoch))
+
+    @property
+    def epoch(self) -> int:
+        """The epoch answers carry now."""
+        return int(lib.fer_pool_epoch(self._pool))
+
+    def add_surrendered(self, n: int) -> None:
+        """Count n requests dropped after this member's own stall."""
+        _check(lib.fer_pool_add_surrendered(self._pool, n))
+
+    def takeover(self, dead_key: int) -> None:
+        """A member died (not drained): the intake thread re-decides every request this member
+        kept as its successor, as arrivals (answered once: admitted, or EXPIRED / rejected)."""
+        _check(lib.fer_pool_takeover(self._pool, dead_key))
+
+    def role(self, session_id: bytes, digest: str, origin_ns: int) -> PoolRole:
+        """This member's role for a request (session_id bytes, its model_digest, its
+        origin_stamp in ROS ns, 0 = unset); counts nothing."""
+        return PoolRole(_check(lib.fer_pool_role(self._pool, session_id, len(session_id),
+                                                 pool_hash(digest), origin_ns, 0, ffi.NULL,
+                                                 ffi.NULL)))
+
+    def ranking(self, session_id: bytes, digest: str, origin_ns: int) -> tuple[int, int]:
+        """(owner key, successor key) of a request; 0 = none."""
+        _check(lib.fer_pool_role(self._pool, session_id, len(session_id), pool_hash(digest),
+                                 origin_ns, 0, self._keys, self._keys + 1))
+        return int(self._keys[0]), int(self._keys[1])
+
+    def owner_is_self(self, session_id: bytes, digest: str, origin_ns: int) -> bool:
+        """The rclpy intake's check, before validation: False (counted not_owner) when another
+        member owns the request; True when this member owns it or no member covers it (counted
+        unowned). The rclpy intake keeps no standby (it never has the CDR bytes)."""
+        role = _check(lib.fer_pool_role(self._pool, session_id, len(session_id),
+                                        pool_hash(digest), origin_ns, 1, ffi.NULL, ffi.NULL))
+        return role in (lib.FER_POOL_OWNER, lib.FER_POOL_UNOWNED)
+
+    def counters(self) -> PoolCounters:
+        """A snapshot of the pool's counters and gauges."""
+        c = self._counters
+        _check(lib.fer_pool_counters(self._pool, c))
+        return PoolCounters(**{f: int(getattr(c, f)) for f in PoolCounters.__dataclass_fields__})
+
+    def close(self) -> None:
+        """Free it; only after every intake, loop and publisher that used it is gone."""
+        pool, self._pool = getattr(self, "_pool", None), None
+        if pool is not None:
+            ffi.release(pool)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from flowedge_relay import policy as policy_mod
-from flowedge_relay.core import Core, Decision, NotSupported, Request, check, ffi, lib
+from flowedge_relay.core import Core, Decision, NotSupported, Pool, Request, check, ffi, lib
 from flowedge_relay.rcl_abi import RclUnavailable, take_functions
 from flowedge_relay.timebase import (
     deadline_to_monotonic,
@@ -36,6 +36,10 @@ WAIT_NS = 100_000_000
 #: discard keys in the C intake's order (index = FER_REASON_*); validation.Reason's values
 REASON_KEYS = tuple(ffi.string(lib.fer_intake_reason_name(i)).decode()
                     for i in range(lib.FER_REASONS))
+#: NativeIntake.decide's key for a request a pool member leaves to its owner (docs/design.md §13):
+#: dropped, or kept in standby as the owner's successor. Counted in Pool.counters(), never as a
+#: discard.
+NOT_OWNER, STANDBY = "not_owner", "standby"
 
 
 class IntakeUnavailable(RuntimeError):
@@ -102,12 +106,16 @@ class NativeIntake:
     producer instead (tests, the bench)."""
 
     def __init__(self, core: Core, model: ModelContract | None, max_nfe: int,
-                 max_request_bytes: int, prefix_offset: int | None = None) -> None:
+                 max_request_bytes: int, prefix_offset: int | None = None,
+                 pool: Pool | None = None) -> None:
         self._cfg, self._keep = _config(model, max_nfe, max_request_bytes, prefix_offset)
         out = ffi.new("struct fer_intake **")
         check(lib.fer_intake_create(core.ptr, self._cfg, out))
         self._in = ffi.gc(out[0], lib.fer_intake_destroy)
         self._core = core  # outlives the intake
+        self._pool = pool  # likewise; None: no pool, today's intake
+        if pool is not None:
+            check(lib.fer_intake_set_pool(self._in, pool.ptr))
         self._counters = lib.fer_intake_counters(self._in)
         self._decision = ffi.new("int32_t *")
 
@@ -117,12 +125,23 @@ class NativeIntake:
         return self._in
 
     def decide(self, cdr: bytes, now_mono: int, now_ros: int) -> tuple[str | None, Decision | None]:
-        """(discard key, None) or (None, the core's decision) for one serialized request."""
+        """(discard key, None) or (None, the core's decision) for one serialized request; with a
+        pool, (NOT_OWNER or STANDBY, None) for one another member owns."""
         reason = check(lib.fer_intake_decide(self._in, cdr, len(cdr), now_mono, now_ros,
                                              self._decision))
         if reason:
             return REASON_KEYS[reason], None
+        if self._decision[0] == lib.FER_INTAKE_NOT_OWNER:
+            return NOT_OWNER, None
+        if self._decision[0] == lib.FER_INTAKE_STANDBY:
+            return STANDBY, None
         return None, Decision(self._decision[0])
+
+    def service_pool(self, now_mono: int, now_ros: int) -> int:
+        """Run the pool's posted takeovers and standby expiry now; the requests re-decided. The
+        intake loop does this on every pass; call it only from the thread that decides (tests,
+        the bench)."""
+        return check(lib.fer_intake_pool_service(self._in, now_mono, now_ros))
 
     # -- counters (any thread) -------------------------------------------------------------------
 
@@ -150,6 +169,12 @@ class IntakeLoop:
         check(lib.fer_intake_loop_create(max_request_bytes, out))
         self._loop = ffi.gc(out[0], lib.fer_intake_loop_destroy)
         self._route: NativeIntake | None = None  # kept alive while routed to
+        self._pool: Pool | None = None
+
+    def set_pool(self, pool: Pool | None) -> None:
+        """The pool this loop serves (before run): its answers watch (run's `answers`), its
+        takeovers and expiry, through the NativeIntake routed to (made with the same pool)."""
+        self._pool = pool
 
     @staticmethod
     def functions():
@@ -177,12 +202,15 @@ class IntakeLoop:
         check(lib.fer_intake_loop_route(self._loop, intake.ptr if intake else ffi.NULL))
         return before
 
-    def run(self, subscriptions, functions=None) -> None:
+    def run(self, subscriptions, functions=None, answers=()) -> None:
         """The intake thread: until stop(). `subscriptions` are rclpy Subscriptions; their handles
         are held (not destroyed) while the loop uses them. NotSupported if the middleware refuses
-        the on-new-message callback."""
+        the on-new-message callback. `answers`: with a pool (set_pool), serialized (raw)
+        subscriptions of flowedge/actions, whose answers clear the pool's standby table."""
         fns = functions if functions is not None else take_functions()
-        handles = [s.handle for s in subscriptions]
+        check(lib.fer_intake_loop_set_pool(self._loop, self._pool.ptr if self._pool else ffi.NULL,
+                                           len(subscriptions)))
+        handles = [s.handle for s in list(subscriptions) + list(answers)]
         for h in handles:
             h.__enter__()
         try:
@@ -293,5 +321,5 @@ class PythonIntake:
             return Reason.CORE_REFUSED, None
 
 
-__all__ = ["REASON_KEYS", "WAIT_NS", "IntakeLoop", "IntakeUnavailable", "NativeIntake",
-           "NotSupported", "PythonIntake", "RclUnavailable"]
+__all__ = ["NOT_OWNER", "REASON_KEYS", "STANDBY", "WAIT_NS", "IntakeLoop", "IntakeUnavailable",
+           "NativeIntake", "NotSupported", "PythonIntake", "RclUnavailable"]

@@ -59,8 +59,9 @@ class ActionPublisher:
     and `note` why not the C one.
     """
 
-    def __init__(self, node, core, publisher, model, native: bool = True) -> None:
+    def __init__(self, node, core, publisher, model, native: bool = True, pool=None) -> None:
         self._node, self._core, self._pub, self._model = node, core, publisher, model
+        self._pool = pool  # a relay pool's core.Pool: answers carry its relay_id and epoch
         self._stopping = threading.Event()
         self._native = None
         self.note = ""
@@ -72,6 +73,8 @@ class ActionPublisher:
             try:
                 self._fns = publish_functions()
                 self._native = self._create(core, model)
+                if pool is not None:
+                    check(lib.fer_publisher_set_pool(self._native, pool.ptr))
             except RclUnavailable as exc:
                 self.note = f"rcl not found: {exc}"
         self.loop = "native" if self._native is not None else "python"
@@ -144,7 +147,8 @@ class ActionPublisher:
                 time.sleep(0.001)
 
     def _publish_one(self, o) -> None:
-        msg = action_message(o, self._node.get_clock().now().nanoseconds, self._model)
+        msg = action_message(o, self._node.get_clock().now().nanoseconds, self._model,
+                             self._pool)
         if o.code == Code.INFERENCE and o.actions is not None:
             self._latency_ms[self._latency_count % LATENCY_WINDOW] = (
                 max(o.finish_ns - o.arrival_ns, 0) / 1e6
@@ -157,9 +161,10 @@ class ActionPublisher:
                 self._node.get_logger().error(f"publishing an outcome failed: {exc}")
 
 
-def action_message(o, stamp_ns: int, model) -> ActionMessage:
+def action_message(o, stamp_ns: int, model, pool=None) -> ActionMessage:
     """The ActionMessage of outcome `o` (a core.Outcome) stamped stamp_ns (ROS time), with the
-    digest and dims of `model` (None: left zero). fer_action_cdr writes the same message."""
+    digest and dims of `model` (None: left zero) and a pool's relay_id and epoch (`pool`, a
+    core.Pool; None: "" and 0). fer_action_cdr writes the same message."""
     msg = ActionMessage()
     msg.header.stamp = ros_time(stamp_ns)
     msg.code = int(o.code)
@@ -182,6 +187,9 @@ def action_message(o, stamp_ns: int, model) -> ActionMessage:
     msg.chunk_start = ros_time(o.chunk_start_ros_ns)
     msg.client_id = o.client_id.decode("utf-8", "surrogatepass")
     msg.reject_reason = o.reject_reason
+    if pool is not None:
+        msg.relay_id = pool.relay_id
+        msg.pool_epoch = pool.epoch
     if o.code == Code.INFERENCE and o.actions is not None:
         msg.actions = o.actions.tolist()
     return msg

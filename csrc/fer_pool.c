@@ -1,0 +1,691 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fer_pool.c - a relay pool's ownership, standby table and takeovers (fer_pool.h says why).
+ * Allocates only in create.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fer_internal.h"
+#include "fer_cdr.h"
+#include "fer_pool.h"
+
+#define FNV_OFFSET 0xcbf29ce484222325ull
+#define FNV_PRIME 0x100000001b3ull
+
+uint64_t fer_pool_hash(const uint8_t *bytes, uint64_t len)
+{
+    uint64_t h = FNV_OFFSET, i;
+
+    for (i = 0; bytes != NULL && i < len; i++) {
+        h ^= bytes[i];
+        h *= FNV_PRIME;
+    }
+    return h;
+}
+
+uint64_t fer_pool_mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+/* ---- state ------------------------------------------------------------------------------------- */
+
+struct pool_view {
+    uint32_t n;
+    struct fer_pool_member m[FER_POOL_MEMBERS_MAX];
+};
+
+/* One kept request. Its CDR bytes are arena[off, off + len); span counts them and the arena's
+ * tail skipped before them when they wrapped (so popping the oldest frees exactly span). */
+struct pool_entry {
+    uint64_t sid_hash, sequence, owner_key;
+    uint64_t arrival_ns, deadline_ns;
+    uint64_t off, len, span;
+    uint32_t live;
+    int32_t next;                        /* hash chain: index of the next entry, -1 = end */
+};
+
+/*
+ * Invariants: views[seq & 1] is the view in use; a set writes views[(seq + 1) & 1] under mu and
+ * then bumps seq (release), so a reader that saw seq unchanged around its read read one whole
+ * view. posted[0..n_posted) are dead keys for the deciding thread (under mu; `pending` says there
+ * are some without taking mu). The standby ring holds count entries from head (oldest) on, live
+ * or not; every live entry is in the chain of bucket[sid_hash ^ sequence & mask]; the arena holds
+ * used bytes from a_head on (mod arena_cap), the spans of the ring's entries in order. Everything
+ * from `e` on belongs to the deciding thread; counters have one writer (relaxed stores), but
+ * pool_epoch and surrendered, written under mu.
+ */
+struct fer_pool {
+    struct fer_pool_config cfg;
+    uint64_t key;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;                   /* unused: fer_lock_init makes a pair */
+    uint32_t seq;
+    uint32_t pending;
+    int wake_fd;                         /* the intake loop's doorbell, -1 = none */
+    uint32_t n_posted;
+    uint64_t posted[FER_POOL_TAKEOVERS_MAX];
+    struct pool_view views[2];
+    struct fer_pool_counters c;
+    uint64_t last_now;                   /* the deciding thread's latest `now` */
+    uint64_t last_expire;
+    uint64_t owned[FER_POOL_OWNED_SLOTS];
+    struct pool_entry *e;
+    uint32_t head, count;
+    int32_t *bucket;
+    uint64_t mask;
+    uint64_t *answered;                  /* early-answer filter, mask + 1 fingerprints */
+    uint8_t *arena;
+    uint64_t arena_cap, a_head, a_used;
+};
+
+/* the deciding thread's clock, for the owned_sessions estimate (read by any thread) */
+static void saw_now(struct fer_pool *p, uint64_t now_ns)
+{
+    if (now_ns > p->last_now)
+        __atomic_store_n(&p->last_now, now_ns, __ATOMIC_RELAXED);
+}
+
+/* relaxed: one writer; readers only report */
+static void bump(uint64_t *counter, uint64_t n)
+{
+    __atomic_store_n(counter, *counter + n, __ATOMIC_RELAXED);
+}
+
+static void gauge32(uint32_t *g, uint32_t v) { __atomic_store_n(g, v, __ATOMIC_RELAXED); }
+static void gauge64(uint64_t *g, uint64_t v) { __atomic_store_n(g, v, __ATOMIC_RELAXED); }
+
+int fer_pool_create(const struct fer_pool_config *cfg, struct fer_pool **out)
+{
+    struct fer_pool *p;
+    uint64_t nb = 2, i;
+
+    if (out == NULL)
+        return FER_EINVAL;
+    *out = NULL;
+    if (cfg == NULL || cfg->relay_id_len > FER_POOL_RELAY_ID_MAX || cfg->standby_entries == 0 ||
+        cfg->standby_entries > (1u << 24) || cfg->standby_bytes == 0 || cfg->lease_ns == 0)
+        return FER_EINVAL;
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return FER_ENOMEM;
+    if (fer_lock_init(&p->mu, &p->cv) != FER_OK) {
+        free(p);
+        return FER_ESYS;
+    }
+    p->cfg = *cfg;
+    p->key = fer_pool_mix64(fer_pool_hash((const uint8_t *)cfg->relay_id, cfg->relay_id_len));
+    p->wake_fd = -1;
+    while (nb < 2ull * cfg->standby_entries)
+        nb <<= 1;
+    p->mask = nb - 1;
+    p->e = calloc(cfg->standby_entries, sizeof(*p->e));
+    p->bucket = malloc(nb * sizeof(*p->bucket));
+    p->answered = calloc(nb, sizeof(*p->answered));
+    p->arena = malloc(cfg->standby_bytes);
+    p->arena_cap = cfg->standby_bytes;
+    if (p->e == NULL || p->bucket == NULL || p->answered == NULL || p->arena == NULL) {
+        fer_pool_destroy(p);
+        return FER_ENOMEM;
+    }
+    for (i = 0; i < nb; i++)
+        p->bucket[i] = -1;
+    p->c.key = p->key;
+    p->c.standby_capacity = cfg->standby_entries;
+    p->c.standby_bytes_capacity = cfg->standby_bytes;
+    *out = p;
+    return FER_OK;
+}
+
+void fer_pool_destroy(struct fer_pool *p)
+{
+    if (p == NULL)
+        return;
+    fer_lock_fini(&p->mu, &p->cv);
+    free(p->e);
+    free(p->bucket);
+    free(p->answered);
+    free(p->arena);
+    free(p);
+}
+
+/* ---- the view ---------------------------------------------------------------------------------- */
+
+int fer_pool_set_view(struct fer_pool *p, const struct fer_pool_member *members, uint32_t n)
+{
+    struct pool_view *next;
+    uint32_t i, k, seq;
+
+    if (p == NULL || n > FER_POOL_MEMBERS_MAX || (members == NULL && n > 0))
+        return FER_EINVAL;
+    for (i = 0; i < n; i++) {
+        if (members[i].n_digests > FER_POOL_DIGESTS_MAX)
+            return FER_EINVAL;
+        for (k = 0; k < i; k++)
+            if (members[k].key == members[i].key)
+                return FER_EINVAL;
+    }
+    pthread_mutex_lock(&p->mu);
+    seq = __atomic_load_n(&p->seq, __ATOMIC_RELAXED);
+    next = &p->views[(seq + 1) & 1];
+    next->n = n;
+    if (n)
+        memcpy(next->m, members, n * sizeof(*members));
+    /* release: a reader that sees the new seq sees the whole new view */
+    __atomic_store_n(&p->seq, seq + 1, __ATOMIC_RELEASE);
+    gauge32(&p->c.pool_members, n);
+    pthread_mutex_unlock(&p->mu);
+    return FER_OK;
+}
+
+int fer_pool_set_epoch(struct fer_pool *p, uint32_t epoch)
+{
+    if (p == NULL)
+        return FER_EINVAL;
+    gauge32(&p->c.pool_epoch, epoch);
+    return FER_OK;
+}
+
+uint32_t fer_pool_epoch(const struct fer_pool *p)
+{
+    return p ? __atomic_load_n(&p->c.pool_epoch, __ATOMIC_RELAXED) : 0;
+}
+
+int fer_pool_add_surrendered(struct fer_pool *p, uint64_t n)
+{
+    if (p == NULL)
+        return FER_EINVAL;
+    pthread_mutex_lock(&p->mu);
+    bump(&p->c.surrendered, n);
+    pthread_mutex_unlock(&p->mu);
+    return FER_OK;
+}
+
+const char *fer_pool_relay_id(const struct fer_pool *p, uint32_t *relay_id_len)
+{
+    if (relay_id_len)
+        *relay_id_len = p ? p->cfg.relay_id_len : 0;
+    return p ? p->cfg.relay_id : "";
+}
+
+static int covers(const struct fer_pool_member *m, uint64_t digest_hash, int64_t origin_ns)
+{
+    uint32_t k;
+
+    if (origin_ns != 0 && ((m->owning_from_ns != 0 && origin_ns < m->owning_from_ns) ||
+                           (m->owning_until_ns != 0 && origin_ns >= m->owning_until_ns)))
+        return 0;
+    if (m->n_digests == 0)
+        return 1;
+    for (k = 0; k < m->n_digests && k < FER_POOL_DIGESTS_MAX; k++)
+        if (m->digests[k] == digest_hash)
+            return 1;
+    return 0;
+}
+
+/* (score, key) of a beats b's: scores first, keys last, so distinct keys never tie */
+static int beats(uint64_t sa, uint64_t ka, uint64_t sb, uint64_t kb)
+{
+    return sa > sb || (sa == sb && ka > kb);
+}
+
+/* The two highest-ranked covering members of the view in use: how many there are (0..2). */
+static uint32_t rank(struct fer_pool *p, uint64_t sid_hash, uint64_t digest_hash, int64_t origin,
+                     uint64_t *k1, uint64_t *k2)
+{
+    uint32_t s1, s2, found, i;
+
+    do {
+        const struct pool_view *v;
+        uint64_t best = 0, second = 0;
+
+        /* acquire: the view that seq names is whole once seen */
+        s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        v = &p->views[s1 & 1];
+        found = 0;
+        *k1 = *k2 = 0;
+        for (i = 0; i < v->n && i < FER_POOL_MEMBERS_MAX; i++) {
+            const struct fer_pool_member *m = &v->m[i];
+            uint64_t s;
+
+            if (!covers(m, digest_hash, origin))
+                continue;
+            s = fer_pool_mix64(m->key ^ sid_hash);
+            if (found == 0 || beats(s, m->key, best, *k1)) {
+                second = best;
+                *k2 = *k1;
+                best = s;
+                *k1 = m->key;
+            } else if (found == 1 || beats(s, m->key, second, *k2)) {
+                second = s;
+                *k2 = m->key;
+            }
+            found++;
+        }
+        atomic_thread_fence(memory_order_acquire);
+        s2 = __atomic_load_n(&p->seq, __ATOMIC_RELAXED);
+    } while (s1 != s2); /* a set overlapped the read: read the new view */
+    return found > 2 ? 2 : found;
+}
+
+int fer_pool_route(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uint64_t digest_hash,
+                   int64_t origin_ns, uint64_t now_ns, uint32_t count, uint64_t *owner_key,
+                   uint64_t *successor_key)
+{
+    uint64_t h = fer_pool_hash(sid, sid_len), k1, k2;
+    uint32_t found = rank(p, h, digest_hash, origin_ns, &k1, &k2);
+    int role;
+
+    if (found == 0)
+        role = FER_POOL_UNOWNED;
+    else if (k1 == p->key)
+        role = FER_POOL_OWNER;
+    else if (found == 2 && k2 == p->key)
+        role = FER_POOL_SUCCESSOR;
+    else
+        role = FER_POOL_OTHER;
+    if (owner_key)
+        *owner_key = k1;
+    if (successor_key)
+        *successor_key = found == 2 ? k2 : 0;
+    if (count) {
+        saw_now(p, now_ns);
+        if (role == FER_POOL_UNOWNED)
+            bump(&p->c.unowned, 1);
+        else if (role != FER_POOL_OWNER)
+            bump(&p->c.not_owner, 1);
+        else
+            __atomic_store_n(&p->owned[h % FER_POOL_OWNED_SLOTS], now_ns ? now_ns : 1,
+                             __ATOMIC_RELAXED);
+    }
+    return role;
+}
+
+static uint64_t mono_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int fer_pool_role(struct fer_pool *p, const uint8_t *session_id, uint32_t session_id_len,
+                  uint64_t digest_hash, int64_t origin_ns, uint32_t count, uint64_t *owner_key,
+                  uint64_t *successor_key)
+{
+    if (p == NULL || (session_id == NULL && session_id_len > 0))
+        return FER_EINVAL;
+    return fer_pool_route(p, session_id, session_id_len, digest_hash, origin_ns,
+                          count ? mono_now() : 0, count, owner_key, successor_key);
+}
+
+/* ---- takeovers --------------------------------------------------------------------------------- */
+
+void fer_pool_set_wake(struct fer_pool *p, int fd)
+{
+    if (p != NULL)
+        __atomic_store_n(&p->wake_fd, fd, __ATOMIC_RELEASE);
+}
+
+int fer_pool_takeover(struct fer_pool *p, uint64_t dead_key)
+{
+    int fd;
+
+    if (p == NULL)
+        return FER_EINVAL;
+    pthread_mutex_lock(&p->mu);
+    if (p->n_posted == FER_POOL_TAKEOVERS_MAX) {
+        pthread_mutex_unlock(&p->mu);
+        return FER_EFULL;
+    }
+    p->posted[p->n_posted++] = dead_key;
+    __atomic_store_n(&p->pending, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&p->mu);
+    fd = __atomic_load_n(&p->wake_fd, __ATOMIC_ACQUIRE);
+    if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t rc = write(fd, &one, sizeof(one)); /* the intake loop's doorbell */
+
+        (void)rc;
+    }
+    return FER_OK;
+}
+
+/* ---- the standby table (the deciding thread) --------------------------------------------------- */
+
+static uint64_t fingerprint(uint64_t sid_hash, uint64_t sequence)
+{
+    return fer_pool_mix64(sid_hash ^ fer_pool_mix64(sequence)) | 1u;
+}
+
+static struct pool_entry *at(struct fer_pool *p, uint32_t i) /* i-th from the oldest */
+{
+    return &p->e[(p->head + i) % p->cfg.standby_entries];
+}
+
+static void gauges(struct fer_pool *p)
+{
+    gauge64(&p->c.standby_bytes, p->a_used);
+}
+
+static void unlink_entry(struct fer_pool *p, struct pool_entry *x)
+{
+    int32_t idx = (int32_t)(x - p->e);
+    int32_t *link = &p->bucket[(x->sid_hash ^ x->sequence) & p->mask];
+
+    while (*link >= 0 && *link != idx)
+        link = &p->e[*link].next;
+    if (*link == idx)
+        *link = x->next;
+    x->live = 0;
+    gauge32(&p->c.standby_entries, p->c.standby_entries - 1);
+}
+
+/* Pop the oldest entry (it frees its span); a live one is counted evicted. */
+static void pop_oldest(struct fer_pool *p)
+{
+    struct pool_entry *x = at(p, 0);
+
+    if (x->live) {
+        unlink_entry(p, x);
+        bump(&p->c.standby_evicted, 1);
+    }
+    p->a_head = (p->a_head + x->span) % p->arena_cap;
+    p->a_used -= x->span;
+    if (p->a_used == 0)
+        p->a_head = 0;
+    p->head = (p->head + 1) % p->cfg.standby_entries;
+    p->count--;
+}
+
+/* Free dead entries at the head: their bytes come back. */
+static void pop_dead(struct fer_pool *p)
+{
+    while (p->count && !at(p, 0)->live)
+        pop_oldest(p);
+}
+
+/* Where len contiguous bytes go in the arena now (skip = the tail bytes left unused before
+ * wrapping to 0), or 0 if they do not fit. */
+static int arena_fit(const struct fer_pool *p, uint64_t len, uint64_t *off, uint64_t *skip)
+{
+    uint64_t tail = (p->a_head + p->a_used) % p->arena_cap;
+
+    *skip = 0;
+    if (p->a_used == 0) {
+        *off = 0;
+        return len <= p->arena_cap;
+    }
+    if (tail > p->a_head) {
+        if (len <= p->arena_cap - tail) {
+            *off = tail;
+            return 1;
+        }
+        *skip = p->arena_cap - tail; /* wrap: the bytes go at 0, before the oldest */
+        *off = 0;
+        return len <= p->a_head;
+    }
+    *off = tail;
+    return len <= p->a_head - tail;
+}
+
+int fer_pool_standby_put(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
+                         uint64_t owner_key, uint64_t arrival_ns, uint64_t deadline_ns,
+                         uint64_t now_ns)
+{
+    struct fer_cdr_reader r = fer_cdr_open(cdr, len);
+    const uint8_t *sid;
+    uint32_t sid_len;
+    uint64_t sequence, h, fp, off, skip;
+    struct pool_entry *x;
+    int32_t idx, *chain;
+
+    if (p == NULL || cdr == NULL)
+        return FER_EINVAL;
+    sid = fer_cdr_get_string(&r, &sid_len);
+    sequence = fer_cdr_get_u64(&r);
+    if (!r.ok)
+        return FER_EINVAL;
+    h = fer_pool_hash(sid, sid_len);
+    fp = fingerprint(h, sequence);
+    saw_now(p, now_ns);
+    if (p->answered[fp & p->mask] == fp) { /* its answer came first */
+        bump(&p->c.answers_early, 1);
+        return FER_OK;
+    }
+    if (len > p->arena_cap) {
+        bump(&p->c.standby_evicted, 1);
+        return FER_OK;
+    }
+    pop_dead(p);
+    while (p->count == p->cfg.standby_entries || !arena_fit(p, len, &off, &skip))
+        pop_oldest(p);
+    idx = (int32_t)((p->head + p->count) % p->cfg.standby_entries);
+    x = &p->e[idx];
+    p->count++;
+    memcpy(p->arena + off, cdr, len);
+    p->a_used += skip + len;
+    *x = (struct pool_entry){h, sequence, owner_key, arrival_ns, deadline_ns, off, len,
+                             skip + len, 1, -1};
+    chain = &p->bucket[(h ^ sequence) & p->mask];
+    x->next = *chain;
+    *chain = idx;
+    bump(&p->c.standby_stored, 1);
+    gauge32(&p->c.standby_entries, p->c.standby_entries + 1);
+    gauges(p);
+    return FER_OK;
+}
+
+/* Remove every live entry of (sid_hash, sequence); how many. */
+static int remove_answered(struct fer_pool *p, uint64_t h, uint64_t sequence)
+{
+    int32_t idx = p->bucket[(h ^ sequence) & p->mask];
+    int n = 0;
+
+    while (idx >= 0) {
+        struct pool_entry *x = &p->e[idx];
+
+        idx = x->next;
+        if (x->live && x->sid_hash == h && x->sequence == sequence) {
+            unlink_entry(p, x);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* flowedge_relay_msgs/ActionMessage, in msg/ActionMessage.msg order (fer_publish.c writes it):
+ * session_id, sequence and relay_id; the rest skipped, the actions by their count. */
+static int parse_answer(const uint8_t *cdr, uint64_t len, const uint8_t **sid, uint32_t *sid_len,
+                        uint64_t *sequence, const uint8_t **relay, uint32_t *relay_len)
+{
+    struct fer_cdr_reader r = fer_cdr_open(cdr, len);
+    uint32_t skip_len;
+    uint64_t n;
+
+    fer_cdr_get_u32(&r);                      /* header.stamp */
+    fer_cdr_get_u32(&r);
+    fer_cdr_get_string(&r, &skip_len);        /* header.frame_id */
+    fer_cdr_get_u8(&r);                       /* code */
+    *sid = fer_cdr_get_string(&r, sid_len);
+    *sequence = fer_cdr_get_u64(&r);
+    fer_cdr_get_u64(&r);                      /* generation */
+    fer_cdr_get_u32(&r);                      /* retry_count */
+    fer_cdr_get_string(&r, &skip_len);        /* model_digest */
+    fer_cdr_get_u32(&r);                      /* observation_dim, action_dim, action_horizon */
+    fer_cdr_get_u32(&r);
+    fer_cdr_get_u32(&r);
+    fer_cdr_get_u32(&r);                      /* deadline */
+    fer_cdr_get_u32(&r);
+    fer_cdr_get_u32(&r);                      /* remaining_nfe */
+    fer_cdr_get_seq(&r, 4, 4, &n);            /* actions */
+    fer_cdr_get_u32(&r);                      /* nfe_done */
+    fer_cdr_get_u64(&r);                      /* queue_ns, compute_ns */
+    fer_cdr_get_u64(&r);
+    fer_cdr_get_u8(&r);                       /* retry_reason */
+    fer_cdr_get_u32(&r);                      /* frozen_rows */
+    fer_cdr_get_u32(&r);                      /* chunk_start */
+    fer_cdr_get_u32(&r);
+    fer_cdr_get_string(&r, &skip_len);        /* client_id */
+    fer_cdr_get_u8(&r);                       /* reject_reason */
+    if (!r.ok)
+        return -1;
+    *relay = fer_cdr_get_string(&r, relay_len);
+    if (!r.ok) { /* an answer of a relay outside any pool may end before relay_id */
+        *relay = NULL;
+        *relay_len = 0;
+    }
+    return 0;
+}
+
+int fer_pool_answer(struct fer_pool *p, const uint8_t *cdr, uint64_t len)
+{
+    const uint8_t *sid, *relay;
+    uint32_t sid_len, relay_len;
+    uint64_t sequence, h, fp;
+    int n;
+
+    if (p == NULL || cdr == NULL)
+        return FER_EINVAL;
+    if (parse_answer(cdr, len, &sid, &sid_len, &sequence, &relay, &relay_len) != 0) {
+        bump(&p->c.answers_malformed, 1);
+        return FER_EINVAL;
+    }
+    if (relay_len == p->cfg.relay_id_len && relay_len > 0 &&
+        memcmp(relay, p->cfg.relay_id, relay_len) == 0)
+        return 0; /* its own answer: for a request it decided, never kept */
+    bump(&p->c.answers_seen, 1);
+    h = fer_pool_hash(sid, sid_len);
+    n = remove_answered(p, h, sequence);
+    if (n == 0) {
+        fp = fingerprint(h, sequence);
+        p->answered[fp & p->mask] = fp;
+    } else {
+        bump(&p->c.standby_answered, (uint64_t)n);
+    }
+    pop_dead(p);
+    gauges(p);
+    return n;
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+int fer_pool_expire(struct fer_pool *p, uint64_t now_ns)
+{
+    uint64_t keys[FER_POOL_MEMBERS_MAX], lease;
+    uint32_t nk, i, s1;
+    int n = 0;
+
+    if (p == NULL)
+        return FER_EINVAL;
+    lease = p->cfg.lease_ns;
+    saw_now(p, now_ns);
+    do { /* the live keys, sorted */
+        const struct pool_view *v;
+
+        s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        v = &p->views[s1 & 1];
+        nk = v->n < FER_POOL_MEMBERS_MAX ? v->n : FER_POOL_MEMBERS_MAX;
+        for (i = 0; i < nk; i++)
+            keys[i] = v->m[i].key;
+        atomic_thread_fence(memory_order_acquire);
+    } while (s1 != __atomic_load_n(&p->seq, __ATOMIC_RELAXED));
+    qsort(keys, nk, sizeof(keys[0]), key_cmp);
+    for (i = 0; i < p->count; i++) {
+        struct pool_entry *x = at(p, i);
+        uint64_t due;
+        int live;
+
+        if (!x->live || x->deadline_ns == 0)
+            continue; /* no deadline: kept until answered or evicted */
+        live = bsearch(&x->owner_key, keys, nk, sizeof(keys[0]), key_cmp) != NULL;
+        due = fer_sat_add(x->deadline_ns, fer_sat_mul(lease, live ? 1 : 4));
+        if (now_ns >= due) {
+            unlink_entry(p, x);
+            bump(&p->c.standby_expired, 1);
+            n++;
+        }
+    }
+    pop_dead(p);
+    gauges(p);
+    p->last_expire = now_ns;
+    return n;
+}
+
+/* The deciding thread, each pass of its loop: expiry at most every lease / 4. */
+void fer_pool_tick(struct fer_pool *p, uint64_t now_ns)
+{
+    if (now_ns >= fer_sat_add(p->last_expire, p->cfg.lease_ns / 4))
+        fer_pool_expire(p, now_ns);
+}
+
+uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx)
+{
+    uint64_t keys[FER_POOL_TAKEOVERS_MAX], done = 0;
+    uint32_t nk, k, i;
+
+    if (!__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE))
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    nk = p->n_posted;
+    memcpy(keys, p->posted, nk * sizeof(keys[0]));
+    p->n_posted = 0;
+    __atomic_store_n(&p->pending, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&p->mu);
+    for (k = 0; k < nk; k++) {
+        bump(&p->c.takeovers, 1);
+        /* oldest first; fn decides through the intake, which never adds to the table here */
+        for (i = 0; i < p->count; i++) {
+            struct pool_entry *x = at(p, i);
+
+            if (!x->live || x->owner_key != keys[k])
+                continue;
+            unlink_entry(p, x);
+            bump(&p->c.taken_over_requests, 1);
+            fn(ctx, p->arena + x->off, x->len, x->arrival_ns);
+            done++;
+        }
+    }
+    pop_dead(p);
+    gauges(p);
+    return done;
+}
+
+int fer_pool_counters(struct fer_pool *p, struct fer_pool_counters *out)
+{
+    uint64_t now, owned = 0;
+    uint32_t i;
+
+    if (p == NULL || out == NULL)
+        return FER_EINVAL;
+    now = __atomic_load_n(&p->last_now, __ATOMIC_RELAXED);
+    for (i = 0; i < FER_POOL_OWNED_SLOTS; i++) {
+        uint64_t t = __atomic_load_n(&p->owned[i], __ATOMIC_RELAXED);
+
+        owned += t != 0 && fer_sat_add(t, p->cfg.lease_ns) >= now;
+    }
+    pthread_mutex_lock(&p->mu); /* surrendered's writers */
+#define RD(f) out->f = __atomic_load_n(&p->c.f, __ATOMIC_RELAXED)
+    RD(not_owner); RD(unowned); RD(standby_stored); RD(standby_answered); RD(standby_expired);
+    RD(standby_evicted); RD(answers_seen); RD(answers_malformed); RD(answers_early);
+    RD(takeovers); RD(taken_over_requests); RD(surrendered); RD(standby_bytes);
+    RD(standby_bytes_capacity); RD(standby_entries); RD(standby_capacity); RD(pool_members);
+    RD(pool_epoch); RD(key);
+#undef RD
+    pthread_mutex_unlock(&p->mu);
+    out->owned_sessions = owned;
+    return FER_OK;
+}

@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fer_pool.h - a relay pool's ownership in C: who decides a request, what a member keeps of the
+ * requests another member owns, and the takeover of a dead member's requests
+ * (docs/design.md §13).
+ *
+ * Why in C: every member of a pool takes every request of the pool's topic, and drops the ones it
+ * does not own in the intake, right after the header fields are parsed and before any copy. That
+ * drop is on the intake thread's hot path, so it costs one hash and a scan of at most
+ * FER_POOL_MEMBERS_MAX members, no lock and no allocation.
+ *
+ * Ownership: rendezvous (highest random weight) hashing. score(m, s) = fer_pool_mix64(m.key ^
+ * fer_pool_hash(session_id)); the owner of a request is the highest-scoring member of the view
+ * that serves its model digest and counts for the request's origin_stamp (owning_from <=
+ * origin_stamp < owning_until, 0 = unbounded; an unset origin_stamp counts every member); the
+ * successor is the second highest. Keys are compared last, so two members never tie. A member's
+ * key is fer_pool_mix64(fer_pool_hash(relay_id)).
+ *
+ * The view (fer_pool_set_view, any thread, rare) is double-buffered under a sequence counter: the
+ * intake thread reads it without a lock and retries only if a set overlapped its read.
+ *
+ * The standby table: a request this member is the successor of is kept (its CDR bytes, the
+ * owner's key, arrival, deadline) until an answer on flowedge/actions names it
+ * (fer_pool_answer), its deadline + lease passed while its owner is in the view (deadline +
+ * 4 x lease whatever the view says), or it is the oldest when a new one does not fit (entries
+ * and bytes bounded at create; counted standby_evicted). The bytes lie in one ring arena in
+ * arrival order. An answer that comes before its request is remembered in a small direct-mapped
+ * filter (2 x entries fingerprints), so the request is not kept when it arrives.
+ *
+ * Takeover: fer_pool_takeover (any thread) posts a dead member's key; the intake thread then
+ * re-decides every standby entry of that owner as an arrival (fer_intake_pool_service in
+ * fer_intake.h): admission, the age gate and expiry decide, and a request past its deadline is
+ * answered EXPIRED at once.
+ *
+ * Same rules as fer.h: read verbatim into the cdef (before fer_intake.h), so declarations and
+ * plain integer #defines only. Threads: set_view, takeover, set_epoch, add_surrendered, counters
+ * and the hash functions are for any thread; standby, answer and expiry calls belong to the one
+ * thread that decides requests (the intake thread, or a test holding that role). Nothing
+ * allocates after fer_pool_create.
+ */
+
+#define FER_POOL_MEMBERS_MAX 64       /* members of one view */
+#define FER_POOL_DIGESTS_MAX 8        /* model digests one member serves */
+#define FER_POOL_RELAY_ID_MAX 128     /* bytes of a relay_id */
+#define FER_POOL_TAKEOVERS_MAX 64     /* dead keys waiting for the intake thread */
+#define FER_POOL_OWNED_SLOTS 1024     /* owned_sessions estimate: direct-mapped session slots */
+
+/* fer_pool_role: what this member is for a request */
+#define FER_POOL_OWNER 0              /* decide it (today's path) */
+#define FER_POOL_SUCCESSOR 1          /* not the owner, the second in its ranking: keep it */
+#define FER_POOL_OTHER 2              /* neither: drop it */
+#define FER_POOL_UNOWNED 3            /* no member of the view covers it: decide it here, as a
+                                       * single relay would (counted unowned) */
+
+/* One member of the view, as the membership layer (flowedge_relay/pool.py) knows it. Times are
+ * ROS time in ns, 0 = unbounded. digests: fer_pool_hash of each served model_digest string;
+ * n_digests 0 = serves every digest. */
+struct fer_pool_member {
+    uint64_t key;
+    int64_t owning_from_ns;
+    int64_t owning_until_ns;
+    uint32_t n_digests;
+    uint32_t _pad;
+    uint64_t digests[FER_POOL_DIGESTS_MAX];
+};
+
+/* What a pool is made with. standby_entries >= 1, standby_bytes >= 1, lease_ns >= 1;
+ * relay_id_len <= FER_POOL_RELAY_ID_MAX. */
+struct fer_pool_config {
+    char relay_id[FER_POOL_RELAY_ID_MAX];
+    uint32_t relay_id_len;
+    uint32_t standby_entries;
+    uint64_t standby_bytes;
+    uint64_t lease_ns;
+};
+
+/* Counters (monotonic) and gauges (marked), read by any thread through fer_pool_counters (a
+ * snapshot; each field was current, the set is not one instant). */
+struct fer_pool_counters {
+    uint64_t not_owner;               /* requests dropped in the intake: another member owns them */
+    uint64_t unowned;                 /* no member covered them: decided here (FER_POOL_UNOWNED) */
+    uint64_t standby_stored;          /* kept as successor */
+    uint64_t standby_answered;        /* removed: an answer named them */
+    uint64_t standby_expired;         /* removed: deadline + lease passed, owner live */
+    uint64_t standby_evicted;         /* removed: oldest when a new one did not fit (or too big) */
+    uint64_t answers_seen;            /* ActionMessages of other members taken */
+    uint64_t answers_malformed;       /* ActionMessage bytes that did not parse */
+    uint64_t answers_early;           /* answers that came before their request (filtered) */
+    uint64_t takeovers;               /* dead members' keys handled */
+    uint64_t taken_over_requests;     /* standby entries re-decided by a takeover */
+    uint64_t surrendered;             /* work dropped after this member's own stall */
+    uint64_t standby_bytes;           /* gauge: bytes held in the arena (holes included) */
+    uint64_t standby_bytes_capacity;  /* gauge */
+    uint32_t standby_entries;         /* gauge: live entries */
+    uint32_t standby_capacity;        /* gauge */
+    uint32_t pool_members;            /* gauge: members of the view */
+    uint32_t pool_epoch;              /* gauge: fer_pool_set_epoch */
+    uint64_t owned_sessions;          /* gauge, an estimate: sessions this member decided as owner
+                                       * within the last lease (FER_POOL_OWNED_SLOTS slots) */
+    uint64_t key;                     /* this member's key */
+};
+
+struct fer_pool;
+
+/* 64-bit FNV-1a of bytes, and the splitmix64 finaliser (any thread; pure). */
+uint64_t fer_pool_hash(const uint8_t *bytes, uint64_t len);
+uint64_t fer_pool_mix64(uint64_t x);
+
+/* create: checks cfg, allocates the view, the standby table and its arena. FER_OK and *out,
+ *   FER_EINVAL or FER_ENOMEM (or FER_ESYS for the lock). destroy: accepts NULL; not while an
+ *   intake, intake loop or publisher still uses it. */
+int fer_pool_create(const struct fer_pool_config *cfg, struct fer_pool **out);
+void fer_pool_destroy(struct fer_pool *pool);
+
+/* Any thread: the new view (n <= FER_POOL_MEMBERS_MAX; FER_EINVAL beyond, or for two members with
+ * one key). From the next decision on every request is decided against it. */
+int fer_pool_set_view(struct fer_pool *pool, const struct fer_pool_member *members, uint32_t n);
+/* Any thread: the epoch answers carry (ActionMessage.pool_epoch) and the counters report. */
+int fer_pool_set_epoch(struct fer_pool *pool, uint32_t epoch);
+uint32_t fer_pool_epoch(const struct fer_pool *pool); /* 0 for NULL */
+/* Any thread: count n requests surrendered after this member's own stall. */
+int fer_pool_add_surrendered(struct fer_pool *pool, uint64_t n);
+
+/* Any thread: this member's role for a request (FER_POOL_OWNER .. FER_POOL_UNOWNED), from its
+ * session id bytes, the fer_pool_hash of its model_digest and its origin_stamp (ROS ns, 0 =
+ * unset). With owner_key / successor_key non-NULL, the two highest keys (0 = none). count != 0:
+ * count not_owner (SUCCESSOR, OTHER) or unowned, as the intake does; only from the thread that
+ * decides requests (the rclpy intake's request thread). A negative code for a NULL pool. */
+int fer_pool_role(struct fer_pool *pool, const uint8_t *session_id, uint32_t session_id_len,
+                  uint64_t digest_hash, int64_t origin_ns, uint32_t count, uint64_t *owner_key,
+                  uint64_t *successor_key);
+
+/* Any thread: post a dead member's key for takeover (its standby entries are re-decided by the
+ * intake thread's next fer_intake_pool_service; the loop is woken). FER_EFULL when
+ * FER_POOL_TAKEOVERS_MAX keys wait already. */
+int fer_pool_takeover(struct fer_pool *pool, uint64_t dead_key);
+
+/* The deciding thread: keep a request as successor of owner_key (arrival and deadline on the
+ * monotonic clock; deadline 0 = none). FER_OK (kept, or filtered as already answered), FER_EINVAL.
+ * fer_intake does this itself; exposed for the tests and the bench. */
+int fer_pool_standby_put(struct fer_pool *pool, const uint8_t *cdr, uint64_t len,
+                         uint64_t owner_key, uint64_t arrival_ns, uint64_t deadline_ns,
+                         uint64_t now_ns);
+/* The deciding thread: one flowedge/actions message's CDR bytes. Removes every standby entry of
+ * its (session_id, sequence) and returns how many (an answer of this member's own relay_id is
+ * ignored: 0), or FER_EINVAL for bytes that are not an ActionMessage (counted). */
+int fer_pool_answer(struct fer_pool *pool, const uint8_t *cdr, uint64_t len);
+/* The deciding thread: drop expired entries (see above); returns how many. */
+int fer_pool_expire(struct fer_pool *pool, uint64_t now_ns);
+
+/* Any thread: the counters (FER_OK, FER_EINVAL). */
+int fer_pool_counters(struct fer_pool *pool, struct fer_pool_counters *out);
+/* Any thread: this member's relay_id (relay_id_len bytes, not NUL-terminated) and key. */
+const char *fer_pool_relay_id(const struct fer_pool *pool, uint32_t *relay_id_len);
