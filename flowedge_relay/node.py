@@ -265,9 +265,12 @@ class RelayNode(LifecycleNodeMixin, Node):
         self._lost_events = EventPoll(
             [h for sub in self._request_subs for h in sub.event_handlers], self.context)
         if p["pool"]:
+            if self._intake_loop is None:  # the ownership test is in the C intake
+                raise parameters.ParameterError(
+                    f"pool {p['pool']!r} needs the C request intake, which is off here "
+                    f"({self.intake_note})")
             self.relay_pool = RelayPool(self, p, self.pool_served)
-            if self._intake_loop is not None:
-                self._intake_loop.set_pool(self.relay_pool.c)
+            self._intake_loop.set_pool(self.relay_pool.c)
         # set only through fault_pause_intake, which a drill relay alone has
         self._pause_intake = IntakePause(self._intake_loop)
 
