@@ -661,7 +661,7 @@ class RelayNode(LifecycleNodeMixin, Node):
         """(callback groups, entities) the main executor must leave alone: the request group,
         which the request thread spins (the rclpy intake) or takes from in C (the native
         intake, whose MESSAGE_LOST events _poll_health takes: executors.EventPoll)."""
-        return [self.request_group], []
+        return [self.request_group, *([self.relay_pool.group] if self.relay_pool else [])], []
 
     def _log_native_discards(self, now_mono: int) -> None:
         """The native intake counts discards in C; log them here, as rate-limited as the rclpy
@@ -684,6 +684,8 @@ class RelayNode(LifecycleNodeMixin, Node):
         """Start the request intake's thread: the C intake's loop, or (the rclpy intake) the
         request group spun on a dedicated single-threaded executor."""
         loop = self._intake_loop
+        if self.relay_pool is not None:
+            self.relay_pool.start(context or self.context)
         if loop is None:
             executor = RequestExecutor([self], [self.request_group],
                                        context=context or self.context)

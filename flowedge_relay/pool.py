@@ -18,8 +18,10 @@ This module only announces this member, follows the others and pushes each new v
 - Its own stall: a member silent for more than lease + 100 ms may have been declared dead and
   taken over; it surrenders what it held, bumps its epoch and rejoins with a new owning_from.
 
-Threads: the subscription, its event and the timer run in one callback group of the main
-executor; the lifecycle hooks (activate, drain, leave) run in the lifecycle group. A lock keeps
+Threads: the subscription, its event and the timer run in one callback group, spun by a thread
+of its own (RelayPool.start): a main executor behind on diagnostics, stats or parameter calls
+must not delay the announcements, since a member whose announcements stop for a lease is dead to
+the pool. The lifecycle hooks (activate, drain, leave) run in the lifecycle group. A lock keeps
 the member table and this member's own state consistent between them.
 """
 
@@ -491,6 +493,23 @@ class RelayPool:
             callback_group=node.request_group, raw=True)
         self.membership = PoolMembership(node, p["pool"], lease_ms, served,
                                          CorePoolSink(self.c))
+        self._node = node
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def group(self):
+        """The membership's callback group, which only the pool's own thread spins."""
+        return self.membership.group
+
+    def start(self, context) -> None:
+        """Spin the membership on a thread of its own (see the module docstring)."""
+        from flowedge_relay.executors import RequestExecutor, spin_until
+
+        executor = RequestExecutor([self._node], [self.group], context=context)
+        self._thread = threading.Thread(target=spin_until, args=(executor, self._stop),
+                                        name="flowedge-pool", daemon=True)
+        self._thread.start()
 
     def configured(self) -> None:
         self.membership.leave(INACTIVE)
@@ -512,5 +531,8 @@ class RelayPool:
 
     def close(self) -> None:
         """At the node's end, after the intake loop and the publishers stopped."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
         self.membership.close(FINALIZED)
         self.c.close()

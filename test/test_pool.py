@@ -38,9 +38,13 @@ pytestmark = pytest.mark.ros
 
 NS = "/pooltest"
 POOL = "pooltest"
-LEASE_MS = 500
+# A member silent for a lease is dead to the pool: on a shared 2-core host a relay process can
+# wait hundreds of ms for a CPU, so the lease is set above that (as a deployment sets it above its
+# host's worst stall); the takeover bound is checked against it.
+LEASE_MS = 2000
 RELAYS = 3
 NFE_DELAY_MS = 50  # x 4 NFE: a request holds its worker 200 ms, so a burst stays queued
+STATS_HZ = 20.0  # the takeover counter is read from flowedge/stats, 50 ms apart
 TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/model")
 
 
@@ -51,7 +55,8 @@ def relay_args(i: int) -> list[str]:
     for topic in TOPICS:
         args += ["-r", f"{topic}:={NS}/{topic}"]
     return args + ["-p", f"pool:={POOL}", "-p", f"pool_lease_ms:={LEASE_MS}",
-                   "-p", f"fault_nfe_delay_ms:={float(NFE_DELAY_MS)}", "-p", "stats_rate_hz:=100.0"]
+                   "-p", f"fault_nfe_delay_ms:={float(NFE_DELAY_MS)}",
+                   "-p", f"stats_rate_hz:={STATS_HZ}"]
 
 
 def owner(session: str, relay_ids: list[str]) -> str:
@@ -207,7 +212,16 @@ class PoolClient:
             self.answers.clear()
             self.sent.clear()
 
-    def change_state(self, i: int, transition: int, timeout: float = 60.0) -> None:
+    def ensure_active(self, i: int, ids: list[str]) -> None:
+        """Relay i active and every member listing the three (a test that failed before may
+        have left it inactive)."""
+        with self.lock:
+            active = self.members[ids[i]].state == 3
+        if not active:
+            self.change_state(i, Transition.TRANSITION_ACTIVATE)
+        self.wait_views(list(range(RELAYS)), set(ids))
+
+    def change_state(self, i: int, transition: int, timeout: float = 120.0) -> None:
         client = self.node.create_client(ChangeState, f"{NS}/r{i}/flowedge_relay/change_state")
         try:
             assert client.wait_for_service(timeout_sec=30)
@@ -239,6 +253,7 @@ def test_every_request_is_answered_once_by_its_sessions_owner(pool):
     """3 members on one request topic: each request answered exactly once, by the rendezvous
     owner of its session; sessions spread over all members, the others drop (not_owner)."""
     client, _, ids = pool
+    client.ensure_active(2, ids)
     client.reset()
     sessions = sessions_owned(ids, 4)
     for _ in range(5):
@@ -258,6 +273,7 @@ def test_deactivate_drains_a_member_without_loss(pool):
     what it owns until then, answers all it admitted and leaves; every request is answered once,
     and none stamped from owning_until on by the member that left. Reactivated, it rejoins."""
     client, _, ids = pool
+    client.ensure_active(2, ids)
     client.reset()
     sessions = sessions_owned(ids, 3, "drain")
     stop = threading.Event()
@@ -291,6 +307,7 @@ def test_a_joining_member_takes_only_its_sessions_without_duplicates(pool):
     sessions the hash gives it (1/3 of them, chosen so), the others keep theirs, requests
     stamped before owning_from stay with their old owner, and nothing is answered twice."""
     client, _, ids = pool
+    client.ensure_active(2, ids)
     client.change_state(2, Transition.TRANSITION_DEACTIVATE)
     client.wait_views([0, 1], {ids[0], ids[1]})
     client.reset()
@@ -326,6 +343,7 @@ def test_kill_9_under_load_every_request_is_answered_once_and_taken_over_in_time
     sent before, during and after is answered exactly once (the survivors answer the victim's
     unanswered ones), and the survivors start the takeover within lease + 100 ms of the kill."""
     client, procs, ids = pool
+    client.ensure_active(2, ids)
     client.reset()
     victim = 1
     sessions = sessions_owned(ids, 3, "kill")
@@ -361,5 +379,5 @@ def test_kill_9_under_load_every_request_is_answered_once_and_taken_over_in_time
     delay_ms = max(client.takeover_stamps[i] - killed_at for i in survivors) / 1e6
     print(f"takeover {delay_ms:.0f} ms after kill -9 (lease {LEASE_MS} ms); "
           f"{len(taken)} of the victim's requests answered by survivors")
-    # stats are published every 10 ms: the counter is seen at most one period late
-    assert delay_ms <= LEASE_MS + 100 + 10
+    # the counter is seen at most one stats period late
+    assert delay_ms <= LEASE_MS + 100 + 1000 / STATS_HZ

@@ -189,7 +189,8 @@ def _publish_answers(sessions: list[tuple[str, int]], *ids_lists) -> list:
             time.sleep(0.5)
         relay.destroy_node()
         robot.destroy_node()
-    return [(sub, [(a.session_id, a.sequence) for a in g]) for sub, g in zip(subs, got)]
+    return [(sub, [(a.session_id, a.sequence) for a in g])
+            for sub, g in zip(subs, got, strict=True)]
 
 
 @pytest.mark.ros
