@@ -66,29 +66,11 @@ READER_DEPTH = 64
 DISCOVERY_WAIT_LEASES = 2
 HEARD_MAX = 4096
 
-_FNV_OFFSET = 0xCBF29CE484222325
-_FNV_PRIME = 0x100000001B3
-_U64 = (1 << 64) - 1
-
-
-def fnv1a64(data: bytes) -> int:
-    """64-bit FNV-1a, as csrc/fer_pool.c hashes session ids, digests and relay ids."""
-    h = _FNV_OFFSET
-    for b in data:
-        h = ((h ^ b) * _FNV_PRIME) & _U64
-    return h
-
-
-def mix64(x: int) -> int:
-    """The splitmix64 finaliser (fer_pool_mix64)."""
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _U64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _U64
-    return x ^ (x >> 31)
-
-
 def member_key(relay_id: str) -> int:
-    """A member's 64-bit key in the rendezvous hash."""
-    return mix64(fnv1a64(relay_id.encode()))
+    """A member's 64-bit key in the rendezvous hash (the C pool's: splitmix64 of FNV-1a)."""
+    from flowedge_relay.core import pool_key
+
+    return pool_key(relay_id)
 
 
 _RELAY_ID: list[str] = []

@@ -29,9 +29,8 @@ from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from relayd import relayds
 
-from flowedge_relay.core import pool_hash, pool_key
 from flowedge_relay.model import default_model_path, load_model
-from flowedge_relay.pool import mix64, pool_qos
+from flowedge_relay.pool import member_key, pool_qos
 from flowedge_relay.tooling.harness import build_request, ros_context, spinning
 
 pytestmark = pytest.mark.ros
@@ -59,11 +58,31 @@ def relay_args(i: int) -> list[str]:
                    "-p", f"stats_rate_hz:={STATS_HZ}"]
 
 
+_U64 = (1 << 64) - 1
+
+
+def fnv1a64(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & _U64
+    return h
+
+
+def mix64(x: int) -> int:
+    """splitmix64's finaliser."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _U64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _U64
+    return x ^ (x >> 31)
+
+
 def owner(session: str, relay_ids: list[str]) -> str:
-    """The rendezvous owner of `session` among `relay_ids`, computed here: the highest
-    mix64(key ^ hash(session)), keys compared last."""
-    h = pool_hash(session)
-    return max(relay_ids, key=lambda r: (mix64(pool_key(r) ^ h), pool_key(r)))
+    """The rendezvous owner of `session` among `relay_ids`, computed here in Python, apart from
+    the C pool the relays run: the highest mix64(key ^ fnv1a64(session)), keys compared last,
+    with key = mix64(fnv1a64(relay_id))."""
+    h = fnv1a64(session.encode())
+    key = {r: mix64(fnv1a64(r.encode())) for r in relay_ids}
+    assert all(key[r] == member_key(r) for r in relay_ids)  # the relays' keys, from C
+    return max(relay_ids, key=lambda r: (mix64(key[r] ^ h), key[r]))
 
 
 def sessions_owned(relay_ids: list[str], per_member: int, prefix: str = "robot") -> list[str]:
@@ -381,3 +400,27 @@ def test_kill_9_under_load_every_request_is_answered_once_and_taken_over_in_time
           f"{len(taken)} of the victim's requests answered by survivors")
     # the counter is seen at most one stats period late
     assert delay_ms <= LEASE_MS + 100 + 1000 / STATS_HZ
+
+
+def test_without_a_pool_nothing_of_it_exists_and_spill_is_refused():
+    """`pool` empty (the default) is a single relay: no pool topic, thread or status, the pool
+    fields of RelayStats 0. `pool_spill: true` is refused at start and on a live set, saying spill
+    is not built."""
+    from rclpy.parameter import Parameter
+    from ros_helpers import running_relay
+
+    from flowedge_relay.node import RelayNode
+    from flowedge_relay.parameters import ParameterError
+
+    with running_relay() as h:
+        assert h.relay.relay_pool is None
+        topics = {name for name, _ in h.client.get_topic_names_and_types()}
+        assert "/flowedge/pool" not in topics and "/flowedge/actions" in topics
+        assert "flowedge-pool" not in {t.name for t in threading.enumerate()}
+        assert h.latest_status("admission") is not None  # a fresh array came
+        names = {st.name for array in list(h.diagnostics) for st in array.status}
+        assert "flowedge_relay: admission" in names and "flowedge_relay: pool" not in names
+        (result,) = h.relay.set_parameters([Parameter("pool_spill", value=True)])
+        assert not result.successful and "not implemented" in result.reason
+    with ros_context() as ctx, pytest.raises(ParameterError, match="pool_spill.*not implemented"):
+        RelayNode(context=ctx, parameter_overrides=[Parameter("pool_spill", value=True)])
