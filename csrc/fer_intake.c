@@ -29,6 +29,7 @@ struct fer_intake {
     uint32_t cid_len;                    /* §7.1: the validated client id, as rclpy sees it */
     char cid[FER_SESSION_ID_MAX];
     struct fer_pool *pool;               /* NULL: no pool (today's intake) */
+    uint64_t digest_hash;                /* fer_pool_hash of cfg.digest */
     uint64_t svc_mono;                   /* fer_intake_pool_service's clocks, for its takeovers */
     int64_t svc_ros;
 };
@@ -111,6 +112,7 @@ int fer_intake_create(struct fer_core *core, const struct fer_intake_config *cfg
         return FER_ENOMEM;
     in->cfg = *cfg;
     in->core = core;
+    in->digest_hash = fer_pool_hash((const uint8_t *)cfg->digest, cfg->digest_len);
     in->obs = calloc((size_t)cfg->observation_dim + 1, sizeof(float));
     if (in->obs == NULL) {
         fer_intake_destroy(in);
@@ -457,8 +459,11 @@ static int not_owned(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
     int64_t origin = stamp_ok(v->origin_sec, v->origin_nanosec)
                      ? (int64_t)stamp_ns(v->origin_sec, v->origin_nanosec) : 0;
     uint64_t owner, deadline = 0;
-    int role = fer_pool_route(in->pool, v->session_id, v->session_id_len,
-                              fer_pool_hash(v->model_digest, v->model_digest_len), origin,
+    /* the served digest's hash is known; another digest's is computed */
+    uint64_t digest_hash = v->model_digest_len == in->cfg.digest_len &&
+                           memcmp(v->model_digest, in->cfg.digest, in->cfg.digest_len) == 0
+                           ? in->digest_hash : fer_pool_hash(v->model_digest, v->model_digest_len);
+    int role = fer_pool_route(in->pool, v->session_id, v->session_id_len, digest_hash, origin,
                               now_mono, 1, &owner, NULL);
 
     if (role == FER_POOL_OWNER || role == FER_POOL_UNOWNED)
@@ -490,10 +495,11 @@ static int decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len, uint6
     *decision = -1;
     if (pooled)
         bump(&in->counters.received);
+    if (pooled && in->pool != NULL && fer_request_parse_head(cdr, len, &v) == 0 &&
+        not_owned(in, cdr, len, &v, now_mono, now_ros, decision))
+        return FER_REASON_NONE;
     if (fer_request_parse(cdr, len, &v) != 0)
         return discard(in, FER_REASON_REQUEST_MALFORMED);
-    if (pooled && in->pool != NULL && not_owned(in, cdr, len, &v, now_mono, now_ros, decision))
-        return FER_REASON_NONE;
     reason = validate(in, &v);
     if (reason != FER_REASON_NONE)
         return discard(in, reason);
@@ -538,6 +544,29 @@ int fer_intake_decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
     if (in == NULL || cdr == NULL || decision == NULL)
         return FER_EINVAL;
     return decide(in, cdr, len, now_mono, now_ros, now_mono, 1, decision);
+}
+
+int fer_intake_bench_decide(struct fer_intake *in, const uint8_t *buf, const uint64_t *offsets,
+                            uint32_t n_msgs, uint32_t n, uint64_t now_mono, int64_t now_ros,
+                            uint64_t *ns_out)
+{
+    uint32_t i;
+
+    if ((in != NULL && (buf == NULL || offsets == NULL || n_msgs == 0)) || ns_out == NULL)
+        return FER_EINVAL;
+    for (i = 0; i < n; i++) {
+        const uint64_t *o = in ? &offsets[i % n_msgs] : NULL;
+        struct timespec t0, t1;
+        int32_t decision;
+
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (in != NULL)
+            decide(in, buf + o[0], o[1] - o[0], now_mono, now_ros, now_mono, 1, &decision);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        ns_out[i] = (uint64_t)(t1.tv_sec - t0.tv_sec) * NS_PER_S + (uint64_t)t1.tv_nsec -
+                    (uint64_t)t0.tv_nsec;
+    }
+    return FER_OK;
 }
 
 /* ---- a relay pool ------------------------------------------------------------------------------ */

@@ -230,6 +230,10 @@ struct fer_request_view {
  * bytes are a whole InferenceRequest (trailing padding allowed), -1 when not (truncated, a length
  * past the end, big endian or another encapsulation). Reads nothing past len. */
 int fer_request_parse(const uint8_t *buf, uint64_t len, struct fer_request_view *v);
+/* Only the fields from session_id to model_digest (the others left as they were): what a pool
+ * member needs to know who owns the request, before anything else is read. 0 or -1 as above,
+ * for those fields. */
+int fer_request_parse_head(const uint8_t *buf, uint64_t len, struct fer_request_view *v);
 
 /*
  * A relay pool (fer_pool.h; docs/design.md §13). set_pool: every request decide takes from then
@@ -250,3 +254,11 @@ int fer_intake_set_pool(struct fer_intake *in, struct fer_pool *pool);
 int fer_intake_pool_service(struct fer_intake *in, uint64_t now_mono, int64_t now_ros);
 int fer_intake_loop_set_pool(struct fer_intake_loop *loop, struct fer_pool *pool,
                              uint32_t answers_from);
+
+/* BENCH ONLY (flowedge_relay_bench pool-sim): decide n messages, message i being
+ * buf[offsets[i % n_msgs], offsets[i % n_msgs + 1]), each timed with CLOCK_MONOTONIC into
+ * ns_out[i], all at the clocks (now_mono, now_ros); in NULL: the timer's own cost, n times.
+ * From the deciding thread. FER_OK, FER_EINVAL. */
+int fer_intake_bench_decide(struct fer_intake *in, const uint8_t *buf, const uint64_t *offsets,
+                            uint32_t n_msgs, uint32_t n, uint64_t now_mono, int64_t now_ros,
+                            uint64_t *ns_out);

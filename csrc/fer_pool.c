@@ -664,6 +664,26 @@ uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, voi
     return done;
 }
 
+int fer_pool_standby_snapshot(struct fer_pool *p, uint64_t *sid_hash, uint64_t *sequence,
+                              uint64_t *owner_key, uint32_t max)
+{
+    uint32_t i, n = 0;
+
+    if (p == NULL || ((sid_hash == NULL || sequence == NULL || owner_key == NULL) && max > 0))
+        return FER_EINVAL;
+    for (i = 0; i < p->count && n < max; i++) {
+        const struct pool_entry *x = at(p, i);
+
+        if (!x->live)
+            continue;
+        sid_hash[n] = x->sid_hash;
+        sequence[n] = x->sequence;
+        owner_key[n] = x->owner_key;
+        n++;
+    }
+    return (int)n;
+}
+
 int fer_pool_counters(struct fer_pool *p, struct fer_pool_counters *out)
 {
     uint64_t now, owned = 0;

@@ -44,6 +44,7 @@
 #define FER_POOL_RELAY_ID_MAX 128     /* bytes of a relay_id */
 #define FER_POOL_TAKEOVERS_MAX 64     /* dead keys waiting for the intake thread */
 #define FER_POOL_OWNED_SLOTS 1024     /* owned_sessions estimate: direct-mapped session slots */
+#define FER_POOL_STANDBY_SNAPSHOT_MAX 65536 /* entries Pool.standby() reads */
 
 /* fer_pool_role: what this member is for a request */
 #define FER_POOL_OWNER 0              /* decide it (today's path) */
@@ -147,6 +148,12 @@ int fer_pool_standby_put(struct fer_pool *pool, const uint8_t *cdr, uint64_t len
 int fer_pool_answer(struct fer_pool *pool, const uint8_t *cdr, uint64_t len);
 /* The deciding thread: drop expired entries (see above); returns how many. */
 int fer_pool_expire(struct fer_pool *pool, uint64_t now_ns);
+
+/* The deciding thread (tests, the reference model): the live standby entries, oldest first, as
+ * (fer_pool_hash(session_id), sequence, owner key) into the three arrays (max each); how many
+ * were written. */
+int fer_pool_standby_snapshot(struct fer_pool *pool, uint64_t *sid_hash, uint64_t *sequence,
+                              uint64_t *owner_key, uint32_t max);
 
 /* Any thread: the counters (FER_OK, FER_EINVAL). */
 int fer_pool_counters(struct fer_pool *pool, struct fer_pool_counters *out);

@@ -25,6 +25,32 @@ static void get_tensor(struct fer_cdr_reader *r, struct fer_tensor_view *t)
     t->data_len = len;
 }
 
+/* The fields up to model_digest: all a pool member needs to know who owns the request. */
+static void get_head(struct fer_cdr_reader *r, struct fer_request_view *v)
+{
+    v->session_id = fer_cdr_get_string(r, &v->session_id_len);
+    v->sequence = fer_cdr_get_u64(r);
+    v->generation = fer_cdr_get_u64(r);
+    v->retry_count = fer_cdr_get_u32(r);
+    v->retry_reason = fer_cdr_get_u8(r);
+    v->origin_sec = (int32_t)fer_cdr_get_u32(r);
+    v->origin_nanosec = fer_cdr_get_u32(r);
+    v->deadline_sec = (int32_t)fer_cdr_get_u32(r);
+    v->deadline_nanosec = fer_cdr_get_u32(r);
+    v->remaining_nfe = fer_cdr_get_u32(r);
+    v->model_digest = fer_cdr_get_string(r, &v->model_digest_len);
+}
+
+int fer_request_parse_head(const uint8_t *buf, uint64_t len, struct fer_request_view *v)
+{
+    struct fer_cdr_reader r = fer_cdr_open(buf, len);
+
+    if (v == NULL || !r.ok)
+        return -1;
+    get_head(&r, v);
+    return r.ok ? 0 : -1;
+}
+
 int fer_request_parse(const uint8_t *buf, uint64_t len, struct fer_request_view *v)
 {
     struct fer_cdr_reader r = fer_cdr_open(buf, len);
@@ -34,17 +60,7 @@ int fer_request_parse(const uint8_t *buf, uint64_t len, struct fer_request_view 
     if (v == NULL || !r.ok)
         return -1;
     memset(v, 0, sizeof(*v));
-    v->session_id = fer_cdr_get_string(&r, &v->session_id_len);
-    v->sequence = fer_cdr_get_u64(&r);
-    v->generation = fer_cdr_get_u64(&r);
-    v->retry_count = fer_cdr_get_u32(&r);
-    v->retry_reason = fer_cdr_get_u8(&r);
-    v->origin_sec = (int32_t)fer_cdr_get_u32(&r);
-    v->origin_nanosec = fer_cdr_get_u32(&r);
-    v->deadline_sec = (int32_t)fer_cdr_get_u32(&r);
-    v->deadline_nanosec = fer_cdr_get_u32(&r);
-    v->remaining_nfe = fer_cdr_get_u32(&r);
-    v->model_digest = fer_cdr_get_string(&r, &v->model_digest_len);
+    get_head(&r, v);
     v->observation_dim = fer_cdr_get_u32(&r);
     v->action_dim = fer_cdr_get_u32(&r);
     v->action_horizon = fer_cdr_get_u32(&r);

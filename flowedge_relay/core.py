@@ -990,6 +990,29 @@ class Pool:
                                         pool_hash(digest), origin_ns, 1, ffi.NULL, ffi.NULL))
         return role in (lib.FER_POOL_OWNER, lib.FER_POOL_UNOWNED)
 
+    # the deciding thread's calls (the C intake makes them itself; tests, the bench, the reference)
+
+    def standby_put(self, cdr: bytes, owner_key: int, arrival_ns: int, deadline_ns: int,
+                    now_ns: int) -> None:
+        """Keep a request's CDR bytes as the successor of owner_key (deadline 0 = none)."""
+        _check(lib.fer_pool_standby_put(self._pool, cdr, len(cdr), owner_key, arrival_ns,
+                                        deadline_ns, now_ns))
+
+    def answer(self, cdr: bytes) -> int:
+        """One flowedge/actions message's CDR bytes: the standby entries it removed."""
+        return _check(lib.fer_pool_answer(self._pool, cdr, len(cdr)))
+
+    def expire(self, now_ns: int) -> int:
+        """Drop the standby entries past deadline + lease (owner live) or + 4 x lease."""
+        return _check(lib.fer_pool_expire(self._pool, now_ns))
+
+    def standby(self) -> list[tuple[int, int, int]]:
+        """The live standby entries, oldest first: (pool_hash(session_id), sequence, owner)."""
+        n = lib.FER_POOL_STANDBY_SNAPSHOT_MAX
+        a, b, c = (ffi.new("uint64_t[]", n) for _ in range(3))
+        got = _check(lib.fer_pool_standby_snapshot(self._pool, a, b, c, n))
+        return [(int(a[i]), int(b[i]), int(c[i])) for i in range(got)]
+
     def counters(self) -> PoolCounters:
         """A snapshot of the pool's counters and gauges."""
         c = self._counters

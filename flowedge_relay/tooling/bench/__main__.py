@@ -50,6 +50,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                  "one client flooding at 5x capacity against three at 0.2x: fair share off, "
                  "on, and with weights, against the relay over DDS (--sim: the C core in "
                  "virtual time)"),
+    "pool-sim": ("flowedge_relay.tooling.bench.pool_sim",
+                 "a relay pool's C mechanism: session balance and re-homing over 64 members, "
+                 "the intake's not_owner drop against a full decision"),
     "rtc": ("flowedge_relay.tooling.bench.rtc",
             "real-time chunking on the closed-loop detour task: success, seam jump and mode "
             "flips of synchronous, naive, inpaint and training-time RTC at delays 0-4"),

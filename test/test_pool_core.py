@@ -1,0 +1,369 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A relay pool's C mechanism (csrc/fer_pool.h, core.Pool, the C intake with a pool).
+
+The ranking and the standby table are checked against test/pool_reference.py over random
+operations; the intake's not_owner drop, the successor's standby, answers removing entries,
+expiry, and the takeover answering each kept request exactly once (admitted, or EXPIRED) run on
+a real core through the real C intake, with explicit clocks.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pool_reference import Member, RefStandby, fnv1a64, key_of, mix64, ranking
+from rclpy.serialization import deserialize_message, serialize_message
+
+from flowedge_relay.core import (
+    Code,
+    Core,
+    CoreConfig,
+    Decision,
+    InvalidArgument,
+    Pool,
+    PoolRole,
+    PoolViewMember,
+    ffi,
+    lib,
+    pool_hash,
+    pool_key,
+)
+from flowedge_relay.intake import NOT_OWNER, STANDBY, NativeIntake
+from flowedge_relay.model import default_model_path, load_model
+from flowedge_relay.publisher import ActionPublisher, action_message
+from flowedge_relay.timebase import ros_time
+from flowedge_relay.tooling.harness import build_request
+from flowedge_relay.validation import ModelContract
+
+MS = 1_000_000
+LEASE = 500 * MS
+SMALL = load_model(default_model_path())
+DIGEST = SMALL.digest
+MONO = 10**12  # the intake's monotonic clock in these tests
+ROS = 1_700_000_000 * 10**9  # and its ROS clock, at the same instant
+
+
+def members(*keys: int, **window) -> list[PoolViewMember]:
+    return [PoolViewMember(k, (DIGEST,), **window) for k in keys]
+
+
+def session_where(pool: Pool, role: PoolRole, origin: int = ROS, digest: str = DIGEST) -> str:
+    """A session id this pool has `role` for, under its current view."""
+    for i in range(10_000):
+        sid = f"robot-{i}"
+        if pool.role(sid.encode(), digest, origin) == role:
+            return sid
+    raise AssertionError(f"no session with role {role!r}")
+
+
+def request_cdr(sid: str, seq: int = 1, now_ros: int = ROS, **fields) -> bytes:
+    return serialize_message(build_request(SMALL, now_ros, session_id=sid, sequence=seq,
+                                           **fields))
+
+
+def answer_cdr(sid: str, seq: int, relay_id: str = "owner", code: int = Code.INFERENCE) -> bytes:
+    return serialize_message(ActionMessage(session_id=sid, sequence=seq, relay_id=relay_id,
+                                           code=code, actions=[0.5] * SMALL.action_len))
+
+
+class Member_:
+    """This relay as a pool member: a pool, a core, the C intake deciding through both."""
+
+    def __init__(self, relay_id: str = "self-1-00000001", **pool_args) -> None:
+        self.pool = Pool(relay_id, lease_ns=LEASE, **pool_args)
+        self.core = Core(CoreConfig(obs_dim=SMALL.obs_dim, action_len=SMALL.action_len,
+                                    queue_capacity=8, max_nfe=16))
+        contract = ModelContract(DIGEST, SMALL.obs_dim, SMALL.action_dim, SMALL.action_horizon)
+        self.intake = NativeIntake(self.core, contract, 16, 1 << 20, pool=self.pool)
+
+    def decide(self, cdr: bytes, dt_ms: float = 0):
+        dt = int(dt_ms * MS)
+        return self.intake.decide(cdr, MONO + dt, ROS + dt)
+
+    def service(self, dt_ms: float = 0) -> int:
+        dt = int(dt_ms * MS)
+        return self.intake.service_pool(MONO + dt, ROS + dt)
+
+
+# ---- hashing and ranking ----------------------------------------------------------------------
+
+
+def test_hashes_are_fnv1a64_and_splitmix64():
+    # published FNV-1a 64 vectors, and splitmix64's finaliser of its first state increment
+    assert pool_hash(b"") == fnv1a64(b"") == 0xCBF29CE484222325
+    assert pool_hash(b"a") == 0xAF63DC4C8601EC8C
+    assert pool_hash("foobar") == 0x85944171F73967E8
+    assert lib.fer_pool_mix64(0x9E3779B97F4A7C15) == mix64(0x9E3779B97F4A7C15) == 0xE220A8397B1DCDAF
+    assert pool_key("relay-a") == key_of("relay-a") == Pool("relay-a").key
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=64, unique=True),
+       sid=st.binary(min_size=1, max_size=64), origin=st.integers(0, 100),
+       data=st.data())  # fmt: skip
+def test_owner_and_successor_match_the_reference(keys, sid, origin, data):
+    view = [Member(k, tuple(data.draw(st.sets(st.sampled_from("abc"), max_size=2))),
+                   data.draw(st.sampled_from([0, 10, 50])), data.draw(st.sampled_from([0, 60, 90])))
+            for k in keys]  # fmt: skip
+    digest = data.draw(st.sampled_from("abc"))
+    pool = Pool("probe")
+    pool.set_view([PoolViewMember(m.key, m.digests, m.owning_from, m.owning_until)
+                   for m in view])
+    expected = ranking(view, sid, digest, origin)[:2] + [0, 0]
+    assert pool.ranking(sid, digest, origin) == (expected[0], expected[1])
+
+
+def test_sessions_spread_evenly_over_the_members():
+    pool = Pool("probe")
+    keys = [pool_key(f"relay-{i}") for i in range(16)]
+    pool.set_view([PoolViewMember(k) for k in keys])
+    owned = dict.fromkeys(keys, 0)
+    for s in range(16 * 1000):
+        owned[pool.ranking(f"session-{s}".encode(), DIGEST, 0)[0]] += 1
+    ratio = max(owned.values()) / statistics.mean(owned.values())
+    assert ratio <= 1.15, owned
+    # and a hash that ignored the session would fail the same check
+    assert max(owned.values()) < 16 * 1000
+
+
+def test_one_failure_moves_only_the_dead_members_sessions():
+    pool = Pool("probe")
+    keys = [pool_key(f"relay-{i}") for i in range(8)]
+    pool.set_view([PoolViewMember(k) for k in keys])
+    sids = [f"s{i}".encode() for i in range(2000)]
+    before = {s: pool.ranking(s, DIGEST, 0) for s in sids}
+    pool.set_view([PoolViewMember(k) for k in keys[1:]])
+    for s in sids:
+        owner, successor = before[s]
+        now = pool.ranking(s, DIGEST, 0)[0]
+        # a dead owner's session goes to its successor; every other session stays put
+        assert now == (successor if owner == keys[0] else owner)
+
+
+def test_cutover_windows_decide_by_the_requests_origin_stamp():
+    me = Member_()
+    other = pool_key("other")
+    t_join = ROS + 1000 * MS
+    me.pool.set_view(members(other) + [PoolViewMember(me.pool.key, (DIGEST,), t_join)])
+    # find a session this member owns once it counts
+    me.pool.set_view(members(other, me.pool.key))
+    sid = session_where(me.pool, PoolRole.OWNER)
+    me.pool.set_view(members(other) + [PoolViewMember(me.pool.key, (DIGEST,), t_join)])
+    assert me.pool.role(sid.encode(), DIGEST, t_join - 1) == PoolRole.OTHER
+    assert me.pool.role(sid.encode(), DIGEST, t_join) == PoolRole.OWNER
+    # a drain: owning_until bounds it the same way, at every member alike
+    me.pool.set_view(members(other) + [PoolViewMember(me.pool.key, (DIGEST,), 0, t_join)])
+    assert me.pool.role(sid.encode(), DIGEST, t_join - 1) == PoolRole.OWNER
+    assert me.pool.role(sid.encode(), DIGEST, t_join) == PoolRole.OTHER
+    # a digest no member serves: nobody owns it, so it is decided here as by a single relay
+    assert me.pool.role(sid.encode(), "sha256:none", ROS) == PoolRole.UNOWNED
+
+
+def test_a_view_refuses_repeated_keys_and_too_many_members():
+    pool = Pool("probe")
+    with pytest.raises(InvalidArgument):
+        pool.set_view([PoolViewMember(1), PoolViewMember(1)])
+    with pytest.raises(InvalidArgument):
+        pool.set_view([PoolViewMember(k + 1) for k in range(lib.FER_POOL_MEMBERS_MAX + 1)])
+    with pytest.raises(InvalidArgument):
+        pool.set_view([PoolViewMember(1, tuple(f"d{i}" for i in range(9)))])
+
+
+# ---- the intake with a pool -------------------------------------------------------------------
+
+
+def test_not_owner_is_dropped_before_any_copy_and_counted():
+    me = Member_()
+    owner, successor = pool_key("a"), pool_key("b")
+    me.pool.set_view(members(owner, successor, me.pool.key))
+    sid = session_where(me.pool, PoolRole.OTHER)
+    slot = me.core.staging_slot()
+    view = me.core.payload_view(slot)
+    assert me.decide(request_cdr(sid)) == (NOT_OWNER, None)
+    c = me.pool.counters()
+    assert (c.not_owner, c.standby_stored, c.standby_entries) == (1, 0, 0)
+    assert me.core.stats().submitted == 0 and me.intake.received == 1
+    assert me.core.staging_slot() == slot and not view.any()
+    # the owner's own request goes the whole way, as without a pool
+    mine = session_where(me.pool, PoolRole.OWNER)
+    assert me.decide(request_cdr(mine)) == (None, Decision.ACCEPTED)
+    assert me.pool.counters().owned_sessions == 1
+
+
+def test_a_successor_keeps_the_request_until_an_answer_names_it():
+    me = Member_()
+    owner = pool_key("owner")
+    me.pool.set_view(members(owner, me.pool.key))
+    sid = session_where(me.pool, PoolRole.SUCCESSOR)
+    assert me.decide(request_cdr(sid, 7)) == (STANDBY, None)
+    assert me.decide(request_cdr(sid, 8)) == (STANDBY, None)
+    assert me.pool.standby() == [(pool_hash(sid), 7, owner), (pool_hash(sid), 8, owner)]
+    assert me.pool.answer(answer_cdr(sid, 7)) == 1
+    assert me.pool.standby() == [(pool_hash(sid), 8, owner)]
+    # this member's own answers are not the owner's: ignored
+    assert me.pool.answer(answer_cdr(sid, 8, relay_id=me.pool.relay_id)) == 0
+    c = me.pool.counters()
+    assert (c.standby_stored, c.standby_answered, c.standby_entries, c.not_owner) == (2, 1, 1, 2)
+    # an answer that comes before its request: the request is not kept
+    assert me.pool.answer(answer_cdr(sid, 9)) == 0
+    assert me.decide(request_cdr(sid, 9)) == (STANDBY, None)
+    assert me.pool.counters().answers_early == 1 and len(me.pool.standby()) == 1
+    with pytest.raises(InvalidArgument):
+        me.pool.answer(b"\x00\x01\x00\x00 not an answer")
+    assert me.pool.counters().answers_malformed == 1
+
+
+def test_the_answers_watch_parses_what_the_c_publisher_writes():
+    pool = Pool("owner-7-0000beef")
+    pool.set_epoch(3)
+    core = Core(CoreConfig(obs_dim=SMALL.obs_dim, action_len=SMALL.action_len))
+    pub = ActionPublisher._create(core, SMALL)
+    assert lib.fer_publisher_set_pool(pub, pool.ptr) == lib.FER_OK
+    o = ffi.new("struct fer_outcome *")
+    o.session_id[0:3] = b"r-1"
+    o.session_id_len, o.sequence, o.code, o.has_actions = 3, 42, lib.FER_INFERENCE, 1
+    act = ffi.new("float[]", [0.25] * SMALL.action_len)
+    buf = ffi.new("uint8_t[]", lib.fer_action_cdr_max(pub))
+    n = lib.fer_action_cdr(pub, o, act, ROS, buf, len(buf))
+    data = bytes(ffi.buffer(buf, n))
+    msg = deserialize_message(data, ActionMessage)
+    assert (msg.relay_id, msg.pool_epoch, msg.session_id, msg.sequence) == (
+        "owner-7-0000beef", 3, "r-1", 42)
+    # the Python loop's message says the same
+    from flowedge_relay.core import Outcome
+    py = action_message(Outcome(Code.INFERENCE, b"r-1", 42, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1,
+                                np.full(SMALL.action_len, 0.25, np.float32)), ROS, SMALL, pool)
+    assert (py.relay_id, py.pool_epoch) == (msg.relay_id, msg.pool_epoch)
+    # a member's watch removes the entry this answer names
+    me = Pool("succ")
+    me.standby_put(request_cdr("r-1", 42), pool.key, MONO, MONO + 10 * MS, MONO)
+    assert me.answer(data) == 1 and me.standby() == []
+
+
+def test_standby_is_bounded_in_entries_and_bytes_and_evicts_the_oldest():
+    one = len(request_cdr("s", 0))
+    pool = Pool("succ", standby_entries=4, standby_bytes=10 * one)
+    for seq in range(6):
+        pool.standby_put(request_cdr("s", seq), 1, MONO, 0, MONO)
+    assert [s for _, s, _ in pool.standby()] == [2, 3, 4, 5]
+    c = pool.counters()
+    assert (c.standby_entries, c.standby_evicted, c.standby_capacity) == (4, 2, 4)
+    pool = Pool("succ", standby_entries=100, standby_bytes=3 * one)
+    for seq in range(5):
+        pool.standby_put(request_cdr("s", seq), 1, MONO, 0, MONO)
+    assert [s for _, s, _ in pool.standby()] == [2, 3, 4]
+    assert pool.counters().standby_bytes <= 3 * one
+    # a request larger than the whole arena is not kept, and counted
+    pool.standby_put(request_cdr("s", 9, observation_dim=0) + bytes(4 * one), 1, MONO, 0, MONO)
+    assert pool.counters().standby_evicted == 3 and len(pool.standby()) == 3
+
+
+def test_standby_expires_after_deadline_plus_lease_while_the_owner_lives():
+    pool = Pool("succ", lease_ns=LEASE)
+    live, gone = pool_key("live"), pool_key("gone")
+    pool.set_view(members(live))
+    pool.standby_put(request_cdr("a", 1), live, MONO, MONO + 100 * MS, MONO)
+    pool.standby_put(request_cdr("b", 1), gone, MONO, MONO + 100 * MS, MONO)
+    pool.standby_put(request_cdr("c", 1), live, MONO, 0, MONO)  # no deadline
+    assert pool.expire(MONO + 100 * MS + LEASE - 1) == 0
+    assert pool.expire(MONO + 100 * MS + LEASE) == 1
+    assert [o for _, _, o in pool.standby()] == [gone, live]
+    assert pool.expire(MONO + 100 * MS + 4 * LEASE) == 1  # an owner outside the view: 4 leases
+    assert pool.standby() == [(pool_hash("c"), 1, live)]
+    assert pool.counters().standby_expired == 2
+
+
+# ---- takeover --------------------------------------------------------------------------------
+
+
+def test_takeover_answers_each_kept_request_exactly_once():
+    me = Member_()
+    dead = pool_key("dead")
+    me.pool.set_view(members(dead, me.pool.key))
+    sid = session_where(me.pool, PoolRole.SUCCESSOR)
+    # one with slack left, one whose deadline passes before the takeover, one answered already
+    assert me.decide(request_cdr(sid, 1, deadline_ms=5000)) == (STANDBY, None)
+    assert me.decide(request_cdr(sid, 2, deadline_ms=50)) == (STANDBY, None)
+    assert me.decide(request_cdr(sid, 3, deadline_ms=5000)) == (STANDBY, None)
+    me.pool.answer(answer_cdr(sid, 3, relay_id="dead"))
+    assert me.service(100) == 0  # nothing posted: nothing re-decided
+    me.pool.set_view(members(me.pool.key))  # the dead member leaves the view
+    me.pool.takeover(dead)
+    assert me.service(600) == 2
+    queued = [q.sequence for q in me.core.queue_snapshot()]
+    outcomes = me.core.pop_outcomes()
+    assert queued == [1]
+    assert [(o.sequence, o.code) for o in outcomes] == [(2, Code.EXPIRED)]
+    c = me.pool.counters()
+    assert (c.takeovers, c.taken_over_requests, c.standby_entries) == (1, 2, 0)
+    # again: nothing is left to answer twice
+    me.pool.takeover(dead)
+    assert me.service(700) == 0 and me.core.pop_outcomes() == []
+    assert me.pool.counters().takeovers == 2
+    # the intake counted each message once as received, the re-decisions as decided
+    assert me.intake.received == 3
+
+
+def test_a_takeover_keeps_the_arrival_time_for_the_age_gate():
+    me = Member_()
+    me.core.set_policy(1, lib.FER_AGE_GATE_ALL, 0, 0)  # age beats slack for every request
+    dead = pool_key("dead")
+    me.pool.set_view(members(dead, me.pool.key))
+    sid = session_where(me.pool, PoolRole.SUCCESSOR, origin=0)
+    # no origin_stamp: its age runs from its first arrival, not from the takeover
+    unset = {"origin_stamp": ros_time(0)}
+    assert me.decide(request_cdr(sid, 1, deadline_ms=5000, **unset)) == (STANDBY, None)
+    me.pool.set_view(members(me.pool.key))
+    me.pool.takeover(dead)
+    assert me.service(3000) == 1  # aged 3 s, 2 s of slack left: the age gate refuses it
+    assert [(o.sequence, o.code) for o in me.core.pop_outcomes()] == [
+        (1, Code.REJECTED_DEADLINE)]
+    # the same request arriving fresh at that instant is young, and admitted
+    fresh = request_cdr(sid, 2, now_ros=ROS + 3000 * MS, deadline_ms=2000, **unset)
+    assert me.decide(fresh, 3000) == (None, Decision.ACCEPTED)
+
+
+# ---- the reference model ---------------------------------------------------------------------
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 5), st.integers(0, 7), st.integers(0, 2),
+              st.integers(0, 40), st.sampled_from([0, 100, 400])),
+    st.tuples(st.just("answer"), st.integers(0, 5), st.integers(0, 7)),
+    st.tuples(st.just("expire"), st.integers(0, 2000)),
+), max_size=60)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=OPS, entries=st.integers(1, 8), arena_floats=st.integers(30, 200))
+def test_standby_matches_the_reference_model(ops, entries, arena_floats):
+    owners = [pool_key(f"m{i}") for i in range(3)]
+    live = set(owners[:2])
+    pool = Pool("succ", standby_entries=entries, standby_bytes=4 * arena_floats + 200,
+                lease_ns=LEASE)
+    pool.set_view([PoolViewMember(k) for k in live])
+    ref = RefStandby(entries, 4 * arena_floats + 200, LEASE)
+    now = MONO
+    for op in ops:
+        if op[0] == "put":
+            _, s, seq, o, floats, dl = op
+            cdr = serialize_message(InferenceRequest(session_id=f"s{s}", sequence=seq,
+                                                     observation=[0.5] * floats))
+            deadline = now + dl * MS if dl else 0
+            pool.standby_put(cdr, owners[o], now, deadline, now)
+            ref.put(f"s{s}".encode(), seq, len(cdr), owners[o], now, deadline)
+        elif op[0] == "answer":
+            _, s, seq = op
+            assert pool.answer(answer_cdr(f"s{s}", seq)) == ref.answer(f"s{s}".encode(), seq)
+        else:
+            now += op[1] * MS
+            assert pool.expire(now) == ref.expire(now, live)
+        assert pool.standby() == ref.live()
+    c = pool.counters()
+    assert {k: getattr(c, k) for k in ref.counters} == ref.counters
+    assert c.standby_bytes == ref.bytes_used
+    assert c.standby_entries == len(ref.live())
