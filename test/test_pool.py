@@ -417,9 +417,11 @@ def test_without_a_pool_nothing_of_it_exists_and_spill_is_refused():
         topics = {name for name, _ in h.client.get_topic_names_and_types()}
         assert "/flowedge/pool" not in topics and "/flowedge/actions" in topics
         assert "flowedge-pool" not in {t.name for t in threading.enumerate()}
-        assert h.latest_status("admission") is not None  # a fresh array came
-        names = {st.name for array in list(h.diagnostics) for st in array.status}
-        assert "flowedge_relay: admission" in names and "flowedge_relay: pool" not in names
+        def names() -> set[str]:
+            return {st.name for array in list(h.diagnostics) for st in array.status}
+
+        assert wait_for(lambda: "flowedge_relay: admission" in names(), 30)  # its own arrays
+        assert "flowedge_relay: pool" not in names()
         (result,) = h.relay.set_parameters([Parameter("pool_spill", value=True)])
         assert not result.successful and "not implemented" in result.reason
     with ros_context() as ctx, pytest.raises(ParameterError, match="pool_spill.*not implemented"):
