@@ -145,11 +145,11 @@ class PoolMembership:
     """
 
     def __init__(self, node, name: str, lease_ms: int, served: Callable[[], Served],
-                 sink) -> None:
+                 sink, member_id: str | None = None) -> None:
         self.node = node
         self.name = name
         self.lease_ns = int(lease_ms) * MS
-        self.relay_id = relay_id()
+        self.relay_id = member_id or relay_id()  # another id: several members in one process
         self.key = member_key(self.relay_id)
         self.host = socket.gethostname()
         self._served = served
