@@ -25,7 +25,7 @@ setup:
 	@scripts/bootstrap.sh
 
 run: setup
-	@$(ENV) python -m flowedge_relay.tooling.run_demo $(RUN_ARGS)
+	@$(ENV) python -m flowedge_relay_tools.run_demo $(RUN_ARGS)
 
 lint: setup
 	@$(ENV) ruff check .
@@ -43,10 +43,10 @@ fuzz: setup
 	@$(ENV) python tools/fuzz_core.py --sanitize --seconds $${FUZZ_SECONDS:-300} --json out/fuzz.json
 
 stress: setup
-	@$(ENV) python -m flowedge_relay.tooling.stress malformed --rate 2500 --duration 30 --json out/flood.json && \
-	python -m flowedge_relay.tooling.stress malformed --json out/malformed.json && \
-	python -m flowedge_relay.tooling.stress faults --json out/faults.json && \
-	python -m flowedge_relay.tooling.stress soak --duration 600 --json out/soak.json --plot out/soak.png
+	@$(ENV) python -m flowedge_relay_tools.stress malformed --rate 2500 --duration 30 --json out/flood.json && \
+	python -m flowedge_relay_tools.stress malformed --json out/malformed.json && \
+	python -m flowedge_relay_tools.stress faults --json out/faults.json && \
+	python -m flowedge_relay_tools.stress soak --duration 600 --json out/soak.json --plot out/soak.png
 
 bench: setup
 	@$(ENV) scripts/bench_all.sh

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""ament_python package flowedge_relay: the relay node, its C scheduling core (CFFI) and tools."""
+"""ament_python package flowedge_relay: the relay node and its C scheduling core (CFFI). The
+benchmarks, drill, demos and training are the package flowedge_relay_tools (tools/)."""
 
 from glob import glob
 
@@ -32,8 +33,6 @@ setup(
     ],
     setup_requires=["cffi>=1.15"],
     install_requires=["setuptools", "cffi>=1.15", "numpy", "onnxruntime", "PyYAML"],
-    # The runtime never plots; the benchmarks and the soak write PNGs when asked to.
-    extras_require={"plots": ["matplotlib"]},
     cffi_modules=["flowedge_relay/_build_core.py:ffibuilder"],
     zip_safe=False,
     maintainer="FlowEdge Relay maintainers",
@@ -43,9 +42,6 @@ setup(
     entry_points={
         "console_scripts": [
             "flowedge-relayd = flowedge_relay.cli:main",
-            "flowedge-relay-demo-producer = flowedge_relay.tooling.demo_producer:main",
-            "flowedge-relay-drill = flowedge_relay.tooling.drill:main",
-            "flowedge_relay_bench = flowedge_relay.tooling.bench.__main__:main",
         ],
     },
 )

@@ -4,7 +4,7 @@
  * contract (that is fer.h). Nothing on the relay's data path calls these.
  *
  * Read by flowedge_relay/_build_core.py into the same cdef, right after fer.h, so the drivers are
- * lib.fer_bench_* next to the core calls (flowedge_relay/tooling/bench/admission.py, test/test_ring.py).
+ * lib.fer_bench_* next to the core calls (tools/flowedge_relay_tools/bench/admission.py, test/test_ring.py).
  * Same rules as fer.h: cdef-parsable, no #include, no include guard; C users include fer.h first.
  */
 

@@ -127,7 +127,7 @@ struct fer_exec_row {
  *   step_rows[(*step_count) % ring_len]; then *step_count += 1 and *nfe_count += n_rows (one NFE
  *   per row). With one row a step is one NFE, so the ring is the per-NFE ring.
  * last_progress_ns: the monotonic time of the last step's end, written after every step.
- * probe (bench only, may be NULL): probe_rows x 5 x 3 int64, the layout of tooling/bench/nfe_probe.NfeProbe
+ * probe (bench only, may be NULL): probe_rows x 5 x 3 int64, the layout of flowedge_relay_tools/bench/nfe_probe.NfeProbe
  *   (instants nfe_start, run_start, run_end, nfe_end, step_end x clocks monotonic, thread CPU,
  *   run-queue wait read from probe_fd = an open /proc/thread-self/schedstat of the calling
  *   thread, or -1 for 0); row (*probe_count) % probe_rows per step, then *probe_count += 1.

@@ -413,7 +413,7 @@ class BatchRows:
 
 class _RowsRtc:
     """Real-time chunking's conditioning of BatchRows' rows (docs/design.md §5.4), with rtc.py's
-    arithmetic row by row, as the evaluation (tooling/rtc_rollout.py) applies it:
+    arithmetic row by row, as the evaluation (flowedge_relay_tools/rtc_rollout.py) applies it:
       training_time  before every NFE the frozen rows of the state (the model's x) are the
                      prefix, and the per-row time is clean on them, the solver's elsewhere;
       inpaint        after every update the frozen rows are the flow interpolation, at the time

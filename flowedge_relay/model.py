@@ -78,11 +78,6 @@ def default_model_path() -> str:
     return str(_MODELS_DIR / "policy_small.onnx")
 
 
-def bench_model_path() -> str:
-    """The bundled heavier policy (about 1 ms per NFE on one core) used by the benchmarks."""
-    return str(_MODELS_DIR / "policy_bench.onnx")
-
-
 def file_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 

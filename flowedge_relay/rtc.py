@@ -256,8 +256,8 @@ def resolve(declared: RtcSpec | None, requested: str, *, package: bool, solver: 
     `solver` is what the policy is served on: a package's flow.solver, a single file's `solver`
     parameter. A mode that cannot be served raises RtcManifestError (the model's ERROR, never a
     silent off) whose message says what to change: the conditioning follows the Euler solver's
-    states (tooling/rtc_rollout.py evaluates it), and training_time needs a graph trained with
-    a per-row time input, which only a package's manifest can declare."""
+    states (flowedge_relay_tools.rtc_rollout evaluates it), and training_time needs a graph
+    trained with a per-row time input, which only a package's manifest can declare."""
     if requested not in RTC_MODES:
         raise RtcManifestError(f"rtc_mode: expected one of {list(RTC_MODES)}, found {requested!r}")
     if requested == "off" or (requested == "auto" and declared is None):

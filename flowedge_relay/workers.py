@@ -84,8 +84,8 @@ class DrillOnly(RuntimeError):
 
 
 class NfeProbeHook(Protocol):
-    """BENCH ONLY: what a worker does with a measurement probe (`set_nfe_probe_factory`; the
-    tooling's bench/nfe_probe.NfeProbe is one). Per NFE the probe records the instants
+    """BENCH ONLY: what a worker does with a measurement probe (`set_nfe_probe_factory`;
+    flowedge_relay_tools.bench.nfe_probe.NfeProbe is one). Per NFE the probe records the instants
     PROBE_POINTS on the clocks PROBE_CLOCKS into `data`, a ring the native loop writes too
     (csrc fer_exec: native.Report passes data, rows, counter and fd to C)."""
 

@@ -3,7 +3,7 @@
 # Every flowedge_relay_bench subcommand at full size, one after the other (`make bench` runs this):
 #   out/bench/<name>.json, out/bench/<name>.png and out/bench/<name>.txt (the printed table),
 # then docs/performance.md, docs/img/bench-*.png and the README's Performance section from them
-# (python -m flowedge_relay.tooling.bench.perfdoc), so no figure in the docs is typed by hand.
+# (python -m flowedge_relay_tools.bench.perfdoc), so no figure in the docs is typed by hand.
 #
 #   scripts/bench_all.sh                    # all of them (about 30 minutes on 2 cores); the
 #                                           # run before is kept in out/bench.previous and its
@@ -75,6 +75,7 @@ declare -A ARGS=(
     [rtc]=""
     [fairness]=""
     [fairness-sim]="--sim"
+    [pool-sim]=""
 )
 # report name -> subcommand, where they differ
 declare -A SUBCOMMAND=(
@@ -89,10 +90,10 @@ declare -A SUBCOMMAND=(
 )
 ORDER=(model admission intake calibrate calibrate-check overload overload-noise overload-rt-1hog overload-normal-1hog
        overload-rt-2hogs overload-normal-2hogs overload-rtc overload-rtc-rt-1hog batching
-       nfe-breakdown overhead swap rtc fairness fairness-sim)
+       nfe-breakdown overhead swap rtc fairness fairness-sim pool-sim)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
-REGISTERED=" $(python -c 'from flowedge_relay.tooling.bench.__main__ import available; print(*available())') "
+REGISTERED=" $(python -c 'from flowedge_relay_tools.bench.__main__ import available; print(*available())') "
 failed=()
 for name in "${ORDER[@]}"; do
     sub=${SUBCOMMAND[$name]:-$name}
@@ -102,10 +103,10 @@ for name in "${ORDER[@]}"; do
     fi
     plot=(--plot "$OUT/$name.png")
     if [ "$sub" = nfe-breakdown ] || [ "$sub" = intake ] || [ "$sub" = swap ] ||
-       [ "$sub" = calibrate-check ]; then plot=(); fi  # tables, no plot
+       [ "$sub" = calibrate-check ] || [ "$sub" = pool-sim ]; then plot=(); fi  # tables, no plot
     echo "== flowedge_relay_bench $sub ${ARGS[$name]:-} --json $OUT/$name.json ${plot[*]}" >&2
     # shellcheck disable=SC2086
-    if python -m flowedge_relay.tooling.bench "$sub" ${ARGS[$name]:-} \
+    if python -m flowedge_relay_tools.bench "$sub" ${ARGS[$name]:-} \
             --json "$OUT/$name.json" "${plot[@]}" | tee "$OUT/$name.txt"; then
         :
     else
@@ -117,7 +118,7 @@ done
 if [ "${BENCH_DOCS:-1}" != "0" ]; then
     prev=()
     if [ -d "$PREV" ]; then prev=(--previous "$PREV"); fi
-    python -m flowedge_relay.tooling.bench.perfdoc "$OUT" --command "make bench" "${prev[@]}"
+    python -m flowedge_relay_tools.bench.perfdoc "$OUT" --command "make bench" "${prev[@]}"
 fi
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "bench_all: failed: ${failed[*]}" >&2

@@ -4,7 +4,8 @@
 #   1. checks the tools (python 3.11, a C compiler, cmake, make)
 #   2. creates .venv/<distro> and installs the pinned wheels of requirements/<distro>.txt
 #   3. rewrites the build container's Python paths in the wheels' CMake files (inside the venv)
-#   4. builds flowedge_relay_msgs and flowedge_relay with colcon into build/<distro>, install/<distro>
+#   4. builds flowedge_relay_msgs, flowedge_relay and flowedge_relay_tools (tools/) with colcon
+#      into build/<distro>, install/<distro>
 #   5. builds the C scheduling core in place (CFFI) so the source tree is importable
 # The distro is ROS_DISTRO: jazzy (the default, LTS) or kilted (scripts/distro.sh). Each step is
 # skipped when its inputs have not changed (stamps in .venv/<distro>/.stamps), so a second run
@@ -69,15 +70,16 @@ fi
 
 # 4. colcon build -------------------------------------------------------------------------------
 src=$(digest "$reqfile" msg/*.msg msg/CMakeLists.txt msg/package.xml package.xml setup.py \
+  tools/package.xml tools/setup.py tools/setup.cfg \
   csrc/*.c csrc/*.h flowedge_relay/_build_core.py launch/* config/*)
 if [ -f "$FER_INSTALL/setup.bash" ] && fresh colcon "$src"; then
   step "4/5 colcon build up to date"
 else
-  step "4/5 colcon build (flowedge_relay_msgs, flowedge_relay)"
+  step "4/5 colcon build (flowedge_relay_msgs, flowedge_relay, flowedge_relay_tools)"
   # shellcheck disable=SC1091
   . "$venv/bin/activate"
   export CMAKE_PREFIX_PATH="$venv" AMENT_PREFIX_PATH="$venv"
-  colcon --log-base "$FER_LOG" build --base-paths . msg --symlink-install \
+  colcon --log-base "$FER_LOG" build --base-paths . msg tools --symlink-install \
     --build-base "$FER_BUILD" --install-base "$FER_INSTALL" \
     --event-handlers console_cohesion- summary+ status- \
     --cmake-args -DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$venv/bin/python" \

@@ -8,7 +8,8 @@
 # there, the bundled models included: the worker's request cycle (fer_serve, fer_exec, fer_pass)
 # runs the real ONNX Runtime library (not instrumented) from instrumented code, through
 # test_serve.py and test_batch.py's random joins and leaves and test_batch_rtc.py's real-time
-# chunking rows, the C intake over hostile and prefix-bearing messages (test_intake.py), the
+# chunking rows, the C intake over hostile and prefix-bearing messages (test_intake.py), a relay
+# pool's ranking, standby, answers watch and takeover (test_pool_core.py), the
 # publisher's C loop (fer_publish)
 # over real rcl and DDS through test_publish.py, and the core's priority-inheriting locks under
 # SCHED_FIFO through test_realtime_locks.py. The interpreter is not instrumented, so the ASan
@@ -30,7 +31,7 @@ TESTS=(_core_build.py reference_model.py test_core.py test_admission.py test_cor
        test_edf_simulation.py test_ring.py test_bench_admission.py test_cost.py
        test_exec_args.py test_batch_core.py test_noise.py core_helpers.py test_serve.py test_batch.py
        ros_helpers.py test_publish.py test_realtime_locks.py test_core_rtc.py test_batch_rtc.py
-       test_intake.py)
+       test_intake.py pool_reference.py test_pool_core.py)
 
 rm -rf "$STAGE"
 mkdir -p "$STAGE/test" "$STAGE/flowedge_relay"

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from flowedge_relay.core import Core, CoreConfig, Request
-from flowedge_relay.tooling.waiting import wait_for
+from flowedge_relay_tools.waiting import wait_for
 
 MS = 1_000_000
 HANG_GUARD_S = 30.0  # a test that waits longer than this for outcomes fails instead of hanging

@@ -20,8 +20,8 @@ import time
 from rclpy.node import Node
 from test_pool import RELAYS, PoolClient, owner, sessions_owned
 
-from flowedge_relay.tooling.harness import ros_context, spinning
-from flowedge_relay.tooling.waiting import wait_for
+from flowedge_relay_tools.harness import ros_context, spinning
+from flowedge_relay_tools.waiting import wait_for
 
 
 def main() -> int:

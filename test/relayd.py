@@ -25,7 +25,7 @@ from rcl_interfaces.srv import GetParameters
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
-from flowedge_relay.tooling.harness import ros_context
+from flowedge_relay_tools.harness import ros_context
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

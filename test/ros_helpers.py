@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Test-side names for the in-process relay harness (flowedge_relay/tooling/harness.py)."""
+"""Test-side names for the in-process relay harness (tools/flowedge_relay_tools/harness.py)."""
 
-from flowedge_relay.tooling.harness import (  # noqa: F401
+from flowedge_relay_tools.harness import (  # noqa: F401
     RelayHarness,
     ros_context,
     running_relay,

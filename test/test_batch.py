@@ -27,13 +27,13 @@ from flowedge_relay.core import (
 )
 from flowedge_relay.model import (
     FlowSampler,
-    bench_model_path,
     default_model_path,
     load_model,
     make_session,
 )
-from flowedge_relay.models import detour_task as task
 from flowedge_relay.workers import SlotInputs, WorkerPool
+from flowedge_relay_tools.models import bench_model_path
+from flowedge_relay_tools.models import detour_task as task
 
 OBS = task.sample_observations(np.random.default_rng(7), 64)
 

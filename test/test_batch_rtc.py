@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Real-time chunking in the relay's rows (batch.BatchRows, docs/design.md §5.4): each row is
-conditioned exactly as the evaluation's reference solver (tooling/rtc_rollout.RtcSampler, rtc.py's
-arithmetic) conditions it, alone or batched with other rows, and its frozen rows are the prefix.
-The same for a package (policy_rtc, both modes) and a single .onnx flow policy (the bundled
-policy_small, inpaint: its observation in the core's rows, its prefix in the slot payload)."""
+conditioned exactly as the evaluation's reference solver
+(flowedge_relay_tools.rtc_rollout.RtcSampler, rtc.py's arithmetic) conditions it, alone or batched
+with other rows, and its frozen rows are the prefix. The same for a package (policy_rtc, both modes)
+and a single .onnx flow policy (the bundled policy_small, inpaint: its observation in the core's
+rows, its prefix in the slot payload)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from flowedge_relay.model import default_model_path
 from flowedge_relay.rtc import RtcSpec
 from flowedge_relay.rtc import resolve as resolve_rtc
 from flowedge_relay.serving import model_of
-from flowedge_relay.tooling import rtc_rollout as rr
+from flowedge_relay_tools import rtc_rollout as rr
 
 NFE = 10
 

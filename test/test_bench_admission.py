@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from flowedge_relay.tooling.bench import admission
+from flowedge_relay_tools.bench import admission
 
 
 def _run(argv: list[str]) -> dict:
@@ -36,7 +36,7 @@ def test_quick_report_shape():
 
 def test_depth_1024_point_and_json_keys(tmp_path):
     # One depth-1024 point, written as --json does: the JSON has the `results` keys.
-    from flowedge_relay.tooling.bench.__main__ import SUBCOMMANDS
+    from flowedge_relay_tools.bench.__main__ import SUBCOMMANDS
 
     assert "admission" in SUBCOMMANDS
     out = tmp_path / "admission.json"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flowedge_relay.tooling.bench import batching, overload, perfdoc
+from flowedge_relay_tools.bench import batching, overload, perfdoc
 
 os.environ.setdefault("FLOWEDGE_BENCH_DOMAIN_ID", os.environ["ROS_DOMAIN_ID"])
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -92,7 +92,7 @@ def test_batching_relays_side_by_side_in_rounds():
 
 
 def test_registered_and_in_bench_all():
-    from flowedge_relay.tooling.bench.__main__ import build_parser
+    from flowedge_relay_tools.bench.__main__ import build_parser
 
     args = build_parser().parse_args(["batching", "--quick", "--json", "x.json", "--plot", "x.png"])
     assert args.subcommand == "batching" and args.json == "x.json"

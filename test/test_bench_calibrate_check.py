@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from rt_helpers import CPUS, fifo_refused
 
-from flowedge_relay.tooling.bench import calibrate, calibrate_check, perfdoc
+from flowedge_relay_tools.bench import calibrate, calibrate_check, perfdoc
 
 # The bench picks a private DDS domain of its own; in tests, use the run's domain (conftest).
 os.environ.setdefault("FLOWEDGE_BENCH_DOMAIN_ID", os.environ["ROS_DOMAIN_ID"])
@@ -64,24 +64,27 @@ def _samples(rounds: list[dict]) -> dict:
 
 
 def test_reserve_is_the_answers_way_out_plus_the_stall_from_the_worst_round():
-    """The reserve's two parts, each from the worst round: the way out at STATED_Q (never below
-    the fixed part's p99) and the stall (the longest a saturated request met, or the probe's
-    STATED_Q late wake-up); every round's own figures and their spread are reported, and a figure
-    off the median by more than REPRODUCE_TOL is named (arithmetic only)."""
+    """The reserve's two parts: the way out at STATED_Q (never below the fixed part's p99), the
+    rounds' median at normal scheduling and the worst round's in the real-time mode, and the stall
+    (the longest a saturated request met, or the worst round's probe STATED_Q late wake-up);
+    every round's own figures and their spread are reported, a figure off the median by more than
+    REPRODUCE_TOL is named, and what the values leave out is said (arithmetic only)."""
     rounds = [_round(3_000_000, 2_500_000, 9_000_000), _round(3_000_000, 1_000_000, 4_000_000),
               _round(7_000_000, 1_200_000, 5_000_000)]
     report = calibrate.summarize(_samples(rounds), 10)
     assert [r["way_out_ns"] for r in report["rounds"]] == [3_000_000, 3_000_000, 7_000_000]
-    assert report["way_out_ns"] == 7_000_000  # the worst round's, not the median's
+    # normal scheduling: the round that met a stall on the way out is named, not recommended
+    assert report["way_out_ns"] == 3_000_000 and report["way_out_ns_worst"] == 7_000_000
     assert report["loaded_stall_ns_max"] == pytest.approx(2_000_000)
     assert report["stall_ns"] == 2_500_000 and report["stall_quantile"] == "p99.9"
-    assert report["recommended_admission_reserve_ns"] == _us(7_000_000 + 2_500_000)
+    assert report["recommended_admission_reserve_ns"] == _us(3_000_000 + 2_500_000)
     assert report["spread"]["way_out_ns"]["median"] == 3_000_000
     assert report["spread"]["way_out_ns"]["spread"] == pytest.approx(4 / 3)
     assert "way_out_ns" in report["not_reproduced"] and "nfe_ns" not in report["not_reproduced"]
-    # the probe's longest (9 ms) is past the stall the reserve holds: said, with the slack
+    # the probe's longest (9 ms) is 6.5 ms past the stall the reserve holds, the worst round's
+    # way out 4 ms past the median: said, with the slack they leave unpromised
     text = calibrate.stall_text(report)
-    assert "NOT PROMISED" in text and "6.5 ms longer" in text
+    assert "NOT PROMISED" in text and "10.5 ms longer" in text
     assert "+-25%" in "\n".join(calibrate.spread_lines(report))
     # the real-time mode puts the probe's longest late wake-up in whole
     whole = calibrate.summarize(_samples(rounds), 10, whole_stall=True)
@@ -100,7 +103,7 @@ def test_rounds_that_agree_reproduce():
 
 def test_calibrate_check_runs_calibrate_as_its_own_step_in_the_same_mode():
     plain = calibrate_check.calibrate_args(_args(calibrate_check, ["--quick"]), "c.json")
-    assert plain[1:5] == ["-m", "flowedge_relay.tooling.bench", "calibrate", "--model"]
+    assert plain[1:5] == ["-m", "flowedge_relay_tools.bench", "calibrate", "--model"]
     assert "--quick" in plain and "--realtime" not in plain
     rt = calibrate_check.calibrate_args(_args(calibrate_check, [
         "--realtime", "--rt-dds", "--rt-worker-cpus", "1"]), "c.json")  # fmt: skip
@@ -141,7 +144,7 @@ def test_calibrate_check_is_in_make_bench_and_the_headline():
 
     from test_perfdoc import _bench_all
 
-    from flowedge_relay.tooling.bench.__main__ import build_parser
+    from flowedge_relay_tools.bench.__main__ import build_parser
 
     args, subcommand, order = _bench_all()
     assert "calibrate-check" in order and subcommand.get("calibrate-check") is None

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The bench client's answer parser (tooling/bench/client.py) against rclpy's serialization."""
+"""The bench client's answer parser (flowedge_relay_tools/bench/client.py) against rclpy's
+serialization."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rclpy.serialization import serialize_message
 
-from flowedge_relay.tooling.bench.client import Answer, parse_action
+from flowedge_relay_tools.bench.client import Answer, parse_action
 
 U64, U32 = st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1)
 TEXT = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from flowedge_relay.tooling.bench import fairness
+from flowedge_relay_tools.bench import fairness
 
 
 def _run(argv: list[str]) -> dict:
@@ -46,8 +46,8 @@ def test_batch_slots_and_prefix_requests_keep_the_share():
 
 def test_registered_and_in_bench_all():
     """`make bench` runs the real relay at full size (fairness) and the simulation beside it."""
-    from flowedge_relay.tooling.bench.__main__ import SUBCOMMANDS
-    from flowedge_relay.tooling.bench.perfdoc import ORDER, ROOT
+    from flowedge_relay_tools.bench.__main__ import SUBCOMMANDS
+    from flowedge_relay_tools.bench.perfdoc import ORDER, ROOT
 
     assert SUBCOMMANDS["fairness"][0] == fairness.__name__
     script = (ROOT / "scripts" / "bench_all.sh").read_text()

@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from flowedge_relay.tooling.bench import intake
 from flowedge_relay.validation import Reason
+from flowedge_relay_tools.bench import intake
 
 pytestmark = pytest.mark.ros  # every test here starts ROS (conftest.py)
 
@@ -75,8 +75,8 @@ def test_each_kind_of_the_load_generator_is_the_request_its_label_says():
 
     from flowedge_relay.model import default_model_path
     from flowedge_relay.timebase import stamp_ns
-    from flowedge_relay.tooling.bench.loadgen import LoadGenerator
-    from flowedge_relay.tooling.harness import load_served, ros_context
+    from flowedge_relay_tools.bench.loadgen import LoadGenerator
+    from flowedge_relay_tools.harness import load_served, ros_context
 
     now = 1_700_000_000_123_456_789
     with ros_context() as ctx:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flowedge_relay.tooling.bench import model as bench_model
+from flowedge_relay_tools.bench import model as bench_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def test_bench_model_module_quick(tmp_path):
 
 def test_bench_model_cli_writes_json(tmp_path):
     out = tmp_path / "model.json"
-    cli = [sys.executable, "-m", "flowedge_relay.tooling.bench", "model", "--quick"]
+    cli = [sys.executable, "-m", "flowedge_relay_tools.bench", "model", "--quick"]
     proc = subprocess.run(
         [*cli, "--json", str(out), "--plot", str(tmp_path / "model.png")],
         cwd=ROOT,

@@ -23,10 +23,10 @@ import pytest
 from rt_helpers import CPUS, fifo_refused
 
 from flowedge_relay.core import Code
-from flowedge_relay.tooling.bench import calibrate, overhead, overload, realtime
-from flowedge_relay.tooling.bench.client import Answer
-from flowedge_relay.tooling.bench.progress import Progress
-from flowedge_relay.tooling.bench.trace import Trace, TraceSpec, capacity_rps
+from flowedge_relay_tools.bench import calibrate, overhead, overload, realtime
+from flowedge_relay_tools.bench.client import Answer
+from flowedge_relay_tools.bench.progress import Progress
+from flowedge_relay_tools.bench.trace import Trace, TraceSpec, capacity_rps
 
 # The bench picks a private DDS domain of its own; in tests, use the run's domain (conftest).
 os.environ.setdefault("FLOWEDGE_BENCH_DOMAIN_ID", os.environ["ROS_DOMAIN_ID"])
@@ -213,7 +213,7 @@ def test_goodput_is_counted_against_the_capacity_under_load():
     """Capacity from the relay's own stats: NFEs done over busy lane time (each message's
     utilisation covers the interval since the one before); goodput against it, and against the
     calibrated capacity next to it; the calibrated one alone when the stats do not cover it."""
-    from flowedge_relay.tooling.bench.client import RemoteRelay
+    from flowedge_relay_tools.bench.client import RemoteRelay
 
     s = 1_000_000_000
     # (stamp, in_use, tail, nfe_total, p50, p99, utilisation): 200 NFE over 2 s, half busy
@@ -324,7 +324,7 @@ def test_overload_realtime_mode_with_two_hogs():
 
 @pytest.mark.ros
 def test_nfe_breakdown_tiny():
-    from flowedge_relay.tooling.bench import nfe_breakdown
+    from flowedge_relay_tools.bench import nfe_breakdown
 
     argv = ["--quick", "--variants", "baseline", "switch_200us"]
     report = _roundtrip(nfe_breakdown.run(_args(nfe_breakdown, argv)))
@@ -344,7 +344,7 @@ def test_nfe_breakdown_tiny():
 
 
 def test_noise_spec_parsing():
-    from flowedge_relay.tooling.bench import noise
+    from flowedge_relay_tools.bench import noise
 
     assert noise.parse("50/50") == (50.0, 50.0)
     assert noise.parse("continuous") == (1000.0, 0.0)
@@ -356,7 +356,7 @@ def test_noise_spec_parsing():
 def test_a_hog_that_died_is_reported():
     """cpu_hog says whether every neighbour ran until the block ended: a bench or test that
     claims two busy cores can check it had them."""
-    from flowedge_relay.tooling.bench import noise
+    from flowedge_relay_tools.bench import noise
 
     with noise.cpu_hog("5/5", processes=2) as alive:
         time.sleep(0.2)
@@ -411,7 +411,7 @@ def test_overhead_compare_loops_puts_both_publisher_loops_side_by_side():
 
 
 def test_registered_with_json_and_plot_options():
-    from flowedge_relay.tooling.bench.__main__ import build_parser
+    from flowedge_relay_tools.bench.__main__ import build_parser
 
     parser = build_parser()
     for name in ("calibrate", "overload", "overhead"):
@@ -423,7 +423,7 @@ def test_registered_with_json_and_plot_options():
 def test_cli_writes_json_and_plot(tmp_path):
     out, png = tmp_path / "overhead.json", tmp_path / "overhead.png"
     proc = subprocess.run(
-        [sys.executable, "-m", "flowedge_relay.tooling.bench", "overhead", "--quick",
+        [sys.executable, "-m", "flowedge_relay_tools.bench", "overhead", "--quick",
          "--requests", "6",
          "--seconds", "0.2", "--json", str(out), "--plot", str(png)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,

@@ -17,10 +17,10 @@ import pytest
 from flowedge_relay_msgs.msg import ActionMessage
 from rclpy.serialization import serialize_message
 
-from flowedge_relay.tooling.bench import overload
-from flowedge_relay.tooling.bench import overload_rtc as rtc
-from flowedge_relay.tooling.bench.client import Answer, parse_action
-from flowedge_relay.tooling.bench.trace import TraceSpec
+from flowedge_relay_tools.bench import overload
+from flowedge_relay_tools.bench import overload_rtc as rtc
+from flowedge_relay_tools.bench.client import Answer, parse_action
+from flowedge_relay_tools.bench.trace import TraceSpec
 
 os.environ.setdefault("FLOWEDGE_BENCH_DOMAIN_ID", os.environ.get("ROS_DOMAIN_ID", "0"))
 
@@ -142,7 +142,7 @@ def test_overload_rtc_is_in_bench_all():
     import shlex
     from pathlib import Path
 
-    from flowedge_relay.tooling.bench.__main__ import build_parser
+    from flowedge_relay_tools.bench.__main__ import build_parser
 
     script = (Path(__file__).resolve().parents[1] / "scripts" / "bench_all.sh").read_text()
     assert "overload-rtc" in script.split("\nORDER=(", 1)[1].split(")", 1)[0].split()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from flowedge_relay.tooling.bench import pool_sim
-from flowedge_relay.tooling.bench.__main__ import SUBCOMMANDS
+from flowedge_relay_tools.bench import pool_sim
+from flowedge_relay_tools.bench.__main__ import SUBCOMMANDS
 
 
 def test_quick_report_shape():

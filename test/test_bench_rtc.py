@@ -11,10 +11,10 @@ import argparse
 import json
 from pathlib import Path
 
-from flowedge_relay.tooling import rtc_rollout as rr
-from flowedge_relay.tooling.bench import perfdoc
-from flowedge_relay.tooling.bench import rtc as bench_rtc
-from flowedge_relay.tooling.bench.__main__ import SUBCOMMANDS, available
+from flowedge_relay_tools import rtc_rollout as rr
+from flowedge_relay_tools.bench import perfdoc
+from flowedge_relay_tools.bench import rtc as bench_rtc
+from flowedge_relay_tools.bench.__main__ import SUBCOMMANDS, available
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from flowedge_relay.tooling.bench import swap
+from flowedge_relay_tools.bench import swap
 
 pytestmark = pytest.mark.ros  # the bench starts a relay process and a client (conftest.py)
 

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The benches' readable tables (tooling/bench/tables.py)."""
+"""The benches' readable tables (flowedge_relay_tools/bench/tables.py)."""
 
 from __future__ import annotations
 
-from flowedge_relay.tooling.bench.tables import format_rows
+from flowedge_relay_tools.bench.tables import format_rows
 
 
 def test_every_column_any_row_has_is_in_the_header():

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Every bundled policy (each model under flowedge_relay/models/) gives finite actions on its
+"""Every bundled policy (each model under flowedge_relay/models/, and the benchmarks' policy_bench
+under tools/flowedge_relay_tools/models/) gives finite actions on its
 whole input box: the box's corners, zeros, points that coincide (a goal on the obstacle, on the
 robot), and random points. A NaN answer is INFERENCE_FAILED (docs/design.md §3), but a shipped
 policy must not produce one for any input a producer may send.
@@ -16,8 +17,11 @@ import numpy as np
 import pytest
 
 from flowedge_relay import policy as P
+from flowedge_relay_tools import models as tools_models
+from flowedge_relay_tools import train_policy
 
 MODELS = pathlib.Path(P.__file__).resolve().parent.parent / "models"
+TOOLS_MODELS = pathlib.Path(tools_models.__file__).resolve().parent
 BOX = 3.0
 NFES = (1, 4)  # flow times 0; and 0, 0.25, 0.5, 0.75
 
@@ -25,6 +29,7 @@ NFES = (1, 4)  # flow times 0; and 0, 0.25, 0.5, 0.75
 def _bundled() -> list[pathlib.Path]:
     """Each policy the package ships: a single .onnx or a package folder (policy.yaml)."""
     found = sorted(MODELS.glob("*.onnx")) + sorted(p.parent for p in MODELS.glob("*/policy.yaml"))
+    found += sorted(TOOLS_MODELS.glob("*.onnx"))
     assert len(found) >= 4, found  # policy_small, policy_bench, policy_rtc, policy_vision
     return found
 
@@ -93,15 +98,8 @@ def test_bundled_policy_actions_are_finite_on_its_whole_input_box(path):
 
 def test_policy_rtc_graph_is_its_export_code_over_its_weights():
     """The shipped policy_rtc graph (with the floor on its goal - obstacle norm) is what
-    tools/train_policy.py exports from the shipped weights, byte for byte: the guard lives in the
-    export code, so a retraining keeps it."""
-    import sys
-
-    sys.path.insert(0, str(MODELS.parent.parent / "tools"))
-    try:
-        import train_policy
-    finally:
-        sys.path.pop(0)
+    flowedge_relay_tools.train_policy exports from the shipped weights, byte for byte: the guard
+    lives in the export code, so a retraining keeps it."""
     folder = MODELS / "policy_rtc"
     graph = train_policy.export_onnx(train_policy.RTC, train_policy.shipped_rtc_weights(folder),
                                      per_row_time=True)

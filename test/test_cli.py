@@ -139,7 +139,7 @@ def test_make_run_demo_shows_every_outcome_and_stops_cleanly(run_args):
     long a loaded host takes (bounded), then stops it the way Ctrl-C does. It starts with
     SIGINT ignored, as under `make test > log &`. `make run RUN_ARGS="--model vision"`: the
     relay serves the two-phase package and the producer sends it image + state tensors."""
-    proc = _Process("flowedge_relay.tooling.run_demo", *run_args, ignore_sigint=True)
+    proc = _Process("flowedge_relay_tools.run_demo", *run_args, ignore_sigint=True)
     try:
         last = proc.wait_line(
             lambda line: line.startswith("t=")
@@ -174,7 +174,7 @@ def test_make_run_rtc_drives_robots_through_real_time_chunking():
         frozen = dict(kv.split(":") for kv in m.group(4).split() if ":" in kv)
         return int(m.group(2)) >= 2 and any(int(d) >= 1 for d in frozen)
 
-    proc = _Process("flowedge_relay.tooling.run_demo", "--rtc", ignore_sigint=True)
+    proc = _Process("flowedge_relay_tools.run_demo", "--rtc", ignore_sigint=True)
     try:
         proc.wait_line(progressed, timeout=120)
         proc.proc.send_signal(signal.SIGINT)
@@ -189,7 +189,7 @@ def test_make_run_rtc_drives_robots_through_real_time_chunking():
 @pytest.mark.ros
 def test_demo_duration_stops_by_itself_when_started_in_the_background():
     """`make run RUN_ARGS="--duration N"` stops by itself even with SIGINT ignored at start."""
-    proc = _Process("flowedge_relay.tooling.run_demo", "--duration", "2", ignore_sigint=True)
+    proc = _Process("flowedge_relay_tools.run_demo", "--duration", "2", ignore_sigint=True)
     try:
         out = proc.finish(timeout=90)
     finally:
@@ -227,7 +227,7 @@ def test_ctrl_c_under_launch_two_sigints_stop_cleanly_and_answer_every_admitted_
     from ros_helpers import wait_for_subscribers
 
     from flowedge_relay.model import default_model_path, load_model
-    from flowedge_relay.tooling.harness import build_request
+    from flowedge_relay_tools.harness import build_request
 
     log = tmp_path / "relay.log"
     with observer("launch_ctrl_c_client") as obs, open(log, "w", encoding="utf-8") as out:

@@ -27,7 +27,7 @@ from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
 from rclpy.parameter import Parameter
 from ros_helpers import running_relay, status_values, wait_for
 
-from flowedge_relay.tooling import drill
+from flowedge_relay_tools import drill
 
 A = ActionMessage
 R = InferenceRequest
@@ -136,7 +136,7 @@ def test_drill_started_in_the_background_stops_cleanly_on_sigint():
     relay and client are torn down, exit 130, no traceback."""
     proc = subprocess.Popen(
         ["bash", "-c", 'trap "" INT; exec "$@"', "bash", sys.executable, "-m",
-         "flowedge_relay.tooling.drill", "--time-scale", SCALE],
+         "flowedge_relay_tools.drill", "--time-scale", SCALE],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )

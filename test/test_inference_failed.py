@@ -155,7 +155,7 @@ def _with_prefix(h, obs, splicer, seq: int):
     import dataclasses
 
     from flowedge_relay.producer import build_request
-    from flowedge_relay.tooling.harness import served_model
+    from flowedge_relay_tools.harness import served_model
 
     served = dataclasses.replace(served_model(h.model), rtc_mode="inpaint", rtc_max_delay=7)
     now = h.client.get_clock().now().nanoseconds

@@ -29,10 +29,10 @@ from flowedge_relay.intake import REASON_KEYS, NativeIntake, PythonIntake
 from flowedge_relay.model import default_model_path, load_model
 from flowedge_relay.rtc import RtcSpec
 from flowedge_relay.timebase import ros_time
-from flowedge_relay.tooling.harness import build_request, scene_inputs, served_model
-from flowedge_relay.tooling.stress import ProbeFactory, RequestBuilder
 from flowedge_relay.validation import ModelContract, Reason, Validator
 from flowedge_relay.workers import SlotInputs
+from flowedge_relay_tools.harness import build_request, scene_inputs, served_model
+from flowedge_relay_tools.stress import ProbeFactory, RequestBuilder
 
 MS = 1_000_000
 SMALL = load_model(default_model_path())
@@ -202,7 +202,7 @@ def _corpus(n: int, seed: int, mix: str):
 
 
 def _contract_of(model):
-    from flowedge_relay.tooling.stress import Contract
+    from flowedge_relay_tools.stress import Contract
 
     return Contract.of(model)
 

@@ -2,10 +2,13 @@
 """The runtime stands apart from the tooling, and no module reaches into another's
 privates: the import graph, the node's surface, and `obj._name` everywhere outside the tests.
 
-The runtime is flowedge_relay/ without tooling/; it must never import the tooling (a robot runs
-the relay without the benchmarks), and the tooling may read the node only through its public
-surface, never its private fields. More generally no module outside test/ reads or writes
-another module's private names (`obj._name` whose value is not self or cls, getattr(obj,
+The runtime is the package flowedge_relay (flowedge_relay/, with launch/); the tooling is the
+package flowedge_relay_tools (tools/flowedge_relay_tools/: the demos, the drill, the stress
+campaigns, the benchmarks, training). The runtime must never import the tooling (a robot installs
+and runs the relay without it), and the tooling may use the runtime only through its public
+names: no private module (`flowedge_relay._fer_core`), no private name, and the node only through
+its public surface, never its private fields. More generally no module outside test/ reads or
+writes another module's private names (`obj._name` whose value is not self or cls, getattr(obj,
 "_name"), `from module import _name`); a module's own private names are fine. What is really
 fine elsewhere is listed in ALLOWED, each with its reason.
 """
@@ -19,34 +22,98 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "flowedge_relay"
-TOOLING = PACKAGE / "tooling"
+TOOLING = ROOT / "tools" / "flowedge_relay_tools"
+RUNTIME_FILES = sorted(itertools.chain(PACKAGE.rglob("*.py"), (ROOT / "launch").rglob("*.py")))
+TOOLING_FILES = sorted(TOOLING.rglob("*.py"))
 
 
-def _imports(path: Path) -> set[str]:
+def imports_of(source: str) -> set[str]:
+    """The absolute module names `source` imports (a `from flowedge_relay import x` counts as
+    flowedge_relay.x too, since x may be a module)."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+            if node.module == "flowedge_relay":
+                names.update(f"flowedge_relay.{alias.name}" for alias in node.names)
     return names
 
 
+def _is_tooling(module: str) -> bool:
+    return module.split(".")[0] == "flowedge_relay_tools" or module.startswith(
+        "flowedge_relay.tooling")
+
+
 def test_the_runtime_never_imports_the_tooling():
-    runtime = [p for p in PACKAGE.rglob("*.py") if TOOLING not in p.parents]
-    assert len(runtime) > 10
-    offenders = {str(p.relative_to(ROOT)): sorted(m for m in _imports(p)
-                                                  if m.startswith("flowedge_relay.tooling"))
-                 for p in runtime}
+    assert len(RUNTIME_FILES) > 10 and not (PACKAGE / "tooling").exists()
+    offenders = {str(p.relative_to(ROOT)): sorted(m for m in imports_of(p.read_text())
+                                                 if _is_tooling(m))
+                 for p in RUNTIME_FILES}
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def private_runtime_modules(source: str) -> list[str]:
+    """The runtime modules `source` imports whose path has a private part (`flowedge_relay._x`,
+    `flowedge_relay.x._y`): the runtime's internals, which the tooling must not depend on."""
+    return sorted(m for m in imports_of(source)
+                  if m.split(".")[0] == "flowedge_relay"
+                  and any(PRIVATE.match(part) for part in m.split(".")[1:]))
+
+
+def test_the_tooling_imports_only_public_runtime_modules():
+    assert len(TOOLING_FILES) > 30
+    found = {str(p.relative_to(ROOT)): private_runtime_modules(p.read_text())
+             for p in TOOLING_FILES}
+    assert {k: v for k, v in found.items() if v} == {}
+    # the check on what it must reject, and on what it must let through
+    planted = ("from flowedge_relay._fer_core import lib\nimport flowedge_relay.policy._x\n"
+               "from flowedge_relay import _build_core, model\n"
+               "from flowedge_relay.core import ffi\n")
+    assert private_runtime_modules(planted) == [
+        "flowedge_relay._build_core", "flowedge_relay._fer_core", "flowedge_relay.policy._x"]
 
 
 def test_tools_read_the_node_only_through_its_public_surface():
     private = re.compile(r"\b(relay|node)\._[a-z]\w*")
     found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-             for p in sorted(TOOLING.rglob("*.py"))
+             for p in TOOLING_FILES
              for n, line in enumerate(p.read_text().splitlines(), 1) if private.search(line)]
     assert found == []
+
+
+BENCH = TOOLING / "bench"
+
+
+def bench_import_graph() -> dict[str, set[str]]:
+    """bench module -> the bench modules it imports (at the top or inside a function)."""
+    names = {p.stem for p in BENCH.glob("*.py")}
+    graph = {}
+    for path in sorted(BENCH.glob("*.py")):
+        found = set()
+        for module in imports_of(path.read_text()):
+            parts = module.split(".")
+            if parts[:2] == ["flowedge_relay_tools", "bench"] and len(parts) > 2:
+                found.add(parts[2])
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):  # from flowedge_relay_tools.bench import calibrate, noise
+            if isinstance(node, ast.ImportFrom) and node.module == "flowedge_relay_tools.bench":
+                found.update(a.name for a in node.names if a.name in names)
+        graph[path.stem] = found - {path.stem}
+    return graph
+
+
+def test_the_benches_import_each_other_without_a_cycle():
+    """The figures the benches share live in targets.py and host.py, which import no bench
+    module; perfdoc reads the benches' JSON and states their targets, and no bench imports it
+    (calibrate, overload and perfdoc once imported each other in a circle)."""
+    graph = bench_import_graph()
+    assert {"calibrate", "overload"} <= graph["calibrate_check"]
+    assert find_cycle(graph) is None
+    assert graph["targets"] == graph["host"] == set()
+    assert [m for m, deps in graph.items() if "perfdoc" in deps] == []
+    assert {"targets", "host"} <= graph["overload"] and "targets" in graph["perfdoc"]
 
 
 # ---- the C core's include graph ------------------------------------------------------------------
@@ -133,7 +200,8 @@ ALLOWED = {
         "rclpy's LifecycleNodeMixin never destroys its state machine, so a destroyed node stays "
         "in the graph; destroy_lifecycle_node must (ros_compat.py, test_ros_compat.py)",
 }
-#: every Python file outside test/ (and outside build output)
+#: every Python file outside test/ (and outside build output): both packages, their setup.py,
+#: launch/, scripts/ and the core fuzzer (tools/fuzz_core.py)
 CHECKED = sorted(itertools.chain(PACKAGE.rglob("*.py"), (ROOT / "tools").rglob("*.py"),
                                  (ROOT / "launch").rglob("*.py"), (ROOT / "scripts").rglob("*.py"),
                                  [ROOT / "setup.py"]))

@@ -18,13 +18,13 @@ from flowedge_relay.model import (
     IncompatibleModel,
     MissingModel,
     ModelError,
-    bench_model_path,
     default_model_path,
     load_model,
     make_session,
     solver_plan,
 )
-from flowedge_relay.models import detour_task as task
+from flowedge_relay_tools.models import bench_model_path
+from flowedge_relay_tools.models import detour_task as task
 
 EVAL_N = 300  # seeded observations per learned-task check
 EVAL_NFE = 10
@@ -287,7 +287,7 @@ RTC_EPISODES = 1000  # seeded closed-loop episodes per strategy at the target de
 
 @pytest.fixture(scope="module")
 def rtc_policy():
-    from flowedge_relay.tooling import rtc_rollout as rr
+    from flowedge_relay_tools import rtc_rollout as rr
 
     return rr.load_rtc_policy()
 
@@ -316,7 +316,7 @@ def test_rtc_without_a_prefix_is_todays_result(small, small_sampler, rtc_policy,
     inpaint with no rows) gives FlowSampler's actions bit for bit; on policy_rtc training_time
     with d = 0 is a plain Euler loop with the solver's time on every row."""
     from flowedge_relay.model import integrator_plan
-    from flowedge_relay.tooling import rtc_rollout as rr
+    from flowedge_relay_tools import rtc_rollout as rr
 
     sampler = rr.RtcSampler(make_session(small, 1))
     for i, obs in enumerate(eval_obs[:5]):
@@ -350,7 +350,7 @@ def test_rtc_without_a_prefix_is_todays_result(small, small_sampler, rtc_policy,
 def test_rtc_frozen_rows_are_the_prefix_bit_for_bit(rtc_policy, mode):
     """Rows 0..d-1 of every answer are the prefix's bits (-0.0 and a subnormal included); the
     rows after them are the policy's own (they differ from the unconditioned sample)."""
-    from flowedge_relay.tooling import rtc_rollout as rr
+    from flowedge_relay_tools import rtc_rollout as rr
 
     sampler = rr.RtcSampler(rtc_policy.session)
     obs = task.closed_loop_starts(np.random.default_rng(6), 8)
@@ -410,12 +410,12 @@ class _StraightToGoal:
 def test_rtc_closed_loop_targets(rtc_policy):
     """The closed-loop detour task executed asynchronously with inference taking d = 3 periods
     (of 8-row chunks, a request every 4 rows), the same seeded episodes and noise for every
-    strategy (tooling/rtc_rollout.py). Targets: training-time RTC's success within 3 points of
-    synchronous and at least naive switching's; its mean seam jump at most a quarter of naive
-    switching's; inpaint's in between. Controls: the policy learned the task (synchronous >= 95%
-    where going straight at the goal never succeeds); conditioned answers hold the prefix bit
-    for bit; at d = 0 every strategy is the synchronous one."""
-    from flowedge_relay.tooling import rtc_rollout as rr
+    strategy (flowedge_relay_tools.rtc_rollout). Targets: training-time RTC's success within 3
+    points of synchronous and at least naive switching's; its mean seam jump at most a quarter
+    of naive switching's; inpaint's in between. Controls: the policy learned the task
+    (synchronous >= 95% where going straight at the goal never succeeds); conditioned answers
+    hold the prefix bit for bit; at d = 0 every strategy is the synchronous one."""
+    from flowedge_relay_tools import rtc_rollout as rr
 
     sampler = rr.RtcSampler(rtc_policy.session)
     max_delay = rtc_policy.spec.max_delay

@@ -259,7 +259,7 @@ def test_a_timer_that_fires_during_destroy_node_finds_the_core_closed_and_return
     destroy_node closes it: whichever comes second sees the other's effect, never a closed
     core mid-read (it was an 'InvalidState: core is closed' in a timer thread at teardown)."""
     from flowedge_relay.node import RelayNode
-    from flowedge_relay.tooling.harness import ros_context
+    from flowedge_relay_tools.harness import ros_context
 
     with ros_context() as ctx:
         node = RelayNode(context=ctx)
@@ -300,8 +300,8 @@ def test_a_production_relay_has_no_fault_knob_and_a_drill_relay_has_them():
     with `ros2 param set`, and its in-process fault hooks refuse."""
     from flowedge_relay.cli import parse_adr_flags
     from flowedge_relay.node import RelayNode
-    from flowedge_relay.tooling.harness import ros_context
     from flowedge_relay.workers import DrillOnly
+    from flowedge_relay_tools.harness import ros_context
 
     assert parse_adr_flags([])[1].drill is False
     assert parse_adr_flags(["--drill"])[1].drill is True
@@ -442,7 +442,7 @@ def test_a_relay_stopped_as_its_request_thread_starts_stops_whole(monkeypatch):
     stop(), exits at once."""
     import flowedge_relay.node as node_mod
     from flowedge_relay.node import RelayNode
-    from flowedge_relay.tooling.harness import ros_context
+    from flowedge_relay_tools.harness import ros_context
 
     class StopFirst(threading.Thread):
         """The request thread, with stop() run by 'another thread' just before it starts."""

@@ -3,9 +3,11 @@
 
 rosdep installs from package.xml, not from the imports, so a missing entry breaks a fresh
 `rosdep install` on a robot while everything works on the machine that wrote the code, and a
-stale one installs what nothing uses. The imports of flowedge_relay/ and launch/ are read with
-ast (every import, also those inside functions), then sorted into: the standard library, this
-package, ROS packages (found in an ament index, shipped as `ros-*` wheels, or known not to be
+stale one installs what nothing uses. Both Python packages are checked: flowedge_relay (the
+imports of flowedge_relay/ and launch/ against package.xml) and flowedge_relay_tools (those of
+tools/flowedge_relay_tools/ against tools/package.xml). The imports are read with ast (every
+import, also those inside functions), then sorted into: the standard library, the package itself,
+ROS packages (found in an ament index, shipped as `ros-*` wheels, or known not to be
 installable here), and third-party Python packages (mapped to their rosdep keys, or listed with
 the reason they are not from rosdep). Anything unsorted fails, so a new import gets decided.
 """
@@ -20,9 +22,15 @@ import pathlib
 import sys
 import xml.etree.ElementTree as ET
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SOURCES = [ROOT / "flowedge_relay", ROOT / "launch"]
-OWN = {"flowedge_relay"}
+#: package -> (its package.xml, the folders of its Python code)
+PACKAGES = {
+    "flowedge_relay": (ROOT / "package.xml", [ROOT / "flowedge_relay", ROOT / "launch"]),
+    "flowedge_relay_tools": (ROOT / "tools" / "package.xml",
+                             [ROOT / "tools" / "flowedge_relay_tools"]),
+}
 
 # Python packages with a rosdep key: import name -> key.
 ROSDEP_KEYS = {"numpy": "python3-numpy", "cffi": "python3-cffi", "yaml": "python3-yaml"}
@@ -30,6 +38,7 @@ ROSDEP_KEYS = {"numpy": "python3-numpy", "cffi": "python3-cffi", "yaml": "python
 NOT_FROM_ROSDEP = {
     "onnxruntime": "installed by pip (setup.py install_requires); package.xml says so",
     "matplotlib": "optional: only the benchmark and soak plots import it",
+    "onnx": "optional: only policy training (flowedge_relay_tools.train_policy) exports with it",
 }
 # ROS packages that are not installable on these machines (no wheel), so not found below.
 ROS_NOT_INSTALLABLE_HERE = {"launch", "launch_ros"}
@@ -37,10 +46,10 @@ ROS_NOT_INSTALLABLE_HERE = {"launch", "launch_ros"}
 RUNTIME_TAGS = ("depend", "exec_depend")
 
 
-def imported_modules() -> dict[str, set[str]]:
+def imported_modules(package: str = "flowedge_relay") -> dict[str, set[str]]:
     """Top-level module -> the files (relative paths) that import it, absolute imports only."""
     found: dict[str, set[str]] = {}
-    for source in SOURCES:
+    for source in PACKAGES[package][1]:
         for path in sorted(source.rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
             for node in ast.walk(tree):
@@ -77,17 +86,18 @@ def is_ros_package(module: str) -> bool:
     return any(d.lower().startswith("ros-") for d in dists)
 
 
-def declared() -> set[str]:
-    root = ET.parse(ROOT / "package.xml").getroot()
+def declared(package: str) -> set[str]:
+    root = ET.parse(PACKAGES[package][0]).getroot()
+    assert root.findtext("name") == package
     return {e.text.strip() for tag in RUNTIME_TAGS for e in root.findall(tag)}
 
 
-def expected_entries() -> tuple[set[str], list[str]]:
+def expected_entries(package: str) -> tuple[set[str], list[str]]:
     """(package.xml entries the imports call for, imports nobody has classified)."""
     entries: set[str] = set()
     unclassified = []
-    for module, files in sorted(imported_modules().items()):
-        if module in sys.stdlib_module_names or module in OWN or module == "__future__":
+    for module, files in sorted(imported_modules(package).items()):
+        if module in sys.stdlib_module_names or module == package or module == "__future__":
             continue
         if is_ros_package(module):
             entries.add(module)
@@ -114,21 +124,30 @@ def test_ros_packages_are_told_apart_from_python_packages():
         assert not is_ros_package(python), python
 
 
-def test_every_third_party_import_is_classified():
-    _, unclassified = expected_entries()
+def test_the_tools_package_depends_on_the_runtime_and_not_the_reverse():
+    assert "flowedge_relay" in imported_modules("flowedge_relay_tools")
+    assert "flowedge_relay_tools" not in imported_modules("flowedge_relay")
+    assert "flowedge_relay" in declared("flowedge_relay_tools")
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_every_third_party_import_is_classified(package):
+    _, unclassified = expected_entries(package)
     assert not unclassified, (
         "imports with no package.xml decision; map them in ROSDEP_KEYS or NOT_FROM_ROSDEP: "
         + "; ".join(unclassified)
     )
 
 
-def test_package_xml_declares_every_import():
-    entries, _ = expected_entries()
-    missing = entries - declared()
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_package_xml_declares_every_import(package):
+    entries, _ = expected_entries(package)
+    missing = entries - declared(package)
     assert not missing, f"imported but not in package.xml: {sorted(missing)}"
 
 
-def test_package_xml_declares_nothing_unused():
-    entries, _ = expected_entries()
-    unused = declared() - entries
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_package_xml_declares_nothing_unused(package):
+    entries, _ = expected_entries(package)
+    unused = declared(package) - entries
     assert not unused, f"in package.xml, imported nowhere in the package: {sorted(unused)}"

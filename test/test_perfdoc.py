@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flowedge_relay.tooling.bench import perfdoc
+from flowedge_relay_tools.bench import perfdoc
 
 
 def _overhead(p99_ns: int, floor_ns: int, ratio: float, commit: str) -> dict:
@@ -225,7 +225,7 @@ def test_bench_all_runs_each_rtc_report_the_headline_reads():
     host's in the real-time mode with a hog from before the calibration, the quiet one without."""
     import shlex
 
-    from flowedge_relay.tooling.bench.__main__ import build_parser
+    from flowedge_relay_tools.bench.__main__ import build_parser
 
     args, subcommand, order = _bench_all()
     for name, note in perfdoc.RTC_VARIANTS:
@@ -273,7 +273,7 @@ def test_bench_all_runs_each_realtime_report_the_headline_reads():
     other the same without it, two hogs where the variant says so."""
     import shlex
 
-    from flowedge_relay.tooling.bench.__main__ import build_parser
+    from flowedge_relay_tools.bench.__main__ import build_parser
 
     args, subcommand, order = _bench_all()
     parser = build_parser()

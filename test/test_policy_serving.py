@@ -17,10 +17,10 @@ from core_helpers import broken_tensors
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, Tensor
 
 from flowedge_relay import policy as P
-from flowedge_relay.models import detour_task as task
 from flowedge_relay.producer import ServedModel, build_request
 from flowedge_relay.validation import ModelContract, Reason, Validator
 from flowedge_relay.workers import SlotInputs
+from flowedge_relay_tools.models import detour_task as task
 
 A = ActionMessage
 SLOTS = 4

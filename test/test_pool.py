@@ -31,7 +31,7 @@ from relayd import relayds
 
 from flowedge_relay.model import default_model_path, load_model
 from flowedge_relay.pool import member_key, pool_qos
-from flowedge_relay.tooling.harness import build_request, ros_context, spinning
+from flowedge_relay_tools.harness import build_request, ros_context, spinning
 
 pytestmark = pytest.mark.ros
 

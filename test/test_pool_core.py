@@ -37,8 +37,8 @@ from flowedge_relay.intake import NOT_OWNER, STANDBY, NativeIntake
 from flowedge_relay.model import default_model_path, load_model
 from flowedge_relay.publisher import ActionPublisher, action_message
 from flowedge_relay.timebase import ros_time
-from flowedge_relay.tooling.harness import build_request
 from flowedge_relay.validation import ModelContract
+from flowedge_relay_tools.harness import build_request
 
 MS = 1_000_000
 LEASE = 500 * MS
@@ -367,3 +367,57 @@ def test_standby_matches_the_reference_model(ops, entries, arena_floats):
     assert {k: getattr(c, k) for k in ref.counters} == ref.counters
     assert c.standby_bytes == ref.bytes_used
     assert c.standby_entries == len(ref.live())
+
+
+# ---- the intake loop over DDS ----------------------------------------------------------------
+
+
+@pytest.mark.ros
+def test_over_dds_the_intake_loop_keeps_clears_and_takes_over():
+    """The C intake loop with a pool, over real subscriptions: a successor's request is kept,
+    an answer on flowedge/actions (an extra subscription of the same loop) clears it, and a
+    takeover posted from another thread wakes the loop, which re-decides the rest."""
+    import threading
+    import time
+
+    import rclpy
+    from ros_helpers import ros_context, wait_for
+    from ros_helpers import wait_for_subscribers as matched
+
+    from flowedge_relay.intake import IntakeLoop
+
+    me = Member_()
+    dead = pool_key("dead")
+    me.pool.set_view(members(dead, me.pool.key))
+    sid = session_where(me.pool, PoolRole.SUCCESSOR, origin=time.time_ns())
+    loop = IntakeLoop(1 << 20)
+    loop.set_pool(me.pool)
+    loop.route(me.intake)
+    with ros_context() as ctx:
+        node = rclpy.create_node("pool_loop_test", context=ctx)
+        requests = node.create_subscription(InferenceRequest, "requests", lambda m: None, 10)
+        answers = node.create_subscription(ActionMessage, "actions", lambda m: None, 10)
+        req_pub = node.create_publisher(InferenceRequest, "requests", 10)
+        ans_pub = node.create_publisher(ActionMessage, "actions", 10)
+        thread = threading.Thread(target=loop.run, args=([requests],),
+                                  kwargs={"answers": [answers]}, daemon=True)
+        thread.start()
+        try:
+            matched(req_pub)
+            matched(ans_pub)
+            for seq in (1, 2):
+                req_pub.publish(build_request(SMALL, time.time_ns(), session_id=sid,
+                                              sequence=seq, deadline_ms=10_000))
+            assert wait_for(lambda: me.pool.counters().standby_entries == 2, 10)
+            ans_pub.publish(ActionMessage(session_id=sid, sequence=1, relay_id="dead"))
+            assert wait_for(lambda: me.pool.counters().standby_answered == 1, 10)
+            me.pool.set_view(members(me.pool.key))
+            me.pool.takeover(dead)
+            assert wait_for(lambda: me.pool.counters().taken_over_requests == 1, 10)
+            assert [q.sequence for q in me.core.queue_snapshot()] == [2]
+        finally:
+            loop.stop()
+            thread.join(5)
+            node.destroy_node()
+    assert not thread.is_alive()
+    assert me.pool.counters().standby_entries == 0

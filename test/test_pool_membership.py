@@ -20,7 +20,7 @@ from flowedge_relay.pool import (
     pool_qos,
     relay_id,
 )
-from flowedge_relay.tooling.harness import ros_context, spinning
+from flowedge_relay_tools.harness import ros_context, spinning
 
 pytestmark = pytest.mark.ros
 

@@ -99,7 +99,7 @@ def test_advertised_description_parses_back(tiny):
 def test_vision_request_through_intake_equals_local_sampling():
     """The bundled two-phase package: producer -> Tensor bytes -> intake (one copy, normalized)
     -> sampler bound to those buffers gives bit-identical actions to the local numpy path."""
-    from flowedge_relay.models import detour_task as task
+    from flowedge_relay_tools.models import detour_task as task
 
     package = P.load(P.vision_policy_path())
     served = ServedModel.from_policy(package)
@@ -126,7 +126,7 @@ def test_the_tools_request_builder_goes_through_build_request_for_both_kinds(tin
     declared tensors (a detour scene for the bundled vision package, seeded values otherwise),
     a single .onnx model the observation shorthand; fields still override afterwards."""
     from flowedge_relay.model import load_model
-    from flowedge_relay.tooling import harness
+    from flowedge_relay_tools import harness
 
     vision = P.load(P.vision_policy_path())
     req = harness.build_request(vision, 5_000_000_000, deadline_ms=20, sequence=9)
@@ -173,7 +173,7 @@ def _publish_answers(sessions: list[tuple[str, int]], *ids_lists) -> list:
     from rclpy.node import Node
 
     from flowedge_relay.producer import answer_subscription, answers_qos
-    from flowedge_relay.tooling.harness import ros_context, spinning, wait_for_subscribers
+    from flowedge_relay_tools.harness import ros_context, spinning, wait_for_subscribers
 
     with ros_context() as ctx:
         relay, robot = Node("answers_relay", context=ctx), Node("answers_robot", context=ctx)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from flowedge_relay.tooling.bench.__main__ import SUBCOMMANDS
+from flowedge_relay_tools.bench.__main__ import SUBCOMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -65,15 +65,24 @@ def make_targets() -> set[str]:
     return set(re.findall(r"^([A-Za-z][\w-]*)\s*:(?!=)", (ROOT / "Makefile").read_text(), re.M))
 
 
-def console_scripts() -> set[str]:
-    """The executables setup.py installs (`ros2 run flowedge_relay <name>` runs the same)."""
-    return set(re.findall(r"\"([\w-]+)\s*=\s*[\w.]+:\w+\"", (ROOT / "setup.py").read_text()))
+#: the workspace's Python packages: name -> the folder of its setup.py
+PACKAGE_DIRS = {"flowedge_relay": ROOT, "flowedge_relay_tools": ROOT / "tools"}
+
+
+def console_scripts(package: str | None = None) -> set[str]:
+    """The executables the packages' setup.py install (`ros2 run <package> <name>` runs the
+    same): those of one package, or of both."""
+    dirs = [PACKAGE_DIRS[package]] if package else PACKAGE_DIRS.values()
+    return {name for d in dirs
+            for name in re.findall(r"\"([\w-]+)\s*=\s*[\w.]+:\w+\"",
+                                   (d / "setup.py").read_text())}
 
 
 def module_exists(name: str) -> bool:
-    path = ROOT / name.replace(".", "/")
-    if path.with_suffix(".py").is_file() or (path / "__init__.py").is_file():
-        return True
+    for base in PACKAGE_DIRS.values():
+        path = base / name.replace(".", "/")
+        if path.with_suffix(".py").is_file() or (path / "__init__.py").is_file():
+            return True
     try:
         return importlib.util.find_spec(name) is not None
     except ModuleNotFoundError:
@@ -123,18 +132,19 @@ def command_problems(text: str) -> list[str]:
             module = args[args.index("-m") + 1]
             if not module_exists(module):
                 problems.append(f"no module {module!r}")
-            elif module == "flowedge_relay.tooling.bench":
+            elif module == "flowedge_relay_tools.bench":
                 problems += _bench_subcommand(args[args.index("-m") + 2:])
         elif cmd.startswith("flowedge"):
             if cmd not in scripts:
-                problems.append(f"no executable {cmd!r} in setup.py")
+                problems.append(f"no executable {cmd!r} in either setup.py")
             elif cmd == "flowedge_relay_bench":
                 problems += _bench_subcommand(args)
         elif cmd == "ros2" and args[:2] == ["launch", "flowedge_relay"]:
             if not (ROOT / "launch" / args[2]).is_file():
                 problems.append(f"no launch file {args[2]!r}")
-        elif cmd == "ros2" and args[:2] == ["run", "flowedge_relay"] and args[2] not in scripts:
-            problems.append(f"no executable {args[2]!r} for ros2 run")
+        elif (cmd == "ros2" and args[:1] == ["run"] and args[1] in PACKAGE_DIRS
+              and args[2] not in console_scripts(args[1])):
+            problems.append(f"no executable {args[2]!r} in {args[1]} for ros2 run")
     for path in REPO_PATH.findall(text):
         path = path.rstrip(".,:;")
         if "<" not in path and not glob.glob(str(ROOT / path)):
@@ -181,19 +191,22 @@ ROS_DISTRO=kilted make test frobnicate
 flowedge-relay-frobnicate --now
 flowedge_relay_bench frobnicate --quick
 python -m flowedge_relay.frobnicate
-python -m flowedge_relay.tooling.bench frobnicate
+python -m flowedge_relay_tools.bench frobnicate
 ros2 launch flowedge_relay frobnicate.launch.py
 cd ~/ws && ros2 run flowedge_relay frobnicate
 source scripts/frobnicate.sh
+ros2 run flowedge_relay flowedge_relay_bench swap
+python -m flowedge_relay.tooling.bench calibrate
 ```
 """
-    assert len(command_problems(made_up)) == 9, command_problems(made_up)
+    assert len(command_problems(made_up)) == 11, command_problems(made_up)
     real = """```bash
 ROS_DISTRO=kilted make test  # comment
 flowedge_relay_bench calibrate --model vision --json out/c.json
-python -m flowedge_relay.tooling.stress faults && ros2 launch flowedge_relay relay.launch.py
+python -m flowedge_relay_tools.stress faults && ros2 launch flowedge_relay relay.launch.py
 ros2 run flowedge_relay flowedge-relayd --ros-args \\
   --params-file config/relay.yaml
+ros2 run flowedge_relay_tools flowedge_relay_bench swap --quick
 ```
 """
     assert command_problems(real) == []

@@ -26,10 +26,10 @@ from rt_helpers import CPUS, REFUSING, fifo_refused, needs_fifo, needs_refusing
 
 from flowedge_relay.core import Code
 from flowedge_relay.realtime import MAX_CPU, parse_cpu_list
-from flowedge_relay.tooling.bench import noise
-from flowedge_relay.tooling.bench.client import INFERENCE, remote_relay, set_policy
-from flowedge_relay.tooling.bench.loadgen import relay_under_load
-from flowedge_relay.tooling.harness import model_path, wait_for
+from flowedge_relay_tools.bench import noise
+from flowedge_relay_tools.bench.client import INFERENCE, remote_relay, set_policy
+from flowedge_relay_tools.bench.loadgen import relay_under_load
+from flowedge_relay_tools.harness import model_path, wait_for
 
 pytestmark = pytest.mark.ros  # every test here starts a relay over DDS
 

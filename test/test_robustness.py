@@ -2,7 +2,7 @@
 """Hostile input, faults and bursts lose nothing and crash nothing (over real DDS).
 
 Each test starts a real RelayNode and client (harness.running_relay) and runs one scenario from
-flowedge_relay/tooling/stress/, the same code `python -m flowedge_relay.tooling.stress` runs for
+tools/flowedge_relay_tools/stress/, the same code `python -m flowedge_relay_tools.stress` runs for
 the figures.
 No test asserts on a duration: waits are generous upper bounds, the checks are on counts.
 """
@@ -21,7 +21,7 @@ from rclpy.serialization import serialize_message
 from ros_helpers import running_relay, status_values, wait_for
 
 from flowedge_relay import validation
-from flowedge_relay.tooling import stress
+from flowedge_relay_tools import stress
 
 pytestmark = pytest.mark.ros  # every test here starts ROS (conftest.py)
 
@@ -304,4 +304,7 @@ def test_short_soak_at_80_percent_of_capacity_accounting_closes():
     assert stress.soak_ok(fig) == []
     assert fig["valid_sent"] > 50 and fig["coalesced"] + fig["answered"] == fig["valid_sent"]
     assert fig["invalid_discarded"] == fig["invalid_sent"]
-    assert len(fig["samples"]) >= 8
+    # a sample at the start, during and after the run (how many depends on how often a loaded
+    # host lets the sending loop run; the soak samples on a schedule it catches up on)
+    times = [s["t"] for s in fig["samples"]]
+    assert len(times) >= 3 and times == sorted(times) and times[-1] >= 6.0

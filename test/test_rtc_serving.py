@@ -13,7 +13,7 @@ from flowedge_relay import policy as P
 from flowedge_relay.producer import ServedModel, build_request
 from flowedge_relay.rtc import ChunkSplicer
 from flowedge_relay.timebase import stamp_ns
-from flowedge_relay.tooling import rtc_rollout as rr
+from flowedge_relay_tools import rtc_rollout as rr
 
 PERIOD_NS = 20_000_000
 NFE = 10

@@ -22,13 +22,13 @@ from ros_helpers import running_relay, wait_for
 from flowedge_relay import producer
 from flowedge_relay.model import (
     FlowSampler,
-    bench_model_path,
     default_model_path,
     load_model,
     make_session,
 )
 from flowedge_relay.producer import follow_served_model
-from flowedge_relay.tooling.harness import served_model
+from flowedge_relay_tools.harness import served_model
+from flowedge_relay_tools.models import bench_model_path
 
 pytestmark = pytest.mark.ros  # every test here runs a relay over DDS
 

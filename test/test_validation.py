@@ -86,7 +86,7 @@ def test_a_flood_of_invalid_requests_is_counted_per_message_and_logged_once_per_
     from rclpy.parameter import Parameter
 
     from flowedge_relay.node import RelayNode
-    from flowedge_relay.tooling.harness import ros_context
+    from flowedge_relay_tools.harness import ros_context
 
     with ros_context() as ctx:
         relay = RelayNode(context=ctx, parameter_overrides=[Parameter("workers", value=1)])

@@ -23,8 +23,8 @@ from rt_helpers import CPUS, needs_fifo
 from flowedge_relay import realtime as rt
 from flowedge_relay.core import Code, Core, Decision, Request
 from flowedge_relay.model import FlowSampler, default_model_path, load_model, make_session
-from flowedge_relay.models import detour_task as task
 from flowedge_relay.workers import WorkerPool, p50_p99
+from flowedge_relay_tools.models import detour_task as task
 
 
 @pytest.fixture(scope="module")
@@ -288,9 +288,9 @@ def test_nfe_breakdown_probe_is_off_by_default_and_splits_every_nfe_when_asked(
     """The bench-only probe hook (set_nfe_probe_factory, bench/nfe_probe.py): every NFE gets
     five instants on three clocks, written when the worker exits; the probe changes no result."""
     from flowedge_relay import workers
-    from flowedge_relay.tooling.bench.nfe_breakdown import parts
-    from flowedge_relay.tooling.bench.nfe_probe import probe_factory
     from flowedge_relay.workers import PROBE_POINTS
+    from flowedge_relay_tools.bench.nfe_breakdown import parts
+    from flowedge_relay_tools.bench.nfe_probe import probe_factory
 
     with make_core() as core, WorkerPool(core, model, workers=1) as pool:
         assert all(w.probe is None for w in pool._workers)  # off: nothing allocated or read

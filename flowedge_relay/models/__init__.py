@@ -1,2 +1,2 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Shipped ONNX policies (package data) and the toy task they were trained on."""
+"""Shipped ONNX policies (package data)."""

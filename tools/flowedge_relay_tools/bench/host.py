@@ -1,0 +1,54 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What every bench report records about the machine it ran on (`host` in each JSON), so a
+figure always names its host. It imports no other bench module: the benches import it, and
+perfdoc reads the `host` it wrote.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def host_info() -> dict:
+    """CPU model, cores, load average, versions, commit: enough to say which machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = []
+    try:
+        import onnxruntime
+
+        ort_version = onnxruntime.__version__
+    except ImportError:  # pragma: no cover - the relay needs it anyway
+        ort_version = "?"
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+            timeout=5,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "loadavg_at_start": [round(x, 2) for x in load],
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "onnxruntime": ort_version,
+        "commit": commit,
+        "date_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
