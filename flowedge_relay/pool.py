@@ -47,10 +47,10 @@ from rclpy.qos import (
     ReliabilityPolicy,
 )
 
+from flowedge_relay.producer import ACTIONS_TOPIC, answers_qos
 from flowedge_relay.timebase import ros_time
 
 POOL_TOPIC = "flowedge/pool"
-ANSWERS_TOPIC = "flowedge/actions"
 MS = 1_000_000
 #: lifecycle_msgs/State ids a member announces
 UNCONFIGURED, INACTIVE, ACTIVE, FINALIZED = 1, 2, 3, 4
@@ -387,14 +387,6 @@ class PoolMembership:
             self._view = view
             self.sink.set_view(view)
 
-    def attach(self, sink) -> None:
-        """A new core serves (configure, a model swap): give it the epoch and the view."""
-        with self._lock:
-            self.sink = sink
-            sink.set_epoch(self.epoch)
-            self._view = None
-            self._push_view()
-
     def values(self) -> dict[str, object]:
         """The pool status on /diagnostics (the C counters are added by the node)."""
         with self._lock:
@@ -453,12 +445,6 @@ class CorePoolSink:
         """After this member's own stall: what it held may have been taken over."""
 
 
-def answers_qos() -> QoSProfile:
-    """The answers watch: reliable, as deep as the relay's own action history."""
-    return QoSProfile(depth=1000, history=HistoryPolicy.KEEP_LAST,
-                      reliability=ReliabilityPolicy.RELIABLE)
-
-
 class RelayPool:
     """A relay node's pool (created only with `pool` set): the C pool its intakes and publisher
     share, the answers watch (flowedge/actions, taken in C by the intake loop: an answer clears
@@ -470,8 +456,9 @@ class RelayPool:
         lease_ms = int(p["pool_lease_ms"])
         self.c = Pool(relay_id(), p["pool_standby_entries"], p["pool_standby_bytes"],
                       lease_ms * MS)
+        # reliable, as deep as a robot's answer subscription (producer.py)
         self.answers = node.create_subscription(
-            ActionMessage, ANSWERS_TOPIC, lambda _msg: None, answers_qos(),
+            ActionMessage, ACTIONS_TOPIC, lambda _msg: None, answers_qos(),
             callback_group=node.request_group, raw=True)
         self.membership = PoolMembership(node, p["pool"], lease_ms, served,
                                          CorePoolSink(self.c))
