@@ -73,34 +73,24 @@ def pool_relays(context: LaunchContext, *args, **kwargs) -> list[LifecycleNode]:
     ]
 
 
+#: (name, default, description) of each launch argument; "config" defaults to relay.yaml
+ARGUMENTS = (
+    ("count", "2", "how many relays of the pool to start on this host (1..64)"),
+    ("pool", "fleet", "the pool's name: relays with the same name share the sessions"),
+    ("namespace", "", "namespace of the pool's shared topics; relay i runs in <it>/relay_<i>"),
+    ("lease_ms", "500", "pool_lease_ms: a member silent this long is taken over (50..10000)"),
+    ("config", None, "YAML parameter file for every relay (default: the package's relay.yaml)"),
+    ("nfe_ns", "", "measured NFE upper bound in ns; overrides the YAML; empty = use the YAML"),
+)
+
+
 def generate_launch_description() -> LaunchDescription:
     default_config = os.path.join(
         get_package_share_directory("flowedge_relay"), "config", "relay.yaml"
     )
     return LaunchDescription([
-        DeclareLaunchArgument(
-            "count", default_value="2",
-            description="how many relays of the pool to start on this host (1..64)",
-        ),
-        DeclareLaunchArgument(
-            "pool", default_value="fleet",
-            description="the pool's name: relays with the same name share the sessions",
-        ),
-        DeclareLaunchArgument(
-            "namespace", default_value="",
-            description="namespace of the pool's shared topics; relay i runs in <it>/relay_<i>",
-        ),
-        DeclareLaunchArgument(
-            "lease_ms", default_value="500",
-            description="pool_lease_ms: a member silent this long is taken over (50..10000)",
-        ),
-        DeclareLaunchArgument(
-            "config", default_value=default_config,
-            description="YAML parameter file for every relay (default: the package's relay.yaml)",
-        ),
-        DeclareLaunchArgument(
-            "nfe_ns", default_value="",
-            description="measured NFE upper bound in ns; overrides the YAML; empty = use the YAML",
-        ),
+        *(DeclareLaunchArgument(name, default_value=default_config if default is None
+                                else default, description=description)
+          for name, default, description in ARGUMENTS),
         OpaqueFunction(function=pool_relays),
     ])

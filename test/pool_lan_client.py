@@ -17,11 +17,7 @@ import sys
 import threading
 import time
 
-from rclpy.node import Node
-from test_pool import RELAYS, PoolClient, owner, sessions_owned
-
-from flowedge_relay_tools.harness import ros_context, spinning
-from flowedge_relay_tools.waiting import wait_for
+from test_pool import RELAYS, owner, pool_client, sessions_owned
 
 
 def main() -> int:
@@ -29,43 +25,36 @@ def main() -> int:
     parser.add_argument("--kill-pid", type=int, default=0, help="relay 1's pid: kill it")
     args = parser.parse_args()
     report: dict[str, object] = {}
-    with ros_context() as ctx:
-        node = Node("pool_lan_client", context=ctx)
-        client = PoolClient(node)
-        with spinning(node, context=ctx):
-            ids = [client.relay_id(i) for i in range(RELAYS)]
-            client.wait_views(list(range(RELAYS)), set(ids))
-            assert wait_for(lambda: client.pub.get_subscription_count() >= RELAYS, 60)
-            sessions = sessions_owned(ids, 4, "lan")
-            if args.kill_pid:
-                stop = threading.Event()
-                thread = client.load(sessions, 20.0, stop)
-                time.sleep(1.5)
-                os.kill(args.kill_pid, signal.SIGKILL)
-                client.wait_views([0, 2], {ids[0], ids[2]})
-                time.sleep(1.0)
-                stop.set()
-                thread.join()
-            else:
-                for _ in range(5):
-                    for s in sessions:
-                        client.send(s)
-            counts = client.ledger()
-            by = client.answerers()
-            with client.lock:
-                sent = dict(client.sent)
-            report = {
-                "relay_ids": ids,
-                "sent": len(sent),
-                "missing": sum(1 for k in sent if counts[k] == 0),
-                "duplicated": sum(1 for n in counts.values() if n > 1),
-                "answered_by": {r: sum(1 for v in by.values() if v == r) for r in ids},
-                "not_by_owner": sum(1 for k, r in by.items() if k in sent
-                                    and r != owner(k[0], ids)),
-                "takeovers": {i: int(client.status.get(f"pooltest/r{i}/flowedge_relay", {})
-                                     .get("takeovers", 0)) for i in range(RELAYS)},
-            }
-        node.destroy_node()
+    with pool_client("pool_lan_client") as (client, ids):
+        sessions = sessions_owned(ids, 4, "lan")
+        if args.kill_pid:
+            stop = threading.Event()
+            thread = client.load(sessions, 20.0, stop)
+            time.sleep(1.5)
+            os.kill(args.kill_pid, signal.SIGKILL)
+            client.wait_views([0, 2], {ids[0], ids[2]})
+            time.sleep(1.0)
+            stop.set()
+            thread.join()
+        else:
+            for _ in range(5):
+                for s in sessions:
+                    client.send(s)
+        counts = client.ledger()
+        by = client.answerers()
+        with client.lock:
+            sent = dict(client.sent)
+        report = {
+            "relay_ids": ids,
+            "sent": len(sent),
+            "missing": sum(1 for k in sent if counts[k] == 0),
+            "duplicated": sum(1 for n in counts.values() if n > 1),
+            "answered_by": {r: sum(1 for v in by.values() if v == r) for r in ids},
+            "not_by_owner": sum(1 for k, r in by.items() if k in sent
+                                and r != owner(k[0], ids)),
+            "takeovers": {i: int(client.status.get(f"pooltest/r{i}/flowedge_relay", {})
+                                 .get("takeovers", 0)) for i in range(RELAYS)},
+        }
     print(json.dumps(report), flush=True)
     return 0
 

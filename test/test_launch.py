@@ -128,16 +128,18 @@ def test_autostart_argument_becomes_the_node_parameter():
 POOL_LAUNCH = ROOT / "launch" / "pool.launch.py"
 
 
-def test_pool_launch_file_declares_described_arguments():
+def test_pool_launch_file_declares_described_arguments(monkeypatch):
     tree = ast.parse(POOL_LAUNCH.read_text())
     assert ast.get_docstring(tree) and "Usage" in ast.get_docstring(tree)
-    args = {}
-    for call in _calls(tree, "DeclareLaunchArgument"):
-        desc = _kw(call, "description")
-        assert desc is not None and len(desc.value) > 10, call.args[0].value
-        args[call.args[0].value] = getattr(_kw(call, "default_value"), "value", None)
+    made = _stub_launch(monkeypatch)
+    import runpy
+
+    runpy.run_path(str(POOL_LAUNCH))["generate_launch_description"]()
+    args = {a["args"][0]: a for a in made["args"]}
     assert args.keys() == {"count", "pool", "namespace", "lease_ms", "config", "nfe_ns"}
-    assert args["pool"] and args["lease_ms"] == "500"  # a pool needs a name; the lease default
+    assert all(len(a["description"]) > 10 for a in args.values())
+    assert args["pool"]["default_value"] and args["lease_ms"]["default_value"] == "500"
+    assert args["config"]["default_value"] == "/share/config/relay.yaml"
 
 
 class _Config:

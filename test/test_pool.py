@@ -18,6 +18,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from core_helpers import wait_for
@@ -252,20 +254,28 @@ class PoolClient:
             self.node.destroy_client(client)
 
 
+@contextmanager
+def pool_client(name: str) -> Iterator[tuple[PoolClient, list[str]]]:
+    """A PoolClient spinning once every relay lists all three in its view and takes requests;
+    with the relays' ids (also for test/pool_lan_client.py, in another network namespace)."""
+    with ros_context() as ctx:
+        node = Node(name, context=ctx)
+        client = PoolClient(node)
+        with spinning(node, context=ctx):
+            ids = [client.relay_id(i) for i in range(RELAYS)]
+            client.wait_views(list(range(RELAYS)), set(ids))
+            assert wait_for(lambda: client.pub.get_subscription_count() >= RELAYS, 60)
+            yield client, ids
+        node.destroy_node()
+
+
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
     """Three relays of one pool, each with the others in its view, and the test's client."""
     tmp = tmp_path_factory.mktemp("pool")
     with relayds(tmp, *[relay_args(i) for i in range(RELAYS)]) as procs, \
-            ros_context() as ctx:
-        node = Node("pool_test_client", context=ctx)
-        client = PoolClient(node)
-        with spinning(node, context=ctx):
-            ids = [client.relay_id(i) for i in range(RELAYS)]
-            client.wait_views(list(range(RELAYS)), set(ids))
-            assert wait_for(lambda: client.pub.get_subscription_count() >= RELAYS, 30)
-            yield client, procs, ids
-        node.destroy_node()
+            pool_client("pool_test_client") as (client, ids):
+        yield client, procs, ids
 
 
 def test_every_request_is_answered_once_by_its_sessions_owner(pool):
