@@ -38,9 +38,39 @@ uint64_t fer_pool_mix64(uint64_t x)
 
 /* ---- state ------------------------------------------------------------------------------------- */
 
+/* A view as set, and what set derives from it for the ranking: open_from / open_until bound the
+ * origin stamps for which no member's window excludes it (every window open). */
+#define POOL_DIGESTS (FER_POOL_MEMBERS_MAX * FER_POOL_DIGESTS_MAX)
 struct pool_view {
     uint32_t n;
+    uint32_t n_dig;                      /* distinct digests served: dig_hash[0..n_dig) */
+    int64_t open_from, open_until;
+    uint64_t any_mask;                   /* members that serve every digest (n_digests 0) */
+    uint64_t key[FER_POOL_MEMBERS_MAX];  /* m[i].key, contiguous for the scoring loop */
+    int64_t from[FER_POOL_MEMBERS_MAX], until[FER_POOL_MEMBERS_MAX];
+    uint64_t dig_hash[POOL_DIGESTS];
+    uint64_t dig_mask[POOL_DIGESTS];     /* bit i: member i serves it (any_mask included) */
     struct fer_pool_member m[FER_POOL_MEMBERS_MAX];
+};
+
+/* The members of v serving digest_hash, as a bit mask. */
+static uint64_t serving(const struct pool_view *v, uint64_t digest_hash)
+{
+    uint32_t d;
+
+    for (d = 0; d < v->n_dig && d < POOL_DIGESTS; d++)
+        if (v->dig_hash[d] == digest_hash)
+            return v->dig_mask[d];
+    return v->any_mask;
+}
+
+/* The deciding thread's memo of a session's ranking under one view (seq), for one digest, valid
+ * for an origin stamp in the view's open range: a session's next request is dropped without
+ * scoring the view again. Direct-mapped; a collision only costs a scoring. */
+#define POOL_MEMO 4096
+struct pool_memo {
+    uint64_t sid_hash, digest_hash, k1, k2;
+    uint32_t seq, found;
 };
 
 /* One kept request. Its CDR bytes are arena[off, off + len); span counts them and the arena's
@@ -78,6 +108,7 @@ struct fer_pool {
     uint64_t last_now;                   /* the deciding thread's latest `now` */
     uint64_t last_expire;
     uint64_t owned[FER_POOL_OWNED_SLOTS];
+    struct pool_memo *memo;              /* POOL_MEMO entries, the deciding thread's */
     struct pool_entry *e;
     uint32_t head, count;
     int32_t *bucket;
@@ -131,8 +162,10 @@ int fer_pool_create(const struct fer_pool_config *cfg, struct fer_pool **out)
     p->bucket = malloc(nb * sizeof(*p->bucket));
     p->answered = calloc(nb, sizeof(*p->answered));
     p->arena = malloc(cfg->standby_bytes);
+    p->memo = calloc(POOL_MEMO, sizeof(*p->memo));
     p->arena_cap = cfg->standby_bytes;
-    if (p->e == NULL || p->bucket == NULL || p->answered == NULL || p->arena == NULL) {
+    if (p->e == NULL || p->bucket == NULL || p->answered == NULL || p->arena == NULL ||
+        p->memo == NULL) {
         fer_pool_destroy(p);
         return FER_ENOMEM;
     }
@@ -154,6 +187,7 @@ void fer_pool_destroy(struct fer_pool *p)
     free(p->bucket);
     free(p->answered);
     free(p->arena);
+    free(p->memo);
     free(p);
 }
 
@@ -177,8 +211,36 @@ int fer_pool_set_view(struct fer_pool *p, const struct fer_pool_member *members,
     seq = __atomic_load_n(&p->seq, __ATOMIC_RELAXED);
     next = &p->views[(seq + 1) & 1];
     next->n = n;
-    if (n)
-        memcpy(next->m, members, n * sizeof(*members));
+    next->n_dig = 0;
+    next->any_mask = 0;
+    next->open_from = 0;
+    next->open_until = INT64_MAX;
+    for (i = 0; i < n; i++)
+        if (members[i].n_digests == 0)
+            next->any_mask |= 1ull << i;
+    for (i = 0; i < n; i++) {
+        for (k = 0; k < members[i].n_digests; k++) {
+            uint64_t h = members[i].digests[k];
+            uint32_t d = 0;
+
+            while (d < next->n_dig && next->dig_hash[d] != h)
+                d++;
+            if (d == next->n_dig) {
+                next->dig_hash[d] = h;
+                next->dig_mask[d] = next->any_mask;
+                next->n_dig++;
+            }
+            next->dig_mask[d] |= 1ull << i;
+        }
+        next->m[i] = members[i];
+        next->key[i] = members[i].key;
+        next->from[i] = members[i].owning_from_ns;
+        next->until[i] = members[i].owning_until_ns;
+        if (members[i].owning_from_ns > next->open_from)
+            next->open_from = members[i].owning_from_ns;
+        if (members[i].owning_until_ns != 0 && members[i].owning_until_ns < next->open_until)
+            next->open_until = members[i].owning_until_ns;
+    }
     /* release: a reader that sees the new seq sees the whole new view */
     __atomic_store_n(&p->seq, seq + 1, __ATOMIC_RELEASE);
     gauge32(&p->c.pool_members, n);
@@ -216,64 +278,77 @@ const char *fer_pool_relay_id(const struct fer_pool *p, uint32_t *relay_id_len)
     return p ? p->cfg.relay_id : "";
 }
 
-static int covers(const struct fer_pool_member *m, uint64_t digest_hash, int64_t origin_ns)
-{
-    uint32_t k;
-
-    if (origin_ns != 0 && ((m->owning_from_ns != 0 && origin_ns < m->owning_from_ns) ||
-                           (m->owning_until_ns != 0 && origin_ns >= m->owning_until_ns)))
-        return 0;
-    if (m->n_digests == 0)
-        return 1;
-    for (k = 0; k < m->n_digests && k < FER_POOL_DIGESTS_MAX; k++)
-        if (m->digests[k] == digest_hash)
-            return 1;
-    return 0;
-}
-
 /* (score, key) of a beats b's: scores first, keys last, so distinct keys never tie */
 static int beats(uint64_t sa, uint64_t ka, uint64_t sb, uint64_t kb)
 {
     return sa > sb || (sa == sb && ka > kb);
 }
 
-/* The two highest-ranked covering members of the view in use: how many there are (0..2). */
-static uint32_t rank(struct fer_pool *p, uint64_t sid_hash, uint64_t digest_hash, int64_t origin,
-                     uint64_t *k1, uint64_t *k2)
+/* The two highest-ranked covering members of v: how many there are (0..2). Only the members
+ * serving the digest are scored; their windows are looked at only for an origin stamp outside
+ * the range where every window is open. */
+static uint32_t rank_view(const struct pool_view *v, uint64_t sid_hash, uint64_t digest_hash,
+                          int64_t origin, uint64_t *k1, uint64_t *k2)
 {
-    uint32_t s1, s2, found, i;
+    uint64_t best = 0, second = 0, bits = serving(v, digest_hash);
+    uint32_t found = 0;
+    int open = origin == 0 || (origin >= v->open_from && origin < v->open_until);
 
-    do {
+    if (v->n < 64)
+        bits &= (1ull << v->n) - 1;
+    *k1 = *k2 = 0;
+    for (; bits; bits &= bits - 1) {
+        uint32_t i = (uint32_t)__builtin_ctzll(bits);
+        uint64_t key = v->key[i], s;
+
+        if (!open && ((v->from[i] != 0 && origin < v->from[i]) ||
+                      (v->until[i] != 0 && origin >= v->until[i])))
+            continue;
+        s = fer_pool_mix64(key ^ sid_hash);
+        if (found == 0 || beats(s, key, best, *k1)) {
+            second = best;
+            *k2 = *k1;
+            best = s;
+            *k1 = key;
+        } else if (found == 1 || beats(s, key, second, *k2)) {
+            second = s;
+            *k2 = key;
+        }
+        found++;
+    }
+    return found > 2 ? 2 : found;
+}
+
+/* The two highest-ranked covering members of the view in use (rank_view, read under the
+ * sequence counter). memo: the deciding thread's, NULL for any other. */
+static uint32_t rank(struct fer_pool *p, uint64_t sid_hash, uint64_t digest_hash, int64_t origin,
+                     uint64_t *k1, uint64_t *k2, struct pool_memo *memo)
+{
+    uint32_t s1, found;
+    int open;
+
+    for (;;) {
         const struct pool_view *v;
-        uint64_t best = 0, second = 0;
 
         /* acquire: the view that seq names is whole once seen */
         s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
         v = &p->views[s1 & 1];
-        found = 0;
-        *k1 = *k2 = 0;
-        for (i = 0; i < v->n && i < FER_POOL_MEMBERS_MAX; i++) {
-            const struct fer_pool_member *m = &v->m[i];
-            uint64_t s;
-
-            if (!covers(m, digest_hash, origin))
-                continue;
-            s = fer_pool_mix64(m->key ^ sid_hash);
-            if (found == 0 || beats(s, m->key, best, *k1)) {
-                second = best;
-                *k2 = *k1;
-                best = s;
-                *k1 = m->key;
-            } else if (found == 1 || beats(s, m->key, second, *k2)) {
-                second = s;
-                *k2 = m->key;
-            }
-            found++;
+        open = origin == 0 || (origin >= v->open_from && origin < v->open_until);
+        if (memo != NULL && open && memo->seq == s1 && memo->sid_hash == sid_hash &&
+            memo->digest_hash == digest_hash) {
+            *k1 = memo->k1;
+            *k2 = memo->k2;
+            found = memo->found;
+        } else {
+            found = rank_view(v, sid_hash, digest_hash, origin, k1, k2);
         }
         atomic_thread_fence(memory_order_acquire);
-        s2 = __atomic_load_n(&p->seq, __ATOMIC_RELAXED);
-    } while (s1 != s2); /* a set overlapped the read: read the new view */
-    return found > 2 ? 2 : found;
+        if (s1 == __atomic_load_n(&p->seq, __ATOMIC_RELAXED))
+            break; /* else a set overlapped the read: read the new view */
+    }
+    if (memo != NULL && open)
+        *memo = (struct pool_memo){sid_hash, digest_hash, *k1, *k2, s1, found};
+    return found;
 }
 
 int fer_pool_route(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uint64_t digest_hash,
@@ -281,7 +356,9 @@ int fer_pool_route(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uin
                    uint64_t *successor_key)
 {
     uint64_t h = fer_pool_hash(sid, sid_len), k1, k2;
-    uint32_t found = rank(p, h, digest_hash, origin_ns, &k1, &k2);
+    /* the memo is the deciding thread's: only a counting call (that thread's) uses it */
+    uint32_t found = rank(p, h, digest_hash, origin_ns, &k1, &k2,
+                          count ? &p->memo[(h ^ digest_hash) % POOL_MEMO] : NULL);
     int role;
 
     if (found == 0)

@@ -40,6 +40,7 @@ REASON_KEYS = tuple(ffi.string(lib.fer_intake_reason_name(i)).decode()
 #: dropped, or kept in standby as the owner's successor. Counted in Pool.counters(), never as a
 #: discard.
 NOT_OWNER, STANDBY = "not_owner", "standby"
+_NOT_DECIDED = min(lib.FER_INTAKE_NOT_OWNER, lib.FER_INTAKE_STANDBY)
 
 
 class IntakeUnavailable(RuntimeError):
@@ -131,11 +132,10 @@ class NativeIntake:
                                              self._decision))
         if reason:
             return REASON_KEYS[reason], None
-        if self._decision[0] == lib.FER_INTAKE_NOT_OWNER:
-            return NOT_OWNER, None
-        if self._decision[0] == lib.FER_INTAKE_STANDBY:
-            return STANDBY, None
-        return None, Decision(self._decision[0])
+        decision = self._decision[0]
+        if decision < _NOT_DECIDED:  # the core's decision: the path without a pool, unchanged
+            return None, Decision(decision)
+        return (NOT_OWNER if decision == lib.FER_INTAKE_NOT_OWNER else STANDBY), None
 
     def service_pool(self, now_mono: int, now_ros: int) -> int:
         """Run the pool's posted takeovers and standby expiry now; the requests re-decided. The
@@ -205,8 +205,9 @@ class IntakeLoop:
     def run(self, subscriptions, functions=None, answers=()) -> None:
         """The intake thread: until stop(). `subscriptions` are rclpy Subscriptions; their handles
         are held (not destroyed) while the loop uses them. NotSupported if the middleware refuses
-        the on-new-message callback. `answers`: with a pool (set_pool), serialized (raw)
-        subscriptions of flowedge/actions, whose answers clear the pool's standby table."""
+        the on-new-message callback. `answers`: with a pool (set_pool), subscriptions of
+        flowedge/actions (ActionMessage; the loop takes their CDR bytes, no executor spins
+        them), whose answers clear the pool's standby table."""
         fns = functions if functions is not None else take_functions()
         check(lib.fer_intake_loop_set_pool(self._loop, self._pool.ptr if self._pool else ffi.NULL,
                                            len(subscriptions)))

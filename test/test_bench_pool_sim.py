@@ -29,11 +29,13 @@ def test_quick_report_shape():
     assert report["failure_moves_only_dead"] is True
     cases = {(r["members"], r["case"]) for r in report["intake"]}
     for m in (4, 8):
-        for case in ("not_owner drop", "successor standby", "decision: admitted",
+        for case in ("not_owner drop", "not_owner drop, unseen sessions", "successor standby",
+                     "decision: admitted",
                      "decision: expired", "timer alone"):
             assert (m, case) in cases
     for r in report["intake"]:
         assert 0 < r["ns_p50"] <= r["ns_p99"]
     assert set(report["drop_over_decision"]) == {"4", "8"}
+    assert set(report["drop_over_decision_unseen_sessions"]) == {"4", "8"}
     assert "not_owner drop" in pool_sim.table(report)
     json.dumps(report, allow_nan=False)

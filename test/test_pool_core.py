@@ -195,6 +195,26 @@ def test_not_owner_is_dropped_before_any_copy_and_counted():
     assert me.pool.counters().owned_sessions == 1
 
 
+def test_the_intake_decides_each_request_against_the_view_and_window_in_force():
+    """The intake remembers a session's ranking per view: a new view, or an origin stamp before
+    a member's owning_from, is decided afresh, never from what was remembered."""
+    me = Member_()
+    other = pool_key("other")
+    me.pool.set_view(members(other, me.pool.key, pool_key("third")))
+    sid = session_where(me.pool, PoolRole.OTHER)
+    assert me.decide(request_cdr(sid, 1)) == (NOT_OWNER, None)
+    assert me.decide(request_cdr(sid, 2)) == (NOT_OWNER, None)  # remembered
+    me.pool.set_view(members(me.pool.key))  # the others leave: this member owns every session
+    assert me.decide(request_cdr(sid, 3)) == (None, Decision.ACCEPTED)
+    # this member joins at t_join: a request first issued before that is the other's alone
+    t_join = ROS + 10 * MS
+    me.pool.set_view(members(other) + [PoolViewMember(me.pool.key, (DIGEST,), t_join)])
+    mine = session_where(me.pool, PoolRole.OWNER, origin=t_join)
+    assert me.decide(request_cdr(mine, 1, now_ros=ROS)) == (NOT_OWNER, None)
+    assert me.decide(request_cdr(mine, 2, now_ros=t_join)) == (None, Decision.ACCEPTED)
+    assert me.decide(request_cdr(mine, 3, now_ros=ROS)) == (NOT_OWNER, None)
+
+
 def test_a_successor_keeps_the_request_until_an_answer_names_it():
     me = Member_()
     owner = pool_key("owner")
