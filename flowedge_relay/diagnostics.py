@@ -83,6 +83,8 @@ class Snapshot:
     #: (core.ClientState; empty while it is off)
     fair_share: bool = False
     clients: list = field(default_factory=list)
+    #: the relay pool (docs/design.md §13; pool.RelayPool.values): empty outside a pool
+    pool: dict[str, object] = field(default_factory=dict)
 
     @property
     def oldest_queue_age_ms(self) -> float:
@@ -182,6 +184,12 @@ def _drift(s: Snapshot) -> str | None:
     return None
 
 
+#: RelayStats' pool fields (docs/design.md §13), the pool status' keys of the same names; all 0
+#: outside a pool
+POOL_STATS = ("not_owner", "pool_members", "pool_epoch", "owned_sessions", "takeovers",
+              "taken_over_requests", "standby_entries", "standby_capacity", "standby_evicted",
+              "surrendered")
+
 TOP_CLIENTS = 8  # clients listed on the queue status and in RelayStats, most committed first
 STATS_RATE_WINDOW_NS = 1_000_000_000  # RelayStats' admitted NFE/s: over the last 1 to 2 s
 
@@ -269,7 +277,32 @@ class DiagnosticsBuilder:
             self._model(s),
             self._output(s),
         ]
+        if s.pool:  # a single relay's statuses are unchanged
+            array.status.append(self._pool(s))
         return array
+
+    def _pool(self, s: Snapshot) -> DiagnosticStatus:
+        """The pool status (docs/design.md §13): the view, this member's epoch and ownership,
+        what it left to the owners (not_owner) and keeps for them (standby), the takeovers.
+        WARN for a while after a takeover, a surrender or a standby eviction."""
+        v = s.pool
+        took = self._hold.recent("takeovers", int(v.get("takeovers", 0)), s.now_ns)
+        surrendered = self._hold.recent("surrendered", int(v.get("surrendered", 0)), s.now_ns)
+        evicted = self._hold.recent("standby_evicted", int(v.get("standby_evicted", 0)),
+                                    s.now_ns)
+        summary = (f"pool {v.get('pool')}: {v.get('pool_members', 0)} members, epoch "
+                   f"{v.get('pool_epoch', 0)}"
+                   + (", draining" if v.get("draining") else "")
+                   + ("" if v.get("owning") else ", not owning"))
+        if surrendered:
+            level, msg = WARN, f"{summary}; work surrendered after this member's own stall"
+        elif took:
+            level, msg = WARN, f"{summary}; took over a lost member's sessions"
+        elif evicted:
+            level, msg = WARN, f"{summary}; standby full: requests kept for a takeover evicted"
+        else:
+            level, msg = OK, summary
+        return self._status("pool", level, msg, v)
 
     def _admission(self, s: Snapshot) -> DiagnosticStatus:
         c = s.core
@@ -516,5 +549,6 @@ def stats_message(s: Snapshot, stamp, rates: dict[bytes, float] | None = None):
         inference_failed=failed,
         failed_non_finite=c.failed[FailCause.NON_FINITE],
         failed_runtime_error=c.failed[FailCause.RUNTIME_ERROR],
+        **{name: int(s.pool.get(name, 0)) for name in POOL_STATS},
         top_clients=top_client_shares(s, rates or {}),
     )

@@ -53,6 +53,7 @@ from flowedge_relay.executors import (
 )
 from flowedge_relay.intake import IntakeLoop, IntakePause, RclUnavailable
 from flowedge_relay.model import ModelError
+from flowedge_relay.pool import FINALIZED, UNCONFIGURED, RelayPool, Served
 from flowedge_relay.producer import MODEL_TOPIC, model_qos
 from flowedge_relay.realtime import ThreadRoles
 from flowedge_relay.ros_compat import destroy_lifecycle_node
@@ -187,6 +188,8 @@ class RelayNode(LifecycleNodeMixin, Node):
     _core_closed = False
     _request_thread: threading.Thread | None = None
     _intake_loop: IntakeLoop | None = None
+    #: the relay pool (pool.py; docs/design.md §13), None with `pool` empty
+    relay_pool: RelayPool | None = None
 
     def __init__(self, *, drill: bool = False, **kwargs) -> None:
         #: started for a drill: the fault knobs exist (parameters.DRILL_SPECS, fault_pause_*,
@@ -207,8 +210,8 @@ class RelayNode(LifecycleNodeMixin, Node):
         # admitted work to finish holds neither the timers nor the parameter services.
         LifecycleNodeMixin.__init__(self, callback_group=MutuallyExclusiveCallbackGroup())
         p = parameters.declare_all(self, drill)  # the enums checked there
-        for name in ("request_topics", "execution_providers", "client_weights",
-                     *parameters.CPU_AFFINITIES):
+        for name in ("request_topics", "execution_providers", "client_weights", "pool",
+                     "pool_spill", *parameters.CPU_AFFINITIES):
             problem = parameters.check_value(name, p[name])
             if problem:
                 raise parameters.ParameterError(problem)
@@ -261,6 +264,13 @@ class RelayNode(LifecycleNodeMixin, Node):
         #: intake takes the requests (executors.EventPoll says why no executor waits on them)
         self._lost_events = EventPoll(
             [h for sub in self._request_subs for h in sub.event_handlers], self.context)
+        if p["pool"]:
+            if self._intake_loop is None:  # the ownership test is in the C intake
+                raise parameters.ParameterError(
+                    f"pool {p['pool']!r} needs the C request intake, which is off here "
+                    f"({self.intake_note})")
+            self.relay_pool = RelayPool(self, p, self.pool_served)
+            self._intake_loop.set_pool(self.relay_pool.c)
         # set only through fault_pause_intake, which a drill relay alone has
         self._pause_intake = IntakePause(self._intake_loop)
 
@@ -449,26 +459,37 @@ class RelayNode(LifecycleNodeMixin, Node):
         self._replace(serving)
         self._announce()
         self._log_serving()
+        if self.relay_pool is not None:
+            self.relay_pool.configured()
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Requests are admitted from now on."""
         self.serving.core.set_accepting(True)
+        if self.relay_pool is not None:
+            self.relay_pool.activate()  # owns from its announced owning_from
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """New arrivals are answered REJECTED_CAPACITY; admitted work keeps its promise. Returns
-        once the core holds no work (bounded by its drain bound)."""
+        once the core holds no work (bounded by its drain bound). In a pool it first stops owning
+        at its announced owning_until, deciding what it owns until then (pool.py)."""
+        if self.relay_pool is not None:
+            self.relay_pool.drain(lambda: self._stopped)
         self.serving.core.set_accepting(False)
         for draining in list(self._draining):  # a swap's old model first
             self._wait_idle(draining)
         self._wait_idle(self.serving)
+        if self.relay_pool is not None:
+            self.relay_pool.leave()
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop the workers and release the model."""
         self._replace(self._unconfigured(""))
         self._announce()
+        if self.relay_pool is not None:
+            self.relay_pool.leave(UNCONFIGURED)
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -640,7 +661,7 @@ class RelayNode(LifecycleNodeMixin, Node):
         """(callback groups, entities) the main executor must leave alone: the request group,
         which the request thread spins (the rclpy intake) or takes from in C (the native
         intake, whose MESSAGE_LOST events _poll_health takes: executors.EventPoll)."""
-        return [self.request_group], []
+        return [self.request_group, *([self.relay_pool.group] if self.relay_pool else [])], []
 
     def _log_native_discards(self, now_mono: int) -> None:
         """The native intake counts discards in C; log them here, as rate-limited as the rclpy
@@ -663,6 +684,8 @@ class RelayNode(LifecycleNodeMixin, Node):
         """Start the request intake's thread: the C intake's loop, or (the rclpy intake) the
         request group spun on a dedicated single-threaded executor."""
         loop = self._intake_loop
+        if self.relay_pool is not None:
+            self.relay_pool.start(context or self.context)
         if loop is None:
             executor = RequestExecutor([self], [self.request_group],
                                        context=context or self.context)
@@ -675,7 +698,8 @@ class RelayNode(LifecycleNodeMixin, Node):
                 spin_until(executor, self._intake_stop)
                 return
             try:
-                loop.run(self._request_subs)
+                loop.run(self._request_subs,
+                         answers=[self.relay_pool.answers] if self.relay_pool else ())
             except Exception as exc:  # the middleware refused the callback after all: say so
                 self.get_logger().error(f"the C request intake stopped: {exc!r}")
 
@@ -761,7 +785,18 @@ class RelayNode(LifecycleNodeMixin, Node):
             lifecycle_label=label,
             fair_share=bool(self._p["fair_share"]),
             clients=s.core.clients_snapshot() if self._p["fair_share"] else [],
+            pool=self.relay_pool.values() if self.relay_pool else {},
         )
+
+    def pool_served(self) -> Served:
+        """What this member announces to its pool (pool.py), read under the core's use lock."""
+        with self._core_use:
+            s = self.serving
+            depth = 0 if self._core_closed or s is None else s.core.stats().queue_depth
+            return Served(digests=(s.policy.digest,) if s and s.policy else (),
+                          workers=self._p["workers"], nfe_ns=self._p["nfe_ns"],
+                          admission_reserve_ns=self._p["admission_reserve_ns"],
+                          queue_depth=depth)
 
     def _loop_values(self, s: Serving) -> dict[str, object]:
         """Which NFE loop the workers run, which loops publish and take requests (native /
@@ -939,6 +974,8 @@ class RelayNode(LifecycleNodeMixin, Node):
                     s.stop()
             finally:
                 self._wait_answers_acked()
+                if self.relay_pool is not None:  # what it never took is taken over now
+                    self.relay_pool.leave(FINALIZED)
 
     def _wait_answers_acked(self) -> None:
         try:
@@ -952,6 +989,8 @@ class RelayNode(LifecycleNodeMixin, Node):
             self._core_closed = True
             for s in [*self._draining, *filter(None, [self._pending_swap, self.serving])]:
                 s.close()  # idempotent
+        if self.relay_pool is not None:  # the loop and publishers that used it have stopped
+            self.relay_pool.close()
         destroy_lifecycle_node(self)  # the node and its lifecycle state machine
 
 

@@ -35,6 +35,7 @@ CPU_AFFINITIES = ("executor_cpu_affinity", "worker_cpu_affinity", "publisher_cpu
 WEIGHT_MAX = 1_000_000  # csrc/fer.h FER_WEIGHT_MAX
 WEIGHT_RULES = 32  # csrc/fer.h FER_WEIGHT_RULES
 CLIENT_ID_MAX_BYTES = 64  # csrc/fer.h FER_SESSION_ID_MAX: a pattern is at most an id long
+POOL_NAME_MAX_BYTES = 64  # a name, compared in each announcement; not a payload
 
 
 def parse_client_weights(rules) -> tuple[tuple[str, int], ...]:
@@ -362,6 +363,45 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec("worker_stall_ms", 2000, "a worker holding work with no step this long is stalled", 1,
          HOUR_MS),
+    # Relay pool (docs/design.md §13)
+    Spec(
+        "pool",
+        "",
+        "name of the relay pool this relay joins on its request topics (flowedge/pool, "
+        "docs/design.md §13): each session is decided by one live member, a dead member's "
+        "requests by the next; empty = a single relay, no pool topic",
+    ),
+    Spec(
+        "pool_lease_ms",
+        500,
+        "liveliness lease of the pool announcements, ms: a member silent this long is dead to "
+        "the pool, and its sessions are taken over within this + 100 ms; the same in a pool",
+        50,
+        10_000,
+    ),
+    Spec(
+        "pool_spill",
+        False,
+        "hand a request the owner would answer REJECTED_CAPACITY to the next member of its "
+        "ranking (docs/design.md §13); not implemented in this build: true is refused, at "
+        "start and on a live set",
+        read_only=False,
+    ),
+    Spec(
+        "pool_standby_entries",
+        4096,
+        "requests of other members' sessions a pool member keeps as their successor, for a "
+        "takeover (the oldest is evicted, counted)",
+        1,
+        1_048_576,
+    ),
+    Spec(
+        "pool_standby_bytes",
+        16 * 1024 * 1024,
+        "bytes of those requests a pool member keeps (the oldest is evicted, counted)",
+        1,
+        2**31 - 1,
+    ),
 )
 
 #: Fault injection, declared only on a relay started for a drill (`flowedge-relayd --drill`,
@@ -471,6 +511,11 @@ def check_value(name: str, value: object) -> str | None:
             parse_client_weights(value)
         except ValueError as exc:
             return str(exc)
+    if name == "pool_spill" and value is True:
+        return ("pool_spill: spill on capacity is not implemented in this build (docs/design.md "
+                "§13); leave it false: the owner answers REJECTED_CAPACITY itself")
+    if name == "pool" and isinstance(value, str) and len(value.encode()) > POOL_NAME_MAX_BYTES:
+        return f"pool: a name of at most {POOL_NAME_MAX_BYTES} bytes, got {len(value.encode())}"
     if name in CPU_AFFINITIES and any(not 0 <= c <= MAX_CPU for c in value or ()):
         return f"{name}: CPU ids must be in 0..{MAX_CPU}, got {list(value)}"
     return None

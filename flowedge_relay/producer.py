@@ -37,13 +37,20 @@ executing the current chunk (a splicer is left as it is) or stop safely. A retry
 sequence is allowed, with retry_reason RETRY_AFTER_EXPIRED (no reason of its own: the answer did
 not arrive in a usable form); it helps after a transient error, not for an input the model
 cannot handle (the same input gives the same NaN).
+
+A robot that shares flowedge/actions with a fleet (a relay pool, docs/design.md §13) takes only
+its own sessions' answers, filtered by the middleware, and never acts on an answer twice:
+    answers = answer_subscription(node, ["arm/1"], on_answer)
+`answers.duplicates` counts the second answers it dropped (a pool names the window where one
+can happen; each answer says who sent it in relay_id and pool_epoch).
 """
 
 from __future__ import annotations
 
 import array
 import re
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +60,7 @@ from flowedge_relay_msgs.msg import ServedModel as ServedModelMsg
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.policy import DTYPE_CODES, DTYPES, Policy
+from flowedge_relay.ros_compat import content_filtered_subscription
 from flowedge_relay.rtc import ChunkSplicer
 from flowedge_relay.timebase import ros_time
 
@@ -251,6 +259,82 @@ def _set_prefix(req: InferenceRequest, model: ServedModel, prefix: tuple[np.ndar
                                  nanosec=int(action_period_ns) % NANOSEC_PER_SEC)
 
 
-__all__ = ["MODEL_TOPIC", "ChunkSplicer", "InputDecl", "ServedModel", "build_request",
-           "over_fair_share",
-           "encode_tensor", "follow_served_model", "model_qos", "parse_inputs"]
+#: The relay's answers (docs/design.md §2, §8).
+ACTIONS_TOPIC = "flowedge/actions"
+#: DDS SQL filters take at most 100 parameters (Fast DDS's default limit); a robot with more
+#: sessions, or a session id the filter cannot quote, filters in Python instead.
+FILTER_PARAMETERS_MAX = 100
+#: (session_id, sequence) pairs remembered to drop a second answer: a pool's duplicate window is
+#: a lease long, far shorter than this many answers to one robot.
+SEEN_ANSWERS_MAX = 65_536
+
+
+def answers_qos() -> QoSProfile:
+    """The answer subscription's QoS: reliable, as the relay publishes them, deep enough for a
+    burst of a fleet's answers."""
+    return QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def session_filter(session_ids: Iterable[str]) -> tuple[str, list[str]] | None:
+    """The DDS SQL filter `session_id = %0 OR ...` and its quoted parameters; None where the
+    middleware cannot carry it (too many sessions, or an id with a quote)."""
+    ids = list(dict.fromkeys(session_ids))
+    if not ids or len(ids) > FILTER_PARAMETERS_MAX or any("'" in i for i in ids):
+        return None
+    return " OR ".join(f"session_id = %{i}" for i in range(len(ids))), [f"'{i}'" for i in ids]
+
+
+class AnswerSubscription:
+    """A robot's answers: its own sessions only, each (session_id, sequence) delivered once.
+
+    `filtered_by` says where foreign sessions are dropped: "middleware" (a content-filtered
+    subscription; Fast DDS on Jazzy and Kilted) or "python" (another RMW, or a filter the
+    middleware cannot carry: the answers reach this process and are dropped here, counted in
+    `foreign`). `duplicates` counts second answers dropped (the first is kept)."""
+
+    def __init__(self, node, session_ids: Iterable[str], callback: Callable[[object], None],
+                 qos: QoSProfile | None = None, *, topic: str = ACTIONS_TOPIC,
+                 callback_group=None) -> None:
+        self.session_ids = frozenset(session_ids)
+        self.callback = callback
+        self.duplicates = 0
+        self.foreign = 0
+        self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
+        sql = session_filter(self.session_ids)
+        filtered = False
+        if sql is not None:
+            self.subscription, filtered = content_filtered_subscription(
+                node, ActionMessage, topic, self._on_answer, qos or answers_qos(), *sql,
+                callback_group=callback_group)
+        else:
+            self.subscription = node.create_subscription(
+                ActionMessage, topic, self._on_answer, qos or answers_qos(),
+                callback_group=callback_group)
+        self.filtered_by = "middleware" if filtered else "python"
+
+    def _on_answer(self, msg) -> None:
+        if msg.session_id not in self.session_ids:
+            self.foreign += 1
+            return
+        key = (msg.session_id, msg.sequence)
+        if key in self._seen:
+            self.duplicates += 1
+            return
+        self._seen[key] = None
+        if len(self._seen) > SEEN_ANSWERS_MAX:
+            self._seen.popitem(last=False)
+        self.callback(msg)
+
+
+def answer_subscription(node, session_ids: Iterable[str], callback: Callable[[object], None],
+                        qos: QoSProfile | None = None, **kwargs) -> AnswerSubscription:
+    """Subscribe `node` to the answers of `session_ids` only (a content filter on session_id
+    where the RMW supports one, else a Python filter), calling `callback` once per (session_id,
+    sequence); see AnswerSubscription."""
+    return AnswerSubscription(node, session_ids, callback, qos, **kwargs)
+
+
+__all__ = ["ACTIONS_TOPIC", "MODEL_TOPIC", "AnswerSubscription", "ChunkSplicer", "InputDecl",
+           "ServedModel", "answer_subscription", "answers_qos", "build_request", "encode_tensor",
+           "follow_served_model", "model_qos", "over_fair_share", "parse_inputs",
+           "session_filter"]

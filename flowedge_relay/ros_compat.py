@@ -8,6 +8,11 @@ it fails there, naming this module, rather than somewhere deep in a relay test.
 
 Differences, and where they are handled:
 - `rclpy.init()` returns None on rclpy 7 and a context manager on rclpy 9: `initialized()`.
+- A content-filtered subscription: rclpy 9's `create_subscription` takes
+  `content_filter_options` (`ContentFilterOptions`); rclpy 7's does not, but its rcl (9.2) and
+  rmw_fastrtps set a filter on an existing subscription (`rcl_subscription_set_content_filter`):
+  `content_filtered_subscription()` uses whichever the distro has, and says whether the
+  middleware filters (False: the RMW cannot, and the caller filters itself).
 - `Executor.shutdown()` takes `(timeout_sec)` on rclpy 7 and `(timeout_sec, *, wait_for_threads)`
   on rclpy 9, whose MultiThreadedExecutor also shuts its thread pool down there (rclpy 7 leaves
   the pool to the interpreter's exit): `shutdown_executor()` does both the same way everywhere.
@@ -36,8 +41,9 @@ package metadata to read, so each helper works on either behaviour as it finds i
 
 from __future__ import annotations
 
+import ctypes
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import rclpy
@@ -95,3 +101,72 @@ def destroy_lifecycle_node(node) -> None:
     machine = getattr(node, "_state_machine", None)  # LifecycleNodeMixin's, rclpy 7 and 9
     if machine is not None:
         machine.destroy_when_not_in_use()
+
+
+class _StringArray(ctypes.Structure):
+    """rcutils_string_array_t: size, data, then an rcutils_allocator_t (five pointers)."""
+
+    _fields_ = [("size", ctypes.c_size_t), ("data", ctypes.c_void_p),
+                ("allocator", ctypes.c_void_p * 5)]
+
+
+class _ContentFilterOptions(ctypes.Structure):
+    """rcl_subscription_content_filter_options_t (rcl 9.2 and 10.1): the rmw options, which are
+    the expression and its parameters. Zero bytes are its zero-initialised value."""
+
+    _fields_ = [("filter_expression", ctypes.c_char_p), ("expression_parameters", _StringArray)]
+
+
+def _rcl_set_content_filter(subscription, expression: str, parameters: Sequence[str]) -> bool:
+    """Set a content filter on an existing subscription through the librcl rclpy loaded; False
+    where rcl or the RMW refuses (the subscription then receives everything)."""
+    from flowedge_relay.rcl_abi import RclUnavailable, loaded_library
+
+    try:
+        rcl = loaded_library("librcl.so")
+        init = rcl.rcl_subscription_content_filter_options_init
+        set_filter = rcl.rcl_subscription_set_content_filter
+        fini = rcl.rcl_subscription_content_filter_options_fini
+        enabled = rcl.rcl_subscription_is_cft_enabled
+    except (RclUnavailable, AttributeError):
+        return False
+    init.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                     ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(_ContentFilterOptions)]
+    set_filter.argtypes = [ctypes.c_void_p, ctypes.POINTER(_ContentFilterOptions)]
+    fini.argtypes = [ctypes.c_void_p, ctypes.POINTER(_ContentFilterOptions)]
+    enabled.argtypes = [ctypes.c_void_p]
+    enabled.restype = ctypes.c_bool
+    reset = loaded_library("librcutils.so").rcutils_reset_error
+    argv = (ctypes.c_char_p * max(len(parameters), 1))(*[p.encode() for p in parameters])
+    options = _ContentFilterOptions()
+    with subscription.handle:
+        pointer = ctypes.c_void_p(subscription.handle.pointer)
+        if init(pointer, expression.encode(), len(parameters), argv, ctypes.byref(options)) != 0:
+            reset()
+            return False
+        try:
+            ok = set_filter(pointer, ctypes.byref(options)) == 0
+        finally:
+            fini(pointer, ctypes.byref(options))
+        if not ok:
+            reset()
+        return ok and bool(enabled(pointer))
+
+
+def content_filtered_subscription(node, msg_type, topic: str, callback: Callable, qos,
+                                  expression: str, parameters: Sequence[str],
+                                  callback_group=None) -> tuple[object, bool]:
+    """A subscription that receives only messages matching the DDS SQL `expression` (with %0..
+    %n-1 taken from `parameters`), filtered by the middleware where it can. Returns (the
+    subscription, whether the middleware filters); where it does not, every message arrives."""
+    try:
+        from rclpy.subscription_content_filter_options import ContentFilterOptions
+    except ImportError:  # rclpy 7
+        sub = node.create_subscription(msg_type, topic, callback, qos,
+                                       callback_group=callback_group)
+        return sub, _rcl_set_content_filter(sub, expression, parameters)
+    options = ContentFilterOptions(filter_expression=expression,
+                                   expression_parameters=list(parameters))
+    sub = node.create_subscription(msg_type, topic, callback, qos, callback_group=callback_group,
+                                   content_filter_options=options)
+    return sub, bool(sub.is_cft_enabled)

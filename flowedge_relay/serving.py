@@ -105,13 +105,16 @@ class Serving:
         self.model_error = model_error
         self.execution_providers = tuple(p["execution_providers"])
         self.intake_note = ""
+        #: the node's relay pool in C (docs/design.md §13), shared by every serving; or None
+        self.relay_pool = node.relay_pool.c if node.relay_pool is not None else None
         self.started_ns = 0
         self._publisher_thread: threading.Thread | None = None
         self._build_core(accepting, hold)
         self._build_intakes()
         self._build_pool()
         self.output = ActionPublisher(node, self.core, node.actions_publisher, self.model,
-                                      native=p["publisher_loop"] != "python")  # fmt: skip
+                                      native=p["publisher_loop"] != "python",
+                                      pool=self.relay_pool)  # fmt: skip
         self.model_values = (model_description(policy, self.execution_providers, self.rtc)
                              if policy is not None else {})
 
@@ -169,7 +172,8 @@ class Serving:
             try:
                 self.native_intake = NativeIntake(
                     self.core, contract, p["max_nfe"], p["max_request_bytes"],
-                    self.slot_inputs.layout.prefix_offset if self.slot_inputs else None)
+                    self.slot_inputs.layout.prefix_offset if self.slot_inputs else None,
+                    pool=self.relay_pool)
             except IntakeUnavailable as exc:  # served through the rclpy callback instead
                 self.intake_note = f"not in C: {exc}"
 

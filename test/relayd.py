@@ -30,12 +30,13 @@ from flowedge_relay_tools.harness import ros_context
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def _start(log: pathlib.Path, args: list[str]) -> subprocess.Popen:
+def _start(log: pathlib.Path, args: list[str], prefix: list[str] = (),
+           env: dict[str, str] | None = None) -> subprocess.Popen:
     with open(log, "w", encoding="utf-8") as out:  # a file: a full pipe never blocks the relay
         return subprocess.Popen(
-            [sys.executable, "-m", "flowedge_relay.cli", *args],
+            [*prefix, sys.executable, "-m", "flowedge_relay.cli", *args],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
 
 
@@ -59,15 +60,18 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 
 @contextmanager
-def relayds(tmp_path: pathlib.Path, *arg_lists: list[str],
-            ready_timeout: float = 90.0) -> Iterator[list[subprocess.Popen]]:
+def relayds(tmp_path: pathlib.Path, *arg_lists: list[str], ready_timeout: float = 90.0,
+            prefixes: list[list[str]] | None = None,
+            env: dict[str, str] | None = None) -> Iterator[list[subprocess.Popen]]:
     """flowedge-relayd once per argument list, started together, each up ("relay up" logged)
-    before the block runs; all stopped on exit. Logs: tmp_path/relay<i>.log."""
+    before the block runs; all stopped on exit. Logs: tmp_path/relay<i>.log. `prefixes`: a
+    command each runs under (`ip netns exec <ns>`); `env`: added to the environment."""
     procs: list[subprocess.Popen] = []
     try:
         logs = [tmp_path / f"relay{i}.log" for i in range(len(arg_lists))]
-        for log, args in zip(logs, arg_lists, strict=True):
-            procs.append(_start(log, list(args)))
+        prefixes = prefixes or [[] for _ in arg_lists]
+        for log, args, prefix in zip(logs, arg_lists, prefixes, strict=True):
+            procs.append(_start(log, list(args), prefix, env))
         for proc, log in zip(procs, logs, strict=True):
             _wait_up(proc, log, ready_timeout)
         yield procs

@@ -324,6 +324,42 @@ def test_a_refused_real_time_setting_warns_on_workers_for_as_long_as_it_holds():
     assert workers(snap(3.0, realtime=rt_values)).level == DiagnosticStatus.OK
 
 
+def _pool_values(**over) -> dict[str, object]:
+    from flowedge_relay.diagnostics import POOL_STATS
+
+    values: dict[str, object] = {"pool": "cell", "relay_id": "h-1-abcd", "members": "a,b,c",
+                                 "owning": True, "draining": False}
+    values.update({name: 0 for name in POOL_STATS}, pool_members=3, pool_epoch=1, **over)
+    return values
+
+
+def test_pool_status_exists_only_in_a_pool_and_warns_after_a_takeover():
+    """docs/design.md §13: a single relay's statuses are unchanged; a member adds `pool` (its
+    view, epoch, owned sessions, takeovers, not_owner, standby use), WARN for hold_s after a
+    takeover, a surrender or a standby eviction; RelayStats carries the same counters (0 outside
+    a pool)."""
+    from flowedge_relay.diagnostics import POOL_STATS
+
+    b = DiagnosticsBuilder("r", hold_s=10.0)
+    assert "pool" not in levels(b, snap())
+    assert all(getattr(stats_message(snap(), _stamp()), name) == 0 for name in POOL_STATS)
+    assert levels(b, snap(1.0, pool=_pool_values()))["pool"] == DiagnosticStatus.OK
+    took = snap(2.0, pool=_pool_values(takeovers=1, taken_over_requests=7, not_owner=40))
+    array = b.build(took, _stamp())
+    (status,) = [st for st in array.status if st.name == "r: pool"]
+    assert status.level == DiagnosticStatus.WARN and "took over" in status.message
+    values = {kv.key: kv.value for kv in status.values}
+    assert {"members", "pool_epoch", "owned_sessions", "takeovers", "not_owner",
+            "standby_entries", "standby_capacity"} <= set(values)
+    assert levels(b, snap(5.0, pool=_pool_values(takeovers=1)))["pool"] == DiagnosticStatus.WARN
+    assert levels(b, snap(13.0, pool=_pool_values(takeovers=1)))["pool"] == DiagnosticStatus.OK
+    evicted = snap(14.0, pool=_pool_values(takeovers=1, standby_evicted=2))
+    assert levels(b, evicted)["pool"] == DiagnosticStatus.WARN
+    msg = stats_message(took, _stamp())
+    assert (msg.takeovers, msg.taken_over_requests, msg.not_owner, msg.pool_members) == (
+        1, 7, 40, 3)
+
+
 def test_stats_list_the_top_clients_with_share_rate_and_refusals():
     """docs/design.md §7.1: RelayStats.top_clients holds the TOP_CLIENTS clients with the most
     committed work, most first, with the queue status' share in use and fair-share rejections;

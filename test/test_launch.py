@@ -121,3 +121,106 @@ def test_autostart_argument_becomes_the_node_parameter():
     assert performed and _calls(parser, "ValueError")
     default = [c for c in _calls(tree, "DeclareLaunchArgument") if c.args[0].value == "autostart"]
     assert _kw(default[0], "default_value").value == "true"
+
+
+# -- launch/pool.launch.py: K relays of one pool on one host ----------------------------------
+
+POOL_LAUNCH = ROOT / "launch" / "pool.launch.py"
+
+
+def test_pool_launch_file_declares_described_arguments(monkeypatch):
+    tree = ast.parse(POOL_LAUNCH.read_text())
+    assert ast.get_docstring(tree) and "Usage" in ast.get_docstring(tree)
+    made = _stub_launch(monkeypatch)
+    import runpy
+
+    runpy.run_path(str(POOL_LAUNCH))["generate_launch_description"]()
+    args = {a["args"][0]: a for a in made["args"]}
+    assert args.keys() == {"count", "pool", "namespace", "lease_ms", "config", "nfe_ns"}
+    assert all(len(a["description"]) > 10 for a in args.values())
+    assert args["pool"]["default_value"] and args["lease_ms"]["default_value"] == "500"
+    assert args["config"]["default_value"] == "/share/config/relay.yaml"
+
+
+class _Config:
+    """launch's LaunchConfiguration, reading the values a test gives."""
+
+    values: dict[str, str] = {}
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def perform(self, context) -> str:
+        return self.values[self.name]
+
+
+def _stub_launch(monkeypatch) -> dict[str, list]:
+    """launch and launch_ros as recorders (they are on no registry): what the file builds."""
+    import sys
+    import types
+
+    made: dict[str, list] = {"nodes": [], "args": []}
+
+    def recorder(kind):
+        def make(*args, **kwargs):
+            made[kind].append(kwargs | {"args": args})
+            return kwargs | {"args": args}
+        return make
+
+    modules = {
+        "launch": {"LaunchContext": object, "LaunchDescription": list},
+        "launch.actions": {"DeclareLaunchArgument": recorder("args"),
+                           "OpaqueFunction": lambda function: function},
+        "launch.substitutions": {"LaunchConfiguration": _Config},
+        "launch_ros": {}, "launch_ros.actions": {"LifecycleNode": recorder("nodes")},
+        "launch_ros.parameter_descriptions": {
+            "ParameterFile": lambda path, **kw: ("yaml", path.name)},
+        "ament_index_python": {},
+        "ament_index_python.packages": {"get_package_share_directory": lambda pkg: "/share"},
+    }
+    for name, attrs in modules.items():
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(**attrs))
+    return made
+
+
+def _run_pool_launch(monkeypatch, **values) -> list[dict]:
+    import runpy
+
+    made = _stub_launch(monkeypatch)
+    defaults = {"count": "2", "pool": "fleet", "namespace": "", "lease_ms": "500",
+                "config": "/share/config/relay.yaml", "nfe_ns": ""}
+    _Config.values = defaults | values
+    module = runpy.run_path(str(POOL_LAUNCH))
+    (opaque,) = [a for a in module["generate_launch_description"]() if callable(a)]
+    opaque(None)
+    return made["nodes"]
+
+
+def test_pool_launch_starts_count_relays_sharing_the_pool_topics(monkeypatch):
+    """count relays, each the contract's node in its own namespace, the YAML first and the
+    pool's name and lease over it, the four shared topics remapped to the pool's namespace
+    (the remaps test/test_pool.py runs its relays with)."""
+    from test_pool import TOPICS
+
+    nodes = _run_pool_launch(monkeypatch, count="3", pool="cell", namespace="/a/", lease_ms="300")
+    assert len(nodes) == 3
+    assert [n["namespace"] for n in nodes] == ["/a/relay_0", "/a/relay_1", "/a/relay_2"]
+    for n in nodes:
+        assert n["executable"] == "flowedge-relayd" and n["name"] == "flowedge_relay"
+        assert n["parameters"][0] == ("yaml", "config")  # the YAML first, then the overrides
+        assert n["parameters"][1] == {"pool": "cell", "pool_lease_ms": 300}
+        assert dict(n["remappings"]) == {t: f"/a/{t}" for t in TOPICS}
+    nodes = _run_pool_launch(monkeypatch, nfe_ns="250000")
+    assert [n["namespace"] for n in nodes] == ["/relay_0", "/relay_1"]
+    assert nodes[0]["remappings"][0] == ("flowedge/requests", "/flowedge/requests")
+    assert nodes[0]["parameters"][1]["nfe_ns"] == 250000
+
+
+def test_pool_launch_refuses_a_pool_without_name_or_a_bad_count(monkeypatch):
+    import pytest
+
+    for values, said in (({"pool": ""}, "needs a name"), ({"count": "0"}, "count:=0"),
+                         ({"count": "two"}, "expected an integer"),
+                         ({"lease_ms": "20"}, "lease_ms:=20")):
+        with pytest.raises(ValueError, match=said):
+            _run_pool_launch(monkeypatch, **values)

@@ -8,7 +8,13 @@ import math
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Time
-from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats, Tensor
+from flowedge_relay_msgs.msg import (
+    ActionMessage,
+    InferenceRequest,
+    PoolMember,
+    RelayStats,
+    Tensor,
+)
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from ros_helpers import ros_context, spinning, wait_for, wait_for_subscribers
 
@@ -167,12 +173,22 @@ ACTION_FIELDS = {
 }
 
 
+POOL_MEMBER_FIELDS = {
+    "pool": "string", "relay_id": "string", "host": "string", "model_digest": "string",
+    "model_digests": "sequence<string>", "state": "uint8", "draining": "boolean",
+    "workers": "uint32", "nfe_ns": "uint64", "admission_reserve_ns": "uint64",
+    "queue_depth": "uint32", "epoch": "uint32", "owning_from": "builtin_interfaces/Time",
+    "owning_until": "builtin_interfaces/Time", "stamp": "builtin_interfaces/Time",
+}
+
+
 @pytest.mark.parametrize(
     ("msg_type", "contract"),
     [
         (InferenceRequest, REQUEST_FIELDS),
         (ActionMessage, ACTION_FIELDS),
         (Tensor, TENSOR_FIELDS),
+        (PoolMember, POOL_MEMBER_FIELDS),
     ],
 )
 def test_fields_are_the_contract(msg_type, contract):

@@ -162,3 +162,51 @@ def test_a_robot_tells_a_fair_share_refusal_from_a_full_relay():
     assert over_fair_share(A(code=A.REJECTED_CAPACITY, reject_reason=A.REJECT_FAIR_SHARE))
     assert not over_fair_share(A(code=A.REJECTED_CAPACITY, reject_reason=A.REJECT_CAPACITY))
     assert not over_fair_share(A(code=A.INFERENCE))
+
+
+def _publish_answers(sessions: list[tuple[str, int]], *ids_lists) -> list:
+    """Each id list's answer subscription in one private context, fed `sessions` over DDS."""
+    import time
+
+    import rclpy
+    from flowedge_relay_msgs.msg import ActionMessage
+    from rclpy.node import Node
+
+    from flowedge_relay.producer import answer_subscription, answers_qos
+    from flowedge_relay_tools.harness import ros_context, spinning, wait_for_subscribers
+
+    with ros_context() as ctx:
+        relay, robot = Node("answers_relay", context=ctx), Node("answers_robot", context=ctx)
+        got: list[list] = [[] for _ in ids_lists]
+        subs = [answer_subscription(robot, ids, got[k].append)
+                for k, ids in enumerate(ids_lists)]
+        pub = relay.create_publisher(ActionMessage, "flowedge/actions", answers_qos())
+        with spinning(relay, robot, context=ctx):
+            wait_for_subscribers(pub, len(ids_lists))
+            for session, sequence in sessions:
+                pub.publish(ActionMessage(session_id=session, sequence=sequence))
+            pub.wait_for_all_acked(rclpy.duration.Duration(seconds=10))
+            time.sleep(0.5)
+        relay.destroy_node()
+        robot.destroy_node()
+    return [(sub, [(a.session_id, a.sequence) for a in g])
+            for sub, g in zip(subs, got, strict=True)]
+
+
+@pytest.mark.ros
+def test_answer_subscription_takes_only_its_sessions_once():
+    """docs/design.md §13.3: a robot's answer subscription gets its own sessions' answers only,
+    filtered by the middleware (a content filter on session_id: Fast DDS on Jazzy and Kilted),
+    each (session_id, sequence) once, the second counted; where the filter cannot carry the ids
+    (a quote in one) it filters in Python, counting what it dropped."""
+    import rclpy
+
+    sent = [("arm/1", 1), ("arm/3", 1), ("arm/2", 1), ("arm/1", 1), ("x", 7), ("arm/2", 2),
+            ("o'hare", 1), ("arm/1", 2)]
+    (mw, mw_got), (py, py_got) = _publish_answers(sent, ["arm/1", "arm/2"], ["o'hare", "arm/3"])
+    assert mw_got == [("arm/1", 1), ("arm/2", 1), ("arm/2", 2), ("arm/1", 2)]
+    assert mw.duplicates == 1
+    if rclpy.get_rmw_implementation_identifier() == "rmw_fastrtps_cpp":
+        assert mw.filtered_by == "middleware" and mw.foreign == 0
+    assert py_got == [("arm/3", 1), ("o'hare", 1)]
+    assert py.filtered_by == "python" and py.foreign == 6 and py.duplicates == 0

@@ -196,3 +196,44 @@ def test_a_destroyed_lifecycle_node_stays_in_the_graph_unless_its_state_machine_
     names = _graph_names()
     assert "compat_lifecycle_plain" in names
     assert "compat_lifecycle_helper" not in names
+
+
+@pytest.mark.ros
+@KNOWN
+def test_content_filter_options_only_on_rclpy_9_and_either_way_the_middleware_filters():
+    """Kilted's rclpy takes content_filter_options at create_subscription; Jazzy's does not, and
+    ros_compat sets the filter through its rcl. Both: Fast DDS then filters (a foreign session's
+    message never reaches the callback)."""
+    import importlib.util
+
+    from rclpy.node import Node
+
+    has_options = importlib.util.find_spec("rclpy.subscription_content_filter_options")
+    assert (has_options is not None) == RCLPY_9, (
+        f"rclpy on {DISTRO}: ContentFilterOptions {'present' if has_options else 'absent'}; "
+        "ros_compat.content_filtered_subscription picks its path by that")
+    from flowedge_relay_msgs.msg import ActionMessage
+
+    qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+    with ros_context() as ctx:
+        node = Node("cft_probe", context=ctx)
+        got: list[str] = []
+        sub, filtered = ros_compat.content_filtered_subscription(
+            node, ActionMessage, "cft_probe", lambda m: got.append(m.session_id), qos,
+            "session_id = %0", ["'mine'"])
+        pub = node.create_publisher(ActionMessage, "cft_probe", qos)
+        assert wait_for(lambda: pub.get_subscription_count() >= 1, 10)
+        for session in ("theirs", "mine"):
+            pub.publish(ActionMessage(session_id=session))
+        executor = rclpy.executors.SingleThreadedExecutor(context=ctx)
+        executor.add_node(node)
+        end = time.monotonic() + 5
+        while time.monotonic() < end and not got:
+            executor.spin_once(timeout_sec=0.1)
+        executor.spin_once(timeout_sec=0.3)
+        executor.shutdown()
+        node.destroy_node()
+    if rclpy.get_rmw_implementation_identifier() == "rmw_fastrtps_cpp":
+        assert filtered and got == ["mine"]
+    else:
+        assert got[-1] == "mine"

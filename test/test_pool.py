@@ -1,0 +1,438 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A relay pool of real `flowedge-relayd` processes over real DDS on loopback (docs/design.md §13).
+
+Three relays of one pool share one request and one answer topic (each in a namespace of its own,
+its flowedge/ topics remapped to the pool's, as launch/pool.launch.py does). The test reads the
+pool as any ROS tool can: flowedge/pool, /diagnostics, the relays' flowedge/stats.
+
+Conditions are made on purpose, not left to chance: the sessions are picked from the members'
+announced relay_ids so that each member owns a known share (the rendezvous hash is computed here
+too, independently of the relays), a victim is killed while it holds queued work it cannot have
+answered yet, and every wait is for a state the relays report.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from core_helpers import wait_for
+from diagnostic_msgs.msg import DiagnosticArray
+from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, PoolMember, RelayStats
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState
+from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from relayd import relayds
+
+from flowedge_relay.model import default_model_path, load_model
+from flowedge_relay.pool import member_key, pool_qos
+from flowedge_relay_tools.harness import build_request, ros_context, spinning
+
+pytestmark = pytest.mark.ros
+
+NS = "/pooltest"
+POOL = "pooltest"
+# A member silent for a lease is dead to the pool: on a shared 2-core host a relay process can
+# wait hundreds of ms for a CPU, so the lease is set above that (as a deployment sets it above its
+# host's worst stall); the takeover bound is checked against it.
+LEASE_MS = 2000
+RELAYS = 3
+NFE_DELAY_MS = 50  # x 4 NFE: a request holds its worker 200 ms, so a burst stays queued
+STATS_HZ = 20.0  # the takeover counter is read from flowedge/stats, 50 ms apart
+TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/model")
+
+
+def relay_args(i: int) -> list[str]:
+    """Relay i of the pool: its own namespace (node name, parameters, flowedge/stats), the
+    pool's request, answer, pool and model topics."""
+    args = ["--drill", "--ros-args", "-r", f"__ns:={NS}/r{i}"]
+    for topic in TOPICS:
+        args += ["-r", f"{topic}:={NS}/{topic}"]
+    return args + ["-p", f"pool:={POOL}", "-p", f"pool_lease_ms:={LEASE_MS}",
+                   "-p", f"fault_nfe_delay_ms:={float(NFE_DELAY_MS)}",
+                   "-p", f"stats_rate_hz:={STATS_HZ}"]
+
+
+_U64 = (1 << 64) - 1
+
+
+def fnv1a64(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & _U64
+    return h
+
+
+def mix64(x: int) -> int:
+    """splitmix64's finaliser."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _U64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _U64
+    return x ^ (x >> 31)
+
+
+def owner(session: str, relay_ids: list[str]) -> str:
+    """The rendezvous owner of `session` among `relay_ids`, computed here in Python, apart from
+    the C pool the relays run: the highest mix64(key ^ fnv1a64(session)), keys compared last,
+    with key = mix64(fnv1a64(relay_id))."""
+    h = fnv1a64(session.encode())
+    key = {r: mix64(fnv1a64(r.encode())) for r in relay_ids}
+    assert all(key[r] == member_key(r) for r in relay_ids)  # the relays' keys, from C
+    return max(relay_ids, key=lambda r: (mix64(key[r] ^ h), key[r]))
+
+
+def sessions_owned(relay_ids: list[str], per_member: int, prefix: str = "robot") -> list[str]:
+    """Session ids of which each member of `relay_ids` owns exactly `per_member`."""
+    picked: dict[str, list[str]] = {r: [] for r in relay_ids}
+    k = 0
+    while any(len(v) < per_member for v in picked.values()):
+        s = f"{prefix}{k}"
+        k += 1
+        got = picked[owner(s, relay_ids)]
+        if len(got) < per_member:
+            got.append(s)
+    return [s for v in picked.values() for s in v]
+
+
+def _ns(t) -> int:
+    return t.sec * 1_000_000_000 + t.nanosec
+
+
+class PoolClient:
+    """The test's view of the pool: announcements, pool statuses, answers, the relays' stats;
+    and a producer."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.model = load_model(default_model_path())
+        self.lock = threading.Lock()
+        self.members: dict[str, PoolMember] = {}
+        self.owning_until: dict[str, int] = {}  # announced by a draining member
+        self.status: dict[str, dict[str, str]] = {}
+        self.answers: list[tuple[ActionMessage, int]] = []
+        self.takeover_stamps: dict[int, int] = {}  # relay -> ROS ns of its first takeover
+        self.sent: dict[tuple[str, int], int] = {}  # (session, sequence) -> origin ROS ns
+        self._seq: collections.Counter = collections.Counter()
+        qos = QoSProfile(depth=10000, history=HistoryPolicy.KEEP_LAST,
+                         reliability=ReliabilityPolicy.RELIABLE)
+        node.create_subscription(PoolMember, f"{NS}/flowedge/pool", self._on_member,
+                                 pool_qos(LEASE_MS, 64))
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 100)
+        node.create_subscription(ActionMessage, f"{NS}/flowedge/actions", self._on_answer, qos)
+        for i in range(RELAYS):
+            node.create_subscription(RelayStats, f"{NS}/r{i}/flowedge/stats",
+                                     lambda m, i=i: self._on_stats(i, m), 100)
+        self.pub = node.create_publisher(InferenceRequest, f"{NS}/flowedge/requests", qos)
+
+    def _on_member(self, msg: PoolMember) -> None:
+        with self.lock:
+            self.members[msg.relay_id] = msg
+            if msg.draining:
+                self.owning_until[msg.relay_id] = _ns(msg.owning_until)
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        with self.lock:
+            for s in msg.status:
+                if s.name.endswith(": pool"):
+                    self.status[s.name.split(":")[0]] = {kv.key: kv.value for kv in s.values}
+
+    def _on_answer(self, msg: ActionMessage) -> None:
+        with self.lock:
+            self.answers.append((msg, self.node.get_clock().now().nanoseconds))
+
+    def _on_stats(self, i: int, msg: RelayStats) -> None:
+        if msg.takeovers > 0 and i not in self.takeover_stamps:
+            self.takeover_stamps[i] = _ns(msg.stamp)
+
+    # -- state -------------------------------------------------------------------------------
+
+    def relay_id(self, i: int) -> str:
+        """Relay i's relay_id, from its pool status."""
+        wait_for(lambda: "relay_id" in self.status.get(f"{NS[1:]}/r{i}/flowedge_relay", {}), 60)
+        return self.status[f"{NS[1:]}/r{i}/flowedge_relay"]["relay_id"]
+
+    def view(self, i: int) -> set[str]:
+        with self.lock:
+            members = self.status.get(f"{NS[1:]}/r{i}/flowedge_relay", {}).get("members", "")
+        return set(members.split(",")) - {"none", ""}
+
+    def wait_views(self, relays: list[int], expected: set[str], timeout: float = 60.0) -> None:
+        """Until each of `relays` reports `expected` as its view (the 1 Hz pool status)."""
+        ok = wait_for(lambda: all(self.view(i) == expected for i in relays), timeout, 0.1)
+        assert ok, {i: self.view(i) for i in relays}
+
+    def now(self) -> int:
+        return self.node.get_clock().now().nanoseconds
+
+    # -- traffic -----------------------------------------------------------------------------
+
+    def send(self, session: str) -> tuple[str, int]:
+        self._seq[session] += 1
+        key = (session, self._seq[session])
+        now = self.now()
+        req = build_request(self.model, now, session_id=session, sequence=key[1])
+        with self.lock:
+            self.sent[key] = now
+        self.pub.publish(req)
+        return key
+
+    def load(self, sessions: list[str], rate_hz: float, stop: threading.Event) -> threading.Thread:
+        """A steady load over `sessions`, round robin, until `stop`."""
+
+        def run() -> None:
+            k, period, t = 0, 1.0 / rate_hz, time.monotonic()
+            while not stop.is_set():
+                self.send(sessions[k % len(sessions)])
+                k += 1
+                t += period
+                time.sleep(max(t - time.monotonic(), 0.0))
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    def ledger(self, timeout: float = 60.0) -> collections.Counter:
+        """Answers per sent request, once every sent request has one (or the timeout)."""
+
+        def all_answered() -> bool:
+            with self.lock:
+                got = {(a.session_id, a.sequence) for a, _ in self.answers}
+                return set(self.sent) <= got
+
+        wait_for(all_answered, timeout, 0.1)
+        time.sleep(1.0)  # a duplicate, if any, has arrived by now
+        with self.lock:
+            return collections.Counter((a.session_id, a.sequence) for a, _ in self.answers
+                                       if (a.session_id, a.sequence) in self.sent)
+
+    def assert_exactly_once(self) -> collections.Counter:
+        counts = self.ledger()
+        with self.lock:
+            missing = [k for k in self.sent if counts[k] == 0]
+        duplicated = {k: n for k, n in counts.items() if n > 1}
+        assert not missing, f"{len(missing)} of {len(self.sent)} unanswered: {missing[:5]}"
+        with self.lock:
+            detail = [(a.session_id, a.sequence, a.relay_id, a.code, a.pool_epoch, at,
+                       self.sent[(a.session_id, a.sequence)]) for a, at in self.answers
+                      if (a.session_id, a.sequence) in duplicated]
+        assert not duplicated, f"{len(duplicated)} answered twice: {detail[:6]}"
+        return counts
+
+    def answerers(self) -> dict[tuple[str, int], str]:
+        with self.lock:
+            return {(a.session_id, a.sequence): a.relay_id for a, _ in self.answers}
+
+    def reset(self) -> None:
+        with self.lock:
+            self.answers.clear()
+            self.sent.clear()
+
+    def ensure_active(self, i: int, ids: list[str]) -> None:
+        """Relay i active and every member listing the three (a test that failed before may
+        have left it inactive)."""
+        with self.lock:
+            active = self.members[ids[i]].state == 3
+        if not active:
+            self.change_state(i, Transition.TRANSITION_ACTIVATE)
+        self.wait_views(list(range(RELAYS)), set(ids))
+
+    def change_state(self, i: int, transition: int, timeout: float = 120.0) -> None:
+        client = self.node.create_client(ChangeState, f"{NS}/r{i}/flowedge_relay/change_state")
+        try:
+            assert client.wait_for_service(timeout_sec=30)
+            future = client.call_async(ChangeState.Request(
+                transition=Transition(id=transition)))
+            assert wait_for(future.done, timeout, 0.05), "the transition did not return"
+            assert future.result().success
+        finally:
+            self.node.destroy_client(client)
+
+
+@contextmanager
+def pool_client(name: str) -> Iterator[tuple[PoolClient, list[str]]]:
+    """A PoolClient spinning once every relay lists all three in its view and takes requests;
+    with the relays' ids (also for test/pool_lan_client.py, in another network namespace)."""
+    with ros_context() as ctx:
+        node = Node(name, context=ctx)
+        client = PoolClient(node)
+        with spinning(node, context=ctx):
+            ids = [client.relay_id(i) for i in range(RELAYS)]
+            client.wait_views(list(range(RELAYS)), set(ids))
+            assert wait_for(lambda: client.pub.get_subscription_count() >= RELAYS, 60)
+            yield client, ids
+        node.destroy_node()
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    """Three relays of one pool, each with the others in its view, and the test's client."""
+    tmp = tmp_path_factory.mktemp("pool")
+    with relayds(tmp, *[relay_args(i) for i in range(RELAYS)]) as procs, \
+            pool_client("pool_test_client") as (client, ids):
+        yield client, procs, ids
+
+
+def test_every_request_is_answered_once_by_its_sessions_owner(pool):
+    """3 members on one request topic: each request answered exactly once, by the rendezvous
+    owner of its session; sessions spread over all members, the others drop (not_owner)."""
+    client, _, ids = pool
+    client.ensure_active(2, ids)
+    client.reset()
+    sessions = sessions_owned(ids, 4)
+    for _ in range(5):
+        for s in sessions:
+            client.send(s)
+    client.assert_exactly_once()
+    by = client.answerers()
+    wrong = {k: r for k, r in by.items() if r != owner(k[0], ids)}
+    assert not wrong, f"answered by a member that does not own the session: {wrong}"
+    assert collections.Counter(by.values()) == {r: 20 for r in ids}
+    assert all(int(client.status[f"{NS[1:]}/r{i}/flowedge_relay"]["pool_members"]) == RELAYS
+               for i in range(RELAYS))
+
+
+def test_deactivate_drains_a_member_without_loss(pool):
+    """Under steady load, lifecycle deactivate of one member: it announces owning_until, decides
+    what it owns until then, answers all it admitted and leaves; every request is answered once,
+    and none stamped from owning_until on by the member that left. Reactivated, it rejoins."""
+    client, _, ids = pool
+    client.ensure_active(2, ids)
+    client.reset()
+    sessions = sessions_owned(ids, 3, "drain")
+    stop = threading.Event()
+    thread = client.load(sessions, 30.0, stop)
+    try:
+        time.sleep(1.0)
+        client.change_state(2, Transition.TRANSITION_DEACTIVATE)
+        left = client.members[ids[2]]  # deactivate returned: the announcement came before
+        assert left.state == 2 and not left.draining  # announced inactive once drained
+        client.wait_views([0, 1], {ids[0], ids[1]})
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        thread.join()
+    client.assert_exactly_once()
+    until = client.owning_until[ids[2]]
+    with client.lock:
+        stamps = dict(client.sent)
+    by = client.answerers()
+    mine = [k for k, r in by.items() if r == ids[2]]
+    assert any(until - 2 * LEASE_MS * 1_000_000 <= stamps[k] < until for k in mine), \
+        "the draining member decided nothing in its drain window: no drain was exercised"
+    assert not [k for k in mine if stamps[k] >= until]
+    assert all(by[k] != ids[2] for k in stamps if stamps[k] >= until)
+    client.change_state(2, Transition.TRANSITION_ACTIVATE)
+    client.wait_views(list(range(RELAYS)), set(ids))
+
+
+def test_a_joining_member_takes_only_its_sessions_without_duplicates(pool):
+    """A member joins a pool of two under load: from its owning_from on it answers exactly the
+    sessions the hash gives it (1/3 of them, chosen so), the others keep theirs, requests
+    stamped before owning_from stay with their old owner, and nothing is answered twice."""
+    client, _, ids = pool
+    client.ensure_active(2, ids)
+    client.change_state(2, Transition.TRANSITION_DEACTIVATE)
+    client.wait_views([0, 1], {ids[0], ids[1]})
+    client.reset()
+    sessions = sessions_owned(ids, 10, "join")  # 10 of 30 are the joiner's once it owns
+    stop = threading.Event()
+    thread = client.load(sessions, 60.0, stop)
+    try:
+        time.sleep(1.0)
+        client.change_state(2, Transition.TRANSITION_ACTIVATE)
+        joined = client.members[ids[2]]
+        owning_from = _ns(joined.owning_from)
+        assert owning_from > 0, "a joiner of a running pool owns from a cutover, not at once"
+        assert wait_for(lambda: client.now() > owning_from + 1_000_000_000, 30)
+        client.wait_views(list(range(RELAYS)), set(ids))
+    finally:
+        stop.set()
+        thread.join()
+    client.assert_exactly_once()
+    by = client.answerers()
+    with client.lock:
+        stamps = dict(client.sent)
+    before = {k[0]: r for k, r in by.items() if stamps[k] < owning_from}
+    after = {k[0]: r for k, r in by.items() if stamps[k] >= owning_from}
+    moved = {s for s in sessions if before.get(s) and after.get(s) and before[s] != after[s]}
+    assert moved == {s for s in sessions if owner(s, ids) == ids[2]}
+    assert all(after[s] == ids[2] for s in moved)
+    assert len(moved) / len(sessions) <= 1 / RELAYS + 0.10
+    assert all(r != ids[2] for k, r in by.items() if stamps[k] < owning_from)
+
+
+def test_kill_9_under_load_every_request_is_answered_once_and_taken_over_in_time(pool):
+    """kill -9 of one member of three under load, while it holds queued work: every request
+    sent before, during and after is answered exactly once (the survivors answer the victim's
+    unanswered ones), and the survivors start the takeover within lease + 100 ms of the kill."""
+    client, procs, ids = pool
+    client.ensure_active(2, ids)
+    client.reset()
+    victim = 1
+    sessions = sessions_owned(ids, 3, "kill")
+    victims = [s for s in sessions if owner(s, ids) == ids[victim]]
+    stop = threading.Event()
+    thread = client.load(sessions, 12.0, stop)
+    try:
+        time.sleep(1.0)
+        burst = [client.send(s) for s in victims * 3]  # 9 x 200 ms of work at the victim
+
+        def answered_by_victim() -> bool:
+            return any(r == ids[victim] and k in burst for k, r in client.answerers().items())
+
+        # kill just after one of its answers went out, long before its next one (200 ms of
+        # compute): no answer of the victim is in flight at the kill
+        assert wait_for(answered_by_victim, 30, 0.005)
+        time.sleep(0.02)
+        killed_at = client.now()
+        print("killed at", killed_at)
+        os.kill(procs[victim].pid, signal.SIGKILL)
+        procs[victim].wait(timeout=10)
+        client.wait_views([0, 2], {ids[0], ids[2]})
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        thread.join()
+    client.assert_exactly_once()
+    by = client.answerers()
+    taken = [k for k in burst if by[k] != ids[victim]]
+    assert taken, "the victim held no unanswered work at the kill: no takeover was exercised"
+    survivors = [i for i in range(RELAYS) if i != victim]
+    assert wait_for(lambda: all(i in client.takeover_stamps for i in survivors), 10)
+    delay_ms = max(client.takeover_stamps[i] - killed_at for i in survivors) / 1e6
+    print(f"takeover {delay_ms:.0f} ms after kill -9 (lease {LEASE_MS} ms); "
+          f"{len(taken)} of the victim's requests answered by survivors")
+    # the counter is seen at most one stats period late
+    assert delay_ms <= LEASE_MS + 100 + 1000 / STATS_HZ
+
+
+def test_without_a_pool_nothing_of_it_exists_and_spill_is_refused():
+    """`pool` empty (the default) is a single relay: no pool topic, thread or status, the pool
+    fields of RelayStats 0. `pool_spill: true` is refused at start and on a live set, saying spill
+    is not built."""
+    from rclpy.parameter import Parameter
+    from ros_helpers import running_relay
+
+    from flowedge_relay.node import RelayNode
+    from flowedge_relay.parameters import ParameterError
+
+    with running_relay() as h:
+        assert h.relay.relay_pool is None
+        topics = {name for name, _ in h.client.get_topic_names_and_types()}
+        assert "/flowedge/pool" not in topics and "/flowedge/actions" in topics
+        assert "flowedge-pool" not in {t.name for t in threading.enumerate()}
+        def names() -> set[str]:
+            return {st.name for array in list(h.diagnostics) for st in array.status}
+
+        assert wait_for(lambda: "flowedge_relay: admission" in names(), 30)  # its own arrays
+        assert "flowedge_relay: pool" not in names()
+        (result,) = h.relay.set_parameters([Parameter("pool_spill", value=True)])
+        assert not result.successful and "not implemented" in result.reason
+    with ros_context() as ctx, pytest.raises(ParameterError, match="pool_spill.*not implemented"):
+        RelayNode(context=ctx, parameter_overrides=[Parameter("pool_spill", value=True)])
