@@ -190,7 +190,8 @@ POOL_STATS = ("not_owner", "pool_members", "pool_epoch", "owned_sessions", "take
               "taken_over_requests", "standby_entries", "standby_capacity", "standby_evicted",
               "surrendered")
 
-TOP_CLIENTS = 8  # clients listed on the queue status, most committed work first
+TOP_CLIENTS = 8  # clients listed on the queue status and in RelayStats, most committed first
+STATS_RATE_WINDOW_NS = 1_000_000_000  # RelayStats' admitted NFE/s: over the last 1 to 2 s
 
 
 def top_clients(clients: list) -> list:
@@ -203,6 +204,33 @@ def share_in_use(clients: list) -> dict[bytes, float]:
     """Each client's share of the committed work (remaining NFE queued and running) now."""
     total = sum(c.committed_nfe for c in clients)
     return {c.client_id: (c.committed_nfe / total if total else 0.0) for c in clients}
+
+
+class AdmittedRates:
+    """Each tracked client's admitted NFE per second, from its admitted_nfe counter. The base
+    sample is at least `window_ns` old (between one and two windows; window 0: the previous
+    call), so a 10 Hz stats message shows a rate over a second, not over 0.1 s. Two samples per
+    tracked client: bounded by max_clients. A client new since the base sample admitted all it
+    has since then; one forgotten and tracked again starts from 0 (never a negative rate)."""
+
+    def __init__(self, window_ns: int = 0) -> None:
+        self._window_ns = window_ns
+        self._base: tuple[int, dict[bytes, int]] | None = None  # (when, admitted NFE) per client
+        self._next: tuple[int, dict[bytes, int]] | None = None
+
+    def rates(self, clients: list, now_ns: int) -> dict[bytes, float]:
+        sample = (now_ns, {k.client_id: k.admitted_nfe for k in clients})
+        when, before = self._base or sample
+        out = {}
+        for k in clients:
+            base = before.get(k.client_id, 0)
+            done = k.admitted_nfe - base if k.admitted_nfe >= base else k.admitted_nfe
+            out[k.client_id] = done * 1e9 / (now_ns - when) if now_ns > when else 0.0
+        if self._base is None or self._window_ns == 0:
+            self._base = self._next = sample
+        elif self._next is not None and now_ns - self._next[0] >= self._window_ns:
+            self._base, self._next = self._next, sample
+        return out
 
 
 def _kv(pairs: dict[str, object]) -> list[KeyValue]:
@@ -219,8 +247,8 @@ class DiagnosticsBuilder:
         self._hold = _Hold(int(hold_s * 1e9))
         self._hold_ns = int(hold_s * 1e9)
         self._drift: tuple[int, str] | None = None  # (when, message) of the latest cost drift
-        self._admitted: dict[bytes, tuple[int, int]] = {}  # client: (when, admitted NFE) seen
-        self._admitted_ns = 0  # when the clients were last looked at
+        self._rates = AdmittedRates()  # since the previous diagnostics
+        self._stats_rates = AdmittedRates(STATS_RATE_WINDOW_NS)
 
     def observe(self, s: Snapshot) -> None:
         """Note a cost drift in any snapshot (the node feeds its 10 Hz stats snapshots here too),
@@ -344,14 +372,7 @@ class DiagnosticsBuilder:
             "fair_share_displaced": c.fair_share_displaced,
         }
         shares = share_in_use(s.clients)
-        rates = {}
-        for k in s.clients:
-            # a client new since the last diagnostics admitted all it has in that period
-            when, before = self._admitted.get(k.client_id, (self._admitted_ns or s.now_ns, 0))
-            rates[k.client_id] = ((k.admitted_nfe - before) * 1e9 / (s.now_ns - when)
-                                  if s.now_ns > when else 0.0)
-        self._admitted = {k.client_id: (s.now_ns, k.admitted_nfe) for k in s.clients}
-        self._admitted_ns = s.now_ns
+        rates = self._rates.rates(s.clients, s.now_ns)
         for k in top_clients(s.clients):
             name = k.client_id.decode("utf-8", "replace")
             values[f"client.{name}.share_in_use"] = shares[k.client_id]
@@ -359,6 +380,10 @@ class DiagnosticsBuilder:
             values[f"client.{name}.fair_share_rejections"] = k.fair_share_rejections
             values[f"client.{name}.weight"] = k.weight
         return values
+
+    def stats(self, s: Snapshot, stamp):
+        """The RelayStats of `s`, its clients' admitted NFE/s over the last 1 to 2 seconds."""
+        return stats_message(s, stamp, self._stats_rates.rates(s.clients, s.now_ns))
 
     def _workers(self, s: Snapshot) -> DiagnosticStatus:
         values = {
@@ -451,8 +476,21 @@ def _step_p99(s: Snapshot, rows: int) -> float:
     return float(s.step_ns_by_rows.get(rows, (0.0, 0.0, 0))[1])
 
 
-def stats_message(s: Snapshot, stamp):
-    """The flat numeric RelayStats for rqt_plot."""
+def top_client_shares(s: Snapshot, rates: dict[bytes, float]) -> list:
+    """RelayStats.top_clients: the TOP_CLIENTS clients with the most committed work (§7.1)."""
+    from flowedge_relay_msgs.msg import ClientShare
+
+    shares = share_in_use(s.clients)
+    return [ClientShare(client_id=k.client_id.decode("utf-8", "replace"),
+                        share_in_use=shares[k.client_id],
+                        admitted_nfe_per_s=float(rates.get(k.client_id, 0.0)),
+                        fair_share_rejections=k.fair_share_rejections, weight=k.weight)
+            for k in top_clients(s.clients)]
+
+
+def stats_message(s: Snapshot, stamp, rates: dict[bytes, float] | None = None):
+    """The RelayStats for rqt_plot: numeric fields, and the top clients (`rates`: their admitted
+    NFE/s, 0 where not given)."""
     from flowedge_relay_msgs.msg import RelayStats
 
     c = s.core
@@ -512,4 +550,5 @@ def stats_message(s: Snapshot, stamp):
         failed_non_finite=c.failed[FailCause.NON_FINITE],
         failed_runtime_error=c.failed[FailCause.RUNTIME_ERROR],
         **{name: int(s.pool.get(name, 0)) for name in POOL_STATS},
+        top_clients=top_client_shares(s, rates or {}),
     )

@@ -43,7 +43,7 @@ from rclpy.serialization import serialize_message
 
 from flowedge_relay import parameters
 from flowedge_relay.core import AgeGate, Decision, NotSupported, Stats
-from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot, stats_message
+from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot
 from flowedge_relay.executors import (
     EventPoll,
     MainExecutor,
@@ -832,7 +832,7 @@ class RelayNode(LifecycleNodeMixin, Node):
             stamp = self.get_clock().now().to_msg()
             snap = self.snapshot("stats")
             self._diagnostics.observe(snap)  # a cost drift between diagnostics is still seen
-            self._publish_timed(self._stats_pub, stats_message(snap, stamp))
+            self._publish_timed(self._stats_pub, self._diagnostics.stats(snap, stamp))
 
     def _publish_timed(self, publisher, msg) -> None:
         """A timer that fires while the context shuts down (SIGINT, a test's teardown) finds

@@ -64,6 +64,35 @@ def test_quick_real_relay_run_answers_every_request_exactly_once(tmp_path):
     admitted is what the relay accepted and did not displace."""
     report = _run(["--quick", "--nfe-ns", "1000000"])
     assert report["relay"] == "flowedge-relayd process" and report["nfe_ns"] == 1_000_000
+    _answered_exactly_once(report)
+    # fair_share off: no answer names the share as its reason
+    off = report["scenarios"]["off"]["clients"]
+    assert all(c["fair_share_rejections"] == 0 for c in off.values())
+    assert "every request answered exactly once" in fairness.table(report)
+    json.dumps(report, allow_nan=False)
+    assert fairness.plot(report, str(tmp_path / "f.png")).endswith("f.png")
+
+
+@pytest.mark.ros  # starts flowedge-relayd processes and a client node (conftest.py)
+def test_quick_real_relay_run_with_batch_slots_and_prefix_requests():
+    """The same against relays with two batch slots on one worker, serving the real-time
+    chunking policy, every request carrying a prefix (its window the deadline that counts):
+    exactly once, and every on-time chunk froze at least one row (d >= 1: the relay's finish
+    bound lies after the send, where the prefix starts)."""
+    report = _run(["--quick", "--nfe-ns", "1000000", "--workers", "1", "--batch-slots", "2",
+                   "--rtc", "--nfe", "16", "64"])  # fmt: skip
+    assert (report["batch_slots"], report["workers"], report["rtc"]) == (2, 1, True)
+    assert report["model"].endswith("policy_rtc") and report["rtc_rows"] == 4  # its max delay
+    _answered_exactly_once(report)
+    served = [c for s in report["scenarios"].values() for c in s["clients"].values()
+              if c["on_time"]]  # fmt: skip
+    assert served and all(c["mean_frozen_rows"] >= 1 for c in served)
+    json.dumps(report, allow_nan=False)
+
+
+def _answered_exactly_once(report: dict) -> None:
+    """Every request sent answered once, decided once by the relay, counted under one outcome,
+    and what the clients count as admitted is what the relay accepted and did not displace."""
     assert set(report["accounting"]) == {"off", "on", "on_A_weight_2", "B alone", "C alone",
                                          "D alone"}  # fmt: skip
     for name, acc in report["accounting"].items():
@@ -76,11 +105,6 @@ def test_quick_real_relay_run_answers_every_request_exactly_once(tmp_path):
         for c in scenario["clients"].values():  # every answer counted under one outcome
             assert c["offered"] == (c["admitted"] + c["fair_share_rejections"]
                                     + c["capacity_rejections"] + c["deadline_rejections"]
-                                    + c["stale_rejections"] + c["lost"])
+                                    + c["stale_rejections"] + c["expired_on_arrival"]
+                                    + c["lost"])
             assert c["admitted"] == c["on_time"] + c["late"]
-    # fair_share off: no answer names the share as its reason
-    off = report["scenarios"]["off"]["clients"]
-    assert all(c["fair_share_rejections"] == 0 for c in off.values())
-    assert "every request answered exactly once" in fairness.table(report)
-    json.dumps(report, allow_nan=False)
-    assert fairness.plot(report, str(tmp_path / "f.png")).endswith("f.png")

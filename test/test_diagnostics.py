@@ -358,3 +358,48 @@ def test_pool_status_exists_only_in_a_pool_and_warns_after_a_takeover():
     msg = stats_message(took, _stamp())
     assert (msg.takeovers, msg.taken_over_requests, msg.not_owner, msg.pool_members) == (
         1, 7, 40, 3)
+
+
+def test_stats_list_the_top_clients_with_share_rate_and_refusals():
+    """docs/design.md §7.1: RelayStats.top_clients holds the TOP_CLIENTS clients with the most
+    committed work, most first, with the queue status' share in use and fair-share rejections;
+    admitted NFE/s is over a base sample 1 to 2 s old (10 Hz messages do not show 0.1 s bursts),
+    never negative for a client forgotten and tracked again; empty with fair_share off."""
+    from flowedge_relay.core import ClientState
+    from flowedge_relay.diagnostics import STATS_RATE_WINDOW_NS, TOP_CLIENTS
+
+    def client(name: str, committed: int, admitted: int, refused: int = 0) -> ClientState:
+        return ClientState(client_id=name.encode(), weight=2 if name == "a" else 1,
+                           committed_nfe=committed, admitted_nfe=admitted,
+                           fair_share_rejections=refused, last_active_ns=0)
+
+    many = [client(f"c{i:02d}", committed=i, admitted=0) for i in range(TOP_CLIENTS + 4)]
+    b = DiagnosticsBuilder("r")
+    msg = b.stats(snap(1.0, fair_share=True, clients=many), _stamp())
+    assert [c.client_id for c in msg.top_clients] == [f"c{i:02d}" for i in
+                                                      range(TOP_CLIENTS + 3, 3, -1)]
+    assert abs(sum(c.share_in_use for c in msg.top_clients) - 60 / 66) < 1e-12
+    assert all(c.admitted_nfe_per_s == 0.0 for c in msg.top_clients)  # no base sample yet
+
+    b = DiagnosticsBuilder("r")
+    t0 = 10 * S
+    b.stats(snap(t0 / S, fair_share=True, clients=[client("a", 0, 100)]), _stamp())
+    at = {}
+    for k in range(1, 31):  # 10 Hz for 3 s: a admits 50 NFE per tick, b joins at 1 s
+        now = t0 + k * S // 10
+        clients = [client("a", 40, 100 + 50 * k, refused=k)]
+        if k >= 10:
+            clients.append(client("b", 4, 10 * (k - 9)))
+        at[k] = b.stats(snap(now / S, fair_share=True, clients=clients), _stamp())
+    top = at[30].top_clients
+    assert [(c.client_id, c.weight, c.fair_share_rejections) for c in top] == [
+        ("a", 2, 30), ("b", 1, 0)]
+    assert (top[0].share_in_use, top[1].share_in_use) == (40 / 44, 4 / 44)
+    assert abs(top[0].admitted_nfe_per_s - 500.0) < 1e-6  # 50 NFE per 0.1 s
+    assert abs(top[1].admitted_nfe_per_s - 100.0) < 1e-6
+    assert abs(at[1].top_clients[0].admitted_nfe_per_s - 500.0) < 1e-6
+    assert STATS_RATE_WINDOW_NS == S
+    # a forgotten and tracked again: its counter restarts below the base sample
+    again = b.stats(snap(t0 / S + 3.1, fair_share=True, clients=[client("a", 1, 7)]), _stamp())
+    assert 0.0 < again.top_clients[0].admitted_nfe_per_s < 100.0
+    assert stats_message(snap(fair_share=False), _stamp()).top_clients == []

@@ -126,12 +126,27 @@ def test_action_message_every_code_roundtrips():
 
 @pytest.mark.ros
 def test_relay_stats_is_flat_and_numeric():
-    """rqt_plot graphs numeric fields: every field but the stamp must be a number."""
-    stats = RelayStats(queue_depth=3, latency_p99_ms=1.5, rejected_capacity=UINT64_MAX)
-    for name, kind in RelayStats.get_fields_and_field_types().items():
+    """rqt_plot graphs numeric fields: every field but the stamp must be a number, except
+    top_clients (docs/design.md §7.1): a client is named by its id, a string, so the per-client
+    view is one bounded list of ClientShare (ros2 topic echo prints each client as one block,
+    rqt_plot graphs top_clients[i]/share_in_use) whose every other field is a number."""
+    from flowedge_relay_msgs.msg import ClientShare
+
+    from flowedge_relay.diagnostics import TOP_CLIENTS
+
+    numeric = {"uint64", "uint32", "double"}
+    fields = RelayStats.get_fields_and_field_types()
+    assert fields.pop("top_clients") == f"sequence<flowedge_relay_msgs/ClientShare, {TOP_CLIENTS}>"
+    for name, kind in fields.items():
         if name == "stamp":
             continue
-        assert kind in {"uint64", "uint32", "double"}, (name, kind)
+        assert kind in numeric, (name, kind)
+    share = ClientShare.get_fields_and_field_types()
+    assert share.pop("client_id") == "string" and set(share.values()) <= numeric, share
+    top = [ClientShare(client_id=f"robot-{i}", share_in_use=0.5, admitted_nfe_per_s=1e3,
+                       fair_share_rejections=UINT64_MAX, weight=i) for i in range(TOP_CLIENTS)]
+    stats = RelayStats(queue_depth=3, latency_p99_ms=1.5, rejected_capacity=UINT64_MAX,
+                       top_clients=top)
     (got,) = _roundtrip(RelayStats, [stats])
     assert got == stats
 

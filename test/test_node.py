@@ -466,6 +466,28 @@ def test_a_relay_stopped_as_its_request_thread_starts_stops_whole(monkeypatch):
     assert [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()] == []
 
 
+def _send_as(h, seq: int, client: str, nfe: int, deadline_ms: int | None = None) -> None:
+    """A request of `client` (its session `<client>-<seq>`, `anon-<seq>` for no client)."""
+    extra = {} if deadline_ms is None else {"deadline_ms": deadline_ms}
+    req = h.request(session_id=f"{client or 'anon'}-{seq}", sequence=seq, remaining_nfe=nfe,
+                    **extra)
+    req.client_id = client
+    h.send(req)
+
+
+def _b_displaces_a(h):
+    """On a fair-share relay with queue_capacity 2 and HOLD_NFE_MS steps: robot-a's long request
+    holds the worker (12.8 s, until _release) and two more of a's fill the queue; robot-b, within
+    its share, then displaces a's latest (sequence 3). Returns that request's answer."""
+    _send_as(h, 1, "robot-a", HOLD_NFE)
+    assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+    _send_as(h, 2, "robot-a", 5, 50_000)
+    _send_as(h, 3, "robot-a", 5, 50_000)
+    assert wait_for(lambda: h.relay.core.stats().queue_depth == 2, 10)
+    _send_as(h, 4, "robot-b", 1, 60_000)  # b is within its share: displaces a's latest (3)
+    return h.answer_for(3)
+
+
 @pytest.mark.ros
 def test_fair_share_displaces_the_flooding_client_and_says_why():
     """docs/design.md §7.1 over DDS: with fair_share on, robot b (within its share) displaces
@@ -475,25 +497,12 @@ def test_fair_share_displaces_the_flooding_client_and_says_why():
     (the session id when none is sent)."""
     with running_relay(queue_capacity=2, fair_share=True,
                        fault_nfe_delay_ms=HOLD_NFE_MS) as h:
-        def send(seq: int, client: str, nfe: int, deadline_ms: int | None) -> None:
-            extra = {} if deadline_ms is None else {"deadline_ms": deadline_ms}
-            req = h.request(session_id=f"{client or 'anon'}-{seq}", sequence=seq,
-                            remaining_nfe=nfe, **extra)
-            req.client_id = client
-            h.send(req)
-
-        send(0, "", 1, None)
+        _send_as(h, 0, "", 1)
         plain = h.answer_for(0)
-        send(1, "robot-a", HOLD_NFE, None)  # holds the worker (12.8 s) until released below
-        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
-        send(2, "robot-a", 5, 50_000)
-        send(3, "robot-a", 5, 50_000)
-        assert wait_for(lambda: h.relay.core.stats().queue_depth == 2, 10)
-        send(4, "robot-b", 1, 60_000)  # b is within its share: displaces a's latest (3)
-        displaced = h.answer_for(3)
-        send(5, "robot-a", 5, 30_000)  # a is over its share: may not displace b's request
+        displaced = _b_displaces_a(h)
+        _send_as(h, 5, "robot-a", 5, 30_000)  # a is over its share: may not displace b's request
         over = h.answer_for(5)
-        send(6, "robot-a", 1, None)  # no deadline: may displace nothing, the queue is full
+        _send_as(h, 6, "robot-a", 1)  # no deadline: may displace nothing, the queue is full
         full = h.answer_for(6)
         status = status_values(h.latest_status("queue"))
         assert h.relay.core.stats().lanes_busy == 1  # all decided while a's work held the lane
@@ -511,3 +520,39 @@ def test_fair_share_displaces_the_flooding_client_and_says_why():
     assert status["fair_share"] == "on"
     assert (status["fair_share_rejected"], status["fair_share_displaced"]) == ("1", "1")
     assert status["client.robot-a.fair_share_rejections"] == "2"
+
+
+@pytest.mark.ros
+def test_stats_show_each_top_client_share_rate_and_fair_share_rejections():
+    """docs/design.md §7.1 over DDS: flowedge/stats lists the clients with the most committed
+    work, most first, each with its share in use, admitted NFE/s and fair-share rejections. While
+    robot-a's long request holds the lane, robot-b (within its share) displaces a's queued request:
+    the next stats name a, then b (weight 3 from client_weights), shares summing to 1 and a's
+    rejection; each client's admitted NFE/s is above 0 in the first stats after its admission
+    (the rate's base sample was taken before: the test waits for one stats message first)."""
+    from flowedge_relay_msgs.msg import RelayStats
+
+    with running_relay(queue_capacity=2, fair_share=True, client_weights=["robot-b=3"],
+                       fault_nfe_delay_ms=HOLD_NFE_MS) as h:
+        stats: list = []
+        h.client.create_subscription(RelayStats, "flowedge/stats", stats.append, 50)
+        assert wait_for(lambda: stats, 10)
+        assert stats[-1].top_clients == []  # nothing tracked yet
+        displaced = _b_displaces_a(h)
+
+        def decided(m) -> bool:
+            return len(m.top_clients) == 2 and m.top_clients[0].fair_share_rejections == 1
+
+        assert wait_for(lambda: any(decided(m) for m in list(stats)), 10)
+        got = list(stats)
+        _release(h)
+        kept = h.answer_for(4, timeout=30)
+    assert (displaced.reject_reason, kept.code) == (A.REJECT_FAIR_SHARE, A.INFERENCE)
+    a, b = next(m for m in got if decided(m)).top_clients
+    assert (a.client_id, a.weight, b.client_id, b.weight) == ("robot-a", 1, "robot-b", 3)
+    assert (a.fair_share_rejections, b.fair_share_rejections) == (1, 0)
+    assert a.share_in_use > b.share_in_use > 0 and a.share_in_use + b.share_in_use == \
+        pytest.approx(1.0)
+    rate = {n: max((c.admitted_nfe_per_s for m in got for c in m.top_clients if c.client_id == n),
+                   default=0.0) for n in ("robot-a", "robot-b")}
+    assert rate["robot-a"] > 0 and rate["robot-b"] > 0, rate

@@ -187,6 +187,7 @@ def run(args) -> dict:
     rows = [{"depth": r["depth"], "W": r["workers"],
              "C p50 ns": r["c_p50_ns"], "C p99 ns": r["c_p99_ns"], "C p99.9 ns": r["c_p999_ns"],
              "C fair_share p99 ns": r["c_fair_p99_ns"],
+             "fair/off p99": f"{r['c_fair_p99_ns'] / r['c_p99_ns']:.2f}x",
              "CFFI p50 ns": r["cffi_p50_ns"], "CFFI p99 ns": r["cffi_p99_ns"],
              "CFFI p99.9 ns": r["cffi_p999_ns"]} for r in results]
     return {

@@ -689,6 +689,15 @@ class RemoteRelay:
         nfe = rows[-1][3] - rows[0][3]
         return nfe / busy_s if busy_s > 0 and nfe > 0 else None
 
+    def utilisation_between(self, start_ns: int, end_ns: int) -> float | None:
+        """The lanes' mean busy fraction (all lanes together, 0..1) between two wall times, from
+        the stats messages' lane_utilisation; None with too little in the window."""
+        rows = self._window(start_ns, end_ns)
+        if len(rows) < 2:
+            return None
+        busy_s = sum(b[6] * (b[0] - a[0]) for a, b in itertools.pairwise(rows))
+        return busy_s / (rows[-1][0] - rows[0][0])
+
     def nfe_percentiles(self) -> tuple[float, float, int]:
         """(p50, p99, 0) of the relay's recent worker NFEs, as its stats report them."""
         s = self.stats()

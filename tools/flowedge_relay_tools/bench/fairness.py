@@ -2,7 +2,7 @@
 """`bench fairness`: one flooding client against three light ones, fair share off and on.
 
     python -m flowedge_relay_tools.bench fairness [--quick] [--nfe-ns NS] [--seconds S]
-        [--sim [--batch-slots B] [--rtc]] [--json PATH] [--plot PATH.png]
+        [--batch-slots B] [--rtc] [--sim] [--json PATH] [--plot PATH.png]
 
 By default against the real relay over DDS (bench/fairness_relay.py): `flowedge-relayd` in its
 own process with the bench model and calibrated admission, an rclpy client node sending the four
@@ -21,9 +21,10 @@ B, C, D each alone (their baseline).
 through CFFI exactly as the workers do (submit on arrival, dispatch_worker at each step boundary,
 one step per nfe_ns per row, finish), so what is measured is the admission rule, not the host:
 every figure is deterministic for a seed (on time there holds by construction), and a loaded host
-only makes it slower. `--rtc` (with --sim) gives every request a real-time chunking prefix whose
-window (rtc_max_delay = 8 rows) closes at 3/4 of its slack, the deadline that then counts;
-`--batch-slots` runs B batch slots per worker (a step advances every row the worker holds).
+only makes it slower. `--rtc` gives every request a real-time chunking prefix whose window
+(rtc_max_delay rows: 8 in the simulation, the served policy's against the relay, where it serves
+policy_rtc) closes at 3/4 of its slack, the deadline that then counts; `--batch-slots` runs B
+batch slots per worker (a step advances every row the worker holds), in both modes.
 
 Per client and scenario: admitted NFE/s (NFE of the requests accepted and not displaced, per
 second of the arrival window), on time among admitted (INFERENCE by its deadline / admitted),
@@ -77,10 +78,10 @@ def add_arguments(parser) -> None:
                              "with --nfe-ns)")
     parser.add_argument("--nfe", type=int, nargs=2, metavar=("LO", "HI"),
                         help="NFE per request, uniform integer (default 4 16; 2 8 with --sim)")
-    parser.add_argument("--model", default="bench", help="the relay's model (default bench)")
+    parser.add_argument("--model", help="the relay's model (default bench; rtc with --rtc)")
     parser.add_argument("--queue-capacity", type=int, default=64, help="the relay's")
     parser.add_argument("--rtc", action="store_true",
-                        help="--sim: every request carries a real-time chunking prefix (§5.4)")
+                        help="every request carries a real-time chunking prefix (§5.4)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--slack", type=int, nargs=2, metavar=("LO", "HI"),
                         help="deadline after arrival, NFE times (default 10-20 x the mean NFE: "
@@ -258,8 +259,6 @@ def run(args) -> dict:
     else:
         from flowedge_relay_tools.bench import fairness_relay
 
-        if args.rtc:
-            raise SystemExit("fairness --rtc runs with --sim only")
         nfe, slack = workload(args)
         report = fairness_relay.run(args, CLIENTS, nfe, slack,
                                     lambda clients, seconds, capacity, nfe_ns, flood: _arrivals(
@@ -281,8 +280,10 @@ def workload(args) -> tuple[tuple[int, int], tuple[int, int]]:
     """(NFE range, slack range in NFE times) of the requests: --nfe, else the mode's default;
     --slack, else 10-20 x the mean NFE (the simulation's 50-100 at its 2-8 NFE)."""
     from flowedge_relay_tools.bench.fairness_relay import NFE_RANGE as RELAY_NFE
+    from flowedge_relay_tools.bench.fairness_relay import RTC_NFE_RANGE
 
-    nfe = tuple(args.nfe) if args.nfe else NFE_RANGE if args.sim else RELAY_NFE
+    nfe = (tuple(args.nfe) if args.nfe else NFE_RANGE if args.sim
+           else RTC_NFE_RANGE if args.rtc else RELAY_NFE)
     scale = (nfe[0] + nfe[1]) / (NFE_RANGE[0] + NFE_RANGE[1])
     slack = tuple(args.slack) if args.slack else tuple(round(x * scale) for x in SLACK_NFE)
     return nfe, slack
@@ -404,6 +405,10 @@ def _notes(report: dict) -> tuple[str, list[str]]:
             "goodput vs off (in brackets: each run's goodput over the NFE/s its lanes computed "
             "busy, against off's; the runs are separate relay processes on a shared host)",
             f"the client's longest lag behind the arrival schedule, ms: {lag}",
+            "lanes busy while the arrivals were offered (work conserved: near 100% in every "
+            "setting, whatever the lanes' speed): " + ", ".join(
+                f"{k} {100 * (s.get('lane_utilisation_in_window') or 0):.1f}%"
+                for k, s in report["scenarios"].items()),
             "every request answered exactly once (answers and the relay's counters): "
             + ("yes" if report["exactly_once"] else f"NO {report['accounting']}"),
         ]  # fmt: skip

@@ -17,12 +17,19 @@ how many times that A offered. `fair_share` and `client_weights` are read at sta
 setting is its own relay process: fair_share off (calibration, the off scenario, then B, C
 and D each alone: their baseline), on at equal weights, on with `client_weights: ["A=2"]`.
 
+With `--rtc` the relay serves the real-time chunking policy (`--model rtc` unless another is
+given: the bench model has no chunking) and every request carries a prefix of rtc_max_delay rows
+(at most 8), prefix_start at the send, whose window closes at 3/4 of the request's slack (the
+action period is slack x 3 / (4 x rows)), as in the simulation: that window is the deadline that
+counts. Its NFE cost is a fraction of the bench model's, so the requests are larger
+(`RTC_NFE_RANGE`) to keep 5x capacity a rate one rclpy node sends on time.
+
 Per client, from the answers it received: admitted = INFERENCE or EXPIRED answers (the relay took
 the request and kept it to its end; a displaced request is answered REJECTED_CAPACITY and counted
 as a rejection, as in the simulation), on time = INFERENCE received by its deadline (client
-clock), fair-share and capacity rejections by the answer's reject_reason. Every request must be
-answered exactly once: each run checks the answers against what was sent and the relay's own
-counters (`accounting`).
+clock; with --rtc the earlier of it and the prefix window), fair-share and capacity rejections
+by the answer's reject_reason. Every request must be answered exactly once: each run checks the
+answers against what was sent and the relay's own counters (`accounting`).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
 from flowedge_relay_msgs.msg import ActionMessage
 
 from flowedge_relay.core import Code
@@ -52,6 +60,11 @@ SIZES = {"quick": (1.0, 12, 0.3), "full": (20.0, 300, 3.0)}
 #: the simulation meets its targets at these sizes with two lanes (with one, a running request
 #: of the flood, never displaced, delays the light clients' past what they get alone)
 NFE_RANGE = (16, 64)
+#: --rtc: policy_rtc's NFE costs a small fraction of the bench model's (tens of us), so 16x the
+#: NFE per request keeps A's 5x of what its lanes compute a request rate one rclpy node sends on
+#: time (a few hundred per second)
+RTC_NFE_RANGE = (256, 1024)
+RTC_ROWS = 8  # prefix rows per request, at most the served rtc_max_delay (the simulation's 8)
 SETTINGS = {"on": (), "on_A_weight_2": ("A=2",)}  # fair_share on: client_weights
 
 
@@ -67,17 +80,21 @@ class Tally:
     on_time_nfe: int = 0
     late: int = 0  # INFERENCE received after its deadline
     expired: int = 0
+    expired_on_arrival: int = 0  # EXPIRED at arrival (§4 step 4: its deadline had passed)
     fair_share: int = 0  # REJECTED_CAPACITY, reject_reason fair_share (refused or displaced)
     capacity: int = 0  # REJECTED_CAPACITY, reject_reason capacity
     deadline: int = 0
     stale: int = 0
     lost: int = 0  # no answer
+    frozen_rows: int = 0  # summed over on-time INFERENCE answers (real-time chunking)
 
     def count(self, nfe: int, ans, deadline_ns: int) -> None:
         self.offered += 1
         self.offered_nfe += nfe
         if ans is None:
             self.lost += 1
+        elif ans.code == Code.EXPIRED and ans.nfe_done == 0 and ans.queue_ns == 0:
+            self.expired_on_arrival += 1  # never admitted: decided as it arrived
         elif ans.code in (Code.INFERENCE, Code.EXPIRED):
             self.admitted += 1
             self.admitted_nfe += nfe
@@ -86,6 +103,7 @@ class Tally:
             elif ans.received_ns <= deadline_ns:
                 self.on_time += 1
                 self.on_time_nfe += nfe
+                self.frozen_rows += ans.frozen_rows
             else:
                 self.late += 1
         elif ans.code == Code.REJECTED_CAPACITY:
@@ -107,32 +125,54 @@ class Tally:
             "late": self.late + self.expired, "late_inference": self.late,
             "expired": self.expired, "fair_share_rejections": self.fair_share,
             "capacity_rejections": self.capacity, "deadline_rejections": self.deadline,
-            "stale_rejections": self.stale, "lost": self.lost,
+            "stale_rejections": self.stale, "expired_on_arrival": self.expired_on_arrival,
+            "lost": self.lost,
+            "mean_frozen_rows": self.frozen_rows / self.on_time if self.on_time else 0.0,
         }  # fmt: skip
 
 
-def replay(relay, client, arrivals, seconds: float, drain_s: float) -> dict:
+def rtc_rows(client) -> int:
+    """Prefix rows per request with --rtc: RTC_ROWS, at most the served rtc_max_delay (rows
+    past it would not move the window); a model served without chunking cannot take one."""
+    served = client.served
+    if served.rtc_mode == "off" or served.rtc_max_delay <= 0:
+        raise SystemExit("fairness --rtc: the model is served without real-time chunking; use "
+                         "--model rtc (models/policy_rtc) or another RTC package")
+    return min(RTC_ROWS, served.rtc_max_delay)
+
+
+def replay(relay, client, arrivals, seconds: float, drain_s: float, rows: int = 0) -> dict:
     """Send (t_ns, client, nfe, slack_ns) arrivals on schedule, wait for every answer, then
-    count per client and check the run's accounting against the relay's counters."""
+    count per client and check the run's accounting against the relay's counters. `rows` > 0:
+    each request carries a prefix of that many rows from its send, its window closing at 3/4 of
+    its slack (the deadline that counts, as bench/fairness.py's simulation has it)."""
+    prefix = np.zeros((rows, client.served.action_dim), np.float32) if rows else None
     wait_idle(relay, timeout=drain_s)
     before, extra_before = relay.core.stats(), client.extra_answers
     sent: list[tuple[tuple[str, int], str, int, int]] = []  # key, client, nfe, deadline
     lag_max, t0 = 0, time.time_ns()
     with collector_paused():
         start = time.monotonic_ns() + 20_000_000
+        window = time.time_ns() + 20_000_000  # the arrivals' window, wall clock
         for i, (t_ns, name, nfe, slack_ns) in enumerate(arrivals):
+            period = slack_ns * 3 // (4 * rows) if rows else 0
             req = client.request(f"fair-{name}", client.next_sequence(), nfe, noise_seed=i,
-                                 client_id=name)  # fmt: skip
+                                 client_id=name, prefix=prefix, action_period_ns=period)
             delay = start + t_ns - time.monotonic_ns()
             if delay > 0:
                 time.sleep(delay * 1e-9)
             lag_max = max(lag_max, time.monotonic_ns() - start - t_ns)
-            at = client.send(req, slack_ns=slack_ns)
-            sent.append(((req.session_id, req.sequence), name, nfe, at + slack_ns))
+            # grid 1 ns: prefix_start is the send time itself
+            at = client.send(req, slack_ns=slack_ns, grid_ns=1 if rows else 0)
+            due = at + (rows * period if rows else slack_ns)
+            sent.append(((req.session_id, req.sequence), name, nfe, due))
         client.wait_keys([s[0] for s in sent], drain_s)
     wait_idle(relay, timeout=drain_s)
     after = relay.core.stats()
     lanes_nfe_per_s = relay.capacity_between(t0, time.time_ns())
+    # busy while the arrivals are offered: what a work-conserving rule keeps at 1 whatever the
+    # lanes' speed (the drain after the window is left out)
+    utilisation = relay.utilisation_between(window, window + int(seconds * 1e9))
     tallies: dict[str, Tally] = {}
     for key, name, nfe, deadline in sent:
         tallies.setdefault(name, Tally()).count(nfe, client.answers.get(key), deadline)
@@ -151,7 +191,7 @@ def replay(relay, client, arrivals, seconds: float, drain_s: float) -> dict:
         and accounting["relay_accepted"] - accounting["relay_displaced"] == admitted)
     return {"clients": {n: t.figures(seconds) for n, t in sorted(tallies.items())},
             "accounting": accounting, "send_lag_max_ms": lag_max / 1e6,
-            "lanes_nfe_per_s": lanes_nfe_per_s}
+            "lanes_nfe_per_s": lanes_nfe_per_s, "lane_utilisation_in_window": utilisation}
 
 
 def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
@@ -164,9 +204,11 @@ def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
     seconds = args.seconds or seconds
     alone_s = args.alone_seconds or seconds  # the same arrivals as in the scenarios
     workers = args.workers or 2
+    rows = 0
     mean_nfe = (nfe_range[0] + nfe_range[1]) / 2
     lanes = workers * args.batch_slots
-    params = dict(model_path=model_path(args.model), workers=workers,
+    model = args.model or ("rtc" if args.rtc else "bench")  # the bench model has no chunking
+    params = dict(model_path=model_path(model), workers=workers,
                   batch_slots=args.batch_slots, queue_capacity=args.queue_capacity,
                   max_nfe=max(64, nfe_range[1]))  # fmt: skip
     scenarios, alone, cal = {}, {}, None
@@ -174,6 +216,7 @@ def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
         bar.update(label="starting relay (fair_share off)")
         with relay_for_bench(False, fair_share=False, **params) as (relay, client):
             warm_up(client)
+            rows = rtc_rows(client) if args.rtc else 0
             if args.nfe_ns:
                 nfe_ns, reserve = args.nfe_ns, args.admission_reserve_ns or 0
                 computed = lanes * 1e9 / nfe_ns
@@ -192,11 +235,13 @@ def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
             drain = slack_nfe[1] * nfe_ns * 1e-9 + 5.0  # the longest slack, and then some
             set_policy(relay, nfe_ns=nfe_ns, admission_reserve_ns=reserve)
             bar.update(label="fair_share off")
-            scenarios["off"] = replay(relay, client, arrive(clients, seconds), seconds, drain)
+            scenarios["off"] = replay(relay, client, arrive(clients, seconds), seconds, drain,
+                                      rows)
             bar.advance()
             for name in clients[1:]:
                 bar.update(label=f"{name} alone")
-                alone[name] = replay(relay, client, arrive((name,), alone_s), alone_s, drain)
+                alone[name] = replay(relay, client, arrive((name,), alone_s), alone_s, drain,
+                                     rows)
                 bar.advance()
         for key, weights in SETTINGS.items():
             bar.update(label=f"starting relay ({key})")
@@ -206,7 +251,8 @@ def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
                                  **params) as (relay, client):  # fmt: skip
                 warm_up(client)
                 bar.update(label=key)
-                scenarios[key] = replay(relay, client, arrive(clients, seconds), seconds, drain)
+                scenarios[key] = replay(relay, client, arrive(clients, seconds), seconds, drain,
+                                        rows)
                 bar.advance()
     for s in scenarios.values():
         s["capacity_nfe_per_s"] = capacity
@@ -231,6 +277,7 @@ def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
         "host": host, "relay": "flowedge-relayd process", "model": params["model_path"],
         "seconds": seconds, "alone_seconds": alone_s, "workers": workers, "nfe_ns": nfe_ns,
         "admission_reserve_ns": reserve, "nfe_range": list(nfe_range),
+        "rtc_rows": rows,
         "calibration": ({k: v for k, v in cal.items() if not isinstance(v, list | dict)}
                         if cal else "given (--nfe-ns)"),
         "scenarios": scenarios, "alone": {k: s["clients"][k] for k, s in alone.items()},
