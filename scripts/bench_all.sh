@@ -51,7 +51,10 @@ mkdir -p "$OUT"
 # continuously spinning neighbour from before the calibration. fairness runs one client flooding
 # at 5x capacity against three at 0.2x, with fair_share off, on, and A weighted 2, against
 # flowedge-relayd processes over DDS (calibrated inline, on time judged at receipt); fairness-sim
-# runs the same on the C core in virtual time (deterministic per seed).
+# runs the same on the C core in virtual time (deterministic per seed). pool-sim measures the pool's
+# C mechanism (balance, re-homing, the not_owner drop); pool runs real flowedge-relayd members of
+# one pool over DDS (about 3 minutes): kill -9, a join and a SIGSTOP under 2x load, answered
+# exactly once, and the intake of 1, 2 and 4 members.
 RT_TRACE="--model bench --policies edf_admission edf_adaptive --loads 2 3 --noise continuous
           --calibrate-under-noise"
 declare -A ARGS=(
@@ -76,6 +79,7 @@ declare -A ARGS=(
     [fairness]=""
     [fairness-sim]="--sim"
     [pool-sim]=""
+    [pool]=""
 )
 # report name -> subcommand, where they differ
 declare -A SUBCOMMAND=(
@@ -90,7 +94,7 @@ declare -A SUBCOMMAND=(
 )
 ORDER=(model admission intake calibrate calibrate-check overload overload-noise overload-rt-1hog overload-normal-1hog
        overload-rt-2hogs overload-normal-2hogs overload-rtc overload-rtc-rt-1hog batching
-       nfe-breakdown overhead swap rtc fairness fairness-sim pool-sim)
+       nfe-breakdown overhead swap rtc fairness fairness-sim pool-sim pool)
 if [ "$#" -gt 0 ]; then ORDER=("$@"); fi
 
 REGISTERED=" $(python -c 'from flowedge_relay_tools.bench.__main__ import available; print(*available())') "

@@ -45,7 +45,7 @@ ORDER = ("calibrate", "calibrate-check", "overload", "overload-noise",
          *(name for _, by_mode in RT_VARIANTS for name in by_mode.values()),
          *(name for name, _ in RTC_VARIANTS), "batching",
          "nfe-breakdown", "intake", "overhead", "swap", "model", "admission", "rtc",
-         "fairness", "fairness-sim", "pool-sim")
+         "fairness", "fairness-sim", "pool-sim", "pool")
 EDF_POLICIES = ("edf_admission", "edf_adaptive")
 OVERLOAD_FIGURES = "on time among admitted / goodput vs capacity / in NFE / wasted NFE"
 #: on time among admitted, NFE goodput against capacity, wasted NFE: at 2x and 3x, both EDF
@@ -250,6 +250,7 @@ def headline(reports: dict[str, dict]) -> list[dict]:
             "met": sw["lost"] == 0 and sw["answered_twice"] == 0,
         })  # fmt: skip
     rows += _calibrate_check_rows(reports.get("calibrate-check"))
+    rows += _pool_rows(reports.get("pool"))
     cal = reports.get("calibrate")
     if cal:
         rows.append({
@@ -269,6 +270,39 @@ def headline(reports: dict[str, dict]) -> list[dict]:
                             f"({cal['overloaded_rate_rps']:.0f} requests/s)",
             })  # fmt: skip
     return rows
+
+
+def _pool_rows(report: dict | None) -> list[dict]:
+    """`bench pool`: kill -9 of one member of three under 2x load (exactly once, takeover, on
+    time), a join (sessions moved) and a SIGSTOP (duplicates), real relays over DDS."""
+    if not report:
+        return []
+    k, j, f = report["kill"], report["join"], report["freeze"]
+    lease = report["lease_ms"]
+
+    def met(flags: dict) -> bool | None:  # a target not measured (None) leaves it open
+        values = list(flags.values())
+        return False if False in values else (None if None in values else True)
+
+    take = k["takeover_ms"]
+    on_time = k["outcomes"]["on_time_among_admitted"]
+    return [
+        {"measure": f"pool of {report['members']}, kill -9 of one at {report['load']:g}x: "
+                    "missing / duplicated / takeover / on time among admitted",
+         "target": f"0 / 0 / <= {lease + 100:g} ms / >= 99.9%",
+         "measured": f"{k['missing']} / {k['duplicated']} / "
+                     f"{'-' if take is None else f'{take:.0f} ms'} / {_pct(on_time)}",
+         "met": met(k["met"])},
+        {"measure": "pool: a member joins under load: sessions moved / duplicates",
+         "target": f"<= {_pct(j['fair_share'] + 0.10)} / 0",
+         "measured": f"{_pct(j['moved_share'])} / {j['duplicated']}",
+         "met": met(j["met"])},
+        {"measure": f"pool: a member frozen {report['freeze_s']:g} s (SIGSTOP): missing / "
+                    "duplicated (tagged by relay_id, pool_epoch)",
+         "target": "0 / 0",
+         "measured": f"{f['missing']} / {f['duplicated']} ({f['duplicates_tagged']})",
+         "met": f["missing"] == 0 and f["duplicated"] == 0},
+    ]  # fmt: skip
 
 
 def _calibrate_check_rows(report: dict | None) -> list[dict]:

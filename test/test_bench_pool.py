@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`bench pool --quick` against real flowedge-relayd processes: its books are exact.
+
+The quick run starts a pool of three relays (and one of two for the intake), kills, freezes and
+joins members under load, and floods the intake. Its targets are measurements, never asserted;
+what is asserted is the accounting the report is built from: every request sent is counted once
+as answered once, answered more than once or missing, each answer once; every member's own
+counters balance (what it took, it decided as owner or dropped as not_owner, and what it took
+over it decided); in the intake every member took every request, exactly one member decided
+each, and the others dropped it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from flowedge_relay_tools.bench import pool
+from flowedge_relay_tools.bench.__main__ import SUBCOMMANDS
+
+pytestmark = pytest.mark.ros
+
+
+def test_quick_pool_bench_accounting_is_exact(tmp_path):
+    parser = argparse.ArgumentParser()
+    pool.add_arguments(parser)
+    # a fixed nfe_ns instead of the inline calibration: the books, not the figures, are checked
+    args = parser.parse_args(["--quick", "--nfe-ns", "3000000", "--intake-members", "1", "2"])
+    report = pool.run(args)
+    assert "pool" in SUBCOMMANDS
+    for name in ("kill", "join", "freeze"):
+        s = report[name]
+        assert s["sent"] > 0, name
+        assert s["answered_once"] + s["duplicated"] + s["missing"] == s["sent"], name
+        assert s["answers"] == s["answered_once"] + s["duplicate_answers"], name
+        assert s["duplicate_answers"] >= 2 * s["duplicated"], name
+        assert 0 <= s["duplicates_tagged"] <= s["duplicated"], name
+        o = s["outcomes"]
+        first = sum(o.get(k, 0) for k in ("on_time", "late", "expired", "expired_unstarted",
+                                          "taken_over_expired", "rejected_capacity",
+                                          "rejected_deadline", "other"))
+        assert first == s["sent"] - s["missing"], (name, o)
+        assert s["books_balance"], (name, s["members"])
+    k = report["kill"]
+    assert sum(k[p]["sent"] for p in ("before", "during", "after")) == k["sent"]
+    assert len(k["members"]) == 2  # the survivors
+    assert report["join"]["sessions"] == 3 * 2 and report["join"]["moved_share"] <= 1
+    rows = report["intake"]
+    assert [r["members"] for r in rows] == [2, 1]
+    for r in rows:
+        assert r["sent"] > 0 and r["books_balance"], r
+        assert set(r["received"].values()) == {r["sent"]}, r
+        assert r["pool_decided"] == sum(r["decided"].values())
+        # one owner decision per request, plus one per request a member took over (a member
+        # the host starved for a lease is taken over, even here)
+        assert sum(r["not_owner"].values()) + r["pool_decided"] == \
+            r["members"] * r["sent"] + r["taken_over_requests"], r
+        assert r["answered_once"] + r["duplicated"] + r["unanswered"] == r["sent"], r
+    assert set(report["drop_over_decision"]) == {"4"}
+    text = pool.table(report)
+    for part in ("(a) kill -9", "(b) join", "(c) SIGSTOP", "(d) 2 member(s)"):
+        assert part in text
+    json.dumps(report, allow_nan=False)
+    png = pool.plot(report, str(tmp_path / "pool.png"))
+    assert (tmp_path / "pool.png").stat().st_size > 0 and png.endswith(".png")

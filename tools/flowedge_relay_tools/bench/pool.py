@@ -1,0 +1,972 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`bench pool`: a relay pool of real `flowedge-relayd` processes over DDS (docs/design.md §13).
+
+    flowedge_relay_bench pool [--quick] [--members 3] [--lease-ms 1000] [--load 2]
+                              [--json PATH] [--plot PATH.png]
+
+Each relay runs as deployed, in a namespace of its own with the pool's topics remapped to one
+shared set (as launch/pool.launch.py does), in the bench's private DDS domain. Admission is
+calibrated: an inline calibration (`calibrate.inline`) of one relay with as many worker lanes as
+the whole pool has (the members share this host's cores, so the pool's lanes contend as one
+relay's would) gives `nfe_ns` and `admission_reserve_ns` for every member, and the pool's
+capacity is the NFE per second admission bounds, members x workers x 1e9 / nfe_ns. A robot-like
+rclpy node in this process offers `--load` x that (Poisson arrivals over sessions picked so each
+member owns as many, NFE and slack uniform) and stamps every answer as it receives it.
+
+- (a) kill -9 of one member of three under that load: answers per (session_id, sequence) sent
+  before the kill, during the takeover (up to the survivors' takeover counter) and after:
+  missing and duplicated (targets 0 and 0); the takeover latency from the kill to the survivors'
+  takeover counter (flowedge/stats at 20 Hz, so seen up to 50 ms late) and to the first answer a
+  survivor gave for one of the victim's sessions (target <= lease + 100 ms); on time among
+  admitted across the pool at receipt (target >= 99.9%). A request of the victim's sessions
+  answered by a survivor is taken over; answered EXPIRED with no NFE done it was expired when the
+  takeover decided it (not admitted there) and is counted apart.
+- (b) a member joins the other two under load (lifecycle activate): the sessions whose answering
+  member changed across its owning_from (target <= 1/N + 10%), whether they all moved to it, and
+  duplicates (target 0).
+- (c) a member frozen with SIGSTOP for `--freeze-s` then SIGCONT: missing (0) and duplicates
+  (target 0; a duplicate is tagged when its answers differ in relay_id or pool_epoch, so a
+  producer keeping the first drops the stale one), what the frozen member counted `surrendered`
+  and its stalls, what the others took over.
+- (d) the aggregate intake of one pool of 1, 2 and 4 members on this host: a C load generator
+  (bench/loadgen.py) floods expired-on-arrival requests over 64 sessions, so the figure is the
+  decision path, not compute; per member its owner decisions and `not_owner` drops (from its
+  flowedge/stats), the pool's decisions per second, and every request answered once. Next to it,
+  the C intake's not_owner drop against a full decision (bench/pool_sim.py's measurement).
+
+Targets are printed, never asserted. A measurement on a shared host: the load average is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from flowedge_relay_msgs.msg import ActionMessage, PoolMember, RelayStats
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState
+
+from flowedge_relay.core import Code, Pool, PoolViewMember
+from flowedge_relay.pool import pool_qos
+from flowedge_relay.timebase import stamp_ns
+from flowedge_relay_tools.bench import calibrate, pool_sim
+from flowedge_relay_tools.bench.client import (
+    RELAY_MODULE,
+    BenchClient,
+    NodeProcess,
+    model_path,
+    private_context,
+    relay_for_bench,
+    relay_ros_args,
+    warm_up,
+)
+from flowedge_relay_tools.bench.host import host_info
+from flowedge_relay_tools.bench.progress import Progress
+from flowedge_relay_tools.bench.tables import VERDICT, format_rows, percent
+from flowedge_relay_tools.harness import load_served, spinning, wait_for, wait_for_relay
+
+#: the pool's topics every member shares (launch/pool.launch.py remaps the same four)
+TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/model")
+TARGETS = {"missing": 0, "duplicated": 0, "on_time_among_admitted": 0.999,
+           "takeover_over_lease_ms": 100, "moved_over_fair_share": 0.10}  # fmt: skip
+NFE_RANGE = (4, 16)  # NFE per request of the robot-like load
+STATS_HZ = 20.0
+MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Size:
+    cal_requests: int
+    cal_s: float
+    before_s: float  # load before the event
+    after_s: float  # load after the event (after the cutover, for a join)
+    sessions_per_member: int
+    intake_rates: tuple[float, ...]  # (d): offered requests/s
+    intake_s: float
+
+
+SIZES = {"quick": Size(12, 0.3, 0.8, 1.0, 2, (300.0,), 0.4),
+         "full": Size(150, 2.0, 2.0, 2.5, 8, (4000.0, 12000.0, 24000.0), 1.0)}  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (CI)")
+    parser.add_argument("--members", type=int, default=3, help="members of the pool in a-c")
+    parser.add_argument("--workers", type=int, default=1, help="worker threads per member")
+    parser.add_argument("--lease-ms", type=int, default=None,
+                        help="pool_lease_ms (default 1000; 500 --quick): above the worst stall "
+                             "of a shared 2-core host, so only the bench's events take over")
+    parser.add_argument("--load", type=float, default=2.0,
+                        help="x the pool's calibrated capacity in a-c (default 2)")
+    parser.add_argument("--freeze-s", type=float, default=None,
+                        help="(c) seconds frozen (default 2; 1.2 --quick)")
+    parser.add_argument("--slack-ms", type=float, nargs=2, default=None, metavar=("MIN", "MAX"),
+                        help="deadline slack per request (default 100 .. 2 x lease)")
+    parser.add_argument("--nfe-ns", type=int, default=None,
+                        help="skip the calibration: this nfe_ns")
+    parser.add_argument("--admission-reserve-ns", type=int, default=0,
+                        help="with --nfe-ns: this admission_reserve_ns (default 0)")
+    parser.add_argument("--intake-members", type=int, nargs="+", default=[1, 2, 4],
+                        help="(d) pool sizes (default 1 2 4)")
+    parser.add_argument("--udp", action="store_true",
+                        help="Fast DDS over UDPv4 only (FASTDDS_BUILTIN_TRANSPORTS=UDPv4), for "
+                             "the relays and this process: no shared-memory transport")
+    parser.add_argument("--seed", type=int, default=1)
+
+
+# ---- the pool's processes and what they report ---------------------------------------------
+
+
+def member_args(ns: str, pool: str, i: int, params: dict) -> list[str]:
+    """Member i's --ros-args: its own namespace, the pool's four topics remapped to ns's."""
+    args = relay_ros_args({**params, "pool": pool}, f"{ns}/r{i}")
+    for topic in TOPICS:
+        args += ["-r", f"{topic}:={ns}/{topic}"]
+    return args
+
+
+@dataclass
+class Member:
+    """One flowedge-relayd of the pool and what the bench read from it."""
+
+    index: int
+    proc: NodeProcess
+    relay_id: str = ""
+    stats: list = field(default_factory=list)  # RelayStats, in arrival order
+    status: dict = field(default_factory=dict)  # its `pool` status on /diagnostics
+    announced: PoolMember | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.proc.poll() is None
+
+
+def start_members(ns: str, pool: str, indices: list[int], params: dict) -> list[Member]:
+    """flowedge-relayd once per index, started side by side (each up: "relay up" logged)."""
+    out: dict[int, Member] = {}
+    errors: list[BaseException] = []
+
+    def start(i: int) -> None:
+        try:
+            out[i] = Member(i, NodeProcess(RELAY_MODULE, member_args(ns, pool, i, params),
+                                           timeout=120.0))
+        except BaseException as exc:  # surfaced below, after the others are up or failed
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in indices]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        stop_members(list(out.values()))
+        raise errors[0]
+    return [out[i] for i in indices]
+
+
+def stop_members(members: list[Member]) -> None:
+    """SIGCONT first (a frozen member cannot stop), then SIGINT each; a killed one is gone."""
+    for m in members:
+        if m.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(m.pid, signal.SIGCONT)
+    for m in members:
+        m.proc.stop()
+
+
+class PoolWatch:
+    """The pool as any ROS tool sees it: each member's flowedge/stats and `pool` status, the
+    announcements on flowedge/pool; and its lifecycle services."""
+
+    def __init__(self, node, ns: str, members: list[Member], lease_ms: int) -> None:
+        self.node, self.ns = node, ns
+        self.members = {m.index: m for m in members}
+        self.lock = threading.Lock()
+        self.cv = threading.Condition(self.lock)
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 100)
+        node.create_subscription(PoolMember, f"{ns}/flowedge/pool", self._on_member,
+                                 pool_qos(lease_ms, 64))
+        for m in members:
+            self.add(m)
+
+    def add(self, m: Member) -> None:
+        self.members[m.index] = m
+        self.node.create_subscription(RelayStats, f"{self.ns}/r{m.index}/flowedge/stats",
+                                      lambda msg, m=m: self._on_stats(m, msg), 100)
+
+    def _on_stats(self, m: Member, msg: RelayStats) -> None:
+        with self.cv:
+            m.stats.append(msg)
+            self.cv.notify_all()
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        with self.cv:
+            for s in msg.status:
+                for m in self.members.values():
+                    if s.name == f"{self.ns[1:]}/r{m.index}/flowedge_relay: pool":
+                        m.status = {kv.key: kv.value for kv in s.values}
+                        m.relay_id = m.status.get("relay_id", m.relay_id)
+            self.cv.notify_all()
+
+    def _on_member(self, msg: PoolMember) -> None:
+        with self.cv:
+            for m in self.members.values():
+                if m.relay_id == msg.relay_id:
+                    m.announced = msg
+
+    def relay_ids(self, timeout: float = 60.0) -> None:
+        if not wait_for(lambda: all(m.relay_id for m in self.members.values()), timeout, 0.05):
+            raise TimeoutError("a member published no pool status")
+
+    def view(self, m: Member) -> set[str]:
+        with self.lock:
+            return set(m.status.get("members", "").split(",")) - {"none", ""}
+
+    def wait_views(self, members: list[Member], timeout: float = 60.0) -> None:
+        """Until each of `members` lists exactly them as the pool (its 1 Hz status)."""
+        want = {m.relay_id for m in members}
+        if not wait_for(lambda: all(self.view(m) == want for m in members), timeout, 0.05):
+            raise TimeoutError(f"views did not settle: {[self.view(m) for m in members]}")
+
+    def snapshot(self, m: Member, timeout: float = 10.0) -> RelayStats:
+        """The first stats message stamped after this call (it counts all that came before)."""
+        since = time.time_ns()
+        end = time.monotonic() + timeout
+        with self.cv:
+            while not m.stats or stamp_ns(m.stats[-1].stamp) < since:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no fresh flowedge/stats from member {m.index}")
+                self.cv.wait(min(left, 0.05))
+            return m.stats[-1]
+
+    def first_stamp(self, m: Member, since_ns: int, counter: str,
+                    above: int) -> tuple[int, int] | None:  # fmt: skip
+        """(the stamp of m's last stats message with `counter` still at most `above`, that of
+        its first one after since_ns with it above): the counter moved between the two."""
+        with self.lock:
+            last = since_ns
+            for s in m.stats:
+                if getattr(s, counter) > above and stamp_ns(s.stamp) >= since_ns:
+                    return last, stamp_ns(s.stamp)
+                last = max(last, stamp_ns(s.stamp))
+        return None
+
+    def change_state(self, m: Member, transition: int, timeout: float = 60.0) -> None:
+        client = self.node.create_client(
+            ChangeState, f"{self.ns}/r{m.index}/flowedge_relay/change_state")
+        try:
+            if not client.wait_for_service(timeout_sec=30):
+                raise TimeoutError(f"no lifecycle service of member {m.index}")
+            future = client.call_async(ChangeState.Request(transition=Transition(id=transition)))
+            if not wait_for(future.done, timeout, 0.02) or not future.result().success:
+                raise RuntimeError(f"member {m.index}: transition {transition} failed")
+        finally:
+            self.node.destroy_client(client)
+
+
+def decided(s: RelayStats) -> int:
+    """Every outcome the member decided (one per answer it published or dropped)."""
+    return (s.inference + s.rejected_stale + s.rejected_deadline + s.rejected_capacity
+            + s.expired + s.inference_failed)
+
+
+COUNTERS = ("received", "not_owner", "takeovers", "taken_over_requests", "surrendered",
+            "middleware_lost", "standby_evicted")
+
+
+def counters(s: RelayStats) -> dict[str, int]:
+    out = {k: int(getattr(s, k)) for k in COUNTERS}
+    out["decided"] = decided(s)
+    out["outputs_dropped"] = int(s.rejection_outputs_dropped + s.action_outputs_dropped)
+    return out
+
+
+def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def balanced(d: dict[str, int]) -> bool:
+    """A member's books balance: every request it took it decided as owner or dropped as
+    not_owner, and every request it took over it decided (so, at rest, decided + not_owner =
+    received + taken_over_requests, whatever the events)."""
+    return d["decided"] + d["not_owner"] == d["received"] + d["taken_over_requests"]
+
+
+def settled(watch: PoolWatch, members: list[Member], before: dict[int, dict[str, int]],
+            ok=lambda per: all(balanced(d) for d in per.values()),
+            timeout: float = 15.0) -> dict[int, dict[str, int]]:  # fmt: skip
+    """Each member's counters since `before`, once `ok` holds for them (a request still on its
+    way to one member, or in its queue, is counted when it is done) or the timeout ran out."""
+    end = time.monotonic() + timeout
+    while True:
+        per = {m.index: delta(counters(watch.snapshot(m)), before[m.index])
+               for m in members if m.alive()}
+        if ok(per) or time.monotonic() > end:
+            return per
+
+
+# ---- the robot-like load and its ledger ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Got:
+    """One answer as received: who gave it, with what."""
+
+    code: int
+    relay_id: str
+    epoch: int
+    nfe_done: int
+    received_ns: int
+
+
+class PoolClient(BenchClient):
+    """A BenchClient on the pool's topics that keeps every answer, with relay_id and pool_epoch
+    (an ordinary subscriber: a whole ActionMessage per answer, as a robot receives them)."""
+
+    def __init__(self, node, info) -> None:
+        self.log: dict[tuple[str, int], list[Got]] = collections.defaultdict(list)
+        super().__init__(node, info, plain=True)
+
+    def _on_message(self, msg: ActionMessage) -> None:
+        got = Got(msg.code, msg.relay_id, msg.pool_epoch, msg.nfe_done, time.time_ns())
+        with self._cv:
+            self.log[(msg.session_id, msg.sequence)].append(got)
+        super()._on_message(msg)
+
+    def answers_to(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], list[Got]]:
+        """Every answer received so far to each of `keys`, in arrival order."""
+        with self._cv:
+            return {k: list(self.log.get(k, ())) for k in keys}
+
+
+@dataclass(frozen=True)
+class Sent:
+    key: tuple[str, int]
+    sent_ns: int
+    deadline_ns: int
+
+
+class Load:
+    """Poisson arrivals at `rate` over `sessions`, from a thread, until stopped."""
+
+    def __init__(self, client: PoolClient, sessions: list[str], rate: float,
+                 slack_ns: tuple[int, int], seed: int) -> None:  # fmt: skip
+        self.client, self.sessions, self.rate, self.slack = client, sessions, rate, slack_ns
+        self.rng = random.Random(seed)
+        self.sent: list[Sent] = []
+        self.behind_max_ns = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pool-bench-load", daemon=True)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        c, rng, t = self.client, self.rng, time.monotonic_ns()
+        while not self._stop.is_set():
+            t += int(rng.expovariate(self.rate) * 1e9)
+            req = c.request(rng.choice(self.sessions), c.next_sequence(),
+                            rng.randint(*NFE_RANGE))
+            delay = t - time.monotonic_ns()
+            if delay > 0:
+                time.sleep(delay * 1e-9)
+            self.behind_max_ns = max(self.behind_max_ns, -delay)
+            slack = rng.randint(*self.slack)
+            at = c.send(req, slack_ns=slack)
+            self.sent.append(Sent((req.session_id, req.sequence), at, at + slack))
+
+
+def ledger(client: PoolClient, sent: list[Sent], drain_s: float) -> dict:
+    """Answers per sent request once all are in (or the drain ran out), a duplicate's grace
+    after: the first answer per request, and every duplicate with its answers' tags."""
+    client.wait_keys([s.key for s in sent], drain_s)
+    time.sleep(0.5)  # a duplicate, if any, has arrived by now
+    log = client.answers_to([s.key for s in sent])
+    missing = [k for k, v in log.items() if not v]
+    dups = {k: v for k, v in log.items() if len(v) > 1}
+    tagged = sum(len({(g.relay_id, g.epoch) for g in v}) == len(v) for v in dups.values())
+    return {"log": log, "missing": missing, "duplicated": dups, "tagged": tagged}
+
+
+def outcome_counts(sent: list[Sent], log: dict, taken: set) -> dict:
+    """On time among admitted at receipt, over the first answer per request; a taken-over
+    request answered EXPIRED with no NFE done was decided expired at the takeover (apart)."""
+    c = collections.Counter()
+    for s in sent:
+        answers = log[s.key]
+        if not answers:
+            continue
+        g = answers[0]
+        if s.key in taken:
+            c["taken_over"] += 1
+            if g.code == Code.EXPIRED and g.nfe_done == 0:
+                c["taken_over_expired"] += 1
+                continue
+        if g.code == Code.INFERENCE:
+            c["admitted"] += 1
+            c["on_time" if g.received_ns <= s.deadline_ns else "late"] += 1
+        elif g.code == Code.EXPIRED:
+            c["expired" if g.nfe_done else "expired_unstarted"] += 1
+        elif g.code == Code.REJECTED_CAPACITY:
+            c["rejected_capacity"] += 1
+        elif g.code == Code.REJECTED_DEADLINE:
+            c["rejected_deadline"] += 1
+        else:
+            c["other"] += 1
+    # admitted: INFERENCE, or EXPIRED after it was queued (the relay kept it to its end)
+    c["admitted"] += c["expired"] + c["expired_unstarted"]
+    out = dict(c)
+    out["on_time_among_admitted"] = c["on_time"] / c["admitted"] if c["admitted"] else None
+    return out
+
+
+def answer_rates(sent: list[Sent], log: dict, t0_ns: int, bin_ms: int = 100) -> dict:
+    """Answers per second by answering member over receive time (the plot)."""
+    by: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for s in sent:
+        for g in log[s.key]:
+            by[g.relay_id][(g.received_ns - t0_ns) // (bin_ms * MS)] += 1
+    last = max((k for c in by.values() for k in c), default=0)
+    # every bin, empty ones at 0: a member that answers nothing for a while shows it
+    return {rid: [(k * bin_ms / 1e3, c[k] * 1000 / bin_ms) for k in range(int(last) + 1)]
+            for rid, c in by.items()}
+
+
+# ---- the scenarios -------------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    """The pool of a-c, its watch and its client, and how each scenario loads it."""
+
+    members: list[Member]
+    watch: PoolWatch
+    client: PoolClient
+    sessions: list[str]
+    owner_of: dict[str, int]  # session -> member index owning it with every member in the view
+    rate: float
+    slack_ns: tuple[int, int]
+    lease_ns: int
+    size: Size
+    seed: int
+    t0_ns: int = 0
+
+    def load(self, offset: int) -> Load:
+        return Load(self.client, self.sessions, self.rate, self.slack_ns, self.seed + offset)
+
+    def drain_s(self) -> float:
+        return self.slack_ns[1] / 1e9 + 4 * self.lease_ns / 1e9 + 5.0
+
+    def totals(self) -> dict[int, dict[str, int]]:
+        return {m.index: counters(self.watch.snapshot(m)) for m in self.members if m.alive()}
+
+    def since(self, before: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:
+        return settled(self.watch, self.members, before)
+
+    def common(self, sent: list[Sent], led: dict, taken: set, t0: int) -> dict:
+        counts = collections.Counter(len(v) for v in led["log"].values())
+        return {
+            "sent": len(sent), "answered_once": counts[1], "missing": len(led["missing"]),
+            "duplicate_answers": sum(len(v) for v in led["duplicated"].values()),
+            "duplicated": len(led["duplicated"]), "duplicates_tagged": led["tagged"],
+            "answers": sum(n * k for k, n in counts.items()),
+            "outcomes": outcome_counts(sent, led["log"], taken),
+            "send_behind_max_ms": None, "answer_rates": answer_rates(sent, led["log"], t0),
+            "duplicate_detail": [
+                {"session": k[0], "sequence": k[1],
+                 "answers": [{"relay_id": g.relay_id, "epoch": g.epoch, "code": g.code}
+                             for g in v]} for k, v in list(led["duplicated"].items())[:8]],
+        }  # fmt: skip
+
+
+def join(b: Bench, joiner: Member) -> dict:
+    """(b): `joiner` leaves (drain), then joins the others under load."""
+    others = [m for m in b.members if m is not joiner]
+    b.watch.change_state(joiner, Transition.TRANSITION_DEACTIVATE)
+    b.watch.wait_views(others)
+    before = b.totals()
+    t0 = time.time_ns()
+    with b.load(1) as load:
+        time.sleep(b.size.before_s)
+        epoch = joiner.announced.epoch if joiner.announced is not None else 0
+        activate_at = time.time_ns()
+        b.watch.change_state(joiner, Transition.TRANSITION_ACTIVATE)
+
+        def active():
+            a = joiner.announced
+            return a is not None and a.state == 3 and a.epoch > epoch
+
+        if not wait_for(active, 30, 0.01):
+            raise TimeoutError("the joiner announced no activation")
+        owning_from = stamp_ns(joiner.announced.owning_from)
+        wait_for(lambda: time.time_ns() > owning_from + b.size.after_s * 1e9, 60, 0.02)
+    b.watch.wait_views(b.members)
+    led = ledger(b.client, load.sent, b.drain_s())
+    per = b.since(before)
+    stamps = {s.key: s.sent_ns for s in load.sent}
+    first = {k: v[0].relay_id for k, v in led["log"].items() if v}
+    pre = {k[0]: r for k, r in first.items() if stamps[k] < owning_from}
+    post = {k[0]: r for k, r in first.items() if stamps[k] >= owning_from}
+    # only sessions with requests on both sides of the cutover can show a move
+    seen = {s for s in b.sessions if s in pre and s in post}
+    moved = {s for s in seen if pre[s] != post[s]}
+    to_joiner = {s for s in moved if post[s] == joiner.relay_id}
+    joiners = {s for s in seen if b.owner_of[s] == joiner.index}
+    out = b.common(load.sent, led, set(), t0)
+    n = len(b.members)
+    out.update({
+        "joiner": joiner.relay_id, "owning_from_ms": (owning_from - t0) / MS,
+        "events_ms": {"activate": (activate_at - t0) / MS, "owning_from": (owning_from - t0) / MS},
+        "sessions": len(seen), "sessions_offered": len(b.sessions), "moved": len(moved),
+        "moved_to_joiner": len(to_joiner), "joiner_owns_by_hash": len(joiners),
+        "moved_exactly_the_joiners": moved == joiners,
+        "moved_share": len(moved) / len(seen) if seen else None, "fair_share": 1 / n,
+        "answered_by_joiner_before_owning_from": sum(
+            1 for k, r in first.items() if r == joiner.relay_id and stamps[k] < owning_from),
+        "members": per, "books_balance": all(balanced(d) for d in per.values()),
+        "send_behind_max_ms": load.behind_max_ns / MS,
+    })  # fmt: skip
+    share = out["moved_share"]
+    out["met"] = {"moved": None if share is None
+                  else share <= 1 / n + TARGETS["moved_over_fair_share"],
+                  "duplicated": out["duplicated"] == 0}
+    return out
+
+
+def freeze(b: Bench, frozen: Member, seconds: float) -> dict:
+    """(c): `frozen` stopped with SIGSTOP for `seconds`, then SIGCONT, under load."""
+    before = b.totals()
+    epoch_before = int(frozen.status.get("pool_epoch", 0))
+    stalls_before = int(frozen.status.get("stalls", 0))
+    t0 = time.time_ns()
+    with b.load(2) as load:
+        time.sleep(b.size.before_s)
+        stopped_at = time.time_ns()
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+        resumed_at = time.time_ns()
+        time.sleep(b.size.after_s)
+        # it rejoins with a new owning_from (2 x lease on): load on until every view has it
+        b.watch.wait_views(b.members, timeout=60)
+    led = ledger(b.client, load.sent, b.drain_s())
+    per = b.since(before)
+    stamps = {s.key: s.sent_ns for s in load.sent}
+    by_frozen_late = sum(
+        1 for k, v in led["log"].items() for g in v
+        if g.relay_id == frozen.relay_id and g.received_ns >= resumed_at and stamps[k] < resumed_at)
+    second_by_frozen = sum(1 for v in led["duplicated"].values()
+                           if any(g.relay_id == frozen.relay_id for g in v[1:]))
+    out = b.common(load.sent, led, set(), t0)
+    out.update({
+        "frozen": frozen.relay_id, "frozen_s": (resumed_at - stopped_at) / 1e9,
+        "frozen_surrendered": per[frozen.index]["surrendered"],
+        "frozen_stalls": int(frozen.status.get("stalls", 0)) - stalls_before,
+        "frozen_epoch": [epoch_before, int(frozen.status.get("pool_epoch", 0))],
+        "frozen_answered_after_resume_sent_before": by_frozen_late,
+        "duplicates_second_by_frozen": second_by_frozen,
+        "others_took_over": sum(d["taken_over_requests"] for i, d in per.items()
+                                if i != frozen.index),
+        "members": per, "books_balance": all(balanced(d) for d in per.values()),
+        "send_behind_max_ms": load.behind_max_ns / MS,
+        "events_ms": {"stop": (stopped_at - t0) / MS, "cont": (resumed_at - t0) / MS},
+    })  # fmt: skip
+    out["met"] = {"missing": out["missing"] == 0,
+                  "duplicated": out["duplicated"] == 0,
+                  "duplicates_tagged": out["duplicates_tagged"] == out["duplicated"]}
+    return out
+
+
+def kill(b: Bench, victim: Member) -> dict:
+    """(a): kill -9 of `victim` under load."""
+    survivors = [m for m in b.members if m is not victim]
+    before = b.totals()
+    base = {m.index: before[m.index]["takeovers"] for m in survivors}
+    t0 = time.time_ns()
+    with b.load(3) as load:
+        time.sleep(b.size.before_s)
+        killed_at = time.time_ns()
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.proc.proc.wait(timeout=10)
+        b.watch.wait_views(survivors, timeout=30)
+        time.sleep(b.size.after_s)
+    led = ledger(b.client, load.sent, b.drain_s())
+    per = b.since(before)
+    counter_at = {m.index: b.watch.first_stamp(m, killed_at, "takeovers", base[m.index])
+                  for m in survivors}
+    stamps = [v[1] for v in counter_at.values() if v is not None]
+    # judged on the later stamp of each pair (at most a stats period late: conservative)
+    takeover_done = max(stamps) if len(stamps) == len(survivors) else None
+    victims = {s for s in b.sessions if b.owner_of[s] == victim.index}
+    taken = {k for k, v in led["log"].items()
+             if v and k[0] in victims and v[0].relay_id != victim.relay_id}
+    first_taken = min((v[0].received_ns for k, v in led["log"].items() if k in taken),
+                      default=None)
+    out = b.common(load.sent, led, taken, t0)
+    phases = {"before": lambda t: t < killed_at,
+              "during": lambda t: killed_at <= t < (takeover_done or killed_at),
+              "after": lambda t: t >= (takeover_done or killed_at)}
+    for name, within in phases.items():
+        keys = [s.key for s in load.sent if within(s.sent_ns)]
+        out[name] = {"sent": len(keys),
+                     "missing": sum(1 for k in keys if not led["log"][k]),
+                     "duplicated": sum(1 for k in keys if len(led["log"][k]) > 1)}
+    lease_ms = b.lease_ns / MS
+    out.update({
+        "victim": victim.relay_id, "lease_ms": lease_ms,
+        "takeover_counter_ms": {str(i): [round((t - killed_at) / MS, 1) for t in v] if v
+                                else None for i, v in counter_at.items()},
+        "takeover_ms": (takeover_done - killed_at) / MS if takeover_done else None,
+        "first_taken_over_answer_ms": (first_taken - killed_at) / MS if first_taken else None,
+        "victim_answered_before_kill": sum(1 for v in led["log"].values()
+                                           if v and v[0].relay_id == victim.relay_id),
+        "taken_over_requests": sum(d["taken_over_requests"] for d in per.values()),
+        "members": per, "books_balance": all(balanced(d) for d in per.values()),
+        "send_behind_max_ms": load.behind_max_ns / MS,
+        "events_ms": {"kill": (killed_at - t0) / MS},
+    })  # fmt: skip
+    on_time = out["outcomes"]["on_time_among_admitted"]
+    out["met"] = {
+        "missing": out["missing"] == 0, "duplicated": out["duplicated"] == 0,
+        "takeover": out["takeover_ms"] is not None
+        and out["takeover_ms"] <= lease_ms + TARGETS["takeover_over_lease_ms"],
+        "on_time_among_admitted": None if on_time is None  # nothing admitted: not measured
+        else on_time >= TARGETS["on_time_among_admitted"],
+    }  # fmt: skip
+    return out
+
+
+def balanced_sessions(members: list[Member], per_member: int, digest: str) -> dict[str, int]:
+    """Session ids of which each member owns `per_member` with all of them in the view, by the
+    C rendezvous hash the relays run (an observer's core.Pool): session -> owner index."""
+    observer = Pool("bench-observer")
+    index = {}
+    for m in members:
+        index[Pool(m.relay_id).key] = m.index
+    observer.set_view([PoolViewMember(k, (digest,)) for k in index])
+    picked: dict[str, int] = {}
+    count = collections.Counter()
+    k = 0
+    while any(count[m.index] < per_member for m in members):
+        sid = f"robot-{k:04d}"
+        k += 1
+        owner = index[observer.ranking(sid.encode(), digest, 0)[0]]
+        if count[owner] < per_member:
+            count[owner] += 1
+            picked[sid] = owner
+    return picked
+
+
+@contextlib.contextmanager
+def pool_of(ns: str, pool: str, indices: list[int], params: dict,
+            lease_ms: int) -> Iterator[tuple[list[Member], PoolWatch, object]]:  # fmt: skip
+    """Members `indices` of `pool` under `ns`, up, every view listing all; a watch node."""
+    members = start_members(ns, pool, indices, params)
+    try:
+        with private_context() as ctx:
+            node = rclpy.create_node("flowedge_bench_pool", namespace=ns, context=ctx)
+            try:
+                watch = PoolWatch(node, ns, members, lease_ms)
+                with spinning(node, context=ctx):
+                    watch.relay_ids()
+                    watch.wait_views(members)
+                    yield members, watch, node
+            finally:
+                node.destroy_node()
+    finally:
+        stop_members(members)
+
+
+def scenarios_abc(args, size: Size, params: dict, capacity_rps: float, lease_ms: int,
+                  slack_ns: tuple[int, int], info, bar: Progress) -> dict:
+    ns, n = "/poolbench", args.members
+    with pool_of(ns, "poolbench", list(range(n)), params, lease_ms) as (members, watch, node):
+        client = PoolClient(node, info)
+        wait_for_relay(client.pub, client.sub)
+        wait_for(lambda: client.pub.get_subscription_count() >= n, 30)
+        warm_up(client)
+        owner_of = balanced_sessions(members, size.sessions_per_member, client.digest)
+        b = Bench(members, watch, client, sorted(owner_of), owner_of, args.load * capacity_rps,
+                  slack_ns, lease_ms * MS, size, args.seed)
+        out = {}
+        bar.update(label="(b) a member joins under load")
+        out["join"] = join(b, members[-1])
+        bar.advance()
+        bar.update(label="(c) a member frozen")
+        out["freeze"] = freeze(b, members[1 % n], args.freeze_s)
+        bar.advance()
+        bar.update(label="(a) kill -9 of a member")
+        out["kill"] = kill(b, members[0])
+        bar.advance()
+        return out
+
+
+# ---- (d) the aggregate intake ----------------------------------------------------------------
+
+
+def intake(args, size: Size, params: dict, lease_ms: int, bar: Progress) -> list[dict]:
+    """A pool of max(intake_members) members, stopped down member by member: at each size the
+    expired-on-arrival flood at each rate; per member its decisions and not_owner drops."""
+    from flowedge_relay_tools.bench.loadgen import LoadGenerator
+
+    ns = "/poolbench_intake"
+    sizes = sorted(set(args.intake_members), reverse=True)
+    rows = []
+    with pool_of(ns, "poolbench_intake", list(range(sizes[0])), params,
+                 lease_ms) as (members, watch, node):  # fmt: skip
+        # its own node, never spun: only the C tally takes the answers (an executor spinning
+        # the watch node would take some of them first)
+        gen = LoadGenerator(rclpy.create_node("flowedge_bench_load", namespace=ns,
+                                              context=node.context),
+                            load_served(params["model_path"]))
+        wait_for_relay(gen.pub, gen.sub)
+        wait_for(lambda: gen.pub.get_subscription_count() >= len(members), 30)
+        gen.run(gen.load(["admitted"], 100.0, 20), drain_s=5.0)  # warm up
+        live = list(members)
+        for n in sizes:
+            while len(live) > n:  # a clean stop: it announces finalized and leaves the view
+                live.pop().proc.stop()
+            watch.wait_views(live)
+            for rate in size.intake_rates:
+                bar.update(label=f"(d) {n} member(s), {rate:g}/s")
+                before = {m.index: counters(watch.snapshot(m)) for m in live}
+                r = gen.run(gen.load(["expired"], rate, max(1, int(rate * size.intake_s)),
+                                     sessions=64), drain_s=3.0 + size.intake_s)
+                # until every member took every request and decided or dropped each
+                per = {str(i): d for i, d in settled(
+                    watch, live, before, lambda per, sent=r.sent: all(
+                        balanced(d) and d["received"] >= sent for d in per.values())).items()}
+                got = r.first_answer_ns[r.answers > 0]
+                span_s = (float(got.max()) - r.first_send_ns) / 1e9 if got.size else 0.0
+                pool_decided = sum(d["decided"] for d in per.values())
+                rows.append({
+                    "members": n, "offered_per_s": round(r.offered_per_s(), 1),
+                    "sent": r.sent, "answered_once": r.answered_once,
+                    "unanswered": r.unanswered, "duplicated": r.duplicated,
+                    "pool_decided": pool_decided,
+                    "pool_decided_per_s": pool_decided / span_s if span_s > 0 else 0.0,
+                    "not_owner": {i: d["not_owner"] for i, d in per.items()},
+                    "taken_over_requests": sum(d["taken_over_requests"] for d in per.values()),
+                    "decided": {i: d["decided"] for i, d in per.items()},
+                    "received": {i: d["received"] for i, d in per.items()},
+                    "middleware_lost": sum(d["middleware_lost"] for d in per.values()),
+                    "outputs_dropped": sum(d["outputs_dropped"] for d in per.values()),
+                    "sender_behind_max_ms": r.behind_max_ns / MS,
+                    "stray_answers": r.stray,
+                    "books_balance": all(balanced(d) for d in per.values()),
+                })  # fmt: skip
+                bar.advance()
+    return rows
+
+
+# ---- the report ------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict:
+    host = host_info()
+    quick = args.quick
+    if args.udp:  # read by every participant made from here on, the relays' (inherited) too
+        os.environ["FASTDDS_BUILTIN_TRANSPORTS"] = "UDPv4"
+    transport = os.environ.get("FASTDDS_BUILTIN_TRANSPORTS", "Fast DDS default (SHM + UDPv4)")
+    size = SIZES["quick" if quick else "full"]
+    lease_ms = args.lease_ms or (500 if quick else 1000)
+    args.freeze_s = args.freeze_s or (1.2 if quick else 2.0)
+    slack = args.slack_ms or (100.0, 2.0 * lease_ms)
+    slack_ns = (int(slack[0] * MS), int(slack[1] * MS))
+    mean_nfe = sum(NFE_RANGE) / 2
+    lanes = args.members * args.workers
+    path = model_path("bench")
+    info = load_served(path)
+    steps = 1 + 3 + len(set(args.intake_members)) * len(size.intake_rates)
+    with Progress("pool", steps, unit=" steps") as bar:
+        cal = None
+        if args.nfe_ns:
+            nfe_ns, reserve = args.nfe_ns, args.admission_reserve_ns
+        else:
+            bar.update(label=f"inline calibration, {lanes} lanes")
+            with relay_for_bench(False, model_path=path, workers=lanes,
+                                 max_nfe=64) as (relay, client):  # fmt: skip
+                warm_up(client)
+                cal = calibrate.inline(relay, client, mean_nfe, size.cal_requests, size.cal_s)
+            nfe_ns = cal["recommended_nfe_ns"]
+            reserve = cal["recommended_admission_reserve_ns"]
+        bar.advance()
+        capacity_rps = lanes * 1e9 / nfe_ns / mean_nfe
+        params = dict(model_path=path, workers=args.workers, max_nfe=64, nfe_ns=nfe_ns,
+                      admission_reserve_ns=reserve, cost_model="static",
+                      pool_lease_ms=lease_ms, stats_rate_hz=STATS_HZ)  # fmt: skip
+        abc = scenarios_abc(args, size, params, capacity_rps, lease_ms, slack_ns, info, bar)
+        d = intake(args, size, params, lease_ms, bar)
+    costs = pool_sim.intake_costs(4, 2000 if quick else 20_000, load_served(path))
+    report = {
+        "size": "quick" if quick else "full", "host": host, "members": args.members,
+        "workers": args.workers, "lease_ms": lease_ms, "load": args.load,
+        "nfe_range": list(NFE_RANGE), "slack_ms": list(slack), "nfe_ns": nfe_ns,
+        "admission_reserve_ns": reserve, "capacity_rps": capacity_rps, "transport": transport,
+        "calibrated_here": cal is not None,
+        "offered_rps": args.load * capacity_rps, "freeze_s": args.freeze_s,
+        "calibration": None if cal is None else {
+            k: cal.get(k) for k in ("recommended_nfe_ns", "recommended_admission_reserve_ns",
+                                    "relay_compute_ns_per_nfe_mean", "noisy_host")},
+        "kill": abc["kill"], "join": abc["join"], "freeze": abc["freeze"], "intake": d,
+        "drop_over_decision": pool_sim.drop_over_decision(costs),
+        "targets": TARGETS,
+        "method": (
+            f"{args.members} flowedge-relayd of one pool (transport {transport}; lease "
+            f"{lease_ms} ms, {args.workers} "
+            f"worker(s) each, bench model, calibrated admission: nfe_ns {nfe_ns}, reserve "
+            f"{reserve}) over DDS on this host; one rclpy node offers {args.load:g}x the pool's "
+            f"capacity ({capacity_rps:.0f} requests/s of {NFE_RANGE[0]}-{NFE_RANGE[1]} NFE, "
+            f"slack {slack[0]:g}-{slack[1]:g} ms) over sessions each member owns equally; "
+            "answers counted per (session_id, sequence) at receipt. (d): a C load generator "
+            "floods expired-on-arrival requests; decisions read from each member's flowedge/stats"),
+    }  # fmt: skip
+    report["rows"] = _rows(report)
+    return report
+
+
+def _verdict(*oks: bool | None) -> str:
+    """met only if all are met; MISSED if any is missed; n/a if one was not measured."""
+    if any(ok is False for ok in oks):
+        return VERDICT[False]
+    return VERDICT[None if any(ok is None for ok in oks) else True]
+
+
+def _rows(r: dict) -> list[dict]:
+    k, j, f = r["kill"], r["join"], r["freeze"]
+    lease = r["lease_ms"]
+    on_time = k["outcomes"]["on_time_among_admitted"]
+    ms = lambda v: "-" if v is None else f"{v:.0f} ms"  # noqa: E731
+    rows = [
+        {"measure": "(a) kill -9: missing / duplicated (before, during, after the takeover)",
+         "measured": f"{k['missing']} / {k['duplicated']} ("
+                     + ", ".join(f"{k[p]['missing']}/{k[p]['duplicated']}"
+                                 for p in ("before", "during", "after")) + ")",
+         "target": "0 / 0",
+         "met": _verdict(k["met"]["missing"], k["met"]["duplicated"])},
+        {"measure": "(a) kill -9: takeover, counter (last survivor) / first taken-over answer",
+         "measured": f"{ms(k['takeover_ms'])} / {ms(k['first_taken_over_answer_ms'])}",
+         "target": f"<= {lease + TARGETS['takeover_over_lease_ms']:g} ms",
+         "met": _verdict(k["met"]["takeover"])},
+        {"measure": "(a) kill -9: on time among admitted across the pool, at receipt",
+         "measured": percent(on_time), "target": f">= {100 * TARGETS['on_time_among_admitted']:g}%",
+         "met": _verdict(k["met"]["on_time_among_admitted"])},
+        {"measure": "(b) join: sessions moved (all to the joiner?) / duplicates (tagged)",
+         "measured": f"{j['moved']}/{j['sessions']} = {percent(j['moved_share'])} "
+                     f"({'yes' if j['moved_exactly_the_joiners'] else 'no'}) / {j['duplicated']}"
+                     f" ({j['duplicates_tagged']})",
+         "target": f"<= {percent(j['fair_share'] + TARGETS['moved_over_fair_share'])} / 0",
+         "met": _verdict(j["met"]["moved"], j["met"]["duplicated"])},
+        {"measure": f"(c) SIGSTOP {r['freeze_s']:g} s: missing / duplicated (tagged) / "
+                    "surrendered",
+         "measured": f"{f['missing']} / {f['duplicated']} ({f['duplicates_tagged']}) / "
+                     f"{f['frozen_surrendered']}",
+         "target": "0 / 0 (all tagged)",
+         "met": _verdict(f["met"]["missing"], f["met"]["duplicated"])},
+    ]
+    for row in r["intake"]:
+        rows.append({
+            "measure": f"(d) {row['members']} member(s), {row['offered_per_s']:.0f}/s offered: "
+                       "pool decisions/s (answered once of sent; lost in DDS; not_owner per "
+                       "member)",
+            "measured": f"{row['pool_decided_per_s']:.0f}/s ({row['answered_once']}/"
+                        f"{row['sent']}; {row['middleware_lost']}; "
+                        f"{', '.join(map(str, row['not_owner'].values()))})",
+            "target": "-", "met": "-"})  # fmt: skip
+    for m, v in r["drop_over_decision"].items():
+        rows.append({"measure": f"(d) not_owner drop / cheapest full decision, {m} members "
+                                "(C, p50; pool-sim)",
+                     "measured": f"{v:.3f}",
+                     "target": f"<= {pool_sim.TARGETS['drop_over_decision']}",
+                     "met": _verdict(v <= pool_sim.TARGETS["drop_over_decision"])})
+    return rows
+
+
+def table(report: dict) -> str:
+    k, j, f = report["kill"], report["join"], report["freeze"]
+    lines = [f"pool: {report['method']}", f"host: {report['host']}",
+             format_rows(report["rows"])]
+    lines.append(f"(a) takeover counter per survivor, moved between its stats stamps (ms after "
+                 f"the kill; stats at {STATS_HZ:g} Hz): "
+                 f"{k['takeover_counter_ms']}; taken over: {k['outcomes'].get('taken_over', 0)} "
+                 f"(expired at the takeover {k['outcomes'].get('taken_over_expired', 0)}); "
+                 f"survivors' taken_over_requests {k['taken_over_requests']}")
+    lines.append(f"(a) outcomes: {k['outcomes']}")
+    lines.append(f"(b) joiner owns {j['joiner_owns_by_hash']} of {j['sessions']} sessions by the "
+                 f"hash; moved to it {j['moved_to_joiner']}; answered by it before its "
+                 f"owning_from {j['answered_by_joiner_before_owning_from']}")
+    lines.append(f"(c) frozen member: stalls {f['frozen_stalls']}, epoch {f['frozen_epoch']}, "
+                 f"surrendered {f['frozen_surrendered']}, answered after resume for requests "
+                 f"sent before it {f['frozen_answered_after_resume_sent_before']}; duplicates "
+                 f"whose second answer was the frozen member's {f['duplicates_second_by_frozen']}"
+                 f"; the others took over {f['others_took_over']}")
+    for d in f["duplicate_detail"][:3]:
+        lines.append(f"    duplicate {d['session']}#{d['sequence']}: {d['answers']}")
+    full = {}
+    for row in report["intake"]:
+        if row["unanswered"] == 0 and row["duplicated"] == 0:
+            full[row["members"]] = max(full.get(row["members"], 0), row["pool_decided_per_s"])
+    lines.append("(d) the most decisions/s with every request answered exactly once, per pool "
+                 "size: " + ", ".join(f"{n} member(s) {v:.0f}/s" for n, v in sorted(full.items()))
+                 + " (of the offered rates; every member takes every request, on this host's "
+                 f"{report['host'].get('cores', '?')} cores with the load generator)")
+    for s in ("kill", "join", "freeze"):
+        lines.append(f"send behind schedule at most ({s}): "
+                     f"{report[s]['send_behind_max_ms']:.1f} ms")
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: str) -> str:
+    from flowedge_relay_tools.bench.plots import save, subplots
+
+    fig, axes = subplots(2, 2, width=6.0, height=3.6)
+    axes = list(axes)
+    for ax, (name, title, events) in zip(axes, (
+            ("kill", "(a) kill -9 of one member", ("kill",)),
+            ("join", "(b) a member joins", ("activate", "owning_from")),
+            ("freeze", f"(c) SIGSTOP {report['freeze_s']:g} s", ("stop", "cont"))), strict=False):
+        s = report[name]
+        for rid, pts in sorted(s["answer_rates"].items()):
+            if pts:
+                ax.step([p[0] for p in pts], [p[1] for p in pts], where="post",
+                        label=rid[-8:], lw=1)
+        for e in events:
+            ax.axvline(s["events_ms"][e] / 1e3, color="k", ls="--", lw=0.8)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("s (receipt)")
+        ax.set_ylabel("answers/s by member")
+        ax.legend(fontsize=6)
+    ax = axes[3]
+    rates = sorted({r["offered_per_s"] for r in report["intake"]})
+    for r in report["intake"]:
+        ax.bar(f"{r['members']}\n{r['offered_per_s'] / 1e3:.1f}k", r["pool_decided_per_s"],
+               color="#1b7837" if r["unanswered"] == 0 and r["duplicated"] == 0 else "#b2182b")
+    ax.set_title("(d) pool decisions/s (red: not every request answered once)", fontsize=9)
+    ax.set_xlabel(f"members / offered requests/s ({len(rates)} rates)")
+    ax.tick_params(axis="x", labelsize=7)
+    h = report["host"]
+    return save(fig, path, title="relay pool over DDS (dashed: the event)",
+                note=f"lease {report['lease_ms']} ms; {report['transport']}; {h.get('cpu')}, "
+                     f"{h.get('cores')} cores, load average at start "
+                     f"{h.get('loadavg_at_start')}")
