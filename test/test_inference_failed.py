@@ -132,12 +132,14 @@ def test_an_rtc_prefix_request_with_a_nan_fails_without_frozen_rows(tmp_path, lo
     model = write_package(tmp_path, two_phase=False)
     with running_relay(model_path=model, nfe_loop=loop, workers=1, nfe_ns=0,
                        rtc_mode="inpaint") as h:
-        splicer = ChunkSplicer(2, PERIOD_NS)
-        now = h.client.get_clock().now().nanoseconds
-        splicer.start(np.zeros((8, 2), np.float32), now - PERIOD_NS // 2)
         for seq, obs in enumerate([NAN, GOOD]):
             _send(h, seq, obs)
             h.answer_for(seq)
+            # the robot's chunk started half a period before each prefix request is built, so
+            # its prefix holds the chunk's rows however long the answers before it took
+            splicer = ChunkSplicer(2, PERIOD_NS)
+            splicer.start(np.zeros((8, 2), np.float32),
+                          h.client.get_clock().now().nanoseconds - PERIOD_NS // 2)
             h.send(_with_prefix(h, obs, splicer, 10 + seq))
             h.answer_for(10 + seq)
         answers = {a.sequence: a for a in h.wait_answers(4)}

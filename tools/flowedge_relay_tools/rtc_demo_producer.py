@@ -170,7 +170,9 @@ class RtcDemoProducer(Node):
             self.counts["late"] += 1  # the robot had passed row d already
         old = robot.splicer.chunk
         first = (start - robot.splicer.start_ns) // self.period_ns
-        if first + d < len(old) and d < len(actions) // self.model.action_dim:
+        # a chunk that starts before the one the robot runs (a request sent without a prefix
+        # while the robot was waiting, answered on a loaded host after it started) has no seam
+        if 0 <= first + d < len(old) and d < len(actions) // self.model.action_dim:
             dim = self.model.action_dim
             self.seams.append(float(np.linalg.norm(actions[d * dim:(d + 1) * dim]
                                                    - old[first + d])))  # fmt: skip
