@@ -97,6 +97,25 @@ RECIPES = {
 # ---------------------------------------------------------------- network (numpy, float32)
 
 
+ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.999, 1e-8
+
+
+def _adam_step(p: dict, grads: dict, m: dict, v2: dict, step: int, r) -> None:
+    """One Adam step in place, both trainers': the gradient clipped to norm 1, the rate warmed up
+    over the first tenth (at most 200 steps) and decayed on a cosine to 5%."""
+    b1, b2, eps, warm = ADAM_B1, ADAM_B2, ADAM_EPS, min(200, r.steps // 10)
+    norm = np.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
+    clip = min(1.0, 1.0 / max(norm, 1e-12))
+    lr = r.lr * min(1.0, step / warm) * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * step / r.steps)))
+    for k in p:
+        g = grads[k] * clip
+        m[k] = b1 * m[k] + (1 - b1) * g
+        v2[k] = b2 * v2[k] + (1 - b2) * g * g
+        mhat = m[k] / (1 - b1**step)
+        vhat = v2[k] / (1 - b2**step)
+        p[k] = (p[k] - lr * mhat / (np.sqrt(vhat) + eps)).astype(np.float32)
+
+
 def features(x: np.ndarray, t: np.ndarray, obs: np.ndarray) -> np.ndarray:
     """[x, t, sin(f t), cos(f t), observation]: the same concat the ONNX graph builds."""
     ft = t * TIME_FREQS[None, :]
@@ -185,7 +204,6 @@ def train(
     avg = {k: v.copy() for k, v in p.items()}
     m = {k: np.zeros_like(v) for k, v in p.items()}
     v2 = {k: np.zeros_like(v) for k, v in p.items()}
-    b1, b2, eps, warm = 0.9, 0.999, 1e-8, min(200, r.steps // 10)
     tail: list[float] = []
     t0 = time.monotonic()
     for step in range(1, r.steps + 1):
@@ -202,21 +220,9 @@ def train(
             count = float(mask.sum())
             loss = float(np.sum(err * err)) / count
             grads = backward(p, cache, h_last, (2.0 / count) * err)
-        norm = np.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
-        clip = min(1.0, 1.0 / max(norm, 1e-12))
-        lr = (
-            r.lr
-            * min(1.0, step / warm)
-            * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * step / r.steps)))
-        )
-        for k in p:
-            g = grads[k] * clip
-            m[k] = b1 * m[k] + (1 - b1) * g
-            v2[k] = b2 * v2[k] + (1 - b2) * g * g
-            mhat = m[k] / (1 - b1**step)
-            vhat = v2[k] / (1 - b2**step)
-            p[k] = (p[k] - lr * mhat / (np.sqrt(vhat) + eps)).astype(np.float32)
-            if ema:
+        _adam_step(p, grads, m, v2, step, r)
+        if ema:
+            for k in p:
                 avg[k] = (ema * avg[k] + (1.0 - ema) * p[k]).astype(np.float32)
         if step > r.steps * 0.9:
             tail.append(loss)
@@ -504,7 +510,6 @@ def train_vision(r: VisionRecipe, a_mean, a_std, log_every: int = 250):
     data = VisionData(rng, r.pool)
     m = {k: np.zeros_like(v) for k, v in p.items()}
     v2 = {k: np.zeros_like(v) for k, v in p.items()}
-    b1, b2, eps, warm = 0.9, 0.999, 1e-8, min(200, r.steps // 10)
     x_len = task.ACTION_HORIZON * r.model_action_dim
     scene_at = x_len + 1 + 2 * TIME_FREQS.size
     tail: list[float] = []
@@ -529,20 +534,7 @@ def train_vision(r: VisionRecipe, a_mean, a_std, log_every: int = 250):
         dze = g_scene * (se * (1.0 + ze * (1.0 - se)))
         grads["enc.W"] = kp.T @ dze
         grads["enc.b"] = dze.sum(axis=0)
-        norm = np.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
-        clip = min(1.0, 1.0 / max(norm, 1e-12))
-        lr = (
-            r.lr
-            * min(1.0, step / warm)
-            * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * step / r.steps)))
-        )
-        for k in p:
-            g = grads[k] * clip
-            m[k] = b1 * m[k] + (1 - b1) * g
-            v2[k] = b2 * v2[k] + (1 - b2) * g * g
-            mhat = m[k] / (1 - b1**step)
-            vhat = v2[k] / (1 - b2**step)
-            p[k] = (p[k] - lr * mhat / (np.sqrt(vhat) + eps)).astype(np.float32)
+        _adam_step(p, grads, m, v2, step, r)
         if step > r.steps * 0.9:
             tail.append(loss)
         if step % log_every == 0 or step == r.steps:
