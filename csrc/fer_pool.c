@@ -810,7 +810,7 @@ void fer_pool_tick(struct fer_pool *p, uint64_t now_ns)
 
 uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx)
 {
-    uint64_t keys[FER_POOL_TAKEOVERS_MAX], done = 0;
+    uint64_t keys[FER_POOL_TAKEOVERS_MAX], done = 0, mark;
     uint32_t nk, k, i;
 
     if (!__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE))
@@ -821,6 +821,7 @@ uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, voi
     p->n_posted = 0;
     __atomic_store_n(&p->pending, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&p->mu);
+    mark = __atomic_load_n(&p->surrender_before, __ATOMIC_ACQUIRE);
     for (k = 0; k < nk; k++) {
         bump(&p->c.takeovers, 1);
         /* oldest first; fn decides through the intake, which never adds to the table here */
@@ -830,6 +831,14 @@ uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, voi
             if (!x->live || x->owner_key != keys[k])
                 continue;
             unlink_entry(p, x);
+            if (x->arrival_ns < mark) {
+                /* kept before this member's own stall: while it was dead to the others, its
+                 * owner may have answered it, and a death this member judges just after
+                 * resuming may be its own stale view. Not answered here (the one-standby-copy
+                 * limit: an owner and its successor both lost). */
+                __atomic_fetch_add(&p->c.surrendered, 1, __ATOMIC_RELAXED);
+                continue;
+            }
             bump(&p->c.taken_over_requests, 1);
             fn(ctx, p->arena + x->off, x->len, x->arrival_ns);
             done++;

@@ -30,7 +30,8 @@
  * Takeover: fer_pool_takeover (any thread) posts a dead member's key; the intake thread then
  * re-decides every standby entry of that owner as an arrival (fer_intake_pool_service in
  * fer_intake.h): admission, the age gate and expiry decide, and a request past its deadline is
- * answered EXPIRED at once.
+ * answered EXPIRED at once. An entry kept before this member's own-stall watermark (below) is
+ * dropped instead, counted surrendered.
  *
  * Same rules as fer.h: read verbatim into the cdef (before fer_intake.h), so declarations and
  * plain integer #defines only. Threads: set_view, takeover, set_epoch, add_surrendered, alive,

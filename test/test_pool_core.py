@@ -559,3 +559,23 @@ def test_outputs_of_work_that_arrived_before_the_watermark_are_not_published(nat
         node.destroy_node()
     assert [(m.session_id, m.sequence, m.relay_id) for m in got] == [("s", 2, pool.relay_id)]
     assert pool.counters().surrendered == 2
+
+
+def test_a_takeover_after_a_surrender_answers_only_what_was_kept_since():
+    """What a member kept in standby before its own stall is not taken over by it (the owner,
+    alive to the others all along, may have answered it; a death judged just after resuming may
+    be a stale view): dropped, counted surrendered; what it kept since is answered."""
+    me = Member_()
+    dead = pool_key("dead")
+    me.pool.set_view(members(dead, me.pool.key))
+    sid = session_where(me.pool, PoolRole.SUCCESSOR, origin=time.time_ns() + 60_000 * MS)
+    stamp = time.time_ns() + 60_000 * MS  # past the surrender's exclusion: kept again after it
+    assert me.decide(request_cdr(sid, 1, now_ros=stamp, deadline_ms=5000)) == (STANDBY, None)
+    me.pool.surrender(MONO + 10 * MS)
+    assert me.decide(request_cdr(sid, 2, now_ros=stamp, deadline_ms=5000), 20) == (STANDBY, None)
+    me.pool.set_view(members(me.pool.key))
+    me.pool.takeover(dead)
+    assert me.service(30) == 1
+    assert [q.sequence for q in me.core.queue_snapshot()] == [2]
+    c = me.pool.counters()
+    assert (c.taken_over_requests, c.surrendered, c.standby_entries) == (1, 1, 0)
