@@ -302,6 +302,26 @@ static int64_t ros_now(void)
     return (int64_t)ts.tv_sec * 1000000000ll + (int64_t)ts.tv_nsec;
 }
 
+/* Whether the view in use holds a member other than this one (someone who could have taken
+ * this member's work over). */
+static int others_in_view(struct fer_pool *p)
+{
+    uint32_t s1, i;
+    int others;
+
+    do {
+        const struct pool_view *v;
+
+        s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        v = &p->views[s1 & 1];
+        others = 0;
+        for (i = 0; i < v->n && i < FER_POOL_MEMBERS_MAX && !others; i++)
+            others = v->key[i] != p->key;
+        atomic_thread_fence(memory_order_acquire);
+    } while (s1 != __atomic_load_n(&p->seq, __ATOMIC_RELAXED));
+    return others;
+}
+
 int fer_pool_surrender(struct fer_pool *p, uint64_t now_mono)
 {
     int64_t now_ros = ros_now();
@@ -309,6 +329,8 @@ int fer_pool_surrender(struct fer_pool *p, uint64_t now_mono)
 
     if (p == NULL)
         return FER_EINVAL;
+    if (!others_in_view(p))
+        return FER_OK; /* nobody could have taken its work over: keep it, answer it */
     two = fer_sat_mul(p->cfg.lease_ns, 2);
     /* the exclusion first: a decision that sees the new watermark sees it too */
     raise_i64(&p->excluded_before, two > (uint64_t)(INT64_MAX - now_ros) ? INT64_MAX
@@ -440,7 +462,7 @@ int fer_pool_route(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uin
     uint64_t h = fer_pool_hash(sid, sid_len), k1, k2;
     uint32_t found;
     int64_t excluded;
-    int role;
+    int role, alone = 0;
 
     if (count) /* the deciding thread acts on what it takes: its own stall first */
         fer_pool_stall_check(p, now_ns);
@@ -459,8 +481,13 @@ int fer_pool_route(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uin
         k2 = 0;
         if (found == 2)
             found = 1;
+        /* the surrender saw others in the view: a view of itself alone now is its own stale
+         * judgement of them (they outlived its stall), so it still decides nothing */
+        alone = found == 0;
     }
-    if (found == 0)
+    if (alone)
+        role = FER_POOL_OTHER;
+    else if (found == 0)
         role = FER_POOL_UNOWNED;
     else if (k1 == p->key)
         role = FER_POOL_OWNER;

@@ -144,7 +144,9 @@ int fer_pool_add_surrendered(struct fer_pool *pool, uint64_t n);
  *   the publisher, counted surrendered. Also, until the member rejoins, it counts for no request
  *   stamped (origin_stamp; an unset one: its arrival in ROS time) before CLOCK_REALTIME + 2 x
  *   lease at the surrender: the others took those over, and the rejoin announces owning_from no
- *   earlier. FER_OK, FER_EINVAL.
+ *   earlier; it decides none of them even where its view has lost every other member since (its
+ *   own stale judgement after the stall). With no other member in the view it does nothing:
+ *   nobody could have taken its work over. FER_OK, FER_EINVAL.
  * surrenders: with mark the watermark stall_check returned for this batch of outputs: 1 when
  *   the output of a request that arrived at arrival_mono is dropped (arrival_mono < mark;
  *   counted surrendered), 0 when it is published.

@@ -368,7 +368,9 @@ class PoolMembership:
                 self.stalls += 1
                 self._surrender_seen = self.sink.surrender(now)
                 draining, until = self.draining, self.owning_until_ns
-                self._become_owner(alone=not self._others_active())
+                # always from a cutover: its table of the others is stale after the stall, and
+                # it owns nothing stamped before 2 x lease from the surrender (the C pool)
+                self._become_owner(alone=False)
                 if draining:  # a drain goes on, with its own cutover
                     self.draining, self.owning_until_ns = True, until
                     self._push_view()
@@ -392,6 +394,8 @@ class PoolMembership:
         return tuple(sorted(members, key=lambda m: m.key))
 
     def _push_view(self) -> None:
+        # an own stall is judged against the view it happened in, before any change to it
+        self.sink.stall_check(time.monotonic_ns())
         view = self.view()
         if view != self._view:
             self._view = view

@@ -475,6 +475,11 @@ def test_the_surrender_watermark_only_rises_and_a_stall_is_found_once():
     explicit surrender raises it too, never lowers it; an announcement never hides a gap."""
     margin = lib.FER_POOL_STALL_MARGIN_NS
     pool = Pool("stalled-1-00000001", lease_ns=LEASE)
+    alone = Pool("alone-1-00000001", lease_ns=LEASE)
+    alone.set_view(members(alone.key))
+    alone.alive(MONO)  # nobody could take its work over: a stall surrenders nothing
+    assert alone.stall_check(MONO + 10 * LEASE) == 0 and alone.surrender(MONO) == 0
+    pool.set_view(members(pool_key("other"), pool.key))
     assert pool.stall_check(MONO) == 0  # never announced: nothing to judge
     pool.alive(MONO)
     assert pool.stall_check(MONO + LEASE + margin) == 0  # at the bound: not a stall yet
@@ -496,8 +501,8 @@ def test_the_surrender_watermark_only_rises_and_a_stall_is_found_once():
 def test_a_surrendered_member_counts_for_no_request_stamped_before_its_rejoin():
     """After a surrender the member is neither owner nor successor of a request stamped before
     2 x lease from then (the others took those over; its rejoin announces owning_from no
-    earlier): the intake drops such a request, delivered late, before any copy. Alone, nobody
-    else answers it: it is decided here. Later stamps are owned as before."""
+    earlier): the intake drops such a request, delivered late, before any copy, also when its
+    view has lost the others since. Later stamps are owned as before."""
     me = Member_()
     other = pool_key("other")
     me.pool.set_view(members(other, me.pool.key))
@@ -514,9 +519,11 @@ def test_a_surrendered_member_counts_for_no_request_stamped_before_its_rejoin():
     assert me.decide(request_cdr(mine, 2), 2) == (NOT_OWNER, None)
     assert me.decide(request_cdr(kept, 1), 2) == (NOT_OWNER, None)
     assert me.pool.counters().standby_entries == 0
+    # its view losing the others after the stall is its own stale judgement: still not its
     me.pool.set_view(members(me.pool.key))
-    assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.UNOWNED
-    assert me.decide(request_cdr(mine, 3), 3) == (None, Decision.ACCEPTED)
+    assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.OTHER
+    assert me.decide(request_cdr(mine, 3), 3) == (NOT_OWNER, None)
+    assert me.pool.role(mine.encode(), DIGEST, rejoined) == PoolRole.OWNER
 
 
 def _finished_at(core: Core, sid: bytes, arrivals: list[int]) -> None:
@@ -539,6 +546,7 @@ def test_outputs_of_work_that_arrived_before_the_watermark_are_not_published(nat
     from ros_helpers import wait_for_subscribers as matched
 
     pool = Pool("frozen-1-00000001", lease_ns=LEASE)
+    pool.set_view(members(pool_key("other"), pool.key))
     core = Core(CoreConfig(obs_dim=SMALL.obs_dim, action_len=SMALL.action_len))
     before, mark, after = MONO, MONO + 100 * MS, MONO + 200 * MS
     _finished_at(core, b"s", [before, before + 10 * MS, after])
