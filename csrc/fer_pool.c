@@ -91,7 +91,8 @@ struct pool_entry {
  * or not; every live entry is in the chain of bucket[sid_hash ^ sequence & mask]; the arena holds
  * used bytes from a_head on (mod arena_cap), the spans of the ring's entries in order. Everything
  * from `e` on belongs to the deciding thread; counters have one writer (relaxed stores), but
- * pool_epoch and surrendered, written under mu.
+ * pool_epoch (under mu) and surrendered and stalls_detected (atomic adds: every publisher).
+ * last_alive, surrender_before and excluded_before only rise (compare-and-swap).
  */
 struct fer_pool {
     struct fer_pool_config cfg;
@@ -106,6 +107,10 @@ struct fer_pool {
     struct pool_view views[2];
     struct fer_pool_counters c;
     uint64_t last_now;                   /* the deciding thread's latest `now` */
+    uint64_t last_alive;                 /* monotonic ns of the latest announcement, 0 = none */
+    uint64_t surrender_before;           /* the own-stall watermark (monotonic ns), 0 = none */
+    int64_t excluded_before;             /* ROS ns: after a surrender, this member counts for no
+                                          * request stamped earlier (0 = none) */
     uint64_t last_expire;
     uint64_t owned[FER_POOL_OWNED_SLOTS];
     struct pool_memo *memo;              /* POOL_MEMO entries, the deciding thread's */
@@ -265,10 +270,109 @@ int fer_pool_add_surrendered(struct fer_pool *p, uint64_t n)
 {
     if (p == NULL)
         return FER_EINVAL;
-    pthread_mutex_lock(&p->mu);
-    bump(&p->c.surrendered, n);
-    pthread_mutex_unlock(&p->mu);
+    __atomic_fetch_add(&p->c.surrendered, n, __ATOMIC_RELAXED);
     return FER_OK;
+}
+
+/* ---- own stall --------------------------------------------------------------------------------- */
+
+static void raise_u64(uint64_t *x, uint64_t v)
+{
+    uint64_t cur = __atomic_load_n(x, __ATOMIC_ACQUIRE);
+
+    while (cur < v && !__atomic_compare_exchange_n(x, &cur, v, 1, __ATOMIC_ACQ_REL,
+                                                   __ATOMIC_ACQUIRE))
+        ;
+}
+
+static void raise_i64(int64_t *x, int64_t v)
+{
+    int64_t cur = __atomic_load_n(x, __ATOMIC_ACQUIRE);
+
+    while (cur < v && !__atomic_compare_exchange_n(x, &cur, v, 1, __ATOMIC_ACQ_REL,
+                                                   __ATOMIC_ACQUIRE))
+        ;
+}
+
+static int64_t ros_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000ll + (int64_t)ts.tv_nsec;
+}
+
+/* Whether the view in use holds a member other than this one (someone who could have taken
+ * this member's work over). */
+static int others_in_view(struct fer_pool *p)
+{
+    uint32_t s1, i;
+    int others;
+
+    do {
+        const struct pool_view *v;
+
+        s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        v = &p->views[s1 & 1];
+        others = 0;
+        for (i = 0; i < v->n && i < FER_POOL_MEMBERS_MAX && !others; i++)
+            others = v->key[i] != p->key;
+        atomic_thread_fence(memory_order_acquire);
+    } while (s1 != __atomic_load_n(&p->seq, __ATOMIC_RELAXED));
+    return others;
+}
+
+int fer_pool_surrender(struct fer_pool *p, uint64_t now_mono)
+{
+    int64_t now_ros = ros_now();
+    uint64_t two;
+
+    if (p == NULL)
+        return FER_EINVAL;
+    if (!others_in_view(p))
+        return FER_OK; /* nobody could have taken its work over: keep it, answer it */
+    two = fer_sat_mul(p->cfg.lease_ns, 2);
+    /* the exclusion first: a decision that sees the new watermark sees it too */
+    raise_i64(&p->excluded_before, two > (uint64_t)(INT64_MAX - now_ros) ? INT64_MAX
+                                                                          : now_ros + (int64_t)two);
+    raise_u64(&p->surrender_before, now_mono);
+    gauge64(&p->c.surrender_before_ns, __atomic_load_n(&p->surrender_before, __ATOMIC_RELAXED));
+    return FER_OK;
+}
+
+uint64_t fer_pool_stall_check(struct fer_pool *p, uint64_t now_mono)
+{
+    uint64_t last;
+
+    if (p == NULL)
+        return 0;
+    last = __atomic_load_n(&p->last_alive, __ATOMIC_ACQUIRE);
+    /* the gap is found once: the thread that moves last_alive past it surrenders */
+    if (last != 0 && now_mono > last &&
+        now_mono - last > fer_sat_add(p->cfg.lease_ns, FER_POOL_STALL_MARGIN_NS) &&
+        __atomic_compare_exchange_n(&p->last_alive, &last, now_mono, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        __atomic_fetch_add(&p->c.stalls_detected, 1, __ATOMIC_RELAXED);
+        fer_pool_surrender(p, now_mono);
+    }
+    return __atomic_load_n(&p->surrender_before, __ATOMIC_ACQUIRE);
+}
+
+int fer_pool_alive(struct fer_pool *p, uint64_t now_mono)
+{
+    if (p == NULL)
+        return FER_EINVAL;
+    fer_pool_stall_check(p, now_mono);
+    raise_u64(&p->last_alive, now_mono);
+    return FER_OK;
+}
+
+int fer_pool_surrenders(struct fer_pool *p, uint64_t arrival_mono, uint64_t mark)
+{
+    if (p == NULL || arrival_mono >= mark)
+        return 0;
+    __atomic_fetch_add(&p->c.surrendered, 1, __ATOMIC_RELAXED);
+    return 1;
 }
 
 const char *fer_pool_relay_id(const struct fer_pool *p, uint32_t *relay_id_len)
@@ -356,12 +460,34 @@ int fer_pool_route(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uin
                    uint64_t *successor_key)
 {
     uint64_t h = fer_pool_hash(sid, sid_len), k1, k2;
-    /* the memo is the deciding thread's: only a counting call (that thread's) uses it */
-    uint32_t found = rank(p, h, digest_hash, origin_ns, &k1, &k2,
-                          count ? &p->memo[(h ^ digest_hash) % POOL_MEMO] : NULL);
-    int role;
+    uint32_t found;
+    int64_t excluded;
+    int role, alone = 0;
 
-    if (found == 0)
+    if (count) /* the deciding thread acts on what it takes: its own stall first */
+        fer_pool_stall_check(p, now_ns);
+    /* the memo is the deciding thread's: only a counting call (that thread's) uses it */
+    found = rank(p, h, digest_hash, origin_ns, &k1, &k2,
+                 count ? &p->memo[(h ^ digest_hash) % POOL_MEMO] : NULL);
+    excluded = __atomic_load_n(&p->excluded_before, __ATOMIC_ACQUIRE);
+    if (excluded != 0 && found > 0 && (k1 == p->key || (found == 2 && k2 == p->key)) &&
+        (origin_ns != 0 ? origin_ns : ros_now()) < excluded) {
+        /* surrendered: the others took this member's requests over until its rejoin's
+         * owning_from, so it counts for none of them (neither owner nor successor) */
+        if (k1 == p->key) {
+            k1 = k2;
+            found--;
+        }
+        k2 = 0;
+        if (found == 2)
+            found = 1;
+        /* the surrender saw others in the view: a view of itself alone now is its own stale
+         * judgement of them (they outlived its stall), so it still decides nothing */
+        alone = found == 0;
+    }
+    if (alone)
+        role = FER_POOL_OTHER;
+    else if (found == 0)
         role = FER_POOL_UNOWNED;
     else if (k1 == p->key)
         role = FER_POOL_OWNER;
@@ -711,7 +837,7 @@ void fer_pool_tick(struct fer_pool *p, uint64_t now_ns)
 
 uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx)
 {
-    uint64_t keys[FER_POOL_TAKEOVERS_MAX], done = 0;
+    uint64_t keys[FER_POOL_TAKEOVERS_MAX], done = 0, mark;
     uint32_t nk, k, i;
 
     if (!__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE))
@@ -722,6 +848,7 @@ uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, voi
     p->n_posted = 0;
     __atomic_store_n(&p->pending, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&p->mu);
+    mark = __atomic_load_n(&p->surrender_before, __ATOMIC_ACQUIRE);
     for (k = 0; k < nk; k++) {
         bump(&p->c.takeovers, 1);
         /* oldest first; fn decides through the intake, which never adds to the table here */
@@ -731,6 +858,14 @@ uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, voi
             if (!x->live || x->owner_key != keys[k])
                 continue;
             unlink_entry(p, x);
+            if (x->arrival_ns < mark) {
+                /* kept before this member's own stall: while it was dead to the others, its
+                 * owner may have answered it, and a death this member judges just after
+                 * resuming may be its own stale view. Not answered here (the one-standby-copy
+                 * limit: an owner and its successor both lost). */
+                __atomic_fetch_add(&p->c.surrendered, 1, __ATOMIC_RELAXED);
+                continue;
+            }
             bump(&p->c.taken_over_requests, 1);
             fn(ctx, p->arena + x->off, x->len, x->arrival_ns);
             done++;
@@ -780,7 +915,7 @@ int fer_pool_counters(struct fer_pool *p, struct fer_pool_counters *out)
     RD(standby_evicted); RD(answers_seen); RD(answers_malformed); RD(answers_early);
     RD(takeovers); RD(taken_over_requests); RD(surrendered); RD(standby_bytes);
     RD(standby_bytes_capacity); RD(standby_entries); RD(standby_capacity); RD(pool_members);
-    RD(pool_epoch); RD(key);
+    RD(pool_epoch); RD(key); RD(stalls_detected); RD(surrender_before_ns);
 #undef RD
     pthread_mutex_unlock(&p->mu);
     out->owned_sessions = owned;

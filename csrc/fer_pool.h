@@ -30,11 +30,12 @@
  * Takeover: fer_pool_takeover (any thread) posts a dead member's key; the intake thread then
  * re-decides every standby entry of that owner as an arrival (fer_intake_pool_service in
  * fer_intake.h): admission, the age gate and expiry decide, and a request past its deadline is
- * answered EXPIRED at once.
+ * answered EXPIRED at once. An entry kept before this member's own-stall watermark (below) is
+ * dropped instead, counted surrendered.
  *
  * Same rules as fer.h: read verbatim into the cdef (before fer_intake.h), so declarations and
- * plain integer #defines only. Threads: set_view, takeover, set_epoch, add_surrendered, counters
- * and the hash functions are for any thread; standby, answer and expiry calls belong to the one
+ * plain integer #defines only. Threads: set_view, takeover, set_epoch, add_surrendered, alive,
+ * stall_check, surrender, counters and the hash functions are for any thread; standby, answer and expiry calls belong to the one
  * thread that decides requests (the intake thread, or a test holding that role). Nothing
  * allocates after fer_pool_create.
  */
@@ -45,6 +46,9 @@
 #define FER_POOL_TAKEOVERS_MAX 64     /* dead keys waiting for the intake thread */
 #define FER_POOL_OWNED_SLOTS 1024     /* owned_sessions estimate: direct-mapped session slots */
 #define FER_POOL_STANDBY_SNAPSHOT_MAX 65536 /* entries Pool.standby() reads */
+/* A member silent (no announcement) for more than lease + this may have been declared dead and
+ * taken over: its own stall (flowedge_relay/pool.py reads it from here; docs/design.md §13.2) */
+#define FER_POOL_STALL_MARGIN_NS 100000000
 
 /* fer_pool_role: what this member is for a request */
 #define FER_POOL_OWNER 0              /* decide it (today's path) */
@@ -89,7 +93,8 @@ struct fer_pool_counters {
     uint64_t answers_early;           /* answers that came before their request (filtered) */
     uint64_t takeovers;               /* dead members' keys handled */
     uint64_t taken_over_requests;     /* standby entries re-decided by a takeover */
-    uint64_t surrendered;             /* work dropped after this member's own stall */
+    uint64_t surrendered;             /* outputs dropped unpublished after this member's own
+                                       * stall: their requests arrived before the watermark */
     uint64_t standby_bytes;           /* gauge: bytes held in the arena (holes included) */
     uint64_t standby_bytes_capacity;  /* gauge */
     uint32_t standby_entries;         /* gauge: live entries */
@@ -99,6 +104,8 @@ struct fer_pool_counters {
     uint64_t owned_sessions;          /* gauge, an estimate: sessions this member decided as owner
                                        * within the last lease (FER_POOL_OWNED_SLOTS slots) */
     uint64_t key;                     /* this member's key */
+    uint64_t stalls_detected;         /* own stalls found by fer_pool_stall_check */
+    uint64_t surrender_before_ns;     /* gauge: the watermark (monotonic; 0 = none) */
 };
 
 struct fer_pool;
@@ -121,6 +128,33 @@ int fer_pool_set_epoch(struct fer_pool *pool, uint32_t epoch);
 uint32_t fer_pool_epoch(const struct fer_pool *pool); /* 0 for NULL */
 /* Any thread: count n requests surrendered after this member's own stall. */
 int fer_pool_add_surrendered(struct fer_pool *pool, uint64_t n);
+
+/*
+ * Own stall (docs/design.md §13.2). The others declare this member dead when its announcements
+ * stop for a lease, and take over every request it kept; what it still holds from before (queued,
+ * running, or decided and waiting in an outcome ring) is then theirs to answer.
+ * alive: the membership announced at now_mono (each announcement is the liveliness assertion);
+ *   the stall check runs first, so an announcement never hides a gap. last_alive only rises.
+ * stall_check: before acting on held work, any thread (the intake, the publishers, the
+ *   membership): if the last announcement is more than lease + FER_POOL_STALL_MARGIN_NS old,
+ *   the stall is found (once: last_alive moves to now_mono) and fer_pool_surrender(now_mono)
+ *   follows. Returns the watermark (0 = none). Nothing before the first alive is a stall.
+ * surrender: raise the watermark surrender_before_ns to now_mono (it only rises): every output
+ *   of a request that arrived (was submitted to a core here) before it is dropped unpublished by
+ *   the publisher, counted surrendered. Also, until the member rejoins, it counts for no request
+ *   stamped (origin_stamp; an unset one: its arrival in ROS time) before CLOCK_REALTIME + 2 x
+ *   lease at the surrender: the others took those over, and the rejoin announces owning_from no
+ *   earlier; it decides none of them even where its view has lost every other member since (its
+ *   own stale judgement after the stall). With no other member in the view it does nothing:
+ *   nobody could have taken its work over. FER_OK, FER_EINVAL.
+ * surrenders: with mark the watermark stall_check returned for this batch of outputs: 1 when
+ *   the output of a request that arrived at arrival_mono is dropped (arrival_mono < mark;
+ *   counted surrendered), 0 when it is published.
+ */
+int fer_pool_alive(struct fer_pool *pool, uint64_t now_mono);
+uint64_t fer_pool_stall_check(struct fer_pool *pool, uint64_t now_mono);
+int fer_pool_surrender(struct fer_pool *pool, uint64_t now_mono);
+int fer_pool_surrenders(struct fer_pool *pool, uint64_t arrival_mono, uint64_t mark);
 
 /* Any thread: this member's role for a request (FER_POOL_OWNER .. FER_POOL_UNOWNED), from its
  * session id bytes, the fer_pool_hash of its model_digest and its origin_stamp (ROS ns, 0 =

@@ -71,7 +71,7 @@ uint64_t fer_action_cdr_max(const struct fer_publisher *p)
     return p ? p->cdr_cap : 0;
 }
 
-int fer_publisher_set_pool(struct fer_publisher *p, const struct fer_pool *pool)
+int fer_publisher_set_pool(struct fer_publisher *p, struct fer_pool *pool)
 {
     if (p == NULL)
         return FER_EINVAL;
@@ -145,6 +145,14 @@ static int64_t realtime_ns(void)
     return (int64_t)ts.tv_sec * (int64_t)NS_PER_S + ts.tv_nsec;
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
 /* Publish one popped outcome; an INFERENCE answer adds its latency to the window. */
 static void publish_one(struct fer_publisher *p, const struct fer_outcome *o, const float *act,
                         fer_rcl_publish_fn publish, const void *rcl_publisher,
@@ -195,10 +203,20 @@ int fer_publish_run(struct fer_publisher *p, fer_rcl_publish_fn publish,
         }
         fer_core_wait_outputs(p->core, wait_ns);
         while ((n = fer_core_pop_outcomes(p->core, p->outcomes, p->actions,
-                                          FER_PUBLISH_BATCH)) > 0)
-            for (i = 0; i < n; i++)
+                                          FER_PUBLISH_BATCH)) > 0) {
+            /* a pool member's own stall, found here if this thread runs first after it */
+            struct fer_pool *pool = __atomic_load_n(&p->pool, __ATOMIC_ACQUIRE);
+            uint64_t mark = pool ? fer_pool_stall_check(pool, mono_ns()) : 0;
+
+            for (i = 0; i < n; i++) {
+                if (pool && fer_pool_surrenders(pool, p->outcomes[i].arrival_ns, mark)) {
+                    __atomic_store_n(&p->surrendered, p->surrendered + 1, __ATOMIC_RELAXED);
+                    continue; /* taken over: the others answer it */
+                }
                 publish_one(p, &p->outcomes[i], &p->actions[(size_t)i * p->action_len],
                             publish, rcl_publisher, reset_error);
+            }
+        }
         if (stopping)
             return FER_OK;
         if (atomic_load_explicit(&p->core->shutdown, memory_order_relaxed)) {

@@ -54,7 +54,9 @@ struct fer_publisher {
     float *actions;
     uint8_t *buf;
     uint64_t cdr_cap;
-    const struct fer_pool *pool;         /* relay_id and pool_epoch of answers; NULL: "" and 0 */
+    struct fer_pool *pool;               /* relay_id and pool_epoch of answers, and the own-stall
+                                          * watermark (fer_pool_surrenders); NULL: "" and 0 */
+    uint64_t surrendered;                /* outcomes dropped by the watermark, unpublished */
 };
 
 /* create: the relay's fixed message fields and every buffer (one batch of outcomes and their
@@ -89,6 +91,9 @@ uint64_t fer_action_cdr(const struct fer_publisher *p, const struct fer_outcome 
 uint64_t fer_action_cdr_max(const struct fer_publisher *p);
 
 /* A relay pool's member (fer_pool.h): from the next answer on, ActionMessage.relay_id and
- * pool_epoch are the pool's (NULL: "" and 0, a relay outside a pool). Any thread; the pool
+ * pool_epoch are the pool's (NULL: "" and 0, a relay outside a pool), and before each batch of
+ * outcomes the loop runs the pool's stall check: an outcome of a request that arrived before
+ * the own-stall watermark is dropped unpublished, counted surrendered (in the pool, and in
+ * `surrendered` here): the others took it over (docs/design.md §13.2). Any thread; the pool
  * outlives the publisher. FER_OK, FER_EINVAL. */
-int fer_publisher_set_pool(struct fer_publisher *p, const struct fer_pool *pool);
+int fer_publisher_set_pool(struct fer_publisher *p, struct fer_pool *pool);

@@ -887,6 +887,8 @@ class PoolCounters:
     pool_epoch: int
     owned_sessions: int
     key: int
+    stalls_detected: int  # own stalls found by the stall check (any thread)
+    surrender_before_ns: int  # gauge: the own-stall watermark, monotonic ns (0 = none)
 
 
 class Pool:
@@ -897,7 +899,8 @@ class Pool:
     (intake.NativeIntake(pool=...), intake.IntakeLoop.set_pool), the C publisher
     (publisher.ActionPublisher(pool=...)) and the rclpy intake (owner_is_self) use it.
 
-    Any thread: set_view, set_epoch, add_surrendered, takeover, role, counters. owner_is_self
+    Any thread: set_view, set_epoch, add_surrendered, alive, stall_check, surrender, takeover,
+    role, counters. owner_is_self
     counts, so it belongs to the thread that decides requests (the rclpy intake's).
     Errors are core.CoreError subclasses (InvalidArgument for a bad view, RingFull when
     FER_POOL_TAKEOVERS_MAX takeovers wait).
@@ -963,6 +966,30 @@ class Pool:
     def add_surrendered(self, n: int) -> None:
         """Count n requests dropped after this member's own stall."""
         _check(lib.fer_pool_add_surrendered(self._pool, n))
+
+    def alive(self, now_mono: int) -> None:
+        """The membership announced at now_mono (the liveliness assertion the others check); the
+        stall check runs first, so an announcement never hides a stall."""
+        _check(lib.fer_pool_alive(self._pool, now_mono))
+
+    def stall_check(self, now_mono: int) -> int:
+        """Before acting on held work: silent for more than lease + FER_POOL_STALL_MARGIN_NS
+        since the last announcement is this member's own stall (the others may have taken its
+        work over), found once, and the watermark rises to now_mono. Returns the watermark
+        (monotonic ns, 0 = none)."""
+        return int(lib.fer_pool_stall_check(self._pool, now_mono))
+
+    def surrender(self, now_mono: int) -> int:
+        """Raise the watermark to now_mono: no output of a request that arrived before it is
+        published (counted surrendered), and until its rejoin this member counts for no request
+        stamped before 2 x lease from now. Returns the watermark."""
+        _check(lib.fer_pool_surrender(self._pool, now_mono))
+        return self.stall_check(now_mono)
+
+    def surrenders(self, arrival_ns: int, mark: int) -> bool:
+        """The publisher's test for one outcome (mark: stall_check's watermark): True, counted
+        surrendered, when its request arrived before the watermark; then it is not published."""
+        return bool(lib.fer_pool_surrenders(self._pool, arrival_ns, mark))
 
     def takeover(self, dead_key: int) -> None:
         """A member died (not drained): the intake thread re-decides every request this member

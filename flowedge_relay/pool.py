@@ -16,7 +16,10 @@ This module only announces this member, follows the others and pushes each new v
 - A member lost by death (not by a drain) is taken over: the C core re-decides the requests it
   kept as that member's successor.
 - Its own stall: a member silent for more than lease + 100 ms may have been declared dead and
-  taken over; it surrenders what it held, bumps its epoch and rejoins with a new owning_from.
+  taken over. The C pool finds it (whichever thread acts first: the intake, a publisher, this
+  module's timer), drops unpublished every output of work that arrived before, and counts for
+  no request stamped before its rejoin; this module then bumps the epoch and rejoins with a new
+  owning_from.
 
 Threads: the subscription, its event and the timer run in one callback group, spun by a thread
 of its own (RelayPool.start): a main executor behind on diagnostics, stats or parameter calls
@@ -47,6 +50,7 @@ from rclpy.qos import (
     ReliabilityPolicy,
 )
 
+from flowedge_relay.core import lib
 from flowedge_relay.producer import ACTIONS_TOPIC, answers_qos
 from flowedge_relay.timebase import ros_time
 
@@ -55,8 +59,9 @@ MS = 1_000_000
 #: lifecycle_msgs/State ids a member announces
 UNCONFIGURED, INACTIVE, ACTIVE, FINALIZED = 1, 2, 3, 4
 #: a member silent longer than lease + this may have been declared dead and taken over (the
-#: takeover bound the pool promises is lease + this, docs/design.md §13)
-STALL_MARGIN_NS = 100 * MS
+#: takeover bound the pool promises is lease + this, docs/design.md §13); the C pool's, which
+#: applies it
+STALL_MARGIN_NS = int(lib.FER_POOL_STALL_MARGIN_NS)
 #: the subscription keeps this many announcements unread: a joiner gets every member's latched
 #: one at once (KEEP_LAST 1 applies per writer on the writer's side; a reader of depth 1 would
 #: keep only the last of them, since PoolMember has no key)
@@ -172,7 +177,7 @@ class PoolMembership:
         self.last_takeover_ns = 0  # monotonic, when the last death was handed to the core
         self._view: tuple[ViewMember, ...] | None = None
         self._digests: tuple[str, ...] = ()  # served now, as of the latest announcement
-        self._last_publish_mono = 0
+        self._surrender_seen = 0  # the C pool's own-stall watermark this member rejoined after
         self.closed = False
         self.group = MutuallyExclusiveCallbackGroup()
         self._pub = node.create_publisher(PoolMember, POOL_TOPIC, pool_qos(lease_ms),
@@ -210,12 +215,15 @@ class PoolMembership:
                 self._digests = served.digests
                 self._push_view()
             msg = self.announcement(served)
-            self._last_publish_mono = time.monotonic_ns()
         try:
             self._pub.publish(msg)
         except Exception:
             if self.node.context.ok():
                 raise
+            return
+        if self.epoch:  # owned once (nothing to surrender before): alive from here for the
+            # others (the C pool checks the gap first, so this never hides a stall)
+            self.sink.alive(time.monotonic_ns())
 
     def _others_active(self) -> bool:
         return any(m.in_view for m in self._members.values())
@@ -352,13 +360,17 @@ class PoolMembership:
         old where clocks differ by a few ms)."""
         now = time.monotonic_ns()
         with self._lock:
-            stalled = self.owning and self._last_publish_mono and \
-                now - self._last_publish_mono > self.lease_ns + STALL_MARGIN_NS
+            # found here, or already by the intake or a publisher if they ran first
+            mark = self.sink.stall_check(now)
+            stalled = self.owning and mark > self._surrender_seen
+            self._surrender_seen = max(self._surrender_seen, mark)
             if stalled:
                 self.stalls += 1
-                self.sink.surrender(now)
+                self._surrender_seen = self.sink.surrender(now)
                 draining, until = self.draining, self.owning_until_ns
-                self._become_owner(alone=not self._others_active())
+                # always from a cutover: its table of the others is stale after the stall, and
+                # it owns nothing stamped before 2 x lease from the surrender (the C pool)
+                self._become_owner(alone=False)
                 if draining:  # a drain goes on, with its own cutover
                     self.draining, self.owning_until_ns = True, until
                     self._push_view()
@@ -382,6 +394,8 @@ class PoolMembership:
         return tuple(sorted(members, key=lambda m: m.key))
 
     def _push_view(self) -> None:
+        # an own stall is judged against the view it happened in, before any change to it
+        self.sink.stall_check(time.monotonic_ns())
         view = self.view()
         if view != self._view:
             self._view = view
@@ -441,8 +455,16 @@ class CorePoolSink:
     def takeover(self, key: int) -> None:
         self.pool.takeover(key)
 
-    def surrender(self, now_mono: int) -> None:
-        """After this member's own stall: what it held may have been taken over."""
+    def alive(self, now_mono: int) -> None:
+        self.pool.alive(now_mono)
+
+    def stall_check(self, now_mono: int) -> int:
+        return self.pool.stall_check(now_mono)
+
+    def surrender(self, now_mono: int) -> int:
+        """After this member's own stall: what it held may have been taken over, so nothing of
+        it is published (the C publishers drop it, counted surrendered)."""
+        return self.pool.surrender(now_mono)
 
 
 class RelayPool:

@@ -139,7 +139,11 @@ class ActionPublisher:
                 continue
             self._core.wait_outputs(WAIT_NS)
             while outcomes := self._core.pop_outcomes(256):
+                # a pool member's own stall, as the C loop checks it (fer_publisher_set_pool)
+                mark = self._pool.stall_check(time.monotonic_ns()) if self._pool else 0
                 for outcome in outcomes:
+                    if self._pool and self._pool.surrenders(outcome.arrival_ns, mark):
+                        continue  # taken over after this member's stall: the others answer it
                     self._publish_one(outcome)
             if stopping:
                 return

@@ -10,6 +10,7 @@ a real core through the real C intake, with explicit clocks.
 from __future__ import annotations
 
 import statistics
+import time
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pool_reference import Member, RefStandby, fnv1a64, key_of, mix64, ranking
+from rclpy.node import Node
 from rclpy.serialization import deserialize_message, serialize_message
 
 from flowedge_relay.core import (
@@ -462,3 +464,126 @@ def test_over_dds_the_intake_loop_keeps_clears_and_takes_over():
             node.destroy_node()
     assert not thread.is_alive()
     assert me.pool.counters().standby_entries == 0
+
+
+# ---- own stall: the surrender watermark ------------------------------------------------------
+
+
+def test_the_surrender_watermark_only_rises_and_a_stall_is_found_once():
+    """Silent (no announcement) for more than lease + the stall margin is this member's own
+    stall: the first thread that checks finds it, once, and the watermark rises to its now; an
+    explicit surrender raises it too, never lowers it; an announcement never hides a gap."""
+    margin = lib.FER_POOL_STALL_MARGIN_NS
+    pool = Pool("stalled-1-00000001", lease_ns=LEASE)
+    alone = Pool("alone-1-00000001", lease_ns=LEASE)
+    alone.set_view(members(alone.key))
+    alone.alive(MONO)  # nobody could take its work over: a stall surrenders nothing
+    assert alone.stall_check(MONO + 10 * LEASE) == 0 and alone.surrender(MONO) == 0
+    pool.set_view(members(pool_key("other"), pool.key))
+    assert pool.stall_check(MONO) == 0  # never announced: nothing to judge
+    pool.alive(MONO)
+    assert pool.stall_check(MONO + LEASE + margin) == 0  # at the bound: not a stall yet
+    t = MONO + LEASE + margin + 1
+    assert pool.stall_check(t) == t
+    assert pool.stall_check(t + MS) == t  # found once, by whoever ran first
+    assert pool.counters().stalls_detected == 1
+    assert pool.surrender(t - MS) == t  # never lowered
+    assert pool.surrender(t + 5 * MS) == t + 5 * MS
+    pool.alive(t + 6 * MS)
+    assert pool.stall_check(t + 6 * MS + LEASE) == t + 5 * MS  # announced in time: no stall
+    late = t + 6 * MS + LEASE + margin + 10 * MS
+    pool.alive(late)  # an announcement after a gap: the gap is found first
+    c = pool.counters()
+    assert (c.stalls_detected, c.surrender_before_ns) == (2, late)
+    assert c.surrendered == 0  # nothing was dropped yet: only outputs count
+
+
+def test_a_surrendered_member_counts_for_no_request_stamped_before_its_rejoin():
+    """After a surrender the member is neither owner nor successor of a request stamped before
+    2 x lease from then (the others took those over; its rejoin announces owning_from no
+    earlier): the intake drops such a request, delivered late, before any copy, also when its
+    view has lost the others since. Later stamps are owned as before."""
+    me = Member_()
+    other = pool_key("other")
+    me.pool.set_view(members(other, me.pool.key))
+    mine = session_where(me.pool, PoolRole.OWNER)
+    kept = session_where(me.pool, PoolRole.SUCCESSOR)
+    assert me.decide(request_cdr(mine, 1)) == (None, Decision.ACCEPTED)
+    me.pool.surrender(MONO + MS)
+    assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.OTHER
+    assert me.pool.role(kept.encode(), DIGEST, ROS) == PoolRole.OTHER
+    assert me.pool.ranking(mine.encode(), DIGEST, ROS)[0] == other
+    rejoined = time.time_ns() + 2 * LEASE + 10_000 * MS
+    assert me.pool.role(mine.encode(), DIGEST, rejoined) == PoolRole.OWNER
+    assert me.pool.role(kept.encode(), DIGEST, rejoined) == PoolRole.SUCCESSOR
+    assert me.decide(request_cdr(mine, 2), 2) == (NOT_OWNER, None)
+    assert me.decide(request_cdr(kept, 1), 2) == (NOT_OWNER, None)
+    assert me.pool.counters().standby_entries == 0
+    # its view losing the others after the stall is its own stale judgement: still not its
+    me.pool.set_view(members(me.pool.key))
+    assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.OTHER
+    assert me.decide(request_cdr(mine, 3), 3) == (NOT_OWNER, None)
+    assert me.pool.role(mine.encode(), DIGEST, rejoined) == PoolRole.OWNER
+
+
+def _finished_at(core: Core, sid: bytes, arrivals: list[int]) -> None:
+    """An INFERENCE outcome per arrival (submitted then, dispatched, stepped, finished)."""
+    from core_helpers import request
+
+    for seq, now in enumerate(arrivals):
+        core.submit(request(sid, seq, origin=now, obs_dim=SMALL.obs_dim), now)
+        assert core.dispatch(0, now) is not None
+        core.step(0, now + MS, MS)
+        core.finish(0, now + 2 * MS, np.full(SMALL.action_len, seq, np.float32))
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("native", [True, False], ids=["c_loop", "python_loop"])
+def test_outputs_of_work_that_arrived_before_the_watermark_are_not_published(native):
+    """Both publisher loops: an output of a request that arrived before the watermark is not
+    published and is counted surrendered; one that arrived after it is published."""
+    from ros_helpers import ros_context, spinning, wait_for
+    from ros_helpers import wait_for_subscribers as matched
+
+    pool = Pool("frozen-1-00000001", lease_ns=LEASE)
+    pool.set_view(members(pool_key("other"), pool.key))
+    core = Core(CoreConfig(obs_dim=SMALL.obs_dim, action_len=SMALL.action_len))
+    before, mark, after = MONO, MONO + 100 * MS, MONO + 200 * MS
+    _finished_at(core, b"s", [before, before + 10 * MS, after])
+    with ros_context() as ctx:
+        node = Node(f"surrender_{native}", context=ctx)
+        got: list = []
+        node.create_subscription(ActionMessage, "surrender_out", got.append, 100)
+        out = node.create_publisher(ActionMessage, "surrender_out", 100)
+        with spinning(node, context=ctx):
+            matched(out)
+            publisher = ActionPublisher(node, core, out, SMALL, native=native, pool=pool)
+            assert publisher.loop == ("native" if native else "python")
+            assert pool.surrender(mark) == mark
+            publisher.stop()  # one pass: drain the rings, then return
+            publisher.run()
+            assert wait_for(lambda: len(got) == 1, 10)
+            time.sleep(0.3)  # nothing else comes
+        node.destroy_node()
+    assert [(m.session_id, m.sequence, m.relay_id) for m in got] == [("s", 2, pool.relay_id)]
+    assert pool.counters().surrendered == 2
+
+
+def test_a_takeover_after_a_surrender_answers_only_what_was_kept_since():
+    """What a member kept in standby before its own stall is not taken over by it (the owner,
+    alive to the others all along, may have answered it; a death judged just after resuming may
+    be a stale view): dropped, counted surrendered; what it kept since is answered."""
+    me = Member_()
+    dead = pool_key("dead")
+    me.pool.set_view(members(dead, me.pool.key))
+    sid = session_where(me.pool, PoolRole.SUCCESSOR, origin=time.time_ns() + 60_000 * MS)
+    stamp = time.time_ns() + 60_000 * MS  # past the surrender's exclusion: kept again after it
+    assert me.decide(request_cdr(sid, 1, now_ros=stamp, deadline_ms=5000)) == (STANDBY, None)
+    me.pool.surrender(MONO + 10 * MS)
+    assert me.decide(request_cdr(sid, 2, now_ros=stamp, deadline_ms=5000), 20) == (STANDBY, None)
+    me.pool.set_view(members(me.pool.key))
+    me.pool.takeover(dead)
+    assert me.service(30) == 1
+    assert [q.sequence for q in me.core.queue_snapshot()] == [2]
+    c = me.pool.counters()
+    assert (c.taken_over_requests, c.surrendered, c.standby_entries) == (1, 1, 0)

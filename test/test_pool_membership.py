@@ -49,8 +49,14 @@ class Recorder:
         with self.lock:
             self.takeovers.append(key)
 
-    def surrender(self, now_mono: int) -> None:
+    def alive(self, now_mono: int) -> None:
         pass
+
+    def stall_check(self, now_mono: int) -> int:
+        return 0
+
+    def surrender(self, now_mono: int) -> int:
+        return now_mono
 
     def keys(self) -> set[int]:
         with self.lock:
