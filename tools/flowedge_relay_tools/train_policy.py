@@ -100,6 +100,12 @@ RECIPES = {
 ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.999, 1e-8
 
 
+def _progress(r, step: int, loss: float, t0: float) -> None:
+    """One progress line, rewritten in place on stderr (both trainers)."""
+    print(f"\r{r.name}: step {step}/{r.steps} loss {loss:.4f} ({time.monotonic() - t0:.0f} s)",
+          end="", file=sys.stderr, flush=True)
+
+
 def _adam_step(p: dict, grads: dict, m: dict, v2: dict, step: int, r) -> None:
     """One Adam step in place, both trainers': the gradient clipped to norm 1, the rate warmed up
     over the first tenth (at most 200 steps) and decayed on a cosine to 5%."""
@@ -227,13 +233,7 @@ def train(
         if step > r.steps * 0.9:
             tail.append(loss)
         if step % log_every == 0 or step == r.steps:
-            print(
-                f"\r{r.name}: step {step}/{r.steps} loss {loss:.4f} "
-                f"({time.monotonic() - t0:.0f} s)",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
+            _progress(r, step, loss, t0)
     print(file=sys.stderr)
     return (avg if ema else p), float(np.mean(tail))
 
@@ -538,13 +538,7 @@ def train_vision(r: VisionRecipe, a_mean, a_std, log_every: int = 250):
         if step > r.steps * 0.9:
             tail.append(loss)
         if step % log_every == 0 or step == r.steps:
-            print(
-                f"\r{r.name}: step {step}/{r.steps} loss {loss:.4f} "
-                f"({time.monotonic() - t0:.0f} s)",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
+            _progress(r, step, loss, t0)
     print(file=sys.stderr)
     return p, float(np.mean(tail))
 
