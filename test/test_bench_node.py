@@ -103,10 +103,13 @@ def test_calibrate_with_batch_slots_recommends_a_full_step():
                                                         "--requests", "8", "--batch-slots", "2"])))
     assert report["batch_slots"] == 2
     assert report["recommended_nfe_ns"] >= report["loaded_compute_ns_per_nfe_p99"] > 0
-    # the overload phase ran (open loop, every request answered) and bounds nfe_ns too
+    # the overload phase ran (open loop, every request answered) and bounds nfe_ns too: the
+    # step p99 saturated and at 3x, at the rounds' upper quartile
     assert report["overloaded_requests"] > 0 and report["overloaded_rate_rps"] > 0
-    assert report["recommended_nfe_ns"] >= report["overloaded_step_ns_p99"] > 0
-    assert report["recommended_nfe_ns"] >= report["loaded_step_ns_p99"] > 0
+    assert report["overloaded_step_ns_p99"] > 0 and report["loaded_step_ns_p99"] > 0
+    assert report["step_ns"] == pytest.approx(calibrate.step_bound(report["rounds"]))
+    assert report["recommended_nfe_ns"] >= report["step_ns"] >= min(
+        max(r["step_saturated_ns_p99"], r["step_3x_ns_p99"]) for r in report["rounds"]) > 0
     # long enough to fill the relay's step ring, within its cap (quick: 0.3 s saturated)
     assert 0.3 <= report["overloaded_s"] <= calibrate.RING_FILL_CAP * 0.3
     assert "-p batch_slots:=2" in calibrate.table(report)

@@ -40,13 +40,15 @@ at 2x (the 3x figure: 100%).
 Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-record):
   recommended_nfe_ns               = ceil(margin x max(p99 of e2e ns per NFE,
                                                        p99 of loaded compute ns per NFE,
-                                                       p99 of the step saturated and at 3x)), in us
+                                                       p75 over the rounds of the step p99
+                                                       saturated and at 3x)), in us
   recommended_admission_reserve_ns = ceil(margin x (way out + stall)), whole us, where
                                      way out = max(p99 of the fixed part, p99.9 of publish ->
                                                the subscriber's callback saturated and at 3x)
                                      stall   = max(p99.9 of a saturated request's stall, p99.9
-                                               of the latency probe's late wake-ups; with
-                                               --realtime the longest of each)
+                                               of the latency probe's late wake-ups, the stall
+                                               past which the host spent at most 0.1% of the
+                                               probed time; with --realtime the longest of each)
   recommended_rtc_nfe_ns           = ceil(margin x max(p99 of relay compute ns per NFE of whole
                                                        requests, idle, saturated and at 3x (the
                                                        requests that ran half their NFE or more)))
@@ -60,14 +62,16 @@ Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-r
 The e2e per-NFE figure already carries the fixed part spread over `--nfe` steps, so the two
 overlap on purpose.
 
-The saturated and 3x phases run in `--rounds` rounds (5; 2 with --quick), the latency probe
+The saturated and 3x phases run in `--rounds` rounds (8; 2 with --quick), the latency probe
 (bench/latency.py: at normal priority anywhere, or with --realtime on the workers' CPU one
 priority above them) beside each phase. The figures above that come from those phases pool
-every round's samples (the relay's step p99 and the probe's tail: the worst round's, as they come
-per phase); each round's own nfe_ns and reserve are printed with their spread around the
-rounds' median, and a figure more than REPRODUCE_TOL from it is named: on a busy host a stall is
-met by chance, so the conservative value is recommended and said to be one. The answers reach an
-ordinary rclpy subscriber of a node that also publishes the requests, as a robot's node does.
+every round's samples (requests, and the probe's late wake-ups); the relay's step p99, one
+figure per round and phase, is taken at the rounds' upper quartile (ROUNDS_Q), not the worst
+round's: each round's own nfe_ns and reserve are printed with their spread around the rounds'
+median, and a figure more than REPRODUCE_TOL from it is named: on a busy host a stall is met by
+chance, so the conservative value is recommended and said to be one, never a round's draw.
+The answers reach an ordinary rclpy subscriber of a node that also publishes the requests, as a
+robot's node does.
 `--realtime [--rt-dds]` calibrates the relay in the real-time mode (bench/realtime.py), as
 `overload --realtime` runs it.
 
@@ -129,9 +133,14 @@ NOISY_TAIL_RATIO = 3.0  # raw NFE p99 / p50 above this: the host stalls; say so
 STATED_Q = 99.9
 #: a figure reproduces when every round is within this fraction of the rounds' median
 REPRODUCE_TOL = targets.REPRODUCE_TOL
+#: the relay's step p99 comes one figure per round and phase (read from its ring of recent
+#: steps); nfe_ns takes the rounds' figures at this percentile (their upper quartile): on a busy
+#: host whether a neighbour's time slice lands in ~1% of the steps is itself a draw, so the
+#: worst round's is a draw too, while the upper quartile of several rounds moves little
+ROUNDS_Q = 75.0
 PROBE_TAIL_KEYS = ("late_ns_p50", "late_ns_p99", "late_ns_p99_9", "late_ns_max")
 # requests, nfe, raw NFEs, blocks, seconds saturated per round, rounds
-SIZES = {"quick": (16, 4, 100, 2, 0.3, 2), "full": (800, 10, 4000, 8, 3.0, 5)}
+SIZES = {"quick": (16, 4, 100, 2, 0.3, 2), "full": (800, 10, 4000, 8, 3.0, 8)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,9 +158,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run the relay inside the bench process (sharing its GIL) instead "
                              "of as its own flowedge-relayd process")
     parser.add_argument("--rounds", type=int,
-                        help="rounds of the saturated and 3x phases (default 5; 2 with --quick): "
-                             "the recommendation pools them (the step and probe tails: the "
-                             "worst round's) and prints their spread")
+                        help="rounds of the saturated and 3x phases (default 8; 2 with --quick): "
+                             "the recommendation pools their requests and probes, takes the "
+                             "relay's step p99 at the rounds' upper quartile and prints their "
+                             "spread")
     parser.add_argument("--no-latency-probe", action="store_true",
                         help="leave out the host latency probe (bench/latency.py) beside the "
                              "saturated and 3x phases; the reserve then holds no stall but what "
@@ -293,7 +303,8 @@ def _probing(probe: tuple[int | None, int] | None, seconds: float) -> Iterator[d
         yield found
         return
     thread = threading.Thread(target=lambda: found.update(
-        latency.probe(probe[0], probe[1], seconds)), name="bench-calibrate-probe")  # fmt: skip
+        latency.probe(probe[0], probe[1], seconds, stalls=True)),
+        name="bench-calibrate-probe")  # fmt: skip
     thread.start()
     try:
         yield found
@@ -302,13 +313,15 @@ def _probing(probe: tuple[int | None, int] | None, seconds: float) -> Iterator[d
 
 
 def _merge_probes(parts: list[dict]) -> dict:
-    """Probe summaries of one round's phases as one: the largest tail, summed counts."""
+    """Probe summaries as one (a round's phases, or every round): the largest tail, summed
+    counts, and every late wake-up kept (`stalls_ns`) pooled."""
     parts = [p for p in parts if p]
     if not parts:
         return {}
     out = {k: max(p[k] for p in parts) for k in PROBE_TAIL_KEYS}
     out.update({k: sum(p[k] for p in parts) for k in ("samples", "over_1ms", "steal_ms",
                                                        "seconds")})
+    out["stalls_ns"] = [v for p in parts for v in p.get("stalls_ns", ())]
     out.update(cpu=parts[0]["cpu"], priority=parts[0]["priority"], refused=parts[0]["refused"])
     return out
 
@@ -440,6 +453,57 @@ def _stall_max(samples: dict, q: float = 100.0) -> float:
     return float(max(np.percentile(compute - nfe_done * per_nfe, q), 0.0))
 
 
+def stall_at_share(stalls_ns, seconds: float, share: float) -> float:
+    """The shortest stall X such that the host spent at most `share` of the probed `seconds`
+    stalled past X: sum((L - X)+) over the probe's late wake-ups L. An admitted request is late
+    when a stall runs past what its reserve holds, and the requests a stall makes late are about
+    those the relay would have finished while it ran past that: their share of the requests is
+    the time's share, so a stall's weight is its length, not one sample of many (a 40 ms steal
+    is one late wake-up of a probe that wakes every ms, and 40 ms of requests)."""
+    values = np.sort(np.asarray(stalls_ns, np.float64))[::-1]
+    budget = round(share * seconds * 1e9)  # whole ns, as the stalls are
+    total = 0.0
+    for k, value in enumerate(values, 1):
+        total += value
+        # with the k longest past X: sum = total - k X, down to the next one
+        x = (total - budget) / k
+        if x >= (values[k] if k < len(values) else 0.0):
+            return max(x, 0.0)
+    return 0.0
+
+
+def pooled_tail(stalls_ns, samples: int, q: float) -> float:
+    """The q percentile of a probe's late wake-ups, pooled over its parts, from those it kept
+    (every one of latency.STALL_KEEP_NS or more): the k-th longest, k the samples past q; 0
+    when fewer were kept (the tail is under STALL_KEEP_NS)."""
+    k = max(1, round(samples * (100.0 - q) / 100.0))
+    values = np.sort(np.asarray(stalls_ns, np.float64))[::-1]
+    return float(values[k - 1]) if len(values) >= k else 0.0
+
+
+def probe_stall(probe: dict, whole: bool) -> float:
+    """What the reserve's stall part takes from a probe (pooled or one round's): its longest
+    (whole: the real-time mode), else the larger of its STATED_Q late wake-up and the stall past
+    which the host spent at most 1 - STATED_Q of the time (stall_at_share)."""
+    if not probe:
+        return 0.0
+    if whole:
+        return float(probe.get("late_ns_max", 0.0))
+    stalls = probe.get("stalls_ns")
+    if stalls is None:  # a probe that kept none: its own summary's tail
+        return float(probe.get("late_ns_p99_9", 0.0))
+    share = (100.0 - STATED_Q) / 100.0
+    return max(pooled_tail(stalls, int(probe.get("samples", 0)), STATED_Q),
+               stall_at_share(stalls, float(probe.get("seconds", 0.0)), share))
+
+
+def step_bound(rounds: list[dict[str, float]]) -> float:
+    """The relay's step p99 for nfe_ns: each round's larger of saturated and 3x, at ROUNDS_Q
+    over the rounds (the upper quartile: conservative, and not one round's draw)."""
+    values = [max(r["step_saturated_ns_p99"], r["step_3x_ns_p99"]) for r in rounds]
+    return float(np.percentile(values, ROUNDS_Q)) if values else 0.0
+
+
 def _round_figures(r: dict, prefix_ns: float, whole_stall: bool) -> dict[str, float]:
     """One round's own figures, in ns: what nfe_ns and the reserve would be from it alone."""
     per_nfe = _per_nfe(r["loaded_compute_ns"], r["loaded_nfe_done"], prefix_ns)
@@ -452,7 +516,7 @@ def _round_figures(r: dict, prefix_ns: float, whole_stall: bool) -> dict[str, fl
         "compute_saturated_ns_per_nfe_p99": percentiles(per_nfe, (99,))[0],
         "stall_saturated_ns": _stall_max(r, 100.0 if whole_stall else STATED_Q),
         "way_out_ns": percentiles(out, (STATED_Q,))[0],
-        "probe_late_ns": float(probe.get("late_ns_max" if whole_stall else "late_ns_p99_9", 0.0)),
+        "probe_late_ns": probe_stall(probe, whole_stall),
         "probe_late_ns_max": float(probe.get("late_ns_max", 0.0)),
     }
     f["nfe_ns"] = max(f["step_saturated_ns_p99"], f["step_3x_ns_p99"],
@@ -517,39 +581,47 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0, whole_stall: bool = 
                 "overloaded_s"):
         report[key] = float(samples.get(key, 0.0))
     report["overloaded_requests"] = int(samples.get("overloaded_requests", 0))
-    bound = max(report["e2e_ns_per_nfe_p99"], report.get("loaded_compute_ns_per_nfe_p99", 0.0),
-                report["loaded_step_ns_p99"], report["overloaded_step_ns_p99"])
-    report["recommended_nfe_ns"] = _us_ceil(margin * bound)
-    report["loaded_stall_ns_max"] = _stall_max(samples)
     # each round's figures, and the reserve in its two parts: the
     # answer's way to the subscriber (from the end of its last NFE, what the fixed part's p99
     # covers idle, and publish -> callback at STATED_Q saturated and at 3x) and the stall a
     # request can meet on the way (the longest a saturated request met; the latency probe's)
     rounds = [_round_figures(r, loaded_pre[0], whole_stall) for r in samples.get("rounds", ())]
     report["rounds"] = rounds
+    # the relay's step p99 at the rounds' upper quartile (without rounds: the phases' own)
+    report["step_ns"] = (step_bound(rounds) if rounds else
+                         max(report["loaded_step_ns_p99"], report["overloaded_step_ns_p99"]))
+    bound = max(report["e2e_ns_per_nfe_p99"], report.get("loaded_compute_ns_per_nfe_p99", 0.0),
+                report["step_ns"])
+    report["recommended_nfe_ns"] = _us_ceil(margin * bound)
+    report["loaded_stall_ns_max"] = _stall_max(samples)
     report["spread"] = spread(rounds)
     report["not_reproduced"] = [k for k in ("nfe_ns", "reserve_ns", "way_out_ns", "stall_ns")
                                 if k in report["spread"]
                                 and not report["spread"][k]["reproduced"]]  # fmt: skip
     worst = lambda key: max((r[key] for r in rounds), default=0.0)  # noqa: E731
-    # the answers' way out and the saturated requests' stalls pooled over the rounds (one
-    # round's p99.9 is its longest few: a draw), the probe's tail of the worst round; the stall
-    # at STATED_Q (normal scheduling: a neighbour's time slice comes and goes, and its longest
-    # is a draw) or whole (the real-time mode: the host's own, rare and short)
+    # the saturated requests' stalls and the probe's late wake-ups pooled over the rounds (one
+    # round's p99.9 is its longest few: a draw); the stall at STATED_Q, of the requests and of
+    # the probed time (normal scheduling: a neighbour's time slice comes and goes, and its
+    # longest is a draw) or whole (the real-time mode: the host's own, rare and short)
+    probes = [r["probe"] for r in samples.get("rounds", ()) if r.get("probe")]
+    pooled_probe = _merge_probes(probes) if probes else {}
     out = [samples[k] for k in ("loaded_delivery_ns", "overloaded_delivery_ns")
            if len(samples.get(k, ()))]  # fmt: skip
     pooled_out = percentiles(np.concatenate(out), (STATED_Q,))[0] if out else 0.0
     report["way_out_ns"] = max(report["fixed_overhead_ns_p99"],
                                _way_out(rounds, pooled_out, whole_stall))
     report["way_out_ns_worst"] = max(report["way_out_ns"], worst("way_out_ns"))
+    report["probe_stall_ns"] = probe_stall(pooled_probe, whole_stall)
     report["stall_ns"] = max(_stall_max(samples, 100.0 if whole_stall else STATED_Q),
-                             worst("probe_late_ns"))
+                             report["probe_stall_ns"])
     report["probe_late_ns_max"] = worst("probe_late_ns_max")
     report["stall_quantile"] = "max" if whole_stall else f"p{STATED_Q:g}"
     report["recommended_admission_reserve_ns"] = _us_ceil(
         margin * (report["way_out_ns"] + report["stall_ns"]))
-    probes = [r["probe"] for r in samples.get("rounds", ()) if r.get("probe")]
-    report["host_latency"] = _merge_probes(probes) if probes else None
+    # the pooled probe's summary, its late wake-ups counted rather than listed
+    report["host_latency"] = ({k: v for k, v in pooled_probe.items() if k != "stalls_ns"}
+                              | {"stalls_kept": len(pooled_probe["stalls_ns"])}
+                              if pooled_probe else None)  # fmt: skip
     # §5.4: with real-time chunking, work past its bound expires at the robot's switch row
     # instead of reaching it late, while every action period the bound adds freezes one row
     # more: nfe_ns bounds the p99 request per NFE (idle, saturated, at 3x), not the p99 step,
@@ -701,9 +773,12 @@ def table(report: dict) -> str:
         f"calibrate: {report['method']}",
         format_rows(report["rows"]),
         f"recommended nfe_ns               = {report['recommended_nfe_ns']:>10d}"
-        f"  (max p99 of e2e and saturated compute ns per NFE, and of the relay's step saturated "
-        f"and at {OVERLOAD_X:g}x, x margin {report['margin']:g})",
-        f"  relay step p99: saturated {report.get('loaded_step_ns_p99', 0.0) / 1e3:.0f} us, at "
+        f"  (max of the p99 of e2e and of saturated compute ns per NFE, every round's requests "
+        f"pooled, and the relay's step p99 saturated and at {OVERLOAD_X:g}x at the rounds' "
+        f"p{ROUNDS_Q:g}, x margin {report['margin']:g})",
+        f"  relay step p99: {report.get('step_ns', 0.0) / 1e3:.0f} us at the rounds' "
+        f"p{ROUNDS_Q:g}; the worst round's saturated "
+        f"{report.get('loaded_step_ns_p99', 0.0) / 1e3:.0f} us, at "
         f"{OVERLOAD_X:g}x capacity ({report.get('overloaded_rate_rps', 0.0):.0f} requests/s, "
         f"{report.get('overloaded_requests', 0)} sent) "
         f"{report.get('overloaded_step_ns_p99', 0.0) / 1e3:.0f} us",
@@ -765,8 +840,13 @@ def stall_text(report: dict) -> str:
         return text + " (no latency probe)"
     where = ("at normal priority" if not probe["priority"]
              else f"on CPU {probe['cpu']} at SCHED_FIFO {probe['priority']}")
-    text += (f" and the host latency probe's {q} late wake-up {where} "
-             f"beside the saturated and {OVERLOAD_X:g}x phases (p50 "
+    text += (f" and the host latency probe's {where} beside the saturated and {OVERLOAD_X:g}x "
+             f"phases, every round pooled: the larger of its {q} late wake-up and the stall past "
+             f"which the host spent at most {100 - STATED_Q:g}% of the probed time, "
+             f"{report.get('probe_stall_ns', 0.0) / 1e3:.0f} us" if q != "max" else
+             f" and the host latency probe's longest late wake-up {where} beside the saturated "
+             f"and {OVERLOAD_X:g}x phases")
+    text += (f" (p50 "
              f"{probe['late_ns_p50'] / 1e3:.0f} us, p{STATED_Q:g} "
              f"{probe['late_ns_p99_9'] / 1e3:.0f} us, max {probe['late_ns_max'] / 1e6:.1f} ms, "
              f"{probe['over_1ms']} over 1 ms, steal {probe['steal_ms']:.0f} ms)")
@@ -794,16 +874,18 @@ def spread_lines(report: dict) -> list[str]:
     lines = [f"  per round ({len(rounds)}), us: nfe_ns {cell('nfe_ns')} (spread "
              f"{sp['nfe_ns']['spread']:.0%}); reserve {cell('reserve_ns')} (spread "
              f"{sp['reserve_ns']['spread']:.0%}) = way out {cell('way_out_ns')} + stall "
-             f"{cell('stall_ns')}; recommended: nfe_ns and the stall from every round pooled and "
-             "the worst round's step and probe tail; the way out from the rounds' median ("
+             f"{cell('stall_ns')}; recommended: nfe_ns from every round's requests pooled and the "
+             f"step p99 at the rounds' p{ROUNDS_Q:g}, the stall from every round's requests and "
+             "probe pooled; the way out from the rounds' median ("
              + ("the worst round's in the real-time mode)" if report.get("stall_quantile") == "max"
                 else "a round above it met a stall, named below as not promised)")]
     if report.get("not_reproduced"):
         lines.append(
             f"WARNING: {', '.join(report['not_reproduced'])} did not reproduce within "
             f"+-{REPRODUCE_TOL:.0%} of the rounds' median on this host: the conservative value "
-            "(all rounds pooled, or the worst round's; for the way out, the median with the worst "
-            "round's excess named as not promised) is recommended, not a round's draw; a busy "
+            f"(all rounds pooled, the step p99 at the rounds' p{ROUNDS_Q:g}; for the way out, the "
+            "median with the worst round's excess named as not promised) is recommended, not a "
+            "round's draw; a busy "
             "host's stalls come and go, so calibrate "
             + ("with the robot's load running as deployed, and longer (--rounds)"
                if report.get("stall_quantile") == "max" else

@@ -38,9 +38,15 @@ def steal_ms() -> float:
         return 0.0
 
 
-def measure(seconds: float, interval_us: int) -> dict:
+#: late wake-ups at least this long are kept one by one with --stalls: enough to pool the tail of
+#: several probes (calibrate's rounds) without sending every sample
+STALL_KEEP_NS = 100_000
+
+
+def measure(seconds: float, interval_us: int, stalls: bool = False) -> dict:
     """Sleep to a deadline every interval_us for `seconds` (this thread's scheduling as set);
-    the lateness of each wake-up, summarized, and the steal time meanwhile."""
+    the lateness of each wake-up, summarized, and the steal time meanwhile; with `stalls`, every
+    late wake-up of STALL_KEEP_NS or more too (`stalls_ns`), so that probes can be pooled."""
     period = interval_us * 1_000
     late: list[int] = []
     steal0 = steal_ms()
@@ -56,7 +62,8 @@ def measure(seconds: float, interval_us: int) -> dict:
         if target < now:  # skip the deadlines a long stall swallowed
             target = now + period
     values = np.asarray(late, np.int64)
-    return {
+    kept = {"stalls_ns": values[values >= STALL_KEEP_NS].tolist()} if stalls else {}
+    return kept | {
         "samples": len(late),
         "interval_us": interval_us,
         "seconds": seconds,
@@ -69,11 +76,15 @@ def measure(seconds: float, interval_us: int) -> dict:
     }
 
 
-def probe(cpu: int | None, priority: int, seconds: float, interval_us: int = 1_000) -> dict:
+def probe(cpu: int | None, priority: int, seconds: float, interval_us: int = 1_000,
+          stalls: bool = False) -> dict:  # fmt: skip
     """Run the measurement in its own process on `cpu` (None: wherever the OS puts it) at
     SCHED_FIFO `priority` (0: normal scheduling); its summary, with `refused` set (and normal
-    scheduling) where the OS refused the priority."""
+    scheduling) where the OS refused the priority; `stalls`: with every late wake-up of
+    STALL_KEEP_NS or more."""
     where = [] if cpu is None else ["--cpu", str(cpu)]
+    if stalls:
+        where.append("--stalls")
     out = subprocess.run(
         [sys.executable, "-m", "flowedge_relay_tools.bench.latency", *where,
          "--priority", str(priority), "--seconds", str(seconds), "--interval-us",
@@ -100,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="SCHED_FIFO priority (1-99; 0: normal scheduling)")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--interval-us", type=int, default=1_000)
+    parser.add_argument("--stalls", action="store_true",
+                        help=f"also list every late wake-up of {STALL_KEEP_NS} ns or more")
     args = parser.parse_args(argv)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -111,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     except OSError as exc:
         refused = f"SCHED_FIFO {args.priority} refused: {exc.strerror}"
-    report = measure(args.seconds, args.interval_us)
+    report = measure(args.seconds, args.interval_us, args.stalls)
     report.update(cpu=args.cpu if args.cpu is not None else "any",
                   priority=0 if refused else args.priority, refused=refused)
     print(json.dumps(report))
