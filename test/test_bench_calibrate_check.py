@@ -84,6 +84,8 @@ def test_reserve_is_the_answers_way_out_plus_the_stall_of_the_pooled_rounds():
     # the probes pooled (3 s, 3000 wake-ups): p99.9 is the 3rd longest (4 ms); 0.1% of the time
     # is 3 ms, and the host spent 3 ms past 6 ms (the 9 ms stall): 6 ms, not the 9 ms drawn
     assert report["probe_stall_ns"] == pytest.approx(6_000_000)
+    assert report["probe_stall_p99_9_ns"] == 4_000_000
+    assert report["probe_stall_share_ns"] == pytest.approx(6_000_000)
     assert report["stall_ns"] == pytest.approx(6_000_000) and report["stall_quantile"] == "p99.9"
     assert report["recommended_admission_reserve_ns"] == _us(3_000_000 + 6_000_000)
     assert report["host_latency"]["stalls_kept"] == 6 and "stalls_ns" not in report[
@@ -95,6 +97,7 @@ def test_reserve_is_the_answers_way_out_plus_the_stall_of_the_pooled_rounds():
     # way out 4 ms past the median: said, with the slack they leave unpromised
     text = calibrate.stall_text(report)
     assert "NOT PROMISED" in text and "7.0 ms longer" in text
+    assert "late wake-up (4000 us)" in text and "0.1% of the 3 s probed (6000 us)" in text
     assert "slack is under its NFE x nfe_ns + 16.0 ms" in text
     assert "+-25%" in "\n".join(calibrate.spread_lines(report))
     # the real-time mode puts the probe's longest late wake-up in whole
