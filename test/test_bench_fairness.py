@@ -59,13 +59,16 @@ def test_registered_and_in_bench_all():
 
 @pytest.mark.ros  # starts flowedge-relayd processes and a client node (conftest.py)
 def test_quick_real_relay_run_answers_every_request_exactly_once(tmp_path):
-    """Three relay processes (fair_share off, on, A weighted 2), four clients over DDS: every
-    request sent is answered once, the relay decided each once, and what the clients count as
-    admitted is what the relay accepted and did not displace."""
+    """One relay process, fair_share off, on and A weighted 2 set live through its parameter
+    service and interleaved in blocks, four clients over DDS: every request sent is answered
+    once, the relay decided each once, and what the clients count as admitted is what the relay
+    accepted and did not displace; each block reports its goodput on against off."""
     report = _run(["--quick", "--nfe-ns", "1000000"])
     assert report["relay"] == "flowedge-relayd process" and report["nfe_ns"] == 1_000_000
     _answered_exactly_once(report)
-    # fair_share off: no answer names the share as its reason
+    assert len(report["block_goodput"]) == report["blocks"] == 2
+    assert all(set(b["vs_off"]) == {"on", "on_A_weight_2"} for b in report["block_goodput"])
+    # fair_share off (set live between phases): no answer names the share as its reason
     off = report["scenarios"]["off"]["clients"]
     assert all(c["fair_share_rejections"] == 0 for c in off.values())
     assert "every request answered exactly once" in fairness.table(report)

@@ -67,6 +67,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--alone-seconds", type=float,
                         help="seconds of arrivals of each light client alone (relay; default "
                              "a scenario's: the same arrivals)")
+    parser.add_argument("--blocks", type=int,
+                        help="relay: blocks each setting's seconds are cut into, the settings "
+                             "interleaved in one relay (default 4; 2 with --quick)")
     parser.add_argument("--workers", type=int, default=2, help="worker threads (lanes)")
     parser.add_argument("--batch-slots", type=int, default=1,
                         help="batch slots per worker (docs/design.md §5.1)")
@@ -117,7 +120,7 @@ class Sim:
     deadlines: dict[tuple[bytes, int], tuple[int, int]] = field(default_factory=dict)
 
 
-def _arrivals(seed: int, clients, seconds: float, capacity_nfe_s: float, nfe_ns: int,
+def _arrivals(seed: int | str, clients, seconds: float, capacity_nfe_s: float, nfe_ns: int,
               slack_nfe: tuple[int, int],
               nfe_range: tuple[int, int] = NFE_RANGE,
               flood_nfe_s: float | None = None) -> list[tuple[int, str, int, int]]:
@@ -261,9 +264,9 @@ def run(args) -> dict:
 
         nfe, slack = workload(args)
         report = fairness_relay.run(args, CLIENTS, nfe, slack,
-                                    lambda clients, seconds, capacity, nfe_ns, flood: _arrivals(
-                                        args.seed, clients, seconds, capacity, nfe_ns, slack,
-                                        nfe, flood))  # fmt: skip
+                                    lambda clients, seconds, capacity, nfe_ns, flood, block: (
+                                        _arrivals(f"{args.seed}/{block}", clients, seconds,
+                                                  capacity, nfe_ns, slack, nfe, flood)))
     nfe, slack = workload(args)
     report.update({"batch_slots": args.batch_slots, "rtc": args.rtc, "seed": args.seed,
                    "offer_x_capacity": OFFER, "slack_nfe": list(slack), "nfe_range": list(nfe),
@@ -401,9 +404,16 @@ def _notes(report: dict) -> tuple[str, list[str]]:
     lines = []
     if relay:
         lag = ", ".join(f"{k} {s['send_lag_max_ms']:.0f}" for k, s in report["scenarios"].items())
+        ratios = [b["vs_off"]["on"] for b in report["block_goodput"] if b["vs_off"]["on"]]
+        took = {n: 1 - off["clients"][n]["vs_alone"] for n in CLIENTS[1:]}
         lines += [
-            "goodput vs off (in brackets: each run's goodput over the NFE/s its lanes computed "
-            "busy, against off's; the runs are separate relay processes on a shared host)",
+            f"one relay process, the settings interleaved in {report['blocks']} blocks; goodput "
+            "on / off per block: " + ", ".join(f"{100 * r:.1f}%" for r in ratios)
+            + (f" (spread {100 * min(ratios):.1f}-{100 * max(ratios):.1f}%)" if ratios else ""),
+            "goodput vs off (in brackets: each setting's goodput over the NFE/s its lanes "
+            "computed busy, against off's)",
+            "with fair_share off A took " + ", ".join(
+                f"{100 * v:.0f}% of {n}'s" for n, v in took.items()) + " admitted NFE/s",
             f"the client's longest lag behind the arrival schedule, ms: {lag}",
             "lanes busy while the arrivals were offered (work conserved: near 100% in every "
             "setting, whatever the lanes' speed): " + ", ".join(
