@@ -110,7 +110,8 @@ int fer_core_set_client_weights(struct fer_core *c, const struct fer_client_weig
         FER_CHECK_ARGS(rules[i].len <= FER_SESSION_ID_MAX && rules[i].weight >= 1 &&
                        rules[i].weight <= FER_WEIGHT_MAX);
     pthread_mutex_lock(&c->mu);
-    memcpy(c->rules, rules, n * sizeof(*rules));
+    if (n > 0)
+        memcpy(c->rules, rules, n * sizeof(*rules));
     c->nrules = n;
     /* Every tracked client takes its weight under the new rules; the active weights follow. */
     c->share_weight = 0;

@@ -111,3 +111,23 @@ def _answered_exactly_once(report: dict) -> None:
                                     + c["stale_rejections"] + c["expired_on_arrival"]
                                     + c["lost"])
             assert c["admitted"] == c["on_time"] + c["late"]
+
+
+@pytest.mark.ros  # starts a pool of flowedge-relayd processes and a client node (conftest.py)
+def test_quick_pool_run_reports_shares_per_relay_and_answers_every_request_once(tmp_path):
+    """A pool of two relays, fair_share on in each, the four clients' sessions spread so that
+    both members own some of every client's: every request is answered once, by the member
+    owning its session, and each member reports every client's share of what it admitted. The
+    lease is long enough that no stall of a loaded host passes for a member's death (a takeover
+    would move sessions between members, §13)."""
+    report = _run(["--quick", "--nfe-ns", "1000000", "--pool", "2", "--lease-ms", "5000"])
+    assert report["pool"] == 2 and report["lease_ms"] == 5000
+    assert report["exactly_once"], report["accounting"]
+    assert report["accounting"]["answered_by_another_member"] == 0
+    assert set(report["members"]) == {"r0", "r1"}
+    for figures in report["members"].values():
+        assert set(figures) == set(fairness.CLIENTS)
+        assert sum(f["share_of_member"] for f in figures.values()) == pytest.approx(1.0)
+    assert "shares per relay" in fairness.table(report)
+    json.dumps(report, allow_nan=False)
+    assert fairness.plot(report, str(tmp_path / "p.png")).endswith("p.png")
