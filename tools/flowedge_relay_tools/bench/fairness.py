@@ -462,24 +462,11 @@ def plot(report: dict, path: str) -> str:
 
         return fairness_pool.plot(report, path)
 
+    from flowedge_relay_tools.bench.fairness_pool import admitted_bars
+
     groups = {**{k: s["clients"] for k, s in report["scenarios"].items()},
               "alone": report["alone"]}
     return plots.save(admitted_bars(plots, groups),
                       path, title="A floods at 5x capacity; B, C, D offer 0.2x each",
                       note=("the real relay over DDS, on time at receipt" if "relay" in report
                             else "the real C core in virtual time: deterministic per seed"))
-
-
-def admitted_bars(plots, groups: dict[str, dict[str, dict]]):
-    """A figure of each client's admitted NFE/s (log scale), one group of bars per key of
-    `groups` (a setting, or a pool member): {group: {client: figures}}."""
-    fig, ax = plots.subplots(width=7.0)
-    width = 0.8 / len(CLIENTS)
-    for i, client in enumerate(CLIENTS):
-        values = [g.get(client, {}).get("admitted_nfe_per_s", 0.0) for g in groups.values()]
-        ax.bar([x + i * width for x in range(len(groups))], values, width, label=client)
-    ax.set_xticks([x + 1.5 * width for x in range(len(groups))], list(groups))
-    ax.set_ylabel("admitted NFE/s")
-    ax.set_yscale("log")
-    ax.legend(title="client")
-    return fig

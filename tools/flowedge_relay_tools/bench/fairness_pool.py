@@ -203,8 +203,24 @@ def table(report: dict) -> str:
 
 def plot(report: dict, path: str) -> str:
     from flowedge_relay_tools.bench import plots
-    from flowedge_relay_tools.bench.fairness import admitted_bars
 
     return plots.save(admitted_bars(plots, report["members"]), path,
                       title="fair share per relay in a pool: A floods at 5x",
                       note="the real relays over DDS, on time at receipt")
+
+
+def admitted_bars(plots, groups: dict[str, dict[str, dict]]):
+    """A figure of each client's admitted NFE/s (log scale), one group of bars per key of
+    `groups` (a setting, or a pool member): {group: {client: figures}}."""
+    clients = sorted({c for g in groups.values() for c in g})
+    fig, ax = plots.subplots(width=7.0)
+    width = 0.8 / len(clients)
+    for i, client in enumerate(clients):
+        values = [g.get(client, {}).get("admitted_nfe_per_s", 0.0) for g in groups.values()]
+        ax.bar([x + i * width for x in range(len(groups))], values, width, label=client)
+    ax.set_xticks([x + (len(clients) - 1) / 2 * width for x in range(len(groups))],
+                  list(groups))
+    ax.set_ylabel("admitted NFE/s")
+    ax.set_yscale("log")
+    ax.legend(title="client")
+    return fig
