@@ -75,6 +75,7 @@ def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
     with Progress("fairness pool", 3, unit=" steps") as bar:
         if args.nfe_ns:
             nfe_ns, reserve = args.nfe_ns, args.admission_reserve_ns or 0
+            computed = lanes * 1e9 / nfe_ns
         else:
             bar.update(label=f"inline calibration, {lanes} lanes")
             with relay_for_bench(False, model_path=path, workers=n * workers,
@@ -85,8 +86,13 @@ def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
             nfe_ns = cal["recommended_nfe_ns"]
             reserve = (args.admission_reserve_ns if args.admission_reserve_ns is not None
                        else cal["recommended_admission_reserve_ns"])  # fmt: skip
+            computed = calibrate.capacity(cal, mean_nfe, n * workers, args.batch_slots)[0] \
+                * mean_nfe  # NFE/s the pool's lanes compute at the calibration's mean cost
         bar.advance()
         capacity = lanes * 1e9 / nfe_ns  # the pool's: what admission bounds in all members
+        # as against one relay (bench/fairness_relay.py): A floods at 5x the larger of capacity
+        # and what the lanes compute, so that a tail-bound nfe_ns still leaves the pool contended
+        flood_unit = max(capacity, computed)
         params = dict(model_path=path, workers=workers, batch_slots=args.batch_slots,
                       queue_capacity=args.queue_capacity, max_nfe=max(64, nfe_range[1]),
                       nfe_ns=nfe_ns, admission_reserve_ns=reserve, cost_model="static",
@@ -104,7 +110,7 @@ def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
             relay_of = {m.relay_id: m.index for m in members}
             bar.advance()
             bar.update(label="four clients against the pool")
-            arrivals = arrivals_of(clients, seconds, capacity, nfe_ns, capacity, 0)
+            arrivals = arrivals_of(clients, seconds, capacity, nfe_ns, flood_unit, 0)
             sent, lag_max = [], 0
             turn = dict.fromkeys(clients, 0)
             with collector_paused():
@@ -148,6 +154,7 @@ def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
         "pool": n, "host": host, "lease_ms": lease_ms, "workers": workers,
         "batch_slots": args.batch_slots, "seconds": seconds, "nfe_ns": nfe_ns,
         "admission_reserve_ns": reserve, "capacity_nfe_per_s": capacity,
+        "flood_unit_nfe_per_s": flood_unit,
         "nfe_range": list(nfe_range), "slack_nfe": list(slack_nfe),
         "sessions_per_member": SESSIONS_PER_MEMBER, "send_lag_max_ms": lag_max / 1e6,
         "calibration": ({k: v for k, v in cal.items() if not isinstance(v, list | dict)}
@@ -192,7 +199,9 @@ def table(report: dict) -> str:
     head = (f"fairness in a pool of {report['pool']} (shares per relay): "
             f"{report['workers']} workers each, nfe_ns {report['nfe_ns']}, pool capacity "
             f"{report['capacity_nfe_per_s']:.0f} NFE/s, {report['seconds']:g} s of arrivals, "
-            f"lease {report['lease_ms']} ms; A offers 5x the pool's capacity, B, C, D 0.2x each, "
+            f"lease {report['lease_ms']} ms; A offers 5x "
+            f"{report['flood_unit_nfe_per_s']:.0f} NFE/s "
+            "(the larger of capacity and what the lanes compute), B, C, D 0.2x of capacity each, "
             "split over the members")
     acc = report["accounting"]
     tail = (f"every request answered exactly once: {'yes' if report['exactly_once'] else 'NO'} "
