@@ -152,8 +152,8 @@ struct fer_config {
                                           * 0 = real-time chunking off (no prefix accepted) */
     uint64_t cede_ns;                    /* §5.3: a worker pauses this long after each */
     uint64_t cede_every_ns;              /* cede_every_ns of compute; 0 = never (both <= 1 s) */
-    uint32_t fair_share;                 /* §7.1: 1 = weighted fair share per client */
-    uint32_t max_clients;                /* §7.1: tracked clients (fair_share only; 0 = 64) */
+    uint32_t fair_share;                 /* §7.1: 1 = weighted fair share per client (live) */
+    uint32_t max_clients;                /* §7.1: tracked clients (0 = 64) */
 };
 
 /* A validated request, times already on the monotonic clock. Copied into the core by submit.
@@ -484,13 +484,23 @@ int fer_core_cost_stats(struct fer_core *core, uint64_t now, struct fer_cost_sta
 /* Snapshots return the number of items written (at most max_n). */
 int fer_core_queue_snapshot(struct fer_core *core, struct fer_queued_item *out, uint32_t max_n);
 int fer_core_lanes_snapshot(struct fer_core *core, struct fer_lane_state *out, uint32_t max_n);
-/* §7.1 fair share. add_client_weight: clients created from now on whose id matches the glob
- * pattern (fnmatch's *, ? and [...], [!...]; the first matching rule wins; none: weight 1) get
- * weight 1..FER_WEIGHT_MAX. FER_OK, FER_EFULL after FER_WEIGHT_RULES rules, FER_EINVAL for a
- * pattern over FER_SESSION_ID_MAX bytes or a weight out of range. clients_snapshot: the tracked
- * clients (fair_share on), at most max_n, in table order. */
-int fer_core_add_client_weight(struct fer_core *core, const char *pattern, uint32_t len,
-                               uint32_t weight);
+/* §7.1 fair share, both live (a running core applies them from its next decision on, under its
+ * lock: a decision sees the old setting or the new one, whole). set_fair_share: 1 = on, 0 = off;
+ * clients are tracked either way (committed work exact at every accept, step and end), so the
+ * share judges work admitted before it was turned on. set_client_weights: replaces the rules
+ * (rules[0..n), the first whose glob pattern, fnmatch's *, ? and [...], [!...], matches a client
+ * id wins; none: weight 1) and re-weighs every tracked client. FER_EINVAL for n over
+ * FER_WEIGHT_RULES, a pattern over FER_SESSION_ID_MAX bytes or a weight outside
+ * 1..FER_WEIGHT_MAX, the old rules kept. clients_snapshot: the tracked clients, at most max_n,
+ * in table order. */
+struct fer_client_weight {
+    char pattern[FER_SESSION_ID_MAX];
+    uint32_t len;
+    uint32_t weight;
+};
+int fer_core_set_fair_share(struct fer_core *core, uint32_t on);
+int fer_core_set_client_weights(struct fer_core *core, const struct fer_client_weight *rules,
+                                uint32_t n);
 int fer_core_clients_snapshot(struct fer_core *core, struct fer_client_state *out, uint32_t max_n);
 /* 1 and *generation set if the session is tracked, 0 if not. */
 int fer_core_session_generation(struct fer_core *core, const char *session_id, uint32_t len,

@@ -82,14 +82,14 @@ int fer_core_create(const struct fer_config *cfg, struct fer_core **out)
     c->lane_start = calloc(c->nlanes, sizeof(*c->lane_start));
     c->lane_scratch = calloc(c->nlanes, sizeof(*c->lane_scratch));
     c->cfg.max_clients = cfg->max_clients ? cfg->max_clients : 64;
-    if (cfg->fair_share) { /* §7.1: the client table exists only with the fair share on */
-        c->client_hash_mask = fer_round_pow2(2ull * c->cfg.max_clients) - 1;
-        c->clients = calloc(c->cfg.max_clients, sizeof(*c->clients));
-        c->client_hash = calloc(c->client_hash_mask + 1, sizeof(*c->client_hash));
-        if (c->clients == NULL || c->client_hash == NULL) {
-            fer_core_destroy(c);
-            return FER_ENOMEM;
-        }
+    /* §7.1: the client table exists whether fair_share is on or not: the flag is live, and the
+     * share must judge work admitted before it was turned on. */
+    c->client_hash_mask = fer_round_pow2(2ull * c->cfg.max_clients) - 1;
+    c->clients = calloc(c->cfg.max_clients, sizeof(*c->clients));
+    c->client_hash = calloc(c->client_hash_mask + 1, sizeof(*c->client_hash));
+    if (c->clients == NULL || c->client_hash == NULL) {
+        fer_core_destroy(c);
+        return FER_ENOMEM;
     }
     if (cfg->payload_bytes != 0) {
         /* Payloads are written by the request thread and read by a worker: a cache line of

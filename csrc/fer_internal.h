@@ -261,10 +261,11 @@ struct fer_session {
 };
 
 /* ---- client (docs/design.md §7.1, fer_share.c) -----------------------------------------------
- * Only with fair_share on. Invariants: in_use <=> counted in core->nclients; committed = the sum of
- * remaining_nfe over the QUEUED and RUNNING slots whose client is this one, outstanding their
- * number (committed > 0 implies outstanding > 0); weight is fixed at creation (the first
- * client_weights rule matching id, else 1); core->share_total = the sum of committed over all
+ * Kept whether fair_share is on or off (it is live). Invariants: in_use <=> counted in
+ * core->nclients; committed = the sum of remaining_nfe over the QUEUED and RUNNING slots whose
+ * client is this one, outstanding their number (committed > 0 implies outstanding > 0); weight =
+ * the first client_weights rule matching id, else 1 (set at creation and re-set for every client
+ * by fer_core_set_client_weights); core->share_total = the sum of committed over all
  * clients and core->share_weight = the sum of weight over clients with committed > 0; touch =
  * core->client_touch at its last acceptance (LRU order, unique). */
 struct fer_client {
@@ -281,12 +282,6 @@ struct fer_client {
     uint64_t fair_rejections;
 };
 
-/* A client_weights rule: clients whose id matches the glob pattern get weight. */
-struct fer_weight_rule {
-    char pattern[FER_SESSION_ID_MAX];
-    uint32_t len;
-    uint32_t weight;
-};
 
 /* ---- lane --------------------------------------------------------------------------------------
  * nlanes = workers x batch_slots lanes; lane l belongs to worker l / batch_slots (docs/design.md
@@ -363,7 +358,7 @@ struct fer_core {
     struct fer_cost cost;       /* docs/design.md §5.2 cost model: measured NFE tail (fer_cost.c) */
     struct fer_cost prefix_cost; /* the same for prefix passes (two_phase) */
 
-    /* §7.1 fair share (fer_share.c): max_clients entries, allocated only with fair_share on */
+    /* §7.1 fair share (fer_share.c): max_clients entries, allocated at create */
     struct fer_client *clients;
     uint32_t *client_hash;      /* index of clients, as session_hash (fer_index_insert) */
     uint64_t client_hash_mask;
@@ -372,7 +367,7 @@ struct fer_core {
     uint64_t client_touch;
     uint64_t share_total;       /* sum of committed over clients */
     uint64_t share_weight;      /* sum of weight over clients with committed > 0 */
-    struct fer_weight_rule rules[FER_WEIGHT_RULES];
+    struct fer_client_weight rules[FER_WEIGHT_RULES];
 };
 
 /* The ring (worker w + 1) that lane's outcomes go to; lane -1 (decided by submit) is ring 0. */
@@ -516,7 +511,7 @@ int fer_admission_test(struct fer_core *c, const struct fer_request *r, uint32_t
                        const uint32_t *victims, uint32_t nvictims, uint64_t now, uint32_t *miss,
                        uint32_t *xq);
 
-/* fer_share.c (§7.1): the fair share per client; all no-ops while fair_share is off. */
+/* fer_share.c (§7.1): the fair share per client; clients are tracked with fair_share off too. */
 /* Whether the glob pattern p matches s (fnmatch's *, ?, [...] and [!...], case-sensitive). */
 int fer_glob_match(const char *p, uint32_t plen, const char *s, uint32_t slen);
 /* The id a request is charged to: client_id, or session_id when it sent none. */
@@ -528,10 +523,12 @@ static inline void fer_client_key(const struct fer_request *r, const char **id, 
 /* The tracked client of r, or FER_NONE. */
 uint32_t fer_client_find(const struct fer_core *c, const struct fer_request *r);
 /* Room for r's new client: FER_OK (*evict = an idle client to forget first, or FER_NONE), or
- * FER_EFULL when every tracked client has work. */
+ * FER_EFULL when every tracked client has work (fair_share on: REJECTED_CAPACITY; off: accepted
+ * untracked). */
 int fer_client_room(const struct fer_core *c, uint32_t *evict);
 /* Accepting r: forget evict (if not FER_NONE), create r's client if ki is FER_NONE, charge slot
- * id to it. Returns the client. */
+ * id to it. Returns the client. Not called for a request accepted untracked (slot client
+ * FER_NONE). */
 uint32_t fer_client_accept(struct fer_core *c, const struct fer_request *r, uint32_t ki,
                            uint32_t evict, uint32_t id, uint64_t now);
 /* n NFE of slot s are no longer owed (a step ran, or the slot is freed with n left). */

@@ -3,8 +3,9 @@
  * fer_share.c - docs/design.md §7.1: a weighted fair share of the lanes per client, inside the
  * admission decision.
  *
- * A client is whoever a request names in client_id (its session_id when it names none). With
- * fair_share on the core tracks up to max_clients of them in a fixed table and keeps, per
+ * A client is whoever a request names in client_id (its session_id when it names none). The core
+ * tracks up to max_clients of them in a fixed table, with fair_share on or off (both it and
+ * client_weights are live: fer_core_set_fair_share, fer_core_set_client_weights), and keeps, per
  * client, its committed work: the remaining NFE of its queued and running requests, exact at
  * every accept, step and end. The share of client k is weight_k / (the weights of the clients
  * with committed work), and k is over its share when committed_k / (all committed work) is
@@ -88,24 +89,42 @@ int fer_glob_match(const char *p, uint32_t plen, const char *s, uint32_t slen)
     return pi == plen;
 }
 
-int fer_core_add_client_weight(struct fer_core *c, const char *pattern, uint32_t len,
-                               uint32_t weight)
+int fer_core_set_fair_share(struct fer_core *c, uint32_t on)
 {
-    int rc = FER_OK;
-
-    FER_CHECK_ARGS(c != NULL && len <= FER_SESSION_ID_MAX && (pattern != NULL || len == 0) &&
-                   weight >= 1 && weight <= FER_WEIGHT_MAX);
+    FER_CHECK_ARGS(c != NULL && on <= 1);
     pthread_mutex_lock(&c->mu);
-    if (c->nrules == FER_WEIGHT_RULES) {
-        rc = FER_EFULL;
-    } else {
-        memcpy(c->rules[c->nrules].pattern, pattern, len);
-        c->rules[c->nrules].len = len;
-        c->rules[c->nrules].weight = weight;
-        c->nrules++;
+    c->cfg.fair_share = on; /* read under mu by every decision: the next one sees it whole */
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
+}
+
+static uint32_t weight_of(const struct fer_core *c, const char *id, uint32_t len);
+
+int fer_core_set_client_weights(struct fer_core *c, const struct fer_client_weight *rules,
+                                uint32_t n)
+{
+    uint32_t i, k;
+
+    FER_CHECK_ARGS(c != NULL && n <= FER_WEIGHT_RULES && (rules != NULL || n == 0));
+    for (i = 0; i < n; i++)
+        FER_CHECK_ARGS(rules[i].len <= FER_SESSION_ID_MAX && rules[i].weight >= 1 &&
+                       rules[i].weight <= FER_WEIGHT_MAX);
+    pthread_mutex_lock(&c->mu);
+    if (n > 0)
+        memcpy(c->rules, rules, n * sizeof(*rules));
+    c->nrules = n;
+    /* Every tracked client takes its weight under the new rules; the active weights follow. */
+    c->share_weight = 0;
+    for (k = 0; k < c->cfg.max_clients; k++) {
+        struct fer_client *q = &c->clients[k];
+        if (!q->in_use)
+            continue;
+        q->weight = weight_of(c, q->id, q->len);
+        if (q->committed > 0)
+            c->share_weight += q->weight;
     }
     pthread_mutex_unlock(&c->mu);
-    return rc;
+    return FER_OK;
 }
 
 uint32_t fer_client_find(const struct fer_core *c, const struct fer_request *r)
@@ -114,8 +133,6 @@ uint32_t fer_client_find(const struct fer_core *c, const struct fer_request *r)
     uint32_t len, e;
     uint64_t h, i;
 
-    if (c->clients == NULL)
-        return FER_NONE;
     fer_client_key(r, &id, &len);
     h = fer_session_hash(id, len);
     /* The index is at least twice max_clients, so an empty bucket always ends the probe. */
@@ -164,8 +181,6 @@ uint32_t fer_client_accept(struct fer_core *c, const struct fer_request *r, uint
     struct fer_slot *s = &c->slots[id];
     struct fer_client *q;
 
-    if (c->clients == NULL)
-        return FER_NONE;
     if (evict != FER_NONE) {
         fer_index_remove(c->client_hash, c->client_hash_mask, c->clients[evict].hash, evict,
                          client_hash_of, c);
@@ -256,6 +271,8 @@ int fer_client_over(const struct fer_core *c, uint32_t ki, const struct fer_shar
     /* The cut leaves the total, and a client it empties leaves the active weights (once). */
     for (i = 0; i < cut->n; i++) {
         k = c->slots[cut->slots[i]].client;
+        if (k == FER_NONE) /* accepted uncharged (fair_share off, table full): not in the totals */
+            continue;
         total -= c->slots[cut->slots[i]].remaining_nfe;
         for (j = 0; j < i && c->slots[cut->slots[j]].client != k; j++)
             ;
@@ -306,7 +323,7 @@ uint32_t fer_share_victim(const struct fer_core *c, const struct fer_request *r,
     for (i = limit < c->qlen ? limit : c->qlen; i-- > 0;) {
         id = c->queue[i];
         k = c->slots[id].client;
-        if (!retained(c, r, si, cut, id) || !fer_client_over(c, k, cut))
+        if (k == FER_NONE || !retained(c, r, si, cut, id) || !fer_client_over(c, k, cut))
             continue;
         /* the client furthest over its share first; then, for the admission test, work ahead
          * of x, then the most NFE; then the latest (found first: ties keep it) */
@@ -348,7 +365,7 @@ int fer_core_clients_snapshot(struct fer_core *c, struct fer_client_state *out, 
 
     FER_CHECK_ARGS(c != NULL && (out != NULL || max_n == 0));
     pthread_mutex_lock(&c->mu);
-    for (k = 0; c->clients != NULL && k < c->cfg.max_clients && n < max_n; k++) {
+    for (k = 0; k < c->cfg.max_clients && n < max_n; k++) {
         const struct fer_client *q = &c->clients[k];
         if (!q->in_use)
             continue;

@@ -11,6 +11,7 @@
  *   5. retry / age gate                                         -> REJECTED_DEADLINE
  *   6. queue full and cannot displace, no alive lane, no room
  *      for its session (or, fair_share on, for its client)     -> REJECTED_CAPACITY
+ *      (fair_share and client_weights are live: each decision reads them under core->mu)
  *   7. calibrated admission test fails (fer_admit.c), and, fair_share on, displacing
  *      over-share queued work does not make it pass (fer_share.c) -> REJECTED_DEADLINE
  *   8. accept: commit everything the steps above planned.
@@ -35,6 +36,7 @@ struct arrival {
     uint32_t evict;     /* the idle session evicted to make room for its own, or FER_NONE */
     uint32_t ki;        /* §7.1: its tracked client, or FER_NONE */
     uint32_t kevict;    /* §7.1: the idle client forgotten to make room for its own, or FER_NONE */
+    int untracked;      /* §7.1: fair_share off and no room for its client: accepted, not charged */
     int x_over;         /* §7.1: its client is over its share before x (judged on arrival) */
     uint32_t why;       /* FER_REJECT_* of a REJECTED_CAPACITY decision */
     int tested;         /* it passed the admission test */
@@ -175,8 +177,10 @@ static int gate_queue_full(struct fer_core *c, struct arrival *a)
     v = &c->slots[c->queue[i]];
     if (r->deadline_ns == 0 || (v->deadline_ns != 0 && r->deadline_ns >= v->deadline_ns))
         return FER_REJECTED_CAPACITY;
-    if (c->cfg.fair_share && v->client != a->ki && a->x_over &&
-        !fer_client_over(c, v->client, &a->cut)) {
+    /* work accepted uncharged (fair_share off, client table full) counts as within its share */
+    if (c->cfg.fair_share && a->x_over &&
+        (v->client == FER_NONE ||
+         (v->client != a->ki && !fer_client_over(c, v->client, &a->cut)))) {
         a->why = FER_REJECT_FAIR_SHARE;
         c->st.fair_share_rejected++;
         if (a->ki != FER_NONE) /* a client not tracked yet has no counter of its own */
@@ -205,14 +209,17 @@ static int gate_session_room(struct fer_core *c, struct arrival *a)
     return a->evict == FER_NONE ? FER_REJECTED_CAPACITY : FER_ACCEPTED;
 }
 
-/* 6d. fair_share on (§7.1): a new client needs a table entry; the least recently active idle
- * client gives way. */
+/* 6d. A new client needs a table entry (§7.1): the least recently active idle client gives way.
+ * If every tracked client has work, fair_share on refuses x; off, x is accepted uncharged (the
+ * table only serves the share, which is off). */
 static int gate_client_room(struct fer_core *c, struct arrival *a)
 {
-    if (!c->cfg.fair_share || a->ki != FER_NONE ||
-        fer_client_room(c, &a->kevict) == FER_OK)
+    if (a->ki != FER_NONE || fer_client_room(c, &a->kevict) == FER_OK)
         return FER_ACCEPTED;
-    return FER_REJECTED_CAPACITY;
+    if (c->cfg.fair_share)
+        return FER_REJECTED_CAPACITY;
+    a->untracked = 1;
+    return FER_ACCEPTED;
 }
 
 /* 7b. fair_share on (§7.1): x failed the test and its client is within its share. Displace
@@ -337,7 +344,8 @@ static void accept(struct fer_core *c, struct arrival *a)
     accept_session(c, a);
     displace(c, a);
     id = fer_slot_take(c, a->r, a->si, a->now, a->tested);
-    fer_client_accept(c, a->r, a->ki, a->kevict, id, a->now);
+    if (!a->untracked)
+        fer_client_accept(c, a->r, a->ki, a->kevict, id, a->now);
     fer_queue_insert(c, id);
     if (a->tested) /* cost-model hook (§5.2): how far ahead admission promised */
         fer_cost_promise(&c->cost, a->now, a->r->deadline_ns);

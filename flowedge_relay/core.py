@@ -187,8 +187,8 @@ class CoreConfig:
     cede_ns: int = 0  # §5.3: workers pause this long after each cede_every_ns of compute
     cede_every_ns: int = 0  # (admission prices the pauses); 0 = they never do
     rtc_max_delay: int = 0  # §5.4: most frozen rows; 0 = real-time chunking off
-    fair_share: int = 0  # §7.1: 1 = keep each client within its weighted share
-    max_clients: int = 0  # §7.1: tracked clients with fair_share (0 = 64)
+    fair_share: int = 0  # §7.1: 1 = keep each client within its weighted share (live)
+    max_clients: int = 0  # §7.1: tracked clients (0 = 64)
     # §7.1: ("pattern", weight) rules, glob on client_id, the first match wins (default 1)
     client_weights: tuple[tuple[str, int], ...] = ()
 
@@ -400,17 +400,11 @@ class Core:
         _check(lib.fer_core_create(cfg, out))
         self._core = out[0]
         self.config = config
-        for pattern, weight in config.client_weights:
-            raw = pattern.encode()
-            if len(raw) > SESSION_ID_MAX:
-                self.close()
-                raise InvalidArgument(lib.FER_EINVAL, f"client_weights pattern {pattern!r} "
-                                      f"longer than {SESSION_ID_MAX} bytes")
-            try:
-                _check(lib.fer_core_add_client_weight(self._core, raw, len(raw), int(weight)))
-            except CoreError:
-                self.close()
-                raise
+        try:
+            self.set_client_weights(config.client_weights)
+        except CoreError:
+            self.close()
+            raise
         self.workers = config.workers
         #: B lanes per worker (0 means 1, as in the core); lanes = W x B, worker w owns
         #: lanes [w*B, (w+1)*B)
@@ -495,6 +489,31 @@ class Core:
     def set_accepting(self, accepting: bool) -> None:
         """False: every valid arrival is REJECTED_CAPACITY at once (an inactive relay)."""
         _check(lib.fer_core_set_accepting(self.ptr, int(accepting)))
+
+    def set_fair_share(self, on: bool) -> None:
+        """§7.1, live: the next decision keeps each client within its share (or stops to);
+        the clients are tracked either way, so work admitted before counts at once."""
+        _check(lib.fer_core_set_fair_share(self.ptr, int(on)))
+
+    def set_client_weights(self, rules) -> None:
+        """§7.1, live: ("pattern", weight) rules replace the old ones whole, and every tracked
+        client takes its weight under them; InvalidArgument (the old rules kept) for a pattern
+        over SESSION_ID_MAX bytes, a weight out of range or too many rules."""
+        rules = tuple(rules)
+        if len(rules) > lib.FER_WEIGHT_RULES:
+            raise InvalidArgument(lib.FER_EINVAL, f"client_weights: at most "
+                                  f"{lib.FER_WEIGHT_RULES} rules, got {len(rules)}")
+        buf = ffi.new("struct fer_client_weight[]", max(len(rules), 1))
+        for i, (pattern, weight) in enumerate(rules):
+            item = buf[i]
+            raw = pattern.encode()
+            if len(raw) > SESSION_ID_MAX:
+                raise InvalidArgument(lib.FER_EINVAL, f"client_weights pattern {pattern!r} "
+                                      f"longer than {SESSION_ID_MAX} bytes")
+            ffi.memmove(item.pattern, raw, len(raw))
+            item.len = len(raw)
+            item.weight = int(weight) if 0 <= int(weight) < 2**32 else 0
+        _check(lib.fer_core_set_client_weights(self.ptr, buf, len(rules)))
 
     def hold_dispatch(self, held: bool) -> None:
         """True: no worker dispatches until released (a swapped-in core while the old drains)."""
@@ -691,7 +710,7 @@ class Core:
                      **{name: getattr(s, name) for name in _STATS_SCALARS})
 
     def clients_snapshot(self) -> list[ClientState]:
-        """The tracked clients (fair_share on; empty when off), in table order."""
+        """The tracked clients (tracked with fair_share off too), in table order."""
         n = self.config.max_clients or 64
         buf = ffi.new("struct fer_client_state[]", n)
         got = _check(lib.fer_core_clients_snapshot(self.ptr, buf, n))

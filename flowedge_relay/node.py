@@ -891,6 +891,8 @@ class RelayNode(LifecycleNodeMixin, Node):
             k = cost_fields({n: get(n) for n in ("cost_model", "cost_window_ms",
                                                  "cost_quantile")})
             core.set_cost_model(k["cost_model"], k["cost_window_ns"], k["cost_quantile_ppm"])
+        if names & {"fair_share", "client_weights"}:
+            self.serving.apply_fair_share(self._p)
         if "fault_nfe_delay_ms" in names and pool is not None:
             pool.fault_nfe_delay_ns = int(get("fault_nfe_delay_ms") * MS)
 

@@ -165,13 +165,17 @@ SPECS: tuple[Spec, ...] = (
         "keep each client (InferenceRequest.client_id, else its session_id) within its "
         "weighted share of the lanes when the relay is contended: a request of a client within "
         "its share may displace queued work of clients over theirs (answered REJECTED_CAPACITY, "
-        "reject_reason fair_share); false = admission does not ask whose request it is",
+        "reject_reason fair_share); false = admission does not ask whose request it is; live: "
+        "a set applies from the next admission decision",
+        read_only=False,
     ),
     Spec(
         "client_weights",
         Parameter.Type.STRING_ARRAY,
         'weights of clients as "pattern=weight" (glob on client_id, the first match wins, '
-        f"weight 1..{WEIGHT_MAX}, at most {WEIGHT_RULES} rules); unset = every client weight 1",
+        f"weight 1..{WEIGHT_MAX}, at most {WEIGHT_RULES} rules); unset = every client weight 1; "
+        "live: a set re-weighs every tracked client from the next decision",
+        read_only=False,
     ),
     Spec("max_clients", 64, "clients tracked with fair_share; the least recently active idle "
          "one is evicted (counted) to make room", 1, 4096),

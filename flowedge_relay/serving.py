@@ -152,6 +152,14 @@ class Serving:
         self.core.set_accepting(accepting)
         self.core.hold_dispatch(hold)
 
+    def apply_fair_share(self, p: dict) -> None:
+        """A live fair_share / client_weights set (docs/design.md §7.1) into the running core:
+        weights first, so a decision between the two calls sees a valid pair (old flag, new
+        rules); each call is atomic in the core. p: the node's parameters after the set."""
+        self.p.update(fair_share=p["fair_share"], client_weights=p["client_weights"])
+        self.core.set_client_weights(parse_client_weights(p["client_weights"]))
+        self.core.set_fair_share(bool(p["fair_share"]))
+
     def _build_intakes(self) -> None:
         p = self.p
         # A package's request tensors go straight into the core's staging slot (one copy).

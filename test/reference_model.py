@@ -63,6 +63,7 @@ class Item:
     prefix_pending: bool = False  # two-phase: its prefix pass has not been reported yet
     client_id: bytes = b""  # §7.1: the client charged (the session id when none was sent)
     reject_reason: int = REJECT_NONE
+    tracked: bool = True  # §7.1: charged to its client (off: not when the client table was full)
 
     def key(self) -> tuple:
         return edf_key(self.deadline_ns, self.arrival_seq)
@@ -294,7 +295,7 @@ class RefCore:
         self.alive = [True] * self.nlanes
         self.shut_down = False  # fer_core_shutdown: the relay stops
         self.sessions: dict[bytes, Session] = {}
-        self.clients: dict[bytes, Client] = {}  # §7.1, fair_share only
+        self.clients: dict[bytes, Client] = {}  # §7.1, with fair_share on or off (it is live)
         self.client_touch = 0
         # ring 0: submit; ring w + 1: worker w, carrying the outcomes of all its lanes
         self.rings: list[list[dict]] = [[] for _ in range(cfg.workers + 1)]
@@ -355,7 +356,7 @@ class RefCore:
         """Remaining NFE of each client's queued and running work, without the items in cut."""
         out: dict[bytes, int] = {}
         for it in self.queue + [w for w in self.lanes if w is not None]:
-            if any(it is c for c in cut):
+            if any(it is c for c in cut) or not it.tracked:
                 continue
             out[it.client_id] = out.get(it.client_id, 0) + it.remaining_nfe
         return out
@@ -379,6 +380,16 @@ class RefCore:
         """A tracked client's weight, or the weight a new one would get."""
         known = self.clients.get(client)
         return known.weight if known is not None else self.weight_of(client)
+
+    def set_fair_share(self, on: bool) -> None:
+        """Live (§7.1): from the next decision on; the clients were tracked all along."""
+        self.cfg.fair_share = int(on)
+
+    def set_client_weights(self, rules: tuple) -> None:
+        """Live (§7.1): the rules replace the old ones and every tracked client is re-weighed."""
+        self.cfg.client_weights = tuple(rules)
+        for k, c in self.clients.items():
+            c.weight = self.weight_of(k)
 
     def weight_of(self, client: bytes) -> int:
         for pattern, weight in self.cfg.client_weights:
@@ -456,7 +467,8 @@ class RefCore:
         victims: list[Item] = []  # displaced on acceptance
         fair_victims: list[Item] = []  # of those, displaced for the fair share (§7.1)
         if len(retained) >= cfg.queue_capacity:
-            over = [q for q in retained if fair and self.over_share(q.client_id, x)]
+            over = [q for q in retained if fair and q.tracked and
+                    self.over_share(q.client_id, x)]
             if fair and not x_over and over:
                 # the client using the most of its weight, then the latest deadline
                 victims = fair_victims = [max(over, key=lambda q: (self.usage(q, x), q.key()))]
@@ -465,8 +477,9 @@ class RefCore:
                 if not (dl and (victim.deadline_ns == 0 or dl < victim.deadline_ns)):
                     self._emit_request(r, REJECTED_CAPACITY, now)
                     return REJECTED_CAPACITY
-                if fair and victim.client_id != cid and x_over and \
-                        not self.over_share(victim.client_id, x):
+                # work accepted uncharged (off, client table full) counts as within its share
+                if fair and x_over and (not victim.tracked or (
+                        victim.client_id != cid and not self.over_share(victim.client_id, x))):
                     self.st.fair_share_rejected += 1
                     if cid in self.clients:  # a client not tracked yet has no counter
                         self.clients[cid].fair_share_rejections += 1
@@ -484,16 +497,18 @@ class RefCore:
                 return REJECTED_CAPACITY
             evict = min(idle)[1]
         client_evict = None
-        if fair and cid not in self.clients and len(self.clients) >= (cfg.max_clients or 64):
-            work = self.committed()
-            idle_clients = [(c.touch, k) for k, c in self.clients.items()
-                            if not any(it.client_id == k for it in
-                                       self.queue + [w for w in self.lanes if w is not None])]
-            del work
-            if not idle_clients:
+        untracked = False  # §7.1: off and the client table full of busy clients
+        if cid not in self.clients and len(self.clients) >= (cfg.max_clients or 64):
+            busy = {it.client_id for it in self.queue + [w for w in self.lanes if w is not None]
+                    if it.tracked}
+            idle_clients = [(c.touch, k) for k, c in self.clients.items() if k not in busy]
+            if idle_clients:
+                client_evict = min(idle_clients)[1]
+            elif fair:
                 self._emit_request(r, REJECTED_CAPACITY, now)
                 return REJECTED_CAPACITY
-            client_evict = min(idle_clients)[1]
+            else:
+                untracked = True
         # 7. calibrated admission (§7.1: an under-share client may displace over-share work)
         tested = False
         if cfg.nfe_ns and dl:
@@ -507,7 +522,7 @@ class RefCore:
                     x_key = edf_key(dl, self.arrival_seq + 1)
                     ahead = [q for q in kept if not any(q is e for e in extra) and
                              (q.key() <= limit if limit is not None else q.key() < x_key) and
-                             self.over_share(q.client_id, x, cut)]
+                             q.tracked and self.over_share(q.client_id, x, cut)]
                     if not ahead:
                         break
                     # the client using the most of its weight, then ahead of x, then the
@@ -555,7 +570,7 @@ class RefCore:
                 self.st.fair_share_displaced += 1
                 self.clients[v.client_id].fair_share_rejections += 1
             self._emit_item(v, REJECTED_CAPACITY, now, -1, ran=False)
-        if fair:
+        if not untracked:
             client = self.clients.get(cid)
             if client is None:
                 client = self.clients[cid] = Client(weight=self.weight_of(cid), touch=0,
@@ -571,7 +586,7 @@ class RefCore:
             remaining_nfe=r["remaining_nfe"], deadline_ns=dl,
             deadline_ros_ns=r["deadline_ros_ns"], arrival_ns=now,
             arrival_seq=self.arrival_seq, tested=tested, prefix_pending=bool(cfg.two_phase),
-            client_id=cid))
+            client_id=cid, tracked=not untracked))
         self.queue.sort(key=Item.key)
         if tested:
             self.cost.promise(now, dl)

@@ -59,13 +59,16 @@ def test_registered_and_in_bench_all():
 
 @pytest.mark.ros  # starts flowedge-relayd processes and a client node (conftest.py)
 def test_quick_real_relay_run_answers_every_request_exactly_once(tmp_path):
-    """Three relay processes (fair_share off, on, A weighted 2), four clients over DDS: every
-    request sent is answered once, the relay decided each once, and what the clients count as
-    admitted is what the relay accepted and did not displace."""
+    """One relay process, fair_share off, on and A weighted 2 set live through its parameter
+    service and interleaved in blocks, four clients over DDS: every request sent is answered
+    once, the relay decided each once, and what the clients count as admitted is what the relay
+    accepted and did not displace; each block reports its goodput on against off."""
     report = _run(["--quick", "--nfe-ns", "1000000"])
     assert report["relay"] == "flowedge-relayd process" and report["nfe_ns"] == 1_000_000
     _answered_exactly_once(report)
-    # fair_share off: no answer names the share as its reason
+    assert len(report["block_goodput"]) == report["blocks"] == 2
+    assert all(set(b["vs_off"]) == {"on", "on_A_weight_2"} for b in report["block_goodput"])
+    # fair_share off (set live between phases): no answer names the share as its reason
     off = report["scenarios"]["off"]["clients"]
     assert all(c["fair_share_rejections"] == 0 for c in off.values())
     assert "every request answered exactly once" in fairness.table(report)
@@ -108,3 +111,23 @@ def _answered_exactly_once(report: dict) -> None:
                                     + c["stale_rejections"] + c["expired_on_arrival"]
                                     + c["lost"])
             assert c["admitted"] == c["on_time"] + c["late"]
+
+
+@pytest.mark.ros  # starts a pool of flowedge-relayd processes and a client node (conftest.py)
+def test_quick_pool_run_reports_shares_per_relay_and_answers_every_request_once(tmp_path):
+    """A pool of two relays, fair_share on in each, the four clients' sessions spread so that
+    both members own some of every client's: every request is answered once, by the member
+    owning its session, and each member reports every client's share of what it admitted. The
+    lease is long enough that no stall of a loaded host passes for a member's death (a takeover
+    would move sessions between members, §13)."""
+    report = _run(["--quick", "--nfe-ns", "1000000", "--pool", "2", "--lease-ms", "5000"])
+    assert report["pool"] == 2 and report["lease_ms"] == 5000
+    assert report["exactly_once"], report["accounting"]
+    assert report["accounting"]["answered_by_another_member"] == 0
+    assert set(report["members"]) == {"r0", "r1"}
+    for figures in report["members"].values():
+        assert set(figures) == set(fairness.CLIENTS)
+        assert sum(f["share_of_member"] for f in figures.values()) == pytest.approx(1.0)
+    assert "shares per relay" in fairness.table(report)
+    json.dumps(report, allow_nan=False)
+    assert fairness.plot(report, str(tmp_path / "p.png")).endswith("p.png")

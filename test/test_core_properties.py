@@ -8,7 +8,8 @@ expiry, cancellation, ring drops; two-phase models (a prefix pass before the fir
 by prefix_done, priced by prefix_ns in admission); and a base time near UINT64_MAX for the
 saturating paths; batch slots (W x B lanes, worker rings, dispatch_worker; docs/design.md §5.1);
 the fair share per client (docs/design.md §7.1: weights, the client table's bound, displacement
-of over-share work at a full queue and for the admission test).
+of over-share work at a full queue and for the admission test, fair_share and client_weights
+set live).
 """
 
 import os
@@ -99,6 +100,8 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("policy"), st.integers(1, 2), st.sampled_from([0, 1, 2]),
               st.sampled_from([0, 400]), st.sampled_from([0, 300])),
     st.tuples(st.just("cost"), st.sampled_from([0, 1]), st.sampled_from([40, 400, 2000])),
+    st.tuples(st.just("fair"), st.integers(0, 1)),  # §7.1: fair_share and client_weights live
+    st.tuples(st.just("weights"), st.integers(0, len(WEIGHTS) - 1)),
 ), min_size=40, max_size=120)
 
 
@@ -273,6 +276,12 @@ def run_sequence(cfg: dict, program: list) -> None:
             elif kind == "cost":
                 core.set_cost_model(CostModel(op[1]), op[2], 1_000_000)
                 model.set_cost_model(op[1], op[2], 1_000_000)
+            elif kind == "fair":
+                core.set_fair_share(bool(op[1]))
+                model.set_fair_share(bool(op[1]))
+            elif kind == "weights":
+                core.set_client_weights(WEIGHTS[op[1]])
+                model.set_client_weights(WEIGHTS[op[1]])
             compare_state(core, model, now)
         # Everything still in the rings comes out identical, in the same order.
         assert [c_outcome(o) for o in core.pop_outcomes(10_000)] == model.pop_outcomes(10_000)
@@ -370,7 +379,8 @@ def test_regression_admission_off_with_an_adaptive_tail_expires_only_passed_dead
 
 # §7.1: admission on, a full or nearly full queue, one client flooding with long deadlines and
 # the others asking now and then: displacement for the fair share at step 6 and step 7 decides
-# many requests; weights and a small client table (eviction) on top.
+# many requests; weights and a small client table (eviction) on top; both set live now and then
+# (work admitted while the share was off counts at once; off with the table full, uncharged).
 fair_ops = st.lists(st.one_of(
     st.tuples(st.just("submit"), st.integers(0, 3), st.integers(0, 40), st.just(0), st.just(0),
               st.just(0), st.just(0), st.integers(1, 60).map(lambda k: 50 * k),
@@ -379,6 +389,8 @@ fair_ops = st.lists(st.one_of(
     st.tuples(st.just("tick"), st.integers(0, 5), st.sampled_from([10, 50, 100])),
     st.tuples(st.just("dispatch_worker"), st.integers(0, 2)),
     st.tuples(st.just("pop"), st.integers(0, 6)),
+    st.tuples(st.just("fair"), st.sampled_from([0, 1, 1])),
+    st.tuples(st.just("weights"), st.integers(0, len(WEIGHTS) - 1)),
 ), min_size=40, max_size=150)
 
 
@@ -387,13 +399,13 @@ fair_ops = st.lists(st.one_of(
 @given(workers=st.integers(1, 2), batch_slots=st.sampled_from([1, 2]), program=fair_ops,
        nfe=st.sampled_from([0, 10, 50]), queue_capacity=st.integers(2, 8),
        max_clients=st.integers(2, 5), weights=st.sampled_from(WEIGHTS),
-       two_phase=st.sampled_from([0, 1]))
+       two_phase=st.sampled_from([0, 1]), fair=st.sampled_from([0, 1, 1]))
 def test_fair_share_sequences_match_reference(workers, batch_slots, program, nfe, queue_capacity,
-                                              max_clients, weights, two_phase):
+                                              max_clients, weights, two_phase, fair):
     cfg = dict(workers=workers, queue_capacity=queue_capacity, max_sessions=8, max_nfe=6,
                ring_capacity=256, nfe_ns=nfe, admission_reserve_ns=0,
                reject_if_retry_count_gte=1, age_gate=1, reject_if_queue_age_ns_gte=0,
                queue_timeout_ns=0, session_idle_ns=0, base=1_000, cost_model=0,
                cost_window_ns=1_000, two_phase=two_phase, prefix_ns=20, batch_slots=batch_slots,
-               fair_share=1, max_clients=max_clients, client_weights=weights)
+               fair_share=fair, max_clients=max_clients, client_weights=weights)
     run_sequence(cfg, program)

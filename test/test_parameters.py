@@ -34,6 +34,7 @@ def test_live_parameters_are_exactly_the_tunable_ones():
         "cost_model", "cost_window_ms", "cost_quantile",
         "model_path",  # a model swap (docs/design.md §9)
         "pool_spill",  # refused while spill is not built, with the reason
+        "fair_share", "client_weights",  # docs/design.md §7.1: from the next decision
     }
 
 

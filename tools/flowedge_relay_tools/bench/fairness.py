@@ -67,6 +67,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--alone-seconds", type=float,
                         help="seconds of arrivals of each light client alone (relay; default "
                              "a scenario's: the same arrivals)")
+    parser.add_argument("--blocks", type=int,
+                        help="relay: blocks each setting's seconds are cut into, the settings "
+                             "interleaved in one relay (default 4; 2 with --quick)")
+    parser.add_argument("--pool", type=int,
+                        help="relay: a pool of this many relays, fair_share on in each (shares "
+                             "per relay, bench/fairness_pool.py)")
+    parser.add_argument("--lease-ms", type=int,
+                        help="with --pool: pool_lease_ms (default 1000)")
     parser.add_argument("--workers", type=int, default=2, help="worker threads (lanes)")
     parser.add_argument("--batch-slots", type=int, default=1,
                         help="batch slots per worker (docs/design.md §5.1)")
@@ -117,7 +125,7 @@ class Sim:
     deadlines: dict[tuple[bytes, int], tuple[int, int]] = field(default_factory=dict)
 
 
-def _arrivals(seed: int, clients, seconds: float, capacity_nfe_s: float, nfe_ns: int,
+def _arrivals(seed: int | str, clients, seconds: float, capacity_nfe_s: float, nfe_ns: int,
               slack_nfe: tuple[int, int],
               nfe_range: tuple[int, int] = NFE_RANGE,
               flood_nfe_s: float | None = None) -> list[tuple[int, str, int, int]]:
@@ -254,16 +262,20 @@ def simulate(clients, *, seconds: float, workers: int, slots: int, nfe_ns: int, 
 
 
 def run(args) -> dict:
+    if args.pool:
+        from flowedge_relay_tools.bench import fairness_pool
+
+        nfe, slack = workload(args)
+        report = fairness_pool.run(args, CLIENTS, nfe, slack, _relay_arrivals(args, nfe, slack))
+        report.update({"rtc": False, "seed": args.seed, "offer_x_capacity": OFFER})
+        return report
     if args.sim:
         report = _run_sim(args)
     else:
         from flowedge_relay_tools.bench import fairness_relay
 
         nfe, slack = workload(args)
-        report = fairness_relay.run(args, CLIENTS, nfe, slack,
-                                    lambda clients, seconds, capacity, nfe_ns, flood: _arrivals(
-                                        args.seed, clients, seconds, capacity, nfe_ns, slack,
-                                        nfe, flood))  # fmt: skip
+        report = fairness_relay.run(args, CLIENTS, nfe, slack, _relay_arrivals(args, nfe, slack))
     nfe, slack = workload(args)
     report.update({"batch_slots": args.batch_slots, "rtc": args.rtc, "seed": args.seed,
                    "offer_x_capacity": OFFER, "slack_nfe": list(slack), "nfe_range": list(nfe),
@@ -274,6 +286,12 @@ def run(args) -> dict:
     head, notes = _notes(report)
     report["caveat"] = " ".join([head, *notes])  # the performance page's line above the table
     return report
+
+
+def _relay_arrivals(args, nfe: tuple[int, int], slack: tuple[int, int]):
+    """arrivals_of(clients, seconds, capacity, nfe_ns, flood_unit, block): block's own draw."""
+    return lambda clients, seconds, capacity, nfe_ns, flood, block: _arrivals(
+        f"{args.seed}/{block}", clients, seconds, capacity, nfe_ns, slack, nfe, flood)
 
 
 def workload(args) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -401,9 +419,16 @@ def _notes(report: dict) -> tuple[str, list[str]]:
     lines = []
     if relay:
         lag = ", ".join(f"{k} {s['send_lag_max_ms']:.0f}" for k, s in report["scenarios"].items())
+        ratios = [b["vs_off"]["on"] for b in report["block_goodput"] if b["vs_off"]["on"]]
+        took = {n: 1 - off["clients"][n]["vs_alone"] for n in CLIENTS[1:]}
         lines += [
-            "goodput vs off (in brackets: each run's goodput over the NFE/s its lanes computed "
-            "busy, against off's; the runs are separate relay processes on a shared host)",
+            f"one relay process, the settings interleaved in {report['blocks']} blocks; goodput "
+            "on / off per block: " + ", ".join(f"{100 * r:.1f}%" for r in ratios)
+            + (f" (spread {100 * min(ratios):.1f}-{100 * max(ratios):.1f}%)" if ratios else ""),
+            "goodput vs off (in brackets: each setting's goodput over the NFE/s its lanes "
+            "computed busy, against off's)",
+            "with fair_share off A took " + ", ".join(
+                f"{100 * v:.0f}% of {n}'s" for n, v in took.items()) + " admitted NFE/s",
             f"the client's longest lag behind the arrival schedule, ms: {lag}",
             "lanes busy while the arrivals were offered (work conserved: near 100% in every "
             "setting, whatever the lanes' speed): " + ", ".join(
@@ -420,6 +445,11 @@ def _notes(report: dict) -> tuple[str, list[str]]:
 def table(report: dict) -> str:
     from flowedge_relay_tools.bench.tables import format_rows
 
+    if "pool" in report:
+        from flowedge_relay_tools.bench import fairness_pool
+
+        return fairness_pool.table(report)
+
     head, notes = _notes(report)
     return "\n".join([head, format_rows(report["rows"]), *notes])
 
@@ -427,18 +457,16 @@ def table(report: dict) -> str:
 def plot(report: dict, path: str) -> str:
     from flowedge_relay_tools.bench import plots
 
-    fig, ax = plots.subplots(width=7.0)
-    names = [*report["scenarios"], "alone"]
-    width = 0.8 / len(CLIENTS)
-    for i, client in enumerate(CLIENTS):
-        values = [report["scenarios"][s]["clients"][client]["admitted_nfe_per_s"]
-                  for s in report["scenarios"]]
-        values.append(report["alone"].get(client, {}).get("admitted_nfe_per_s", 0.0))
-        ax.bar([x + i * width for x in range(len(names))], values, width, label=client)
-    ax.set_xticks([x + 1.5 * width for x in range(len(names))], names)
-    ax.set_ylabel("admitted NFE/s")
-    ax.set_yscale("log")
-    ax.legend(title="client")
-    return plots.save(fig, path, title="A floods at 5x capacity; B, C, D offer 0.2x each",
+    if "pool" in report:
+        from flowedge_relay_tools.bench import fairness_pool
+
+        return fairness_pool.plot(report, path)
+
+    from flowedge_relay_tools.bench.fairness_pool import admitted_bars
+
+    groups = {**{k: s["clients"] for k, s in report["scenarios"].items()},
+              "alone": report["alone"]}
+    return plots.save(admitted_bars(plots, groups),
+                      path, title="A floods at 5x capacity; B, C, D offer 0.2x each",
                       note=("the real relay over DDS, on time at receipt" if "relay" in report
                             else "the real C core in virtual time: deterministic per seed"))

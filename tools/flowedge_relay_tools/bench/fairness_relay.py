@@ -13,9 +13,12 @@ of it may be less than the lanes compute, which would not contend the relay at a
 5x the larger of capacity and what the lanes compute at the calibration's mean cost
 (`calibrate.capacity`, overload's load axis; with `--nfe-ns`, capacity). Each run reports
 `lanes_nfe_per_s`, the NFE per second of busy lane time from the relay's own stats, and the table
-how many times that A offered. `fair_share` and `client_weights` are read at start, so each
-setting is its own relay process: fair_share off (calibration, the off scenario, then B, C
-and D each alone: their baseline), on at equal weights, on with `client_weights: ["A=2"]`.
+how many times that A offered. `fair_share` and `client_weights` are live, so every setting runs
+in one relay process, interleaved in blocks (`--blocks`): each block runs fair_share off, on at
+equal weights and on with `client_weights: ["A=2"]` (set through the relay's parameter service,
+in the reverse order every other block) on the same arrivals, then B, C and D each alone (their
+baseline), so that the goodput of on against off is judged at one lane speed; each block's ratio
+is reported beside the overall one.
 
 With `--rtc` the relay serves the real-time chunking policy (`--model rtc` unless another is
 given: the bench model has no chunking) and every request carries a prefix of rtc_max_delay rows
@@ -115,6 +118,11 @@ class Tally:
         else:
             self.stale += 1
 
+    def add(self, other: Tally) -> None:
+        """Fold another run's counts into this one (one setting over several blocks)."""
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     def figures(self, seconds: float) -> dict:
         return {
             "offered_nfe_per_s": self.offered_nfe / seconds,
@@ -141,7 +149,41 @@ def rtc_rows(client) -> int:
     return min(RTC_ROWS, served.rtc_max_delay)
 
 
-def replay(relay, client, arrivals, seconds: float, drain_s: float, rows: int = 0) -> dict:
+@dataclass
+class Run:
+    """One phase (or several folded): what each client got, and how the relay fared."""
+
+    seconds: float
+    tallies: dict[str, Tally]
+    accounting: dict
+    lag_max_ns: int
+    lanes_nfe_per_s: float | None
+    utilisation: float | None
+
+    def add(self, other: Run) -> None:
+        """Fold another phase of the same setting in: counts add up, the lanes' speed and how
+        busy they were are weighted by seconds."""
+        total = self.seconds + other.seconds
+        for attr in ("lanes_nfe_per_s", "utilisation"):
+            a, b = getattr(self, attr), getattr(other, attr)
+            setattr(self, attr, None if a is None or b is None
+                    else (a * self.seconds + b * other.seconds) / total)
+        for name, t in other.tallies.items():
+            self.tallies.setdefault(name, Tally()).add(t)
+        for key, value in other.accounting.items():
+            self.accounting[key] = (self.accounting[key] and value if key == "exactly_once"
+                                    else self.accounting[key] + value)
+        self.lag_max_ns = max(self.lag_max_ns, other.lag_max_ns)
+        self.seconds = total
+
+    def report(self) -> dict:
+        return {"clients": {n: t.figures(self.seconds) for n, t in sorted(self.tallies.items())},
+                "accounting": self.accounting, "send_lag_max_ms": self.lag_max_ns / 1e6,
+                "lanes_nfe_per_s": self.lanes_nfe_per_s,
+                "lane_utilisation_in_window": self.utilisation}
+
+
+def replay(relay, client, arrivals, seconds: float, drain_s: float, rows: int = 0) -> Run:
     """Send (t_ns, client, nfe, slack_ns) arrivals on schedule, wait for every answer, then
     count per client and check the run's accounting against the relay's counters. `rows` > 0:
     each request carries a prefix of that many rows from its send, its window closing at 3/4 of
@@ -189,19 +231,47 @@ def replay(relay, client, arrivals, seconds: float, drain_s: float, rows: int = 
         lost == 0 and accounting["extra_answers"] == 0
         and accounting["relay_decided"] == len(sent)
         and accounting["relay_accepted"] - accounting["relay_displaced"] == admitted)
-    return {"clients": {n: t.figures(seconds) for n, t in sorted(tallies.items())},
-            "accounting": accounting, "send_lag_max_ms": lag_max / 1e6,
-            "lanes_nfe_per_s": lanes_nfe_per_s, "lane_utilisation_in_window": utilisation}
+    return Run(seconds, tallies, accounting, lag_max, lanes_nfe_per_s, utilisation)
+
+
+def set_share(relay, weights: tuple[str, ...] | None) -> None:
+    """fair_share off (None) or on with client_weights `weights`, live through the relay's
+    parameter service, both in one atomic set: the next decision judges by them."""
+    from rclpy.parameter import Parameter
+
+    rules = list(weights or ()) or ["*=1"]  # every client weight 1: unset's meaning
+    results = relay.set_parameters([
+        Parameter("fair_share", value=weights is not None),
+        Parameter("client_weights", Parameter.Type.STRING_ARRAY, rules),
+    ], atomically=True)  # fmt: skip
+    bad = [r.reason for r in results if not r.successful]
+    if bad:
+        raise ValueError(f"relay refused fair_share / client_weights {weights}: {bad}")
+
+
+def phases(clients, block: int) -> list[tuple[str, tuple[str, ...] | None, tuple[str, ...]]]:
+    """One block's phases, (name, weights or None for off, the clients that send): the three
+    settings, reversed every other block so a drift in lane speed falls on each alike, then
+    each light client alone (the share off: it changes nothing for one client)."""
+    settings = [("off", None), *((k, w) for k, w in SETTINGS.items())]
+    if block % 2:
+        settings.reverse()
+    return [*((k, w, tuple(clients)) for k, w in settings),
+            *((f"{n} alone", None, (n,)) for n in clients[1:])]
 
 
 def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
         arrivals_of) -> dict:  # fmt: skip
-    """The scenarios against real relays; `arrivals_of(clients, seconds, capacity_nfe_per_s,
-    nfe_ns, flood_unit_nfe_per_s)` draws the arrivals (bench/fairness.py). Returns the report's
-    measured part."""
+    """The scenarios against one real relay; `arrivals_of(clients, seconds, capacity_nfe_per_s,
+    nfe_ns, flood_unit_nfe_per_s, block)` draws the arrivals (bench/fairness.py), block's own.
+    Every setting runs in `blocks` blocks of seconds / blocks each, interleaved in the one relay
+    process (fair_share and client_weights set live between phases), so they share its lanes'
+    speed. Returns the report's measured part."""
     host = host_info()
     seconds, cal_requests, cal_s = SIZES["quick" if args.quick else "full"]
     seconds = args.seconds or seconds
+    blocks = args.blocks or (2 if args.quick else 4)
+    block_s = seconds / blocks
     alone_s = args.alone_seconds or seconds  # the same arrivals as in the scenarios
     workers = args.workers or 2
     rows = 0
@@ -211,9 +281,12 @@ def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
     params = dict(model_path=model_path(model), workers=workers,
                   batch_slots=args.batch_slots, queue_capacity=args.queue_capacity,
                   max_nfe=max(64, nfe_range[1]))  # fmt: skip
-    scenarios, alone, cal = {}, {}, None
-    with Progress("fairness", 3 + len(clients) - 1, unit=" runs") as bar:
-        bar.update(label="starting relay (fair_share off)")
+    runs: dict[str, Run] = {}
+    per_block: list[dict[str, Run]] = []
+    cal = None
+    names = [p[0] for p in phases(clients, 0)]
+    with Progress("fairness", blocks * len(names), unit=" phases") as bar:
+        bar.update(label="starting relay")
         with relay_for_bench(False, fair_share=False, **params) as (relay, client):
             warm_up(client)
             rows = rtc_rows(client) if args.rtc else 0
@@ -230,44 +303,46 @@ def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
                     * mean_nfe  # NFE/s at the calibration's mean cost
             capacity = lanes * 1e9 / nfe_ns
             flood_unit = max(capacity, computed)
-            arrive = lambda names, secs: arrivals_of(names, secs, capacity, nfe_ns,  # noqa: E731
-                                                     flood_unit)
             drain = slack_nfe[1] * nfe_ns * 1e-9 + 5.0  # the longest slack, and then some
             set_policy(relay, nfe_ns=nfe_ns, admission_reserve_ns=reserve)
-            bar.update(label="fair_share off")
-            scenarios["off"] = replay(relay, client, arrive(clients, seconds), seconds, drain,
-                                      rows)
-            bar.advance()
-            for name in clients[1:]:
-                bar.update(label=f"{name} alone")
-                alone[name] = replay(relay, client, arrive((name,), alone_s), alone_s, drain,
-                                     rows)
-                bar.advance()
-        for key, weights in SETTINGS.items():
-            bar.update(label=f"starting relay ({key})")
-            extra = {"client_weights": list(weights)} if weights else {}
-            with relay_for_bench(False, fair_share=True, nfe_ns=nfe_ns,
-                                 admission_reserve_ns=reserve, **extra,
-                                 **params) as (relay, client):  # fmt: skip
-                warm_up(client)
-                bar.update(label=key)
-                scenarios[key] = replay(relay, client, arrive(clients, seconds), seconds, drain,
-                                        rows)
-                bar.advance()
+            for block in range(blocks):
+                arrivals = arrivals_of(clients, block_s, capacity, nfe_ns, flood_unit, block)
+                alone_arrivals = (arrivals if alone_s == seconds else arrivals_of(
+                    clients, alone_s / blocks, capacity, nfe_ns, flood_unit, block))
+                done: dict[str, Run] = {}
+                for name, weights, senders in phases(clients, block):
+                    bar.update(label=f"block {block + 1}/{blocks}: {name}")
+                    set_share(relay, weights)
+                    secs = block_s if len(senders) > 1 else alone_s / blocks
+                    mine = [a for a in (arrivals if len(senders) > 1 else alone_arrivals)
+                            if a[1] in senders]
+                    done[name] = replay(relay, client, mine, secs, drain, rows)
+                    bar.advance()
+                per_block.append(done)
+            set_share(relay, None)
+    for done in per_block:
+        for name, r in done.items():
+            if name in runs:
+                runs[name].add(r)
+            else:  # a copy: the block's own figures stay as measured
+                runs[name] = Run(r.seconds, {k: Tally(**vars(t)) for k, t in r.tallies.items()},
+                                 dict(r.accounting), r.lag_max_ns, r.lanes_nfe_per_s,
+                                 r.utilisation)
+    scenarios = {k: runs[k].report() for k in ("off", *SETTINGS)}
+    alone = {k.split()[0]: runs[k].report() for k in names if k.endswith(" alone")}
     for s in scenarios.values():
         s["capacity_nfe_per_s"] = capacity
         s["goodput_nfe_per_s"] = sum(c["goodput_nfe_per_s"] for c in s["clients"].values())
-        # the same goodput as a share of what the lanes computed per busy second in that run:
-        # each setting is its own process, minutes apart on a shared host, and its lanes' speed
-        # moves with the neighbours
         s["goodput_vs_lanes"] = (s["goodput_nfe_per_s"] / s["lanes_nfe_per_s"]
                                  if s["lanes_nfe_per_s"] else None)
     accounting = {**{k: s["accounting"] for k, s in scenarios.items()},
                   **{f"{k} alone": s["accounting"] for k, s in alone.items()}}
     return {
-        "method": ("the real relay over DDS: flowedge-relayd in its own process (one per "
-                   "fair_share setting), an rclpy client node sending every client's requests; "
-                   "on time = INFERENCE received by the deadline, client clock"),
+        "method": ("the real relay over DDS: one flowedge-relayd process, every setting in "
+                   f"{blocks} interleaved blocks (fair_share and client_weights set live "
+                   "through its parameter service between phases, so every setting shares the "
+                   "lanes' speed), an rclpy client node sending every client's requests; on "
+                   "time = INFERENCE received by the deadline, client clock"),
         "capacity_definition": ("workers x batch_slots x 1e9 / nfe_ns NFE per second (what "
                                 "admission bounds)"),
         "flood_unit_nfe_per_s": flood_unit, "calibrated_lanes_nfe_per_s": computed,
@@ -275,12 +350,35 @@ def run(args, clients, nfe_range: tuple[int, int], slack_nfe: tuple[int, int],
                            / scenarios["off"]["lanes_nfe_per_s"]
                            if scenarios["off"]["lanes_nfe_per_s"] else None),
         "host": host, "relay": "flowedge-relayd process", "model": params["model_path"],
-        "seconds": seconds, "alone_seconds": alone_s, "workers": workers, "nfe_ns": nfe_ns,
+        "seconds": seconds, "alone_seconds": alone_s, "blocks": blocks,
+        "workers": workers, "nfe_ns": nfe_ns,
         "admission_reserve_ns": reserve, "nfe_range": list(nfe_range),
         "rtc_rows": rows,
         "calibration": ({k: v for k, v in cal.items() if not isinstance(v, list | dict)}
                         if cal else "given (--nfe-ns)"),
         "scenarios": scenarios, "alone": {k: s["clients"][k] for k, s in alone.items()},
+        "block_goodput": [_block_goodput(done) for done in per_block],
         "accounting": accounting,
         "exactly_once": all(a["exactly_once"] for a in accounting.values()),
     }  # fmt: skip
+
+
+def _block_goodput(done: dict[str, Run]) -> dict:
+    """One block: each setting's goodput (on-time NFE/s of all clients) and its ratio to off's
+    in the same block, the light clients' admitted NFE/s against alone in that block."""
+    good = {k: sum(t.on_time_nfe for t in done[k].tallies.values()) / done[k].seconds
+            for k in ("off", *SETTINGS)}
+    out: dict = {"goodput_nfe_per_s": good}
+    out["vs_off"] = {k: (good[k] / good["off"] if good["off"] else None) for k in SETTINGS}
+    out["light_vs_alone"] = {}
+    for k in ("off", *SETTINGS):
+        row = {}
+        for name, r in done.items():
+            if not name.endswith(" alone"):
+                continue
+            c = name.split()[0]
+            base = r.tallies[c].admitted_nfe / r.seconds if c in r.tallies else 0.0
+            mine = done[k].tallies.get(c)
+            row[c] = (mine.admitted_nfe / done[k].seconds / base) if base and mine else None
+        out["light_vs_alone"][k] = row
+    return out
