@@ -16,7 +16,8 @@
  * or the time a worker spends between steps (publishing, dispatching, waiting for the GIL or a
  * core), moves no p90, yet the work queued behind it runs later than admission planned. So the
  * NFE estimator also takes, once per worker step, the step's busy span: the wall time since
- * that worker's previous step ended (or since it had work again, when it was idle), and keeps
+ * that worker's previous step ended (or since it had work again, when it was idle), less a
+ * pacing pause it reported (priced apart, docs/design.md §5.3), and keeps
  * the largest mean span over FER_COST_BLOCK consecutive steps in the window. The tail is the
  * larger of the two: a slowdown that lasts as long as a short queue counts at once, a single
  * preemption counts a sixteenth, or nothing when the reserve already covers it (the stall rule
