@@ -434,6 +434,9 @@ void *fer_core_payload(struct fer_core *core, uint32_t slot);
  *   FER_ESTATE while the work's prefix is pending. The rows of one batched step report the same
  *   now (the step's end): the first report of a new now is the worker's step, whose busy span
  *   feeds the cost model's block mean (struct fer_cost_stats).
+ * paused: the lane's worker paused on purpose for pause_ns before its next step (§5.3's pacing,
+ *   which the cost in use prices on its own): that step's busy span leaves out up to pause_ns.
+ *   A pause that overran (a late wake-up) is charged its overrun. FER_OK.
  * output_space: 1 if the lane's worker ring (w + 1) has a free record, else 0.
  * finish: after STEP_DONE. Emits INFERENCE with action_len floats (EXPIRED if now > deadline,
  *   REJECTED_STALE if cancelled after its last step) into ring w+1, frees the lane, returns
@@ -452,6 +455,7 @@ int fer_core_dispatch(struct fer_core *core, uint32_t lane, uint64_t now, struct
 int fer_core_prefix_done(struct fer_core *core, uint32_t lane, uint64_t now,
                          uint64_t prefix_ns_measured);
 int fer_core_step(struct fer_core *core, uint32_t lane, uint64_t now, uint64_t nfe_ns_measured);
+int fer_core_paused(struct fer_core *core, uint32_t lane, uint64_t pause_ns);
 int fer_core_output_space(struct fer_core *core, uint32_t lane);
 int fer_core_finish(struct fer_core *core, uint32_t lane, uint64_t now, const float *actions);
 /* fail: the lane's work (prefix pending, mid-steps, or DONE before finish) ends INFERENCE_FAILED

@@ -261,6 +261,11 @@ void fer_cost_dispatched(struct fer_turnover *t, uint32_t nfe)
         t->nfe = nfe;
 }
 
+void fer_cost_paused(struct fer_turnover *t, uint64_t pause_ns)
+{
+    t->paused_ns = fer_sat_add(t->paused_ns, pause_ns);
+}
+
 uint64_t fer_cost_turnover(const struct fer_cost *k, struct fer_turnover *t, uint64_t span_ns,
                            uint64_t measured_ns)
 {
@@ -268,6 +273,12 @@ uint64_t fer_cost_turnover(const struct fer_cost *k, struct fer_turnover *t, uin
 
     if (span_ns == 0)
         return 0;
+    if (t->paused_ns != 0) {
+        /* the pause, as asked, is priced by the cost in use's pacing term, not by the span */
+        gap = span_ns > base ? span_ns - base : 0;
+        span_ns -= gap < t->paused_ns ? gap : t->paused_ns;
+        t->paused_ns = 0;
+    }
     if (t->nfe != 0) {
         gap = span_ns > base ? span_ns - base : 0;
         if (gap != 0 && !stall_sized(k, gap)) {

@@ -16,7 +16,8 @@
  * or the time a worker spends between steps (publishing, dispatching, waiting for the GIL or a
  * core), moves no p90, yet the work queued behind it runs later than admission planned. So the
  * NFE estimator also takes, once per worker step, the step's busy span: the wall time since
- * that worker's previous step ended (or since it had work again, when it was idle), and keeps
+ * that worker's previous step ended (or since it had work again, when it was idle), less a
+ * pacing pause it reported (priced apart, docs/design.md §5.3), and keeps
  * the largest mean span over FER_COST_BLOCK consecutive steps in the window. The tail is the
  * larger of the two: a slowdown that lasts as long as a short queue counts at once, a single
  * preemption counts a sixteenth, or nothing when the reserve already covers it (the stall rule
@@ -124,10 +125,14 @@ struct fer_cost {
  * prices it at 1/NFE per NFE, and the sum of the spans charged is the sum of the spans measured
  * (a debt left by work that stopped early rolls into the next request's). `nfe` is the
  * smallest remaining NFE of the work dispatched to the worker since its last step, 0 when
- * none. One per worker, in the core; touched under core->mu, never allocated on the path. */
+ * none. `paused_ns` is the pacing pause (docs/design.md §5.3) the worker took on purpose since
+ * its last step, as asked: the next span leaves it out first (at most its gap), since the cost
+ * in use prices the pauses on its own (fer_with_cede); what the pause overran stays in the span.
+ * One per worker, in the core; touched under core->mu, never allocated on the path. */
 struct fer_turnover {
     uint64_t debt_ns;
     uint64_t per_step_ns;
+    uint64_t paused_ns;
     uint32_t nfe;
 };
 
@@ -143,9 +148,11 @@ void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg);
 void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t span_ns);
 /* Work of nfe NFEs was dispatched to the worker whose turnover is t (its first step pays it). */
 void fer_cost_dispatched(struct fer_turnover *t, uint32_t nfe);
+/* The worker whose turnover is t paused on purpose for pause_ns (its next span leaves it out). */
+void fer_cost_paused(struct fer_turnover *t, uint64_t pause_ns);
 /* The span to charge for a worker step (fer_cost_record's span_ns) whose busy span was span_ns
- * and compute measured_ns: the turnover rule above. span_ns 0 (a later row of the same step)
- * stays 0. */
+ * and compute measured_ns: the pause left out, then the turnover rule above. span_ns 0 (a later
+ * row of the same step) stays 0. */
 uint64_t fer_cost_turnover(const struct fer_cost *k, struct fer_turnover *t, uint64_t span_ns,
                            uint64_t measured_ns);
 /* Rotate to now without a sample: what is older than the window ages out (a stats read). */

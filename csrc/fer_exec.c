@@ -365,8 +365,10 @@ static void sleep_ns(uint64_t ns)
 /* docs/design.md §5.3: a SCHED_FIFO worker that never leaves its CPU loses it for ~50 ms once a
  * second, when the kernel hands normal tasks their reserved share (RT throttling, the fair
  * server). Pausing cede_ns after every cede_every_ns of compute hands that share over in small
- * slices instead; admission prices the pauses. Before a step, outside its timing. */
-static void cede(const struct fer_exec_report *r, uint32_t n_rows)
+ * slices instead; admission prices the pauses, so the core hears of each one (fer_core_paused)
+ * and leaves it out of the step's busy span. Before a step, outside its timing. */
+static void cede(const struct fer_exec_report *r, struct fer_core *core, uint32_t lane,
+                 uint32_t n_rows)
 {
     uint64_t now, last, after, *state = r->cede_state;
 
@@ -382,6 +384,7 @@ static void cede(const struct fer_exec_report *r, uint32_t n_rows)
     after = clock_ns(CLOCK_MONOTONIC);
     __atomic_store_n(&state[1], state[1] + (after - now) * n_rows, __ATOMIC_RELAXED);
     state[0] = after;
+    (void)fer_core_paused(core, lane, r->cede_ns);
 }
 
 int fer_exec_run(struct fer_exec *e, struct fer_core *core, struct fer_exec_row *rows,
@@ -400,7 +403,7 @@ int fer_exec_run(struct fer_exec *e, struct fer_core *core, struct fer_exec_row 
         for (r = 0; r < n_rows; r++)
             if (rows[r].next >= rows[r].total)  /* CONTINUE with no NFE left: core and plan differ */
                 return FER_EINVAL;
-        cede(rep, n_rows);
+        cede(rep, core, rows[0].lane, n_rows);
         probe_mark(rep, 0);
         start = clock_ns(CLOCK_MONOTONIC);
         for (r = 0; r < n_rows; r++)

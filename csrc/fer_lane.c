@@ -288,8 +288,9 @@ int fer_core_prefix_done(struct fer_core *c, uint32_t lane, uint64_t now,
 
 /* §5.2 block mean: the busy span of the worker step lane's NFE ended at now, or 0 if another
  * row of the same step (same now) already reported it. Never less than the measured time (the
- * first step, and a clock read that lags another thread's). A request's turnover is taken out
- * of its first step's span and paid by its steps (fer_cost_turnover). */
+ * first step, and a clock read that lags another thread's). A pacing pause reported by
+ * fer_core_paused leaves it, and a request's turnover is taken out of its first step's span and
+ * paid by its steps (fer_cost_turnover). */
 static uint64_t step_span(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t measured)
 {
     uint32_t w = lane / c->cfg.batch_slots;
@@ -301,6 +302,15 @@ static uint64_t step_span(struct fer_core *c, uint32_t lane, uint64_t now, uint6
     *charged = now;
     span = span > measured ? span : (measured ? measured : 1);
     return fer_cost_turnover(&c->cost, &c->turnover[w], span, measured);
+}
+
+int fer_core_paused(struct fer_core *c, uint32_t lane, uint64_t pause_ns)
+{
+    FER_CHECK_ARGS(FER_LANE_OK(c, lane));
+    pthread_mutex_lock(&c->mu);
+    fer_cost_paused(&c->turnover[lane / c->cfg.batch_slots], pause_ns);
+    pthread_mutex_unlock(&c->mu);
+    return FER_OK;
 }
 
 int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_ns_measured)

@@ -621,6 +621,11 @@ class Core:
     def step(self, lane: int, now: int, nfe_ns_measured: int) -> Step:
         return Step(_check(lib.fer_core_step(self.ptr, lane, now, nfe_ns_measured)))
 
+    def paused(self, lane: int, pause_ns: int) -> None:
+        """The lane's worker paced itself for pause_ns before its next step (design.md §5.3):
+        the cost in use prices that pause, so the step's busy span (§5.2) leaves it out."""
+        _check(lib.fer_core_paused(self.ptr, lane, pause_ns))
+
     def output_space(self, lane: int) -> bool:
         return bool(_check(lib.fer_core_output_space(self.ptr, lane)))
 

@@ -175,19 +175,21 @@ class Cede:
         """Lane time ceded so far: ns x rows held."""
         return int(self.state[1])
 
-    def before_step(self, last_step_end_ns: int, rows: int) -> None:
-        """The Python loop's side of fer_exec.c's cede(): the same rule, in Python."""
+    def before_step(self, last_step_end_ns: int, rows: int) -> bool:
+        """The Python loop's side of fer_exec.c's cede(): the same rule, in Python. True when
+        it paused (the caller tells the core, as fer_exec.c does: Core.paused)."""
         if self.ns == 0:
-            return
+            return False
         now = time.monotonic_ns()
         if self.state[0] == 0 or now - last_step_end_ns >= self.ns:
             self.state[0] = now
         if now - int(self.state[0]) < self.every_ns:
-            return
+            return False
         time.sleep(self.ns * 1e-9)
         after = time.monotonic_ns()
         self.state[1] += np.uint64((after - now) * rows)
         self.state[0] = after
+        return True
 
 
 class Report:

@@ -730,7 +730,8 @@ class WorkerPool:
         call with each row's solver update, then Core.step per row (the step's cost is each
         row's NFE cost: every slot advanced one NFE in it)."""
         core, n, probe = self.core, rows.n, w.probe
-        w.cede.before_step(w.last_progress_ns, n)
+        if w.cede.before_step(w.last_progress_ns, n):
+            core.paused(int(rows.lane[0]), w.cede.ns)  # priced apart from the step (§5.3)
         t0 = time.monotonic_ns()
         if probe is not None:
             probe.mark(0)

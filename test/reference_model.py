@@ -131,7 +131,9 @@ class RefCost:
     The turnover rule (`turnover`): a worker's first step after a dispatch takes its gap (span
     minus the step's compute) out of its span into the worker's debt, unless the gap is
     stall-sized, and sets the installment to ceil(debt / the smallest NFE dispatched since the
-    last step); every step of the worker adds min(installment, debt) to its span."""
+    last step); every step of the worker adds min(installment, debt) to its span. Before that, a
+    pacing pause the worker reported since its last step (`paused`) leaves the span, at most its
+    gap: the cost in use prices the pauses on its own (§5.3)."""
 
     SUBWINDOWS = 4
     BLOCK = 16
@@ -193,9 +195,13 @@ class RefCost:
                     excess >= self.reserve - self.reserve // self.STALL_DIV)
 
     def turnover(self, t: list[int], span: int, measured: int) -> int:
-        """The span charged for a worker step; t = [debt, installment, nfe] of the worker."""
+        """The span charged for a worker step; t = [debt, installment, nfe, paused] of the
+        worker."""
         if not span:
             return 0
+        if t[3]:
+            span -= min(max(span - max(measured, 1), 0), t[3])
+            t[3] = 0
         if t[2]:
             gap = max(span - max(measured, 1), 0)
             if gap and not self.stall_sized(gap):
@@ -311,8 +317,9 @@ class RefCore:
                                    cfg.admission_reserve_ns)
         # §5.2 block mean: per worker, the instant its busy time is charged up to (0 = never)
         self.charged = [0] * cfg.workers
-        # and its turnover: [debt, installment, smallest NFE dispatched since its last step]
-        self.turnover = [[0, 0, 0] for _ in range(cfg.workers)]
+        # and its turnover: [debt, installment, smallest NFE dispatched since its last step,
+        # pacing pause reported since its last step]
+        self.turnover = [[0, 0, 0, 0] for _ in range(cfg.workers)]
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -696,6 +703,11 @@ class RefCore:
         span = now - self.charged[w] if 0 < self.charged[w] < now else 0
         self.charged[w] = now
         return self.cost.turnover(self.turnover[w], max(span, measured, 1), measured)
+
+    def paused(self, lane: int, ns: int) -> None:
+        """§5.3: the lane's worker paced itself for ns; its next span leaves that out."""
+        t = self.turnover[lane // self.cfg.batch_slots]
+        t[3] = sat(t[3] + ns)
 
     def step(self, lane: int, now: int, measured: int):
         it = self.lanes[lane]

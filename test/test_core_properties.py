@@ -102,6 +102,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("cost"), st.sampled_from([0, 1]), st.sampled_from([40, 400, 2000])),
     st.tuples(st.just("fair"), st.integers(0, 1)),  # §7.1: fair_share and client_weights live
     st.tuples(st.just("weights"), st.integers(0, len(WEIGHTS) - 1)),
+    st.tuples(st.just("pause"), st.integers(0, LANES - 1), st.sampled_from([10, 100, 400])),
 ), min_size=40, max_size=120)
 
 
@@ -207,6 +208,13 @@ def run_sequence(cfg: dict, program: list) -> None:
                 kind = op[0]
             if kind == "advance":
                 now = min(now + op[1], U64)
+            elif kind == "pause":  # §5.3: a worker paces itself (time passes, the core is told)
+                _, lane, ns = op
+                if lane >= model.nlanes:
+                    continue
+                now = min(now + ns, U64)
+                core.paused(lane, ns)
+                model.paused(lane, ns)
             elif kind == "wstep":  # one batched step: each steppable row of worker w, same now
                 _, w, dt = op
                 if w >= cfg["workers"]:
@@ -331,7 +339,8 @@ def test_admission_heavy_sequences_match_reference(workers, nfe, program, cost_m
 # charged from the worker's last step, its last prefix pass or the arrival of work it takes
 # while idle), checked against the reference at every op, windows short enough to age blocks out.
 # With a reserve, the stall rule: an advance between a busy worker's steps is a stall, one or
-# several in a window, and a 20,000 ns deadline is a promise longer than a 2,000 ns window.
+# several in a window, and a 20,000 ns deadline is a promise longer than a 2,000 ns window. A
+# pause (§5.3's pacing, reported) leaves its span, at most its gap, before the turnover rule.
 flow_submit = st.tuples(st.just("submit"), st.integers(0, 3), st.integers(0, 10_000), st.just(0),
                         st.just(0), st.just(0), st.just(0),
                         st.sampled_from([None, None, None, 2_000, 20_000]), st.integers(1, 6))
@@ -341,6 +350,7 @@ flow_ops = st.lists(st.one_of(
     st.tuples(st.just("wstep"), st.integers(0, 1), st.sampled_from([10, 50, 100, 150])),
     st.tuples(st.just("wstep"), st.integers(0, 1), st.sampled_from([10, 50, 100, 150])),
     st.tuples(st.just("advance"), st.sampled_from([0, 20, 100, 400])),
+    st.tuples(st.just("pause"), st.integers(0, 5), st.sampled_from([10, 60, 400])),
 ), min_size=150, max_size=300)
 
 

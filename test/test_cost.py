@@ -171,6 +171,40 @@ def test_time_between_steps_of_busy_workers_is_charged():
         assert (k.quantile_tail_ns, k.block_mean_ns, k.in_use_ns) == (FLOOR, 300_000, 300_000)
 
 
+def test_a_pacing_pause_is_left_out_of_the_span_but_its_overrun_is_not():
+    # §5.3: a real-time worker pauses 500 us after every 7.5 ms of compute, and the cost in use
+    # prices that (fer_with_cede). Charged to the span as well, a pause would add 500 us / 16 to
+    # the block holding it. Reported (Core.paused), only what the sleep overran stays: a wake-up
+    # 40 us late is 40 us of the host's, so the block mean prices it like any other gap.
+    pause = 500_000
+    for late, charged in ((0, FLOOR), (40_000, FLOOR + 40_000 // 16)):
+        with make() as c:
+            lane = Lane(c)
+            lane.nfe(FLOOR)  # the request's first step
+            for _ in range(4):
+                lane.nfe(FLOOR, 15)
+                lane.now += pause + late
+                c.paused(0, pause)
+                lane.nfe(FLOOR)
+            k = c.cost_stats(lane.now)
+            assert (k.quantile_tail_ns, k.block_mean_ns) == (FLOOR, charged)
+    with make() as c:  # unreported, the same pauses cost their block a sixteenth each
+        lane = Lane(c)
+        lane.nfe(FLOOR)
+        for _ in range(4):
+            lane.nfe(FLOOR, 15)
+            lane.now += pause
+            lane.nfe(FLOOR)
+        assert c.cost_stats(lane.now).block_mean_ns == FLOOR + pause // 16
+    with make() as c:  # a pause never takes a step's compute out: at most its gap
+        lane = Lane(c)
+        lane.nfe(FLOOR, 17)
+        for _ in range(16):
+            c.paused(0, pause)
+            lane.nfe(FLOOR)
+        assert c.cost_stats(lane.now).block_mean_ns == FLOOR
+
+
 # ---- the stall rule: one reserve-sized stall per window is the reserve's, not the block mean's --
 
 RESERVE = 5_000_000  # admission_reserve_ns: a stall is an excess of at least RESERVE / 2

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from rt_helpers import CPUS, needs_fifo
 
 from flowedge_relay import realtime as rt
-from flowedge_relay.core import Code, Core, Decision, Request
+from flowedge_relay.core import Code, Core, CostModel, Decision, Request
 from flowedge_relay.model import FlowSampler, default_model_path, load_model, make_session
 from flowedge_relay.workers import WorkerPool, p50_p99
 from flowedge_relay_tools.models import detour_task as task
@@ -339,6 +339,24 @@ def test_a_pacing_worker_cedes_between_steps_on_either_loop(model, reference, nf
     assert out.code == Code.INFERENCE and out.nfe_done == 4
     assert out.actions.tobytes() == reference.sample(OBS[1], 5, 4).tobytes()
     assert info["ceded_ns"] >= 3 * cede and out.compute_ns >= 3 * cede
+
+
+@pytest.mark.parametrize("nfe_loop", ["auto", "python"])
+def test_a_pacing_workers_pauses_stay_out_of_the_block_mean(model, nfe_loop):
+    """docs/design.md §5.2 / §5.3: the cost in use prices the pauses (fer_with_cede), so the
+    loop tells the core of each one and the block mean leaves it out. A 20 ms pause before each
+    of 16 steps would put the block mean at 20 ms or more; without it the block holds the steps'
+    compute and what the sleeps overran, far less on any host."""
+    cede = 20 * MS
+    with make_core(cost_model=CostModel.ADAPTIVE, nfe_ns=1) as core, \
+            WorkerPool(core, model, workers=1, nfe_loop=nfe_loop, cede_ns=cede,
+                       cede_every_ns=1) as pool:
+        submit(core, request(b"a", 1, nfe=17, seed=5))
+        (out,) = collect(core, 1)
+        (info,) = pool.worker_info()
+        k = core.cost_stats(time.monotonic_ns())
+    assert out.code == Code.INFERENCE and info["ceded_ns"] >= 16 * cede
+    assert 0 < k.block_mean_ns < cede // 2
 
 
 def test_a_worker_that_never_cedes_counts_nothing(model):

@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="PRIO",
                         help="--realtime: this process's threads (the producer "
                              "and the answers' subscriber, its DDS threads included) run at "
-                             "SCHED_FIFO PRIO, as a robot runs the controller that waits for the "
+                             "SCHED_FIFO PRIO on the --rt-intake-cpus, as a robot runs the "
+                             "controller that waits for the "
                              f"answers (default {RT_CLIENT_PRIORITY}; 0: normal scheduling, so a "
                              "starved client shows as late answers the relay published in time)")
     parser.add_argument("--rt-dds", action="store_true",
@@ -76,27 +77,38 @@ def latency_text(found: dict | None) -> str:
 def realtime_client(args: argparse.Namespace):
     """--realtime: every thread of this process (the client's executor, the sender threads the
     calibration and the trace start from the main thread, and its DDS threads) at SCHED_FIFO
-    --rt-client-priority until exit; the hogs set themselves back to normal scheduling (noise.py).
-    Yields what it set, said in the report's client_mode."""
+    --rt-client-priority on the intake CPUs until exit; the hogs set themselves back to normal
+    scheduling (noise.py). Yields what it set, said in the report's client_mode.
+
+    Why not on the workers' CPUs: a paced worker hands the normal tasks their share of its CPU
+    (docs/design.md §5.3), and a real-time client there takes that share first, so the kernel's
+    fair server takes it back from the worker as one ~50 ms stop a second, which the relay's
+    promises and its adaptive cost model then pay (measured with --rtc at 2x and 3x: 20 steps
+    stopped 10-58 ms in 72 s, none once the client left the workers' CPU). A robot's controller
+    does not run on the CPU the relay's workers are given either."""
     prio = getattr(args, "rt_client_priority", 0)
     if not args.realtime or prio <= 0:
         yield "normal scheduling"
         return
+    cpus = args.rt_intake_cpus
     tids = [int(t) for t in os.listdir("/proc/self/task")]
-    done = []
+    done: list[tuple[int, set[int]]] = []
     try:
         for tid in tids:
             try:
+                was = os.sched_getaffinity(tid)
                 os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(prio))
-                done.append(tid)
+                os.sched_setaffinity(tid, cpus)
+                done.append((tid, was))
             except OSError:
                 pass  # a thread that ended meanwhile, or no CAP_SYS_NICE: said below
-        yield (f"SCHED_FIFO {prio}, {len(done)} of {len(tids)} threads" if done
+        yield (f"SCHED_FIFO {prio} on CPUs {cpus}, {len(done)} of {len(tids)} threads" if done
                else f"normal scheduling (SCHED_FIFO {prio} refused)")
     finally:
-        for tid in done:
+        for tid, was in done:
             try:
                 os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+                os.sched_setaffinity(tid, was)
             except OSError:
                 pass
 
