@@ -893,6 +893,8 @@ class RelayNode(LifecycleNodeMixin, Node):
             core.set_cost_model(k["cost_model"], k["cost_window_ns"], k["cost_quantile_ppm"])
         if "fault_nfe_delay_ms" in names and pool is not None:
             pool.fault_nfe_delay_ns = int(get("fault_nfe_delay_ms") * MS)
+        if "pool_spill" in names and self.relay_pool is not None:
+            self.relay_pool.set_spill(get("pool_spill"))
 
     # -- what tools may read (drill, stress, bench, tests): the node's public surface ----------
 
