@@ -46,7 +46,8 @@ LEASE_MS = 2000
 RELAYS = 3
 NFE_DELAY_MS = 50  # x 4 NFE: a request holds its worker 200 ms, so a burst stays queued
 STATS_HZ = 20.0  # the takeover counter is read from flowedge/stats, 50 ms apart
-TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/model")
+TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/pool/spill",
+          "flowedge/model")
 
 
 def relay_args(i: int) -> list[str]:

@@ -17,7 +17,16 @@ import pytest
 from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, PoolSpill
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pool_reference import Member, RefStandby, fnv1a64, key_of, mix64, ranking
+from pool_reference import (
+    Bound,
+    Member,
+    RefStandby,
+    fnv1a64,
+    key_of,
+    mix64,
+    ranking,
+    spill_target,
+)
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message, serialize_message
 
@@ -392,6 +401,32 @@ def spill_pair(spill_bytes: int = 1 << 20) -> tuple[Member_, Member_, str]:
     sid = session_where(owner.pool, PoolRole.OWNER)
     assert owner.decide(request_cdr(sid, 1, deadline_ms=5000)) == (None, Decision.ACCEPTED)
     return owner, target, sid
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 6), sid=st.binary(min_size=1, max_size=16), nfe=st.integers(1, 16),
+       slack_ms=st.sampled_from([0, 1, 5, 50, 500]), data=st.data())  # fmt: skip
+def test_the_spill_target_is_the_references(n, sid, nfe, slack_ms, data):
+    """Which member an owner may spill a request to: the reference model's choice (the
+    successor, by its announced bound against the request's slack), over random views, bounds
+    and deadlines; a request this member does not own is never spilled."""
+    me = Pool("probe-self", spill_bytes=1 << 16)
+    me.set_spill(True)
+    keys = [me.key] + [pool_key(f"m{i}") for i in range(n)]
+    bounds = {k: Bound(data.draw(st.integers(0, 3)), data.draw(st.sampled_from([0, MS, 5 * MS])),
+                       data.draw(st.sampled_from([0, 2 * MS])), data.draw(st.integers(0, 5)))
+              for k in keys[1:]}  # fmt: skip
+    view = [Member(k, (DIGEST,)) for k in keys]
+    me.set_view([PoolViewMember(k, (DIGEST,), relay_id=f"m{k}", **(
+        {"workers": bounds[k].workers, "nfe_ns": bounds[k].nfe_ns,
+         "admission_reserve_ns": bounds[k].admission_reserve_ns,
+         "queue_depth": bounds[k].queue_depth} if k in bounds else {})) for k in keys])
+    deadline = ROS + slack_ms * MS if slack_ms else 0
+    expected = spill_target(view, bounds, me.key, sid, DIGEST, 0, nfe, deadline, ROS)
+    owner, successor = me.ranking(sid, DIGEST, 0)
+    got = successor if owner == me.key and me.spill_fits(successor, nfe, deadline, ROS,
+                                                         100) else 0
+    assert got == expected
 
 
 def test_an_owner_at_capacity_hands_the_request_to_its_successor_who_answers_once():

@@ -76,7 +76,8 @@ from flowedge_relay_tools.bench.tables import VERDICT, format_rows, percent
 from flowedge_relay_tools.harness import load_served, spinning, wait_for, wait_for_relay
 
 #: the pool's topics every member shares (launch/pool.launch.py remaps the same four)
-TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/model")
+TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/pool/spill",
+          "flowedge/model")
 TARGETS = {"missing": 0, "duplicated": 0, "on_time_among_admitted": 0.999,
            "takeover_over_lease_ms": 100, "moved_over_fair_share": 0.10}  # fmt: skip
 NFE_RANGE = (4, 16)  # NFE per request of the robot-like load
