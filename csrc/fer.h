@@ -376,7 +376,7 @@ int fer_core_get_config(struct fer_core *core, struct fer_config *out);
 
 /* ---- request thread ---------------------------------------------------------------------------
  * Decides on req in docs/design.md §4 order at time now. Returns FER_ACCEPTED, FER_REJECTED_*,
- * FER_EXPIRED, FER_COALESCED, or FER_EINVAL for input that validation should have discarded
+ * FER_EXPIRED, FER_COALESCED, FER_SPILLED (req.spill only), or FER_EINVAL for input that validation should have discarded
  * (session id too long, remaining_nfe 0 or > max_nfe, retry_reason out of range; not counted).
  * Rejections and any displaced / pruned / drained work are pushed to ring 0. With no alive lane,
  * a request is REJECTED_CAPACITY (REJECTED_DEADLINE if the admission test would judge it). */

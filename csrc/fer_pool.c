@@ -565,10 +565,21 @@ void fer_pool_set_wake(struct fer_pool *p, int fd)
         __atomic_store_n(&p->wake_fd, fd, __ATOMIC_RELEASE);
 }
 
+/* Ring the intake loop's doorbell (after a takeover or a handover was posted). */
+static void ring(struct fer_pool *p)
+{
+    int fd = __atomic_load_n(&p->wake_fd, __ATOMIC_ACQUIRE);
+
+    if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t rc = write(fd, &one, sizeof(one));
+
+        (void)rc;
+    }
+}
+
 int fer_pool_takeover(struct fer_pool *p, uint64_t dead_key)
 {
-    int fd;
-
     if (p == NULL)
         return FER_EINVAL;
     pthread_mutex_lock(&p->mu);
@@ -579,13 +590,7 @@ int fer_pool_takeover(struct fer_pool *p, uint64_t dead_key)
     p->posted[p->n_posted++] = dead_key;
     __atomic_store_n(&p->pending, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&p->mu);
-    fd = __atomic_load_n(&p->wake_fd, __ATOMIC_ACQUIRE);
-    if (fd >= 0) {
-        uint64_t one = 1;
-        ssize_t rc = write(fd, &one, sizeof(one)); /* the intake loop's doorbell */
-
-        (void)rc;
-    }
+    ring(p);
     return FER_OK;
 }
 
@@ -1215,7 +1220,6 @@ int fer_pool_spill_in(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint
 {
     struct handover h;
     uint8_t *at;
-    int fd;
 
     if (p == NULL || cdr == NULL || parse_handover(cdr, len, &h) != 0)
         return FER_EINVAL;
@@ -1231,13 +1235,7 @@ int fer_pool_spill_in(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint
     pthread_mutex_unlock(&p->mu);
     if (at == NULL)
         return FER_EFULL;
-    fd = __atomic_load_n(&p->wake_fd, __ATOMIC_ACQUIRE);
-    if (fd >= 0) {
-        uint64_t one = 1;
-        ssize_t rc = write(fd, &one, sizeof(one)); /* the intake loop's doorbell */
-
-        (void)rc;
-    }
+    ring(p);
     return 1;
 }
 
