@@ -913,6 +913,9 @@ uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, voi
                 continue;
             }
             bump(&p->c.taken_over_requests, 1);
+            /* decided here now: a handover of it that comes later is not decided again */
+            p->answered[fingerprint(x->sid_hash, x->sequence) & p->mask] =
+                fingerprint(x->sid_hash, x->sequence);
             if (x->spilled) /* handed to the dead member: answered here, never spilled again */
                 bump(&p->c.spill_back, 1);
             fn(ctx, p->arena + x->off, x->len, x->arrival_ns);
@@ -1239,6 +1242,15 @@ int fer_pool_spill_in(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint
     return 1;
 }
 
+/* Whether an answer to (session id, sequence) was seen or given here (the early-answer filter) */
+static int answered_already(const struct fer_pool *p, const uint8_t *sid, uint32_t sid_len,
+                            uint64_t sequence)
+{
+    uint64_t fp = fingerprint(fer_pool_hash(sid, sid_len), sequence);
+
+    return p->answered[fp & p->mask] == fp;
+}
+
 uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx)
 {
     uint64_t done = 0, len, stamp;
@@ -1256,8 +1268,11 @@ uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *
             break;
         /* rec stays put until popped: writers only fill free space */
         if (parse_handover(rec, len, &h) != 0 ||
-            h.stamp < __atomic_load_n(&p->excluded_before, __ATOMIC_ACQUIRE)) {
-            /* made before this member's own stall: its owner took it back on the death it saw */
+            h.stamp < __atomic_load_n(&p->excluded_before, __ATOMIC_ACQUIRE) ||
+            answered_already(p, h.sid, h.sid_len, h.sequence)) {
+            /* made before this member's own stall (its owner took it back on the death it
+             * saw), or answered already: by this member's takeover of the owner, which died
+             * after handing it over, or by another member */
             bump(&p->c.spill_dropped, 1);
         } else {
             /* this member's own copy goes (a takeover must not decide it again), a later copy

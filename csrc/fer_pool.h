@@ -120,8 +120,9 @@ struct fer_pool_counters {
     uint64_t spilled_out;             /* handed over to the successor instead of answered */
     uint64_t spilled_in;              /* handovers to this member, decided here */
     uint64_t spill_ignored;           /* handovers that named another member (not counted in) */
-    uint64_t spill_dropped;           /* handovers not decided: malformed, or made before this
-                                       * member's own stall (its owner answers those) */
+    uint64_t spill_dropped;           /* handovers not decided: malformed, made before this
+                                       * member's own stall (its owner answers those), or of a
+                                       * request answered already (a takeover here decided it) */
     uint64_t spill_back;              /* spilled requests the owner answered itself on its
                                        * target's death (also in taken_over_requests) */
 };
@@ -216,7 +217,8 @@ int fer_pool_standby_snapshot(struct fer_pool *pool, uint64_t *sid_hash, uint64_
  * names it, and on the target's death (fer_pool_takeover of its key) decides it itself, with
  * no second spill. The target decides a handover's request bytes as an arrival (age gate,
  * admission, expiry) and answers whatever the outcome; its own standby copy of the request goes,
- * and a later copy is filtered, so its takeovers never decide it again.
+ * and a later copy is filtered, so its takeovers never decide it again; a handover of a request
+ * a takeover here decided already (its owner died after handing it over) is dropped.
  * set_spill: any thread; 0 (a new pool's) = the owner answers REJECTED_CAPACITY itself.
  * spill_fits: the deciding thread: 1 when a request (remaining_nfe, deadline ROS ns, 0 = none)
  *   may be handed to target_key now: spill on, the target in the view with workers > 0 and its

@@ -514,6 +514,25 @@ def test_the_owner_answers_a_spilled_request_once_when_its_target_dies():
     assert owner.service(7100) == 0 and owner.core.pop_outcomes() == []
 
 
+def test_a_handover_after_the_targets_takeover_of_its_owner_is_not_decided_again():
+    """The owner hands a request over and dies before the target reads the handover: the
+    target's takeover of the owner decides its own copy; the handover, read after, is dropped
+    (counted spill_dropped), so the request is answered once."""
+    owner, target, sid = spill_pair()
+    cdr = request_cdr(sid, 2, deadline_ms=5000)
+    assert target.decide(cdr) == (STANDBY, None)
+    assert owner.decide(cdr) == (SPILLED, None)
+    handover = owner.pool.spill_next(0)
+    target.pool.set_view([PoolViewMember(target.pool.key, (DIGEST,))])
+    target.pool.takeover(owner.pool.key)
+    assert target.service(1) == 1
+    assert target.pool.spill_in(handover, MONO) == 1
+    assert target.service(2) == 0
+    assert [q.sequence for q in target.core.queue_snapshot()] == [2]  # once
+    c = target.pool.counters()
+    assert (c.taken_over_requests, c.spilled_in, c.spill_dropped) == (1, 0, 1)
+
+
 def test_handover_boxes_are_bounded_and_keep_their_order_across_the_wrap():
     """The out box holds at most what its bytes allow: with no room the owner answers itself
     (nothing is handed over that cannot be published); records come out in order across the
