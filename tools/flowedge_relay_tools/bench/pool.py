@@ -869,6 +869,13 @@ def spill(args, size, params: dict, capacity_rps: float, lease_ms: int,
                                   for i in after if i != 0),
                 "outcomes": outcomes, "on_time_among_admitted": outcomes["on_time_among_admitted"],
                 "goodput_per_s": outcomes.get("on_time", 0) / seconds,
+                # a member the host starved for a lease is taken over (§13.2's named windows)
+                **{k: sum(getattr(after[i], k) - getattr(before[i], k) for i in after)
+                   for k in ("takeovers", "taken_over_requests", "surrendered")},
+                "duplicate_detail": [
+                    {"session": key[0], "sequence": key[1],
+                     "answers": [(g.relay_id, g.epoch, g.code) for g in v]}
+                    for key, v in list(led["duplicated"].items())[:3]],
                 "load_s": seconds, "send_behind_max_ms": load.behind_max_ns / MS,
             }  # fmt: skip
             bar.advance()
@@ -1029,7 +1036,11 @@ def table(report: dict) -> str:
                      f"(queue {s['queue_capacity']}, slack {s['slack_ms'][0]:g}-"
                      f"{s['slack_ms'][1]:g} ms); answered by the owner "
                      f"{s[key]['answered_by_owner']}, by the others "
-                     f"{s[key]['answered_by_others']}; outcomes {s[key]['outcomes']}")
+                     f"{s[key]['answered_by_others']}; takeovers {s[key]['takeovers']} "
+                     f"({s[key]['taken_over_requests']} requests), surrendered "
+                     f"{s[key]['surrendered']}; outcomes {s[key]['outcomes']}")
+        for d in s[key]["duplicate_detail"]:
+            lines.append(f"    duplicate {d['session']}#{d['sequence']}: {d['answers']}")
     if k is None:  # --spill-only
         return "\n".join(lines)
     lines.append(f"(a) takeover counter per survivor, moved between its stats stamps (ms after "
