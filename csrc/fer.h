@@ -83,6 +83,8 @@
 /* ---- decisions returned by fer_core_submit: an outcome code, or one of these ---------------- */
 #define FER_ACCEPTED 0
 #define FER_COALESCED 6 /* after every outcome code */
+#define FER_SPILLED 7   /* req.spill set: it would be REJECTED_CAPACITY; nothing emitted, the
+                         * pool hands it to the session's successor (docs/design.md §13.5) */
 
 /* ---- fer_core_step results ------------------------------------------------------------------- */
 #define FER_STEP_CONTINUE 0
@@ -182,7 +184,9 @@ struct fer_request {
     uint64_t prefix_start_ros_ns;        /* echoed back untouched (chunk_start) */
     uint64_t action_period_ns;           /* time per action row */
     uint32_t prefix_rows;                /* 0 = a plain request */
-    uint32_t _pad;
+    uint32_t spill;                      /* a pool owner's spill (docs/design.md §13.5): 1 makes
+                                          * a REJECTED_CAPACITY (reason capacity) FER_SPILLED,
+                                          * unanswered and changing nothing; 0 = today's */
     const float *observation;            /* obs_dim floats; copied, not retained */
     char client_id[FER_SESSION_ID_MAX];  /* §7.1: whose request; client_id_len 0 = session_id */
     uint32_t client_id_len;              /* 0..FER_SESSION_ID_MAX */
@@ -372,7 +376,7 @@ int fer_core_get_config(struct fer_core *core, struct fer_config *out);
 
 /* ---- request thread ---------------------------------------------------------------------------
  * Decides on req in docs/design.md §4 order at time now. Returns FER_ACCEPTED, FER_REJECTED_*,
- * FER_EXPIRED, FER_COALESCED, or FER_EINVAL for input that validation should have discarded
+ * FER_EXPIRED, FER_COALESCED, FER_SPILLED (req.spill only), or FER_EINVAL for input that validation should have discarded
  * (session id too long, remaining_nfe 0 or > max_nfe, retry_reason out of range; not counted).
  * Rejections and any displaced / pruned / drained work are pushed to ring 0. With no alive lane,
  * a request is REJECTED_CAPACITY (REJECTED_DEADLINE if the admission test would judge it). */

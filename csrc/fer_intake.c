@@ -451,10 +451,10 @@ static int discard(struct fer_intake *in, uint32_t reason)
 
 /* A pool member's check, right after the header fields are parsed and before any copy: 1 with
  * *decision set when another member owns the request (kept in standby when this one is its
- * successor), 0 when this member decides it. */
+ * successor), 0 when this member decides it (*successor: the request's successor, 0 = none). */
 static int not_owned(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
                      const struct fer_request_view *v, uint64_t now_mono, int64_t now_ros,
-                     int32_t *decision)
+                     int32_t *decision, uint64_t *successor)
 {
     int64_t origin = stamp_ok(v->origin_sec, v->origin_nanosec)
                      ? (int64_t)stamp_ns(v->origin_sec, v->origin_nanosec) : 0;
@@ -464,7 +464,7 @@ static int not_owned(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
                            memcmp(v->model_digest, in->cfg.digest, in->cfg.digest_len) == 0
                            ? in->digest_hash : fer_pool_hash(v->model_digest, v->model_digest_len);
     int role = fer_pool_route(in->pool, v->session_id, v->session_id_len, digest_hash, origin,
-                              now_mono, 1, &owner, NULL);
+                              now_mono, 1, &owner, successor);
 
     if (role == FER_POOL_OWNER || role == FER_POOL_UNOWNED)
         return 0;
@@ -488,7 +488,7 @@ static int decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len, uint6
 {
     struct fer_request_view v;
     struct fer_request r;
-    uint64_t deadline_ros, origin_ros;
+    uint64_t deadline_ros, origin_ros, successor = 0;
     uint32_t reason;
     int rc;
 
@@ -496,7 +496,7 @@ static int decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len, uint6
     if (pooled)
         bump(&in->counters.received);
     if (pooled && in->pool != NULL && fer_request_parse_head(cdr, len, &v) == 0 &&
-        not_owned(in, cdr, len, &v, now_mono, now_ros, decision))
+        not_owned(in, cdr, len, &v, now_mono, now_ros, decision, &successor))
         return FER_REASON_NONE;
     if (fer_request_parse(cdr, len, &v) != 0)
         return discard(in, FER_REASON_REQUEST_MALFORMED);
@@ -529,7 +529,19 @@ static int decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len, uint6
         r.prefix_start_ns = instant_mono(r.prefix_start_ros_ns, now_ros, now_mono);
         r.action_period_ns = stamp_ns(v.action_period_sec, v.action_period_nanosec);
     }
+    /* a pool owner's spill (docs/design.md §13.5): a would-be REJECTED_CAPACITY is handed to
+     * the successor when its announced bound fits; a re-decision (pooled 0) never spills */
+    r.spill = successor != 0 &&
+              fer_pool_spill_fits(in->pool, successor, v.remaining_nfe, (int64_t)deadline_ros,
+                                  now_ros, len);
     rc = fer_core_submit(in->core, &r, now_mono);
+    if (rc == FER_SPILLED &&
+        fer_pool_spill_out(in->pool, cdr, len, successor, (const uint8_t *)v.session_id,
+                           v.session_id_len, v.sequence, v.generation, arrival_mono,
+                           r.deadline_ns, now_mono) != FER_OK) {
+        r.spill = 0; /* no room after all (fits saw it): answered here, as without spill */
+        rc = fer_core_submit(in->core, &r, now_mono);
+    }
     if (rc < 0)
         return discard(in, FER_REASON_CORE_REFUSED);
     if (rc < 8)
@@ -599,6 +611,7 @@ int fer_intake_pool_service(struct fer_intake *in, uint64_t now_mono, int64_t no
     in->svc_mono = now_mono;
     in->svc_ros = now_ros;
     n = fer_pool_run_takeovers(in->pool, redecide, in);
+    n += fer_pool_run_spills(in->pool, redecide, in);
     fer_pool_tick(in->pool, now_mono);
     return n > INT32_MAX ? INT32_MAX : (int)n;
 }

@@ -239,16 +239,19 @@ int fer_request_parse_head(const uint8_t *buf, uint64_t len, struct fer_request_
  * A relay pool (fer_pool.h; docs/design.md §13). set_pool: every request decide takes from then
  *   on is first checked for ownership, right after the header fields are parsed and before any
  *   copy: FER_REASON_NONE with *decision FER_INTAKE_NOT_OWNER or FER_INTAKE_STANDBY when another
- *   member owns it. NULL (the default) is today's intake. Set it before the intake is routed to;
- *   the pool outlives the intake.
+ *   member owns it; with spill on (fer_pool_set_spill), *decision FER_SPILLED when this owner
+ *   handed it to its successor (fer_pool_spill_out) instead of answering REJECTED_CAPACITY.
+ *   NULL (the default) is today's intake. Set it before the intake is routed to; the pool
+ *   outlives the intake.
  * pool_service: the deciding thread: run the takeovers posted with fer_pool_takeover (every
  *   standby entry of a dead owner decided as an arrival, its arrival time kept: an unset
- *   origin_stamp ages from it; a request past its deadline is answered EXPIRED), then drop
- *   expired standby entries. Returns the requests re-decided (>= 0), FER_EINVAL. The intake loop
+ *   origin_stamp ages from it; a request past its deadline is answered EXPIRED), then the
+ *   handovers to this member (fer_pool_spill_in: each request decided as an arrival, never
+ *   spilled again), then drop expired standby entries. Returns the requests re-decided (>= 0), FER_EINVAL. The intake loop
  *   calls it on every pass with a pool set; tests and the bench call it themselves.
  * loop_set_pool: the loop's pool, before run: subscriptions at index >= answers_from carry
  *   flowedge/actions (fer_pool_answer), the rest requests; the loop is woken by
- *   fer_pool_takeover and serves the pool through the intake it is routed to. NULL: none.
+ *   fer_pool_takeover and fer_pool_spill_in and serves the pool through the intake it is routed to. NULL: none.
  */
 int fer_intake_set_pool(struct fer_intake *in, struct fer_pool *pool);
 int fer_intake_pool_service(struct fer_intake *in, uint64_t now_mono, int64_t now_ros);

@@ -591,6 +591,8 @@ int fer_pool_route(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uin
                    int64_t origin_ns, uint64_t now_ns, uint32_t count, uint64_t *owner_key,
                    uint64_t *successor_key);
 uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx);
+/* the deciding thread: decide every queued handover to this member (fer_pool_spill_in) */
+uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx);
 void fer_pool_tick(struct fer_pool *p, uint64_t now_ns);
 void fer_pool_set_wake(struct fer_pool *p, int fd);
 

@@ -81,6 +81,24 @@ struct pool_entry {
     uint64_t off, len, span;
     uint32_t live;
     int32_t next;                        /* hash chain: index of the next entry, -1 = end */
+    uint32_t spilled;                    /* a request this member handed to owner_key (§13.5) */
+    uint32_t _pad;
+};
+
+/* A box of handovers (docs/design.md §13.5): records in arrival order in a ring arena of cap
+ * bytes (a multiple of BOX_ALIGN), each a struct box_rec then len bytes, padded to BOX_ALIGN; a
+ * record that does not fit before the end wraps to 0 behind a marker (len BOX_WRAP) that spans
+ * the tail. Invariant: used bytes from head on (mod cap) hold n records and their markers;
+ * n <= FER_POOL_SPILL_SLOTS. Under the pool's mu. */
+#define BOX_ALIGN 16u
+#define BOX_WRAP UINT64_MAX
+struct box_rec {
+    uint64_t len, stamp;
+};
+struct spill_box {
+    uint8_t *buf;
+    uint64_t cap, head, used;
+    uint32_t n;
 };
 
 /*
@@ -121,6 +139,8 @@ struct fer_pool {
     uint64_t *answered;                  /* early-answer filter, mask + 1 fingerprints */
     uint8_t *arena;
     uint64_t arena_cap, a_head, a_used;
+    uint32_t spill_on;                   /* fer_pool_set_spill (relaxed) */
+    struct spill_box out, in;            /* handovers to publish / to decide, under mu */
 };
 
 /* the deciding thread's clock, for the owned_sessions estimate (read by any thread) */
@@ -169,8 +189,13 @@ int fer_pool_create(const struct fer_pool_config *cfg, struct fer_pool **out)
     p->arena = malloc(cfg->standby_bytes);
     p->memo = calloc(POOL_MEMO, sizeof(*p->memo));
     p->arena_cap = cfg->standby_bytes;
+    p->out.cap = p->in.cap = cfg->spill_bytes / BOX_ALIGN * BOX_ALIGN;
+    if (p->out.cap) {
+        p->out.buf = malloc(p->out.cap);
+        p->in.buf = malloc(p->in.cap);
+    }
     if (p->e == NULL || p->bucket == NULL || p->answered == NULL || p->arena == NULL ||
-        p->memo == NULL) {
+        p->memo == NULL || (p->out.cap && (p->out.buf == NULL || p->in.buf == NULL))) {
         fer_pool_destroy(p);
         return FER_ENOMEM;
     }
@@ -193,6 +218,8 @@ void fer_pool_destroy(struct fer_pool *p)
     free(p->answered);
     free(p->arena);
     free(p->memo);
+    free(p->out.buf);
+    free(p->in.buf);
     free(p);
 }
 
@@ -538,10 +565,21 @@ void fer_pool_set_wake(struct fer_pool *p, int fd)
         __atomic_store_n(&p->wake_fd, fd, __ATOMIC_RELEASE);
 }
 
+/* Ring the intake loop's doorbell (after a takeover or a handover was posted). */
+static void ring(struct fer_pool *p)
+{
+    int fd = __atomic_load_n(&p->wake_fd, __ATOMIC_ACQUIRE);
+
+    if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t rc = write(fd, &one, sizeof(one));
+
+        (void)rc;
+    }
+}
+
 int fer_pool_takeover(struct fer_pool *p, uint64_t dead_key)
 {
-    int fd;
-
     if (p == NULL)
         return FER_EINVAL;
     pthread_mutex_lock(&p->mu);
@@ -552,13 +590,7 @@ int fer_pool_takeover(struct fer_pool *p, uint64_t dead_key)
     p->posted[p->n_posted++] = dead_key;
     __atomic_store_n(&p->pending, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&p->mu);
-    fd = __atomic_load_n(&p->wake_fd, __ATOMIC_ACQUIRE);
-    if (fd >= 0) {
-        uint64_t one = 1;
-        ssize_t rc = write(fd, &one, sizeof(one)); /* the intake loop's doorbell */
-
-        (void)rc;
-    }
+    ring(p);
     return FER_OK;
 }
 
@@ -640,6 +672,11 @@ static int arena_fit(const struct fer_pool *p, uint64_t len, uint64_t *off, uint
     return len <= p->a_head - tail;
 }
 
+/* Keep a request (session hash h, sequence) for owner_key; spilled: handed to it (§13.5). */
+static void keep(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint64_t h,
+                 uint64_t sequence, uint64_t owner_key, uint64_t arrival_ns,
+                 uint64_t deadline_ns, uint64_t now_ns, uint32_t spilled);
+
 int fer_pool_standby_put(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
                          uint64_t owner_key, uint64_t arrival_ns, uint64_t deadline_ns,
                          uint64_t now_ns)
@@ -647,9 +684,7 @@ int fer_pool_standby_put(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
     struct fer_cdr_reader r = fer_cdr_open(cdr, len);
     const uint8_t *sid;
     uint32_t sid_len;
-    uint64_t sequence, h, fp, off, skip;
-    struct pool_entry *x;
-    int32_t idx, *chain;
+    uint64_t sequence;
 
     if (p == NULL || cdr == NULL)
         return FER_EINVAL;
@@ -657,16 +692,28 @@ int fer_pool_standby_put(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
     sequence = fer_cdr_get_u64(&r);
     if (!r.ok)
         return FER_EINVAL;
-    h = fer_pool_hash(sid, sid_len);
+    keep(p, cdr, len, fer_pool_hash(sid, sid_len), sequence, owner_key, arrival_ns, deadline_ns,
+         now_ns, 0);
+    return FER_OK;
+}
+
+static void keep(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint64_t h,
+                 uint64_t sequence, uint64_t owner_key, uint64_t arrival_ns,
+                 uint64_t deadline_ns, uint64_t now_ns, uint32_t spilled)
+{
+    uint64_t fp, off, skip;
+    struct pool_entry *x;
+    int32_t idx, *chain;
+
     fp = fingerprint(h, sequence);
     saw_now(p, now_ns);
     if (p->answered[fp & p->mask] == fp) { /* its answer came first */
         bump(&p->c.answers_early, 1);
-        return FER_OK;
+        return;
     }
     if (len > p->arena_cap) {
         bump(&p->c.standby_evicted, 1);
-        return FER_OK;
+        return;
     }
     pop_dead(p);
     while (p->count == p->cfg.standby_entries || !arena_fit(p, len, &off, &skip))
@@ -677,14 +724,13 @@ int fer_pool_standby_put(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
     memcpy(p->arena + off, cdr, len);
     p->a_used += skip + len;
     *x = (struct pool_entry){h, sequence, owner_key, arrival_ns, deadline_ns, off, len,
-                             skip + len, 1, -1};
+                             skip + len, 1, -1, spilled, 0};
     chain = &p->bucket[(h ^ sequence) & p->mask];
     x->next = *chain;
     *chain = idx;
     bump(&p->c.standby_stored, 1);
     gauge32(&p->c.standby_entries, p->c.standby_entries + 1);
     gauges(p);
-    return FER_OK;
 }
 
 /* Remove every live entry of (sid_hash, sequence); how many. */
@@ -867,6 +913,11 @@ uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, voi
                 continue;
             }
             bump(&p->c.taken_over_requests, 1);
+            /* decided here now: a handover of it that comes later is not decided again */
+            p->answered[fingerprint(x->sid_hash, x->sequence) & p->mask] =
+                fingerprint(x->sid_hash, x->sequence);
+            if (x->spilled) /* handed to the dead member: answered here, never spilled again */
+                bump(&p->c.spill_back, 1);
             fn(ctx, p->arena + x->off, x->len, x->arrival_ns);
             done++;
         }
@@ -915,9 +966,334 @@ int fer_pool_counters(struct fer_pool *p, struct fer_pool_counters *out)
     RD(standby_evicted); RD(answers_seen); RD(answers_malformed); RD(answers_early);
     RD(takeovers); RD(taken_over_requests); RD(surrendered); RD(standby_bytes);
     RD(standby_bytes_capacity); RD(standby_entries); RD(standby_capacity); RD(pool_members);
-    RD(pool_epoch); RD(key); RD(stalls_detected); RD(surrender_before_ns);
+    RD(pool_epoch); RD(key); RD(stalls_detected); RD(surrender_before_ns); RD(spilled_out);
+    RD(spilled_in); RD(spill_ignored); RD(spill_dropped); RD(spill_back);
 #undef RD
     pthread_mutex_unlock(&p->mu);
     out->owned_sessions = owned;
     return FER_OK;
+}
+
+/* ---- spill on capacity (docs/design.md §13.5) -------------------------------------------------- */
+
+static uint64_t box_size(uint64_t len)
+{
+    return sizeof(struct box_rec) + (len + BOX_ALIGN - 1) / BOX_ALIGN * BOX_ALIGN;
+}
+
+/* Where a record of len payload bytes goes in b now (*wrap: the tail bytes a marker spans
+ * first), or 0 when it does not fit. */
+static int box_fit(const struct spill_box *b, uint64_t len, uint64_t *off, uint64_t *wrap)
+{
+    uint64_t need = box_size(len), tail;
+
+    *wrap = 0;
+    if (b->buf == NULL || b->n >= FER_POOL_SPILL_SLOTS || b->used == b->cap)
+        return 0;
+    if (b->used == 0) {
+        *off = 0;
+        return need <= b->cap;
+    }
+    tail = (b->head + b->used) % b->cap;
+    if (tail > b->head) {
+        if (need <= b->cap - tail) {
+            *off = tail;
+            return 1;
+        }
+        *wrap = b->cap - tail; /* a multiple of BOX_ALIGN: room for the marker */
+        *off = 0;
+        return need <= b->head;
+    }
+    *off = tail;
+    return need <= b->head - tail;
+}
+
+/* Append a record (payload written by the caller at the returned pointer), under mu. */
+static uint8_t *box_push(struct spill_box *b, uint64_t len, uint64_t stamp)
+{
+    uint64_t off, wrap;
+    struct box_rec rec = {len, stamp};
+
+    if (!box_fit(b, len, &off, &wrap))
+        return NULL;
+    if (wrap) {
+        struct box_rec marker = {BOX_WRAP, 0};
+
+        memcpy(b->buf + (b->head + b->used) % b->cap, &marker, sizeof(marker));
+        b->used += wrap;
+    }
+    memcpy(b->buf + off, &rec, sizeof(rec));
+    b->used += box_size(len);
+    b->n++;
+    return b->buf + off + sizeof(rec);
+}
+
+/* The oldest record (its payload, *len, *stamp), or NULL; under mu. */
+static const uint8_t *box_peek(struct spill_box *b, uint64_t *len, uint64_t *stamp)
+{
+    struct box_rec rec;
+
+    if (b->n == 0)
+        return NULL;
+    memcpy(&rec, b->buf + b->head, sizeof(rec));
+    if (rec.len == BOX_WRAP) { /* skip the tail the marker spans */
+        b->used -= b->cap - b->head;
+        b->head = 0;
+        memcpy(&rec, b->buf, sizeof(rec));
+    }
+    *len = rec.len;
+    *stamp = rec.stamp;
+    return b->buf + b->head + sizeof(rec);
+}
+
+/* Drop the oldest record (box_peek found it); under mu. */
+static void box_pop(struct spill_box *b, uint64_t len)
+{
+    b->head = (b->head + box_size(len)) % b->cap;
+    b->used -= box_size(len);
+    b->n--;
+    if (b->used == 0)
+        b->head = 0;
+}
+
+int fer_pool_set_spill(struct fer_pool *p, uint32_t on)
+{
+    if (p == NULL)
+        return FER_EINVAL;
+    __atomic_store_n(&p->spill_on, on ? 1u : 0u, __ATOMIC_RELAXED);
+    return FER_OK;
+}
+
+/* msg/PoolSpill.msg, in field order: relay_id, pool_epoch, target, session_id, sequence,
+ * generation, stamp, request (uint8[]: the InferenceRequest's CDR bytes). */
+static void write_handover(struct fer_cdr_writer *w, const struct fer_pool *p,
+                           const struct fer_pool_member *target, const uint8_t *sid,
+                           uint32_t sid_len, uint64_t sequence, uint64_t generation,
+                           int64_t stamp, const uint8_t *cdr, uint64_t len)
+{
+    fer_cdr_begin(w);
+    fer_cdr_string(w, p->cfg.relay_id, p->cfg.relay_id_len);
+    fer_cdr_u32(w, fer_pool_epoch(p));
+    fer_cdr_string(w, target->relay_id, target->relay_id_len);
+    fer_cdr_string(w, (const char *)sid, sid_len);
+    fer_cdr_u64(w, sequence);
+    fer_cdr_u64(w, generation);
+    fer_cdr_time(w, stamp);
+    fer_cdr_u32(w, (uint32_t)len);
+    fer_cdr_put(w, cdr, len, 1);
+}
+
+/* The view's member of key (a copy, read under the sequence counter); 0 when absent. */
+static int view_member(struct fer_pool *p, uint64_t key, struct fer_pool_member *out)
+{
+    uint32_t s1, i;
+    int found;
+
+    do {
+        const struct pool_view *v;
+
+        s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        v = &p->views[s1 & 1];
+        found = 0;
+        for (i = 0; i < v->n && i < FER_POOL_MEMBERS_MAX && !found; i++)
+            if (v->key[i] == key) {
+                *out = v->m[i];
+                found = 1;
+            }
+        atomic_thread_fence(memory_order_acquire);
+    } while (s1 != __atomic_load_n(&p->seq, __ATOMIC_RELAXED));
+    return found;
+}
+
+/* A handover's bytes at most, for a request of len bytes (the ids at their longest). */
+static uint64_t handover_max(uint64_t len)
+{
+    return len + 2 * (FER_POOL_RELAY_ID_MAX + 8) + FER_SESSION_ID_MAX + 64;
+}
+
+int fer_pool_spill_fits(struct fer_pool *p, uint64_t target_key, uint32_t remaining_nfe,
+                        int64_t deadline_ros, int64_t now_ros, uint64_t len)
+{
+    struct fer_pool_member m;
+    uint64_t off, wrap, rounds, bound;
+    int room;
+
+    if (p == NULL || !__atomic_load_n(&p->spill_on, __ATOMIC_RELAXED) || target_key == 0 ||
+        target_key == p->key || !view_member(p, target_key, &m) || m.workers == 0 ||
+        m.relay_id_len == 0 || m.relay_id_len > FER_POOL_RELAY_ID_MAX)
+        return 0;
+    if (deadline_ros > 0) {
+        /* its queue ahead of it in rounds of its workers, then this request's own NFEs */
+        rounds = 1 + (m.queue_depth + m.workers - 1) / m.workers;
+        bound = fer_sat_add(m.admission_reserve_ns,
+                            fer_sat_mul(fer_sat_mul(m.nfe_ns, remaining_nfe), rounds));
+        if (deadline_ros <= now_ros || bound >= (uint64_t)(deadline_ros - now_ros))
+            return 0;
+    }
+    pthread_mutex_lock(&p->mu);
+    room = box_fit(&p->out, handover_max(len), &off, &wrap);
+    pthread_mutex_unlock(&p->mu);
+    return room;
+}
+
+int fer_pool_spill_out(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
+                       uint64_t target_key, const uint8_t *session_id, uint32_t session_id_len,
+                       uint64_t sequence, uint64_t generation, uint64_t arrival_ns,
+                       uint64_t deadline_ns, uint64_t now_ns)
+{
+    struct fer_pool_member m;
+    struct fer_cdr_writer w = {NULL, 0, 0};
+    int64_t stamp = ros_now();
+    uint8_t *at;
+
+    if (p == NULL || cdr == NULL || len > UINT32_MAX || session_id_len > FER_SESSION_ID_MAX ||
+        (session_id == NULL && session_id_len > 0) || !view_member(p, target_key, &m) ||
+        m.relay_id_len > FER_POOL_RELAY_ID_MAX)
+        return FER_EINVAL;
+    write_handover(&w, p, &m, session_id, session_id_len, sequence, generation, stamp, cdr, len);
+    pthread_mutex_lock(&p->mu);
+    at = box_push(&p->out, w.n, 0);
+    if (at != NULL) {
+        w = (struct fer_cdr_writer){at, 0, w.n};
+        write_handover(&w, p, &m, session_id, session_id_len, sequence, generation, stamp, cdr,
+                       len);
+        pthread_cond_signal(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (at == NULL)
+        return FER_EFULL;
+    /* kept until the target's answer names it, or decided here on the target's death */
+    keep(p, cdr, len, fer_pool_hash(session_id, session_id_len), sequence, target_key,
+         arrival_ns, deadline_ns, now_ns, 1);
+    bump(&p->c.spilled_out, 1);
+    return FER_OK;
+}
+
+int64_t fer_pool_spill_next(struct fer_pool *p, uint8_t *buf, uint64_t cap, uint64_t timeout_ns)
+{
+    struct timespec until = fer_deadline_after(timeout_ns);
+    const uint8_t *rec = NULL;
+    uint64_t len = 0, stamp;
+    int64_t got = 0;
+
+    if (p == NULL || (buf == NULL && cap > 0))
+        return FER_EINVAL;
+    pthread_mutex_lock(&p->mu);
+    while ((rec = box_peek(&p->out, &len, &stamp)) == NULL &&
+           pthread_cond_timedwait(&p->cv, &p->mu, &until) == 0)
+        ;
+    if (rec != NULL && len <= cap) {
+        memcpy(buf, rec, len);
+        box_pop(&p->out, len);
+        got = (int64_t)len;
+    } else if (rec != NULL) {
+        got = FER_EINVAL; /* a buffer smaller than spill_bytes: the record stays */
+    }
+    pthread_mutex_unlock(&p->mu);
+    return got;
+}
+
+/* A handover's fields (msg/PoolSpill.msg); 0 when they parse. */
+struct handover {
+    const uint8_t *target, *sid, *request;
+    uint32_t target_len, sid_len;
+    uint64_t sequence, request_len;
+    int64_t stamp;
+};
+
+static int parse_handover(const uint8_t *cdr, uint64_t len, struct handover *h)
+{
+    struct fer_cdr_reader r = fer_cdr_open(cdr, len);
+    uint32_t skip, sec, nsec;
+
+    fer_cdr_get_string(&r, &skip);            /* relay_id: the owner */
+    fer_cdr_get_u32(&r);                      /* pool_epoch */
+    h->target = fer_cdr_get_string(&r, &h->target_len);
+    h->sid = fer_cdr_get_string(&r, &h->sid_len);
+    h->sequence = fer_cdr_get_u64(&r);
+    fer_cdr_get_u64(&r);                      /* generation */
+    sec = fer_cdr_get_u32(&r);
+    nsec = fer_cdr_get_u32(&r);
+    h->stamp = (int64_t)sec * 1000000000ll + nsec;
+    h->request = fer_cdr_get_seq(&r, 1, 1, &h->request_len);
+    return r.ok && h->request != NULL ? 0 : -1;
+}
+
+int fer_pool_spill_in(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint64_t now_mono)
+{
+    struct handover h;
+    uint8_t *at;
+
+    if (p == NULL || cdr == NULL || parse_handover(cdr, len, &h) != 0)
+        return FER_EINVAL;
+    if (h.target_len != p->cfg.relay_id_len ||
+        memcmp(h.target, p->cfg.relay_id, h.target_len) != 0) {
+        __atomic_fetch_add(&p->c.spill_ignored, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    pthread_mutex_lock(&p->mu);
+    at = box_push(&p->in, len, now_mono);
+    if (at != NULL)
+        memcpy(at, cdr, len);
+    pthread_mutex_unlock(&p->mu);
+    if (at == NULL)
+        return FER_EFULL;
+    ring(p);
+    return 1;
+}
+
+/* Whether an answer to (session id, sequence) was seen or given here (the early-answer filter) */
+static int answered_already(const struct fer_pool *p, const uint8_t *sid, uint32_t sid_len,
+                            uint64_t sequence)
+{
+    uint64_t fp = fingerprint(fer_pool_hash(sid, sid_len), sequence);
+
+    return p->answered[fp & p->mask] == fp;
+}
+
+uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx)
+{
+    uint64_t done = 0, len, stamp;
+    const uint8_t *rec;
+
+    for (;;) {
+        struct handover h;
+        uint64_t arrival, sh;
+        int32_t idx;
+
+        pthread_mutex_lock(&p->mu);
+        rec = box_peek(&p->in, &len, &stamp);
+        pthread_mutex_unlock(&p->mu);
+        if (rec == NULL)
+            break;
+        /* rec stays put until popped: writers only fill free space */
+        if (parse_handover(rec, len, &h) != 0 ||
+            h.stamp < __atomic_load_n(&p->excluded_before, __ATOMIC_ACQUIRE) ||
+            answered_already(p, h.sid, h.sid_len, h.sequence)) {
+            /* made before this member's own stall (its owner took it back on the death it
+             * saw), or answered already: by this member's takeover of the owner, which died
+             * after handing it over, or by another member */
+            bump(&p->c.spill_dropped, 1);
+        } else {
+            /* this member's own copy goes (a takeover must not decide it again), a later copy
+             * is filtered; its age is the earlier of the two arrivals */
+            sh = fer_pool_hash(h.sid, (uint32_t)h.sid_len);
+            arrival = stamp;
+            for (idx = p->bucket[(sh ^ h.sequence) & p->mask]; idx >= 0; idx = p->e[idx].next)
+                if (p->e[idx].live && p->e[idx].sid_hash == sh &&
+                    p->e[idx].sequence == h.sequence && p->e[idx].arrival_ns < arrival)
+                    arrival = p->e[idx].arrival_ns;
+            remove_answered(p, sh, h.sequence);
+            p->answered[fingerprint(sh, h.sequence) & p->mask] = fingerprint(sh, h.sequence);
+            bump(&p->c.spilled_in, 1);
+            fn(ctx, h.request, h.request_len, arrival);
+            done++;
+        }
+        pthread_mutex_lock(&p->mu);
+        box_pop(&p->in, len);
+        pthread_mutex_unlock(&p->mu);
+    }
+    pop_dead(p);
+    gauges(p);
+    return done;
 }

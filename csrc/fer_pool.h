@@ -46,6 +46,7 @@
 #define FER_POOL_TAKEOVERS_MAX 64     /* dead keys waiting for the intake thread */
 #define FER_POOL_OWNED_SLOTS 1024     /* owned_sessions estimate: direct-mapped session slots */
 #define FER_POOL_STANDBY_SNAPSHOT_MAX 65536 /* entries Pool.standby() reads */
+#define FER_POOL_SPILL_SLOTS 256      /* handovers waiting, each way (docs/design.md §13.5) */
 /* A member silent (no announcement) for more than lease + this may have been declared dead and
  * taken over: its own stall (flowedge_relay/pool.py reads it from here; docs/design.md §13.2) */
 #define FER_POOL_STALL_MARGIN_NS 100000000
@@ -67,6 +68,15 @@ struct fer_pool_member {
     uint32_t n_digests;
     uint32_t _pad;
     uint64_t digests[FER_POOL_DIGESTS_MAX];
+    /* Its announced bound, for spill (docs/design.md §13.5): workers 0 = not a spill target
+     * (draining, or spill off here: the membership leaves these 0). relay_id names it in a
+     * handover. */
+    uint32_t workers;
+    uint32_t queue_depth;
+    uint64_t nfe_ns;
+    uint64_t admission_reserve_ns;
+    uint32_t relay_id_len;
+    char relay_id[FER_POOL_RELAY_ID_MAX];
 };
 
 /* What a pool is made with. standby_entries >= 1, standby_bytes >= 1, lease_ns >= 1;
@@ -77,6 +87,7 @@ struct fer_pool_config {
     uint32_t standby_entries;
     uint64_t standby_bytes;
     uint64_t lease_ns;
+    uint64_t spill_bytes;             /* each handover box's arena (out, in); 0 = no spill */
 };
 
 /* Counters (monotonic) and gauges (marked), read by any thread through fer_pool_counters (a
@@ -106,6 +117,14 @@ struct fer_pool_counters {
     uint64_t key;                     /* this member's key */
     uint64_t stalls_detected;         /* own stalls found by fer_pool_stall_check */
     uint64_t surrender_before_ns;     /* gauge: the watermark (monotonic; 0 = none) */
+    uint64_t spilled_out;             /* handed over to the successor instead of answered */
+    uint64_t spilled_in;              /* handovers to this member, decided here */
+    uint64_t spill_ignored;           /* handovers that named another member (not counted in) */
+    uint64_t spill_dropped;           /* handovers not decided: malformed, made before this
+                                       * member's own stall (its owner answers those), or of a
+                                       * request answered already (a takeover here decided it) */
+    uint64_t spill_back;              /* spilled requests the owner answered itself on its
+                                       * target's death (also in taken_over_requests) */
 };
 
 struct fer_pool;
@@ -189,6 +208,43 @@ int fer_pool_expire(struct fer_pool *pool, uint64_t now_ns);
  * were written. */
 int fer_pool_standby_snapshot(struct fer_pool *pool, uint64_t *sid_hash, uint64_t *sequence,
                               uint64_t *owner_key, uint32_t max);
+
+/*
+ * Spill on capacity (docs/design.md §13.5), when fer_pool_set_spill is on. The owner of a request
+ * it would answer REJECTED_CAPACITY hands it to the request's successor instead, explicitly: a
+ * handover (msg/PoolSpill.msg CDR) in the out box, published by the relay on flowedge/pool/spill;
+ * it keeps the request in its standby table with the target as "owner" until the target's answer
+ * names it, and on the target's death (fer_pool_takeover of its key) decides it itself, with
+ * no second spill. The target decides a handover's request bytes as an arrival (age gate,
+ * admission, expiry) and answers whatever the outcome; its own standby copy of the request goes,
+ * and a later copy is filtered, so its takeovers never decide it again; a handover of a request
+ * a takeover here decided already (its owner died after handing it over) is dropped.
+ * set_spill: any thread; 0 (a new pool's) = the owner answers REJECTED_CAPACITY itself.
+ * spill_fits: the deciding thread: 1 when a request (remaining_nfe, deadline ROS ns, 0 = none)
+ *   may be handed to target_key now: spill on, the target in the view with workers > 0 and its
+ *   announced bound (admission_reserve_ns + nfe_ns x remaining_nfe x (1 + ceil(queue_depth /
+ *   workers))) within the slack (deadline - now_ros), and room in the out box for len bytes.
+ * spill_out: the deciding thread, after fer_core_submit returned FER_SPILLED for a request
+ *   spill_fits passed: the handover goes into the out box (waking spill_next), the request into
+ *   standby for target_key; counted spilled_out. FER_OK, FER_EFULL (no room: not handed over),
+ *   FER_EINVAL.
+ * spill_next: the relay's sender thread: waits up to timeout_ns for the oldest handover, copies
+ *   its CDR bytes into buf (cap >= spill_bytes) and returns their length; 0 on timeout.
+ * spill_in: any thread (the spill topic's subscription): one handover's CDR bytes, taken at
+ *   now_mono. 0 when it names another member (counted spill_ignored), 1 when queued for the
+ *   deciding thread (the intake loop is woken), FER_EFULL when the in box is full (call again
+ *   once the intake thread has made room), FER_EINVAL for bytes that do not parse.
+ */
+int fer_pool_set_spill(struct fer_pool *pool, uint32_t on);
+int fer_pool_spill_fits(struct fer_pool *pool, uint64_t target_key, uint32_t remaining_nfe,
+                        int64_t deadline_ros, int64_t now_ros, uint64_t len);
+int fer_pool_spill_out(struct fer_pool *pool, const uint8_t *cdr, uint64_t len,
+                       uint64_t target_key, const uint8_t *session_id, uint32_t session_id_len,
+                       uint64_t sequence, uint64_t generation, uint64_t arrival_ns,
+                       uint64_t deadline_ns, uint64_t now_ns);
+int64_t fer_pool_spill_next(struct fer_pool *pool, uint8_t *buf, uint64_t cap,
+                            uint64_t timeout_ns);
+int fer_pool_spill_in(struct fer_pool *pool, const uint8_t *cdr, uint64_t len, uint64_t now_mono);
 
 /* Any thread: the counters (FER_OK, FER_EINVAL). */
 int fer_pool_counters(struct fer_pool *pool, struct fer_pool_counters *out);

@@ -365,6 +365,8 @@ static int submit_locked(struct fer_core *c, struct arrival *a)
         if (d != FER_ACCEPTED) {
             if (d == FER_REJECTED_CAPACITY && a->why == FER_REJECT_NONE)
                 a->why = FER_REJECT_CAPACITY;
+            if (d == FER_REJECTED_CAPACITY && a->why == FER_REJECT_CAPACITY && a->r->spill)
+                return FER_SPILLED; /* a pool's successor answers it (§13.5): nothing here */
             a->rang |= fer_emit_request(c, a->r, (uint32_t)d, a->why, a->now);
             return d;
         }

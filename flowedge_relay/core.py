@@ -874,6 +874,10 @@ def pool_key(relay_id: str) -> int:
     return int(lib.fer_pool_mix64(pool_hash(relay_id)))
 
 
+#: each handover box's bytes (csrc/fer_pool.h: out and in, docs/design.md §13.5)
+SPILL_BYTES = 4 << 20
+
+
 @dataclass(frozen=True)
 class PoolViewMember:
     """One live, active member as the membership layer knows it. Times are ROS ns (0 =
@@ -884,6 +888,12 @@ class PoolViewMember:
     digests: tuple[str, ...] = ()
     owning_from_ns: int = 0
     owning_until_ns: int = 0
+    #: its announced bound, for spill (docs/design.md §13.5); workers 0 = not a spill target
+    workers: int = 0
+    nfe_ns: int = 0
+    admission_reserve_ns: int = 0
+    queue_depth: int = 0
+    relay_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -913,6 +923,11 @@ class PoolCounters:
     key: int
     stalls_detected: int  # own stalls found by the stall check (any thread)
     surrender_before_ns: int  # gauge: the own-stall watermark, monotonic ns (0 = none)
+    spilled_out: int = 0  # handed to the successor instead of answered (§13.5)
+    spilled_in: int = 0  # handovers to this member, decided here
+    spill_ignored: int = 0  # handovers naming another member
+    spill_dropped: int = 0  # handovers not decided (malformed, or from before an own stall)
+    spill_back: int = 0  # spilled requests answered here on the target's death
 
 
 class Pool:
@@ -931,7 +946,8 @@ class Pool:
     """
 
     def __init__(self, relay_id: str, standby_entries: int = 4096,
-                 standby_bytes: int = 16 << 20, lease_ns: int = 500_000_000) -> None:
+                 standby_bytes: int = 16 << 20, lease_ns: int = 500_000_000,
+                 spill_bytes: int = SPILL_BYTES) -> None:
         raw = relay_id.encode()
         if len(raw) > lib.FER_POOL_RELAY_ID_MAX:
             raise InvalidArgument(lib.FER_EINVAL, f"relay_id longer than "
@@ -942,6 +958,7 @@ class Pool:
         cfg.standby_entries = standby_entries
         cfg.standby_bytes = standby_bytes
         cfg.lease_ns = lease_ns
+        cfg.spill_bytes = spill_bytes
         out = ffi.new("struct fer_pool **")
         _check(lib.fer_pool_create(cfg, out))
         self._pool = ffi.gc(out[0], lib.fer_pool_destroy)
@@ -951,6 +968,8 @@ class Pool:
         self._view = ffi.new("struct fer_pool_member[]", lib.FER_POOL_MEMBERS_MAX)
         self._counters = ffi.new("struct fer_pool_counters *")
         self._keys = ffi.new("uint64_t[2]")
+        self.spill_bytes = spill_bytes
+        self._spill_buf = None  # the sender thread's, made at its first spill_next
 
     @property
     def ptr(self):
@@ -976,6 +995,11 @@ class Pool:
             c.n_digests = len(m.digests)
             for k, d in enumerate(m.digests):
                 c.digests[k] = pool_hash(d)
+            rid = m.relay_id.encode()[:lib.FER_POOL_RELAY_ID_MAX]
+            c.relay_id[0:len(rid)] = rid
+            c.relay_id_len = len(rid)
+            c.workers, c.queue_depth = m.workers, m.queue_depth
+            c.nfe_ns, c.admission_reserve_ns = m.nfe_ns, m.admission_reserve_ns
         _check(lib.fer_pool_set_view(self._pool, self._view, len(members)))
 
     def set_epoch(self, epoch: int) -> None:
@@ -1064,6 +1088,32 @@ class Pool:
         a, b, c = (ffi.new("uint64_t[]", n) for _ in range(3))
         got = _check(lib.fer_pool_standby_snapshot(self._pool, a, b, c, n))
         return [(int(a[i]), int(b[i]), int(c[i])) for i in range(got)]
+
+    # spill on capacity (docs/design.md §13.5)
+
+    def set_spill(self, on: bool) -> None:
+        """pool_spill: hand a would-be REJECTED_CAPACITY to the request's successor."""
+        _check(lib.fer_pool_set_spill(self._pool, int(bool(on))))
+
+    def spill_fits(self, target_key: int, remaining_nfe: int, deadline_ros: int, now_ros: int,
+                   length: int) -> bool:
+        """Whether a request may be handed to target_key now (its bound, the out box)."""
+        return bool(lib.fer_pool_spill_fits(self._pool, target_key, remaining_nfe, deadline_ros,
+                                            now_ros, length))
+
+    def spill_next(self, timeout_ns: int) -> bytes | None:
+        """The oldest handover's CDR bytes (msg/PoolSpill.msg) to publish, waiting up to
+        timeout_ns (the GIL released); None on timeout."""
+        if self._spill_buf is None:
+            self._spill_buf = ffi.new("uint8_t[]", max(self.spill_bytes, 1))
+        n = _check(lib.fer_pool_spill_next(self._pool, self._spill_buf, self.spill_bytes,
+                                           timeout_ns))
+        return bytes(ffi.buffer(self._spill_buf, n)) if n > 0 else None
+
+    def spill_in(self, cdr: bytes, now_mono: int) -> int:
+        """One handover taken from flowedge/pool/spill: 1 queued for the intake thread, 0 for
+        another member; RingFull while the in box is full (call again)."""
+        return _check(lib.fer_pool_spill_in(self._pool, cdr, len(cdr), now_mono))
 
     def counters(self) -> PoolCounters:
         """A snapshot of the pool's counters and gauges."""

@@ -40,6 +40,9 @@ REASON_KEYS = tuple(ffi.string(lib.fer_intake_reason_name(i)).decode()
 #: dropped, or kept in standby as the owner's successor. Counted in Pool.counters(), never as a
 #: discard.
 NOT_OWNER, STANDBY = "not_owner", "standby"
+#: NativeIntake.decide's key for a request this owner handed to its successor (pool_spill,
+#: docs/design.md §13.5): the successor answers it; counted spilled_out in Pool.counters()
+SPILLED = "spilled"
 _NOT_DECIDED = min(lib.FER_INTAKE_NOT_OWNER, lib.FER_INTAKE_STANDBY)
 
 
@@ -133,6 +136,8 @@ class NativeIntake:
         if reason:
             return REASON_KEYS[reason], None
         decision = self._decision[0]
+        if decision == lib.FER_SPILLED:
+            return SPILLED, None
         if decision < _NOT_DECIDED:  # the core's decision: the path without a pool, unchanged
             return None, Decision(decision)
         return (NOT_OWNER if decision == lib.FER_INTAKE_NOT_OWNER else STANDBY), None

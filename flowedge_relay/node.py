@@ -895,6 +895,8 @@ class RelayNode(LifecycleNodeMixin, Node):
             self.serving.apply_fair_share(self._p)
         if "fault_nfe_delay_ms" in names and pool is not None:
             pool.fault_nfe_delay_ns = int(get("fault_nfe_delay_ms") * MS)
+        if "pool_spill" in names and self.relay_pool is not None:
+            self.relay_pool.set_spill(get("pool_spill"))
 
     # -- what tools may read (drill, stress, bench, tests): the node's public surface ----------
 

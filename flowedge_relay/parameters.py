@@ -386,9 +386,9 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "pool_spill",
         False,
-        "hand a request the owner would answer REJECTED_CAPACITY to the next member of its "
-        "ranking (docs/design.md §13); not implemented in this build: true is refused, at "
-        "start and on a live set",
+        "hand a request this pool member owns and would answer REJECTED_CAPACITY to the next "
+        "member of its session's ranking when that member's announced bound fits the request's "
+        "slack; it answers instead (docs/design.md §13.5)",
         read_only=False,
     ),
     Spec(
@@ -515,9 +515,6 @@ def check_value(name: str, value: object) -> str | None:
             parse_client_weights(value)
         except ValueError as exc:
             return str(exc)
-    if name == "pool_spill" and value is True:
-        return ("pool_spill: spill on capacity is not implemented in this build (docs/design.md "
-                "§13); leave it false: the owner answers REJECTED_CAPACITY itself")
     if name == "pool" and isinstance(value, str) and len(value.encode()) > POOL_NAME_MAX_BYTES:
         return f"pool: a name of at most {POOL_NAME_MAX_BYTES} bytes, got {len(value.encode())}"
     if name in CPU_AFFINITIES and any(not 0 <= c <= MAX_CPU for c in value or ()):

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flowedge_relay_msgs.msg import ActionMessage, PoolMember
+from flowedge_relay_msgs.msg import ActionMessage, PoolMember, PoolSpill
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.duration import Duration
 from rclpy.event_handler import SubscriptionEventCallbacks
@@ -55,6 +55,10 @@ from flowedge_relay.producer import ACTIONS_TOPIC, answers_qos
 from flowedge_relay.timebase import ros_time
 
 POOL_TOPIC = "flowedge/pool"
+#: handovers of spill on capacity (docs/design.md §13.5): reliable, volatile
+SPILL_TOPIC = "flowedge/pool/spill"
+#: how long the spill sender waits for a handover before it looks at its stop flag
+SPILL_WAIT_NS = 100_000_000
 MS = 1_000_000
 #: lifecycle_msgs/State ids a member announces
 UNCONFIGURED, INACTIVE, ACTIVE, FINALIZED = 1, 2, 3, 4
@@ -111,6 +115,12 @@ class ViewMember:
     owning_from_ns: int
     owning_until_ns: int
     digests: tuple[str, ...]
+    #: its announced bound (docs/design.md §13.5), filled only while this member spills; workers
+    #: 0 = not a spill target (draining, or spill off here)
+    workers: int = 0
+    nfe_ns: int = 0
+    admission_reserve_ns: int = 0
+    queue_depth: int = 0
 
 
 @dataclass
@@ -126,9 +136,12 @@ class _Member:
     def in_view(self) -> bool:
         return self.msg.state == ACTIVE
 
-    def view(self) -> ViewMember:
-        return ViewMember(self.msg.relay_id, self.key, _ns(self.msg.owning_from),
-                          _ns(self.msg.owning_until), tuple(self.msg.model_digests))
+    def view(self, spill: bool = False) -> ViewMember:
+        m = self.msg
+        bound = (m.workers, m.nfe_ns, m.admission_reserve_ns, m.queue_depth) \
+            if spill and not m.draining else (0, 0, 0, 0)
+        return ViewMember(m.relay_id, self.key, _ns(m.owning_from), _ns(m.owning_until),
+                          tuple(m.model_digests), *bound)
 
 
 @dataclass(frozen=True)
@@ -166,6 +179,7 @@ class PoolMembership:
         self.owning_from_ns = 0
         self.owning_until_ns = 0
         self.owning = False  # in its own view: active, or draining until it leaves
+        self.spill = False  # pool_spill: the view carries the others' bounds (§13.5)
         self._members: dict[str, _Member] = {}
         #: relay_id -> (epoch, ROS ns) when declared dead: an older announcement cannot revive it
         self._dead: dict[str, tuple[int, int]] = {}
@@ -387,7 +401,7 @@ class PoolMembership:
     def view(self) -> tuple[ViewMember, ...]:
         """The members that own requests now (this one included while it owns), by key."""
         with self._lock:
-            members = [m.view() for m in self._members.values() if m.in_view]
+            members = [m.view(self.spill) for m in self._members.values() if m.in_view]
             if self.owning:
                 members.append(ViewMember(self.relay_id, self.key, self.owning_from_ns,
                                           self.owning_until_ns, self._digests))
@@ -400,6 +414,12 @@ class PoolMembership:
         if view != self._view:
             self._view = view
             self.sink.set_view(view)
+
+    def set_spill(self, on: bool) -> None:
+        """pool_spill: the view carries the others' announced bounds (spill targets)."""
+        with self._lock:
+            self.spill = bool(on)
+            self._push_view()
 
     def values(self) -> dict[str, object]:
         """The pool status on /diagnostics (the C counters are added by the node)."""
@@ -447,7 +467,9 @@ class CorePoolSink:
         from flowedge_relay.core import PoolViewMember
 
         self.pool.set_view([PoolViewMember(m.key, m.digests, m.owning_from_ns,
-                                           m.owning_until_ns) for m in view])
+                                           m.owning_until_ns, m.workers, m.nfe_ns,
+                                           m.admission_reserve_ns, m.queue_depth, m.relay_id)
+                            for m in view])
 
     def set_epoch(self, epoch: int) -> None:
         self.pool.set_epoch(epoch)
@@ -478,6 +500,7 @@ class RelayPool:
         lease_ms = int(p["pool_lease_ms"])
         self.c = Pool(relay_id(), p["pool_standby_entries"], p["pool_standby_bytes"],
                       lease_ms * MS)
+        self.lease_ns = lease_ms * MS
         # reliable, as deep as a robot's answer subscription (producer.py)
         self.answers = node.create_subscription(
             ActionMessage, ACTIONS_TOPIC, lambda _msg: None, answers_qos(),
@@ -487,6 +510,60 @@ class RelayPool:
         self._node = node
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Spill (§13.5): every member takes the handovers naming it, whatever its own
+        # pool_spill (another member may spill to it); its own spill sender runs once on.
+        spill_qos = QoSProfile(depth=int(lib.FER_POOL_SPILL_SLOTS),
+                               history=HistoryPolicy.KEEP_LAST,
+                               reliability=ReliabilityPolicy.RELIABLE)
+        self._spill_pub = node.create_publisher(PoolSpill, SPILL_TOPIC, spill_qos,
+                                                callback_group=self.group)
+        self._spill_sub = node.create_subscription(PoolSpill, SPILL_TOPIC, self._on_spill,
+                                                   spill_qos, callback_group=self.group, raw=True)
+        self._sender: threading.Thread | None = None
+        self.spill_lost = 0  # handovers the in box could not take within lease / 4
+        self.set_spill(bool(p["pool_spill"]))
+
+    def set_spill(self, on: bool) -> None:
+        """pool_spill (at start and on a live set): hand a would-be REJECTED_CAPACITY to the
+        request's successor when its announced bound fits."""
+        if on and self._sender is None:
+            self._sender = threading.Thread(target=self._send_spills, name="flowedge-spill",
+                                            daemon=True)
+            self._sender.start()
+        self.membership.set_spill(on)
+        self.c.set_spill(on)
+
+    def _send_spills(self) -> None:
+        """The spill sender: each handover the C intake made, published as it is (CDR)."""
+        while not self._stop.is_set():
+            cdr = self.c.spill_next(SPILL_WAIT_NS)
+            if cdr is None:
+                continue
+            try:
+                self._spill_pub.publish(cdr)
+            except Exception:
+                if self._node.context.ok():
+                    raise
+                return
+
+    def _on_spill(self, cdr: bytes) -> None:
+        """A handover on flowedge/pool/spill: the intake thread decides it if it names this
+        member. A full in box is waited out for at most lease / 4 (the announcements share this
+        thread), then the handover is lost, counted and logged (docs/design.md §13.5)."""
+        from flowedge_relay.core import RingFull
+
+        end = time.monotonic_ns() + self.lease_ns // 4
+        while True:
+            try:
+                self.c.spill_in(cdr, time.monotonic_ns())
+                return
+            except RingFull:
+                if time.monotonic_ns() >= end:
+                    break
+                time.sleep(0.001)
+        self.spill_lost += 1
+        self._node.get_logger().error(
+            "pool: a handover to this member found its in box full; it is lost")
 
     @property
     def group(self):
@@ -518,12 +595,14 @@ class RelayPool:
         """The `pool` status on /diagnostics: the membership, then the C counters."""
         c = self.c.counters()
         return {**self.membership.values(),
-                **{k: getattr(c, k) for k in c.__dataclass_fields__ if k != "key"}}
+                **{k: getattr(c, k) for k in c.__dataclass_fields__ if k != "key"},
+                "spill_lost": self.spill_lost}
 
     def close(self) -> None:
         """At the node's end, after the intake loop and the publishers stopped."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2.0)
+        for thread in (self._thread, self._sender):
+            if thread is not None:
+                thread.join(timeout=2.0)
         self.membership.close(FINALIZED)
         self.c.close()

@@ -30,7 +30,8 @@ from launch_ros.parameter_descriptions import ParameterFile
 from launch import LaunchContext, LaunchDescription
 
 #: the relative topics the members of a pool share (request_topics at its default)
-POOL_TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/model")
+POOL_TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/pool/spill",
+               "flowedge/model")
 
 
 def _integer(context: LaunchContext, name: str, low: int, high: int) -> int:

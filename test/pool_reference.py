@@ -62,6 +62,38 @@ def ranking(view: list[Member], session_id: bytes, digest: str, origin: int) -> 
     return [m.key for m in ranked]
 
 
+@dataclass(frozen=True)
+class Bound:
+    """A member's announced bound (PoolMember workers, nfe_ns, admission_reserve_ns,
+    queue_depth): what an owner judges a spill target by (docs/design.md §13.5)."""
+
+    workers: int = 0
+    nfe_ns: int = 0
+    admission_reserve_ns: int = 0
+    queue_depth: int = 0
+
+
+def spill_target(view: list[Member], bounds: dict[int, Bound], me: int, session_id: bytes,
+                 digest: str, origin: int, remaining_nfe: int, deadline: int,
+                 now: int) -> int:
+    """The member this owner (key me) hands a would-be REJECTED_CAPACITY to, 0 = none: the
+    request's successor, if me owns it, the successor announces workers, and its bound (reserve
+    + nfe_ns x remaining_nfe x (1 + ceil(queue_depth / workers))) is below the slack (deadline -
+    now; no deadline: any bound)."""
+    ranked = ranking(view, session_id, digest, origin)
+    if len(ranked) < 2 or ranked[0] != me:
+        return 0
+    b = bounds.get(ranked[1], Bound())
+    if b.workers == 0:
+        return 0
+    if deadline:
+        rounds = 1 + -(-b.queue_depth // b.workers)
+        bound = b.admission_reserve_ns + b.nfe_ns * remaining_nfe * rounds
+        if deadline <= now or bound >= deadline - now:
+            return 0
+    return ranked[1]
+
+
 @dataclass
 class Entry:
     sid_hash: int

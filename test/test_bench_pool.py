@@ -59,8 +59,13 @@ def test_quick_pool_bench_accounting_is_exact(tmp_path):
             r["members"] * r["sent"] + r["taken_over_requests"], r
         assert r["answered_once"] + r["duplicated"] + r["unanswered"] == r["sent"], r
     assert set(report["drop_over_decision"]) == {"4"}
+    for key in ("off", "on"):  # (f): an owner past its capacity, spill off then on
+        s = report["spill"][key]
+        assert s["sent"] > 0 and s["answered_once"] + s["duplicated"] + s["missing"] == s["sent"]
+        assert s["answered_by_owner"] + s["answered_by_others"] == s["sent"] - s["missing"]
+    assert report["spill"]["off"]["spilled_out"] == 0
     text = pool.table(report)
-    for part in ("(a) kill -9", "(b) join", "(c) SIGSTOP", "(d) 2 member(s)"):
+    for part in ("(a) kill -9", "(b) join", "(c) SIGSTOP", "(d) 2 member(s)", "(f) spill on"):
         assert part in text
     json.dumps(report, allow_nan=False)
     png = pool.plot(report, str(tmp_path / "pool.png"))

@@ -198,7 +198,7 @@ def _run_pool_launch(monkeypatch, **values) -> list[dict]:
 
 def test_pool_launch_starts_count_relays_sharing_the_pool_topics(monkeypatch):
     """count relays, each the contract's node in its own namespace, the YAML first and the
-    pool's name and lease over it, the four shared topics remapped to the pool's namespace
+    pool's name and lease over it, the five shared topics remapped to the pool's namespace
     (the remaps test/test_pool.py runs its relays with)."""
     from test_pool import TOPICS
 

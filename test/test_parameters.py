@@ -33,7 +33,7 @@ def test_live_parameters_are_exactly_the_tunable_ones():
         "reject_if_queue_age_ms_gte", "queue_timeout_ms",
         "cost_model", "cost_window_ms", "cost_quantile",
         "model_path",  # a model swap (docs/design.md §9)
-        "pool_spill",  # refused while spill is not built, with the reason
+        "pool_spill",  # spill on capacity in a pool, on or off while it runs
         "fair_share", "client_weights",  # docs/design.md §7.1: from the next decision
     }
 

@@ -46,7 +46,8 @@ LEASE_MS = 2000
 RELAYS = 3
 NFE_DELAY_MS = 50  # x 4 NFE: a request holds its worker 200 ms, so a burst stays queued
 STATS_HZ = 20.0  # the takeover counter is read from flowedge/stats, 50 ms apart
-TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/model")
+TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/pool/spill",
+          "flowedge/model")
 
 
 def relay_args(i: int) -> list[str]:
@@ -466,27 +467,25 @@ def test_kill_9_under_load_every_request_is_answered_once_and_taken_over_in_time
     assert delay_ms <= LEASE_MS + 100 + 1000 / STATS_HZ
 
 
-def test_without_a_pool_nothing_of_it_exists_and_spill_is_refused():
+def test_without_a_pool_nothing_of_it_exists_and_spill_changes_nothing():
     """`pool` empty (the default) is a single relay: no pool topic, thread or status, the pool
-    fields of RelayStats 0. `pool_spill: true` is refused at start and on a live set, saying spill
-    is not built."""
+    fields of RelayStats 0. `pool_spill: true` there, at start or on a live set, is accepted and
+    changes nothing: no spill topic, no sender thread (spill needs a pool)."""
     from rclpy.parameter import Parameter
     from ros_helpers import running_relay
 
-    from flowedge_relay.node import RelayNode
-    from flowedge_relay.parameters import ParameterError
-
-    with running_relay() as h:
+    with running_relay(pool_spill=True) as h:
         assert h.relay.relay_pool is None
         topics = {name for name, _ in h.client.get_topic_names_and_types()}
         assert "/flowedge/pool" not in topics and "/flowedge/actions" in topics
-        assert "flowedge-pool" not in {t.name for t in threading.enumerate()}
+        assert "/flowedge/pool/spill" not in topics
+        threads = {t.name for t in threading.enumerate()}
+        assert "flowedge-pool" not in threads and "flowedge-spill" not in threads
+
         def names() -> set[str]:
             return {st.name for array in list(h.diagnostics) for st in array.status}
 
         assert wait_for(lambda: "flowedge_relay: admission" in names(), 30)  # its own arrays
         assert "flowedge_relay: pool" not in names()
-        (result,) = h.relay.set_parameters([Parameter("pool_spill", value=True)])
-        assert not result.successful and "not implemented" in result.reason
-    with ros_context() as ctx, pytest.raises(ParameterError, match="pool_spill.*not implemented"):
-        RelayNode(context=ctx, parameter_overrides=[Parameter("pool_spill", value=True)])
+        (result,) = h.relay.set_parameters([Parameter("pool_spill", value=False)])
+        assert result.successful and h.relay.relay_pool is None

@@ -14,10 +14,19 @@ import time
 
 import numpy as np
 import pytest
-from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
+from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, PoolSpill
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pool_reference import Member, RefStandby, fnv1a64, key_of, mix64, ranking
+from pool_reference import (
+    Bound,
+    Member,
+    RefStandby,
+    fnv1a64,
+    key_of,
+    mix64,
+    ranking,
+    spill_target,
+)
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message, serialize_message
 
@@ -35,7 +44,7 @@ from flowedge_relay.core import (
     pool_hash,
     pool_key,
 )
-from flowedge_relay.intake import NOT_OWNER, STANDBY, NativeIntake, pool_owns
+from flowedge_relay.intake import NOT_OWNER, SPILLED, STANDBY, NativeIntake, pool_owns
 from flowedge_relay.model import default_model_path, load_model
 from flowedge_relay.publisher import ActionPublisher, action_message
 from flowedge_relay.timebase import ros_time
@@ -76,10 +85,11 @@ def answer_cdr(sid: str, seq: int, relay_id: str = "owner", code: int = Code.INF
 class Member_:
     """This relay as a pool member: a pool, a core, the C intake deciding through both."""
 
-    def __init__(self, relay_id: str = "self-1-00000001", **pool_args) -> None:
+    def __init__(self, relay_id: str = "self-1-00000001", queue_capacity: int = 8,
+                 **pool_args) -> None:
         self.pool = Pool(relay_id, lease_ns=LEASE, **pool_args)
         self.core = Core(CoreConfig(obs_dim=SMALL.obs_dim, action_len=SMALL.action_len,
-                                    queue_capacity=8, max_nfe=16))
+                                    queue_capacity=queue_capacity, max_nfe=16))
         contract = ModelContract(DIGEST, SMALL.obs_dim, SMALL.action_dim, SMALL.action_horizon)
         self.intake = NativeIntake(self.core, contract, 16, 1 << 20, pool=self.pool)
 
@@ -369,6 +379,191 @@ def test_a_takeover_keeps_the_arrival_time_for_the_age_gate():
     # the same request arriving fresh at that instant is young, and admitted
     fresh = request_cdr(sid, 2, now_ros=ROS + 3000 * MS, deadline_ms=2000, **unset)
     assert me.decide(fresh, 3000) == (None, Decision.ACCEPTED)
+
+
+# ---- spill on capacity ------------------------------------------------------------------------
+
+OWNER_ID, TARGET_ID = "owner-1-0000000a", "target-2-0000000b"
+
+
+def spill_pair(spill_bytes: int = 1 << 20) -> tuple[Member_, Member_, str]:
+    """An owner with a queue of 1 and spill on, its session's successor (the target) idle, both
+    with the same view (the target's announced bound: 1 worker, 1 ms an NFE, nothing queued);
+    and a session the owner owns. The owner's queue is full."""
+    owner = Member_(OWNER_ID, queue_capacity=1, spill_bytes=spill_bytes)
+    target = Member_(TARGET_ID)
+    view = [PoolViewMember(owner.pool.key, (DIGEST,), relay_id=OWNER_ID),
+            PoolViewMember(target.pool.key, (DIGEST,), workers=1, nfe_ns=MS,
+                           relay_id=TARGET_ID)]
+    for m in (owner, target):
+        m.pool.set_view(view)
+    owner.pool.set_spill(True)
+    sid = session_where(owner.pool, PoolRole.OWNER)
+    assert owner.decide(request_cdr(sid, 1, deadline_ms=5000)) == (None, Decision.ACCEPTED)
+    return owner, target, sid
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 6), sid=st.binary(min_size=1, max_size=16), nfe=st.integers(1, 16),
+       slack_ms=st.sampled_from([0, 1, 5, 50, 500]), data=st.data())  # fmt: skip
+def test_the_spill_target_is_the_references(n, sid, nfe, slack_ms, data):
+    """Which member an owner may spill a request to: the reference model's choice (the
+    successor, by its announced bound against the request's slack), over random views, bounds
+    and deadlines; a request this member does not own is never spilled."""
+    me = Pool("probe-self", spill_bytes=1 << 16)
+    me.set_spill(True)
+    keys = [me.key] + [pool_key(f"m{i}") for i in range(n)]
+    bounds = {k: Bound(data.draw(st.integers(0, 3)), data.draw(st.sampled_from([0, MS, 5 * MS])),
+                       data.draw(st.sampled_from([0, 2 * MS])), data.draw(st.integers(0, 5)))
+              for k in keys[1:]}  # fmt: skip
+    view = [Member(k, (DIGEST,)) for k in keys]
+    me.set_view([PoolViewMember(k, (DIGEST,), relay_id=f"m{k}", **(
+        {"workers": bounds[k].workers, "nfe_ns": bounds[k].nfe_ns,
+         "admission_reserve_ns": bounds[k].admission_reserve_ns,
+         "queue_depth": bounds[k].queue_depth} if k in bounds else {})) for k in keys])
+    deadline = ROS + slack_ms * MS if slack_ms else 0
+    expected = spill_target(view, bounds, me.key, sid, DIGEST, 0, nfe, deadline, ROS)
+    owner, successor = me.ranking(sid, DIGEST, 0)
+    got = successor if owner == me.key and me.spill_fits(successor, nfe, deadline, ROS,
+                                                         100) else 0
+    assert got == expected
+
+
+def test_an_owner_at_capacity_hands_the_request_to_its_successor_who_answers_once():
+    """pool_spill: a request the owner would answer REJECTED_CAPACITY is handed over (no answer
+    at the owner, counted spilled_out); the handover names the target and carries the request's
+    bytes; the target decides it as an arrival (admitted here), drops its own standby copy and
+    filters a later one, so its takeover of the owner never decides it again; the target's
+    answer clears the owner's record."""
+    owner, target, sid = spill_pair()
+    cdr = request_cdr(sid, 2, deadline_ms=5000)
+    assert target.decide(cdr) == (STANDBY, None)  # the successor keeps its copy, as always
+    assert owner.decide(cdr) == (SPILLED, None)
+    assert owner.core.pop_outcomes() == []  # nobody answered at the owner
+    assert owner.pool.standby() == [(pool_hash(sid), 2, target.pool.key)]
+    handover = owner.pool.spill_next(0)
+    msg = deserialize_message(handover, PoolSpill)
+    assert (msg.relay_id, msg.target, msg.session_id, msg.sequence) == (OWNER_ID, TARGET_ID,
+                                                                         sid, 2)
+    assert bytes(msg.request) == cdr and owner.pool.spill_next(0) is None
+    assert owner.pool.spill_in(handover, MONO) == 0  # it names another member: ignored there
+    assert target.pool.spill_in(handover, MONO) == 1
+    assert target.service(1) == 1
+    assert [q.sequence for q in target.core.queue_snapshot()] == [2]  # admitted there
+    assert target.pool.standby() == []
+    assert target.decide(cdr, 2) == (STANDBY, None) and target.pool.standby() == []  # filtered
+    target.pool.set_view([PoolViewMember(target.pool.key, (DIGEST,))])
+    target.pool.takeover(owner.pool.key)
+    assert target.service(3) == 0 and target.core.pop_outcomes() == []
+    assert owner.pool.answer(answer_cdr(sid, 2, relay_id=TARGET_ID)) == 1
+    o, t = owner.pool.counters(), target.pool.counters()
+    assert (o.spilled_out, o.spill_ignored, o.standby_entries) == (1, 1, 0)
+    assert (t.spilled_in, t.spill_ignored, t.spilled_out) == (1, 0, 0)
+
+
+def test_only_a_capacity_rejection_spills_and_only_when_the_bound_fits():
+    """REJECTED_STALE and REJECTED_DEADLINE are answered by the owner, never handed over; a
+    capacity rejection too when spill is off, or when the target's announced bound does not fit
+    the request's slack."""
+    owner, _, sid = spill_pair()
+    stale = request_cdr(sid, 3, deadline_ms=5000, generation=0)
+    assert owner.decide(stale) == (None, Decision.REJECTED_STALE)
+    aged = request_cdr(sid, 4, now_ros=ROS - 2000 * MS, deadline_ms=2500, retry_count=1)
+    assert owner.decide(aged) == (None, Decision.REJECTED_DEADLINE)  # age 2 s >= 0.5 s slack
+    # the target announces 2 s an NFE and 1 queued: 4 NFE x 2 s x 2 rounds do not fit 6 s
+    slow = PoolViewMember(pool_key(TARGET_ID), (DIGEST,), workers=1, nfe_ns=2000 * MS,
+                          queue_depth=1, relay_id=TARGET_ID)
+    owner.pool.set_view([PoolViewMember(owner.pool.key, (DIGEST,)), slow])
+    assert owner.decide(request_cdr(sid, 5, deadline_ms=6000)) == (None,
+                                                                   Decision.REJECTED_CAPACITY)
+    assert not owner.pool.spill_fits(slow.key, 4, ROS + 6000 * MS, ROS, 100)
+    assert owner.pool.spill_fits(slow.key, 4, ROS + 17000 * MS, ROS, 100)
+    assert owner.pool.spill_fits(slow.key, 4, 0, ROS, 100)  # no deadline: any bound fits
+    owner.pool.set_spill(False)
+    assert owner.decide(request_cdr(sid, 6, deadline_ms=5000)) == (None,
+                                                                   Decision.REJECTED_CAPACITY)
+    assert [(o.sequence, o.code) for o in owner.core.pop_outcomes()] == [
+        (3, Code.REJECTED_STALE), (4, Code.REJECTED_DEADLINE), (5, Code.REJECTED_CAPACITY),
+        (6, Code.REJECTED_CAPACITY)]
+    c = owner.pool.counters()
+    assert c.spilled_out == 0 and owner.pool.spill_next(0) is None
+    owner.pool.set_spill(True)
+    owner.pool.set_view([PoolViewMember(owner.pool.key, (DIGEST,)),
+                         PoolViewMember(slow.key, (DIGEST,), workers=1, relay_id=TARGET_ID)])
+    assert owner.decide(request_cdr(sid, 7, deadline_ms=5000)) == (SPILLED, None)
+
+
+def test_the_owner_answers_a_spilled_request_once_when_its_target_dies():
+    """The target dies before answering: the owner's takeover of it decides the handed-over
+    request itself, as an arrival, and never spills it again (here its queue is still full:
+    REJECTED_CAPACITY; past its deadline: EXPIRED). A second takeover answers nothing."""
+    owner, target, sid = spill_pair()
+    assert owner.decide(request_cdr(sid, 2, deadline_ms=6000)) == (SPILLED, None)
+    assert owner.decide(request_cdr(sid, 3, deadline_ms=9000)) == (SPILLED, None)
+    owner.pool.set_view([PoolViewMember(owner.pool.key, (DIGEST,), relay_id=OWNER_ID)])
+    owner.pool.takeover(target.pool.key)
+    assert owner.service(7000) == 2  # 2 is past its deadline; 3 has 2 s left
+    outcomes = {o.sequence: o.code for o in owner.core.pop_outcomes()}
+    queued = [q.sequence for q in owner.core.queue_snapshot()]
+    assert outcomes.get(2) == Code.EXPIRED
+    assert (outcomes.get(3) == Code.REJECTED_CAPACITY) != (3 in queued)  # once, either way
+    c = owner.pool.counters()
+    assert (c.spilled_out, c.spill_back, c.taken_over_requests, c.standby_entries) == (2, 2, 2, 0)
+    assert owner.pool.spill_next(0) is not None  # the two handovers were made
+    owner.pool.takeover(target.pool.key)
+    assert owner.service(7100) == 0 and owner.core.pop_outcomes() == []
+
+
+def test_a_handover_after_the_targets_takeover_of_its_owner_is_not_decided_again():
+    """The owner hands a request over and dies before the target reads the handover: the
+    target's takeover of the owner decides its own copy; the handover, read after, is dropped
+    (counted spill_dropped), so the request is answered once."""
+    owner, target, sid = spill_pair()
+    cdr = request_cdr(sid, 2, deadline_ms=5000)
+    assert target.decide(cdr) == (STANDBY, None)
+    assert owner.decide(cdr) == (SPILLED, None)
+    handover = owner.pool.spill_next(0)
+    target.pool.set_view([PoolViewMember(target.pool.key, (DIGEST,))])
+    target.pool.takeover(owner.pool.key)
+    assert target.service(1) == 1
+    assert target.pool.spill_in(handover, MONO) == 1
+    assert target.service(2) == 0
+    assert [q.sequence for q in target.core.queue_snapshot()] == [2]  # once
+    c = target.pool.counters()
+    assert (c.taken_over_requests, c.spilled_in, c.spill_dropped) == (1, 0, 1)
+
+
+def test_handover_boxes_are_bounded_and_keep_their_order_across_the_wrap():
+    """The out box holds at most what its bytes allow: with no room the owner answers itself
+    (nothing is handed over that cannot be published); records come out in order across the
+    arena's wrap. A handover made before the target's own stall is not decided there (its owner
+    takes it back on the death it saw)."""
+    size = len(request_cdr("robot-0", 1))
+    owner, target, sid = spill_pair(spill_bytes=4 * (size + 512))
+    pending, published, refused = [], [], 0
+    for seq in range(2, 60):
+        kind, decision = owner.decide(request_cdr(sid, seq, deadline_ms=5000))
+        if kind == SPILLED:
+            pending.append(seq)
+            continue
+        assert decision == Decision.REJECTED_CAPACITY and pending  # full: answered here
+        refused += 1
+        published.append(deserialize_message(owner.pool.spill_next(0), PoolSpill).sequence)
+    while (h := owner.pool.spill_next(0)) is not None:
+        published.append(deserialize_message(h, PoolSpill).sequence)
+    spilled = [q for q in range(2, 60) if q in set(published)]
+    assert published == spilled  # in order, each once, across many wraps of the arena
+    assert refused >= 10 and len(spilled) + refused == 58
+    assert owner.pool.counters().spilled_out == len(spilled)
+    assert len([o for o in owner.core.pop_outcomes()]) == refused
+    # the target, after its own stall, drops a handover made before it: counted, unanswered
+    assert owner.decide(request_cdr(sid, 99, deadline_ms=5000)) == (SPILLED, None)
+    handover = owner.pool.spill_next(0)
+    target.pool.surrender(time.monotonic_ns())  # the others are in its view: it surrenders
+    assert target.pool.spill_in(handover, MONO) == 1
+    assert target.service(1) == 0 and target.core.pop_outcomes() == []
+    assert target.core.queue_snapshot() == []
+    assert target.pool.counters().spill_dropped == 1
 
 
 # ---- the reference model ---------------------------------------------------------------------

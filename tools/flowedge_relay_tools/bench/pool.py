@@ -33,6 +33,9 @@ member owns as many, NFE and slack uniform) and stamps every answer as it receiv
   decision path, not compute; per member its owner decisions and `not_owner` drops (from its
   flowedge/stats), the pool's decisions per second, and every request answered once. Next to it,
   the C intake's not_owner drop against a full decision (bench/pool_sim.py's measurement).
+- (f) one owner pushed past its capacity (a queue of 2, 2x one member's capacity on its sessions,
+  slack 2-6 leases so its refusals are capacity ones) with `pool_spill` off, then on: answered
+  once, duplicated, spilled, on time and goodput side by side. `--spill-only` runs (f) alone.
 
 Targets are printed, never asserted. A measurement on a shared host: the load average is recorded.
 """
@@ -55,6 +58,8 @@ from diagnostic_msgs.msg import DiagnosticArray
 from flowedge_relay_msgs.msg import ActionMessage, PoolMember, RelayStats
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
+from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParameters
 
 from flowedge_relay.core import Code, Pool, PoolViewMember
 from flowedge_relay.pool import pool_qos
@@ -76,7 +81,8 @@ from flowedge_relay_tools.bench.tables import VERDICT, format_rows, percent
 from flowedge_relay_tools.harness import load_served, spinning, wait_for, wait_for_relay
 
 #: the pool's topics every member shares (launch/pool.launch.py remaps the same four)
-TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/model")
+TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/pool/spill",
+          "flowedge/model")
 TARGETS = {"missing": 0, "duplicated": 0, "on_time_among_admitted": 0.999,
            "takeover_over_lease_ms": 100, "moved_over_fair_share": 0.10}  # fmt: skip
 NFE_RANGE = (4, 16)  # NFE per request of the robot-like load
@@ -122,6 +128,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Fast DDS over UDPv4 only (FASTDDS_BUILTIN_TRANSPORTS=UDPv4), for "
                              "the relays and this process: no shared-memory transport")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--spill-only", action="store_true",
+                        help="run (f) only: an owner past its capacity, pool_spill off and on")
 
 
 # ---- the pool's processes and what they report ---------------------------------------------
@@ -780,6 +788,115 @@ def intake(args, size: Size, params: dict, lease_ms: int, bar: Progress) -> list
     return rows
 
 
+# ---- (f) spill on capacity (docs/design.md §13.5) --------------------------------------------
+#
+# Three members, each with a queue of SPILL_QUEUE requests and the calibrated admission of the
+# other scenarios; the load goes to sessions member 0 owns only, at SPILL_LOAD x one member's
+# capacity, so the owner is past its capacity while its sessions' successors idle. The same load
+# runs with `pool_spill` false on the owner (set live), then true: per run each request's
+# answers are counted, who answered, the owner's spilled_out and the others' spilled_in, on time
+# among admitted at receipt, and the goodput (answers with actions on time per second of load).
+
+SPILL_QUEUE = 2  # queued requests a member holds: past them, a capacity rejection
+SPILL_LOAD = 2.0  # x one member's capacity, all on member 0's sessions
+#: (f)'s slack, in leases: wide enough that admission passes a request behind a full queue, so
+#: the owner's refusals are capacity ones (the queue), the case spill is for
+SPILL_SLACK_LEASES = (2, 6)
+SPILL_LOAD_S = {"quick": 1.8, "full": 10.0}  # seconds of load per run
+SPILL_MEMBERS = 3
+
+
+def set_spill(node, ns: str, index: int, on: bool) -> None:
+    """pool_spill of member `index`, set live through its parameter service."""
+    client = node.create_client(SetParameters, f"{ns}/r{index}/flowedge_relay/set_parameters")
+    try:
+        if not client.wait_for_service(timeout_sec=30):
+            raise TimeoutError(f"no parameter service of member {index}")
+        value = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=on)
+        future = client.call_async(SetParameters.Request(
+            parameters=[Parameter(name="pool_spill", value=value)]))
+        if not wait_for(future.done, 30, 0.02) or not future.result().results[0].successful:
+            raise RuntimeError(f"member {index}: pool_spill {on} refused")
+    finally:
+        node.destroy_client(client)
+
+
+def spill(args, size, params: dict, capacity_rps: float, lease_ms: int,
+          slack_ns: tuple[int, int], info, bar) -> dict:  # fmt: skip
+    """Both runs of (f) on one pool; {"off": ..., "on": ..., "rate": offered requests/s}."""
+    ns = "/poolbench_spill"
+    p = {**params, "queue_capacity": SPILL_QUEUE}
+    rate = SPILL_LOAD * capacity_rps / args.members  # the members' lanes are equal
+    slack_ns = (SPILL_SLACK_LEASES[0] * lease_ms * MS, SPILL_SLACK_LEASES[1] * lease_ms * MS)
+    load_s = SPILL_LOAD_S["quick" if args.quick else "full"]
+    out: dict = {"rate": rate, "queue_capacity": SPILL_QUEUE, "load": SPILL_LOAD,
+                 "slack_ms": [v / MS for v in slack_ns], "load_s": load_s}
+    with pool_of(ns, "poolbench_spill", list(range(SPILL_MEMBERS)), p,
+                 lease_ms) as (members, watch, node):  # fmt: skip
+        client = PoolClient(node, info)
+        wait_for_relay(client.pub, client.sub)
+        wait_for(lambda: client.pub.get_subscription_count() >= SPILL_MEMBERS, 30)
+        warm_up(client)
+        owned = balanced_sessions(members, size.sessions_per_member, client.digest)
+        sessions = sorted(s for s, i in owned.items() if i == 0)
+        owner = members[0]
+        for k, on in enumerate((False, True)):
+            bar.update(label=f"(f) an owner past its capacity, spill {'on' if on else 'off'}")
+            set_spill(node, ns, 0, on)
+            before = {m.index: watch.snapshot(m) for m in members}
+            t0 = time.time_ns()
+            with Load(client, sessions, rate, slack_ns, args.seed + 10 + k) as load:
+                time.sleep(load_s)
+            seconds = (time.time_ns() - t0) / 1e9
+            drain = slack_ns[1] / 1e9 + 4 * lease_ms / 1e3 + 5.0
+            led = ledger(client, load.sent, drain)
+            time.sleep(2.0 / 20.0 + 0.1)  # the members' next flowedge/stats count it all
+            after = {m.index: watch.snapshot(m) for m in members}
+            got = collections.Counter(len(v) for v in led["log"].values())
+            outcomes = outcome_counts(load.sent, led["log"], set())
+            by = {}
+            for v in led["log"].values():
+                if v:
+                    by[v[0].relay_id] = by.get(v[0].relay_id, 0) + 1
+            out["on" if on else "off"] = {
+                "sent": len(load.sent), "answered_once": got.get(1, 0),
+                "missing": len(led["missing"]), "duplicated": len(led["duplicated"]),
+                "duplicates_tagged": led["tagged"],
+                "answered_by_owner": by.get(owner.relay_id, 0),
+                "answered_by_others": sum(n for r, n in by.items() if r != owner.relay_id),
+                "spilled_out": after[0].spilled_out - before[0].spilled_out,
+                "spilled_in": sum(after[i].spilled_in - before[i].spilled_in
+                                  for i in after if i != 0),
+                "outcomes": outcomes, "on_time_among_admitted": outcomes["on_time_among_admitted"],
+                "goodput_per_s": outcomes.get("on_time", 0) / seconds,
+                # a member the host starved for a lease is taken over (§13.2's named windows)
+                **{k: sum(getattr(after[i], k) - getattr(before[i], k) for i in after)
+                   for k in ("takeovers", "taken_over_requests", "surrendered")},
+                "duplicate_detail": [
+                    {"session": key[0], "sequence": key[1],
+                     "answers": [(g.relay_id, g.epoch, g.code) for g in v]}
+                    for key, v in list(led["duplicated"].items())[:3]],
+                "load_s": seconds, "send_behind_max_ms": load.behind_max_ns / MS,
+            }  # fmt: skip
+            bar.advance()
+    return out
+
+
+def spill_rows(r: dict) -> list[dict]:
+    """The (f) rows of the report: off and on side by side."""
+    out = []
+    for key in ("off", "on"):
+        s = r[key]
+        out.append({
+            "measure": f"(f) owner at {r['load']:g}x its capacity, spill {key}: answered once / "
+                       "duplicated / missing; spilled out (in); on time among admitted; goodput",
+            "measured": f"{s['answered_once']}/{s['sent']} / {s['duplicated']} / {s['missing']}; "
+                        f"{s['spilled_out']} ({s['spilled_in']}); "
+                        f"{percent(s['on_time_among_admitted'])}; {s['goodput_per_s']:.0f}/s",
+            "target": "0 duplicated, 0 missing", "met": "-"})  # fmt: skip
+    return out
+
+
 # ---- the report ------------------------------------------------------------------------------
 
 
@@ -798,7 +915,8 @@ def run(args: argparse.Namespace) -> dict:
     lanes = args.members * args.workers
     path = model_path("bench")
     info = load_served(path)
-    steps = 1 + 3 + len(set(args.intake_members)) * len(size.intake_rates)
+    only = getattr(args, "spill_only", False)
+    steps = 1 + 2 + (0 if only else 3 + len(set(args.intake_members)) * len(size.intake_rates))
     with Progress("pool", steps, unit=" steps") as bar:
         cal = None
         if args.nfe_ns:
@@ -816,9 +934,11 @@ def run(args: argparse.Namespace) -> dict:
         params = dict(model_path=path, workers=args.workers, max_nfe=64, nfe_ns=nfe_ns,
                       admission_reserve_ns=reserve, cost_model="static",
                       pool_lease_ms=lease_ms, stats_rate_hz=STATS_HZ)  # fmt: skip
-        abc = scenarios_abc(args, size, params, capacity_rps, lease_ms, slack_ns, info, bar)
-        d = intake(args, size, params, lease_ms, bar)
-    costs = pool_sim.intake_costs(4, 2000 if quick else 20_000, load_served(path))
+        abc = {} if only else scenarios_abc(args, size, params, capacity_rps, lease_ms,
+                                            slack_ns, info, bar)
+        d = [] if only else intake(args, size, params, lease_ms, bar)
+        f = spill(args, size, params, capacity_rps, lease_ms, slack_ns, info, bar)
+    costs = {} if only else pool_sim.intake_costs(4, 2000 if quick else 20_000, load_served(path))
     report = {
         "size": "quick" if quick else "full", "host": host, "members": args.members,
         "workers": args.workers, "lease_ms": lease_ms, "load": args.load,
@@ -829,8 +949,9 @@ def run(args: argparse.Namespace) -> dict:
         "calibration": None if cal is None else {
             k: cal.get(k) for k in ("recommended_nfe_ns", "recommended_admission_reserve_ns",
                                     "relay_compute_ns_per_nfe_mean", "noisy_host")},
-        "kill": abc["kill"], "join": abc["join"], "freeze": abc["freeze"], "intake": d,
-        "drop_over_decision": pool_sim.drop_over_decision(costs),
+        "kill": abc.get("kill"), "join": abc.get("join"), "freeze": abc.get("freeze"),
+        "intake": d, "spill": f,
+        "drop_over_decision": pool_sim.drop_over_decision(costs) if costs else {},
         "targets": TARGETS,
         "method": (
             f"{args.members} flowedge-relayd of one pool (transport {transport}; lease "
@@ -854,6 +975,8 @@ def _verdict(*oks: bool | None) -> str:
 
 
 def _rows(r: dict) -> list[dict]:
+    if r["kill"] is None:  # --spill-only
+        return spill_rows(r["spill"])
     k, j, f = r["kill"], r["join"], r["freeze"]
     lease = r["lease_ms"]
     on_time = k["outcomes"]["on_time_among_admitted"]
@@ -900,13 +1023,26 @@ def _rows(r: dict) -> list[dict]:
                      "measured": f"{v:.3f}",
                      "target": f"<= {pool_sim.TARGETS['drop_over_decision']}",
                      "met": _verdict(v <= pool_sim.TARGETS["drop_over_decision"])})
-    return rows
+    return rows + spill_rows(r["spill"])
 
 
 def table(report: dict) -> str:
     k, j, f = report["kill"], report["join"], report["freeze"]
     lines = [f"pool: {report['method']}", f"host: {report['host']}",
              format_rows(report["rows"])]
+    s = report["spill"]
+    for key in ("off", "on"):
+        lines.append(f"(f) spill {key}: {s[key]['sent']} sent at {s['rate']:.1f}/s to one owner "
+                     f"(queue {s['queue_capacity']}, slack {s['slack_ms'][0]:g}-"
+                     f"{s['slack_ms'][1]:g} ms); answered by the owner "
+                     f"{s[key]['answered_by_owner']}, by the others "
+                     f"{s[key]['answered_by_others']}; takeovers {s[key]['takeovers']} "
+                     f"({s[key]['taken_over_requests']} requests), surrendered "
+                     f"{s[key]['surrendered']}; outcomes {s[key]['outcomes']}")
+        for d in s[key]["duplicate_detail"]:
+            lines.append(f"    duplicate {d['session']}#{d['sequence']}: {d['answers']}")
+    if k is None:  # --spill-only
+        return "\n".join(lines)
     lines.append(f"(a) takeover counter per survivor, moved between its stats stamps (ms after "
                  f"the kill; stats at {STATS_HZ:g} Hz): "
                  f"{k['takeover_counter_ms']}; taken over: {k['outcomes'].get('taken_over', 0)} "
@@ -940,6 +1076,8 @@ def table(report: dict) -> str:
 def plot(report: dict, path: str) -> str:
     from flowedge_relay_tools.bench.plots import save, subplots
 
+    if report["kill"] is None:
+        raise ValueError("the plot needs (a)-(d): run without --spill-only")
     fig, axes = subplots(2, 2, width=6.0, height=3.6)
     axes = list(axes)
     for ax, (name, title, events) in zip(axes, (
