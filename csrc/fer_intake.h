@@ -180,15 +180,17 @@ struct fer_intake_counters *fer_intake_counters(struct fer_intake *in);
 /* The diagnostics key of reason r (validation.Reason's value), or "" outside 1..FER_REASONS-1. */
 const char *fer_intake_reason_name(uint32_t r);
 
-/* ---- the CDR of flowedge_relay_msgs/InferenceRequest (fer_request_cdr.c) ------------------------
- * A parsed request: pointers into the caller's buffer (valid while it is), nothing copied.
- * Strings end at their first NUL (as rosidl's C strings do) and exclude it. */
+/* ---- flowedge_relay_msgs/InferenceRequest read in place (fer_wire.c, fer_wire.h) --------------
+ * A parsed request: pointers into the caller's buffer (valid while it is), nothing copied. Every
+ * field of the message, named by fer_wire.h's rule (origin_stamp.sec is origin_stamp_sec; a string
+ * or sequence is a pointer and <name>_len); tensor_bytes is the intake's own sum. Strings end at
+ * their first NUL (as rosidl's C strings do) and exclude it. */
 struct fer_tensor_view {
     const uint8_t *name;
     uint32_t name_len;
     uint32_t dtype;
-    uint32_t ndim;
-    const uint8_t *shape;                /* ndim little-endian uint32 */
+    uint32_t shape_len;
+    const uint8_t *shape;                /* shape_len little-endian uint32 */
     const uint8_t *data;
     uint64_t data_len;
 };
@@ -201,8 +203,8 @@ struct fer_request_view {
     uint32_t remaining_nfe;
     uint64_t sequence;
     uint64_t generation;
-    int32_t origin_sec;
-    uint32_t origin_nanosec;
+    int32_t origin_stamp_sec;
+    uint32_t origin_stamp_nanosec;
     int32_t deadline_sec;
     uint32_t deadline_nanosec;
     const uint8_t *model_digest;
@@ -213,11 +215,11 @@ struct fer_request_view {
     const uint8_t *observation;          /* observation_len little-endian float32 */
     uint64_t observation_len;
     uint64_t noise_seed;
-    uint64_t n_tensors;                  /* in the message; the first FER_INTAKE_TENSORS_MAX kept */
+    uint64_t inputs_len;                 /* in the message; the first FER_INTAKE_TENSORS_MAX kept */
     uint64_t tensor_bytes;               /* sum of every tensor's data length */
-    struct fer_tensor_view tensors[FER_INTAKE_TENSORS_MAX];
-    const uint8_t *prefix_actions;       /* prefix_len little-endian float32 (§5.4) */
-    uint64_t prefix_len;
+    struct fer_tensor_view inputs[FER_INTAKE_TENSORS_MAX];
+    const uint8_t *prefix_actions;       /* prefix_actions_len little-endian float32 (§5.4) */
+    uint64_t prefix_actions_len;
     int32_t prefix_start_sec;
     uint32_t prefix_start_nanosec;
     int32_t action_period_sec;           /* builtin_interfaces/Duration */
@@ -228,11 +230,12 @@ struct fer_request_view {
 
 /* Parse len bytes (with the 4-byte encapsulation header, CDR little endian) into *v. 0 when the
  * bytes are a whole InferenceRequest (trailing padding allowed), -1 when not (truncated, a length
- * past the end, big endian or another encapsulation). Reads nothing past len. */
+ * past the end, big endian or another encapsulation, or FER_WIRE_REQUEST not loaded). Reads
+ * nothing past len. */
 int fer_request_parse(const uint8_t *buf, uint64_t len, struct fer_request_view *v);
-/* Only the fields from session_id to model_digest (the others left as they were): what a pool
- * member needs to know who owns the request, before anything else is read. 0 or -1 as above,
- * for those fields. */
+/* Only the members up to the last one a pool member needs to know who owns the request
+ * (session_id, sequence, origin_stamp, deadline, model_digest; the others left as they were),
+ * before anything else is read. 0 or -1 as above, for those members. */
 int fer_request_parse_head(const uint8_t *buf, uint64_t len, struct fer_request_view *v);
 
 /*
