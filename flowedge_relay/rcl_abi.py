@@ -96,7 +96,8 @@ def load_serializer() -> None:
 
     # the rmw_implementation shim where rcl loads one, else the implementation rcl linked
     serialize = None
-    for library in ("librmw_implementation.so", f"lib{rclpy.get_rmw_implementation_identifier()}.so"):
+    implementation = f"lib{rclpy.get_rmw_implementation_identifier()}.so"
+    for library in ("librmw_implementation.so", implementation):
         try:
             serialize = _function(library, "rmw_serialize", "fer_rmw_serialize_fn")
             break
