@@ -9,6 +9,7 @@
 #include "fer_internal.h"
 #include "fer_rcl.h"
 #include "fer_intake.h"
+#include "fer_wire.h"
 #include "fer_take.h"
 #include "fer_pool.h"
 

@@ -44,9 +44,9 @@
  *   fer_rtprobe -> fer_internal fer_bench
  *   fer_publish -> fer_internal fer_rcl fer_pool
  *   fer_take -> fer_internal fer_rcl
- *   fer_intake -> fer_internal fer_rcl fer_take fer_pool
+ *   fer_intake -> fer_internal fer_rcl fer_take fer_pool fer_wire
  *   fer_pool -> fer_internal fer_wire
- *   fer_wire -> fer_internal fer_cdr fer_rcl fer_intake
+ *   fer_wire -> fer_internal fer_cdr fer_rcl
  *   fer_loadgen -> fer_internal fer_cdr fer_rcl fer_take
  *   fer_rt -> fer_internal
  *   fer_core fer_session fer_queue fer_submit fer_admit fer_lane -> fer_internal

@@ -13,7 +13,6 @@
 #include "fer_internal.h"
 #include "fer_cdr.h"
 #include "fer_rcl.h"
-#include "fer_intake.h"
 #include "fer_wire.h"
 
 #define NONE UINT32_MAX

@@ -43,6 +43,66 @@ typedef int32_t (*fer_rmw_serialize_fn)(const void *ros_message, const void *typ
 int fer_wire_set_serializer(fer_rmw_serialize_fn serialize, const void *action_ts,
                             void (*reset_error)(void));
 
+#define FER_INTAKE_TENSORS_MAX 64     /* tensors of a request kept for checking (>= 2 x inputs + 1) */
+
+/* ---- flowedge_relay_msgs/InferenceRequest read in place (fer_wire.c, fer_wire.h) --------------
+ * A parsed request: pointers into the caller's buffer (valid while it is), nothing copied. Every
+ * field of the message, named by fer_wire.h's rule (origin_stamp.sec is origin_stamp_sec; a string
+ * or sequence is a pointer and <name>_len); tensor_bytes is the intake's own sum. Strings end at
+ * their first NUL (as rosidl's C strings do) and exclude it. */
+struct fer_tensor_view {
+    const uint8_t *name;
+    uint32_t name_len;
+    uint32_t dtype;
+    uint32_t shape_len;
+    const uint8_t *shape;                /* shape_len little-endian uint32 */
+    const uint8_t *data;
+    uint64_t data_len;
+};
+
+struct fer_request_view {
+    const uint8_t *session_id;
+    uint32_t session_id_len;
+    uint32_t retry_count;
+    uint32_t retry_reason;
+    uint32_t remaining_nfe;
+    uint64_t sequence;
+    uint64_t generation;
+    int32_t origin_stamp_sec;
+    uint32_t origin_stamp_nanosec;
+    int32_t deadline_sec;
+    uint32_t deadline_nanosec;
+    const uint8_t *model_digest;
+    uint32_t model_digest_len;
+    uint32_t observation_dim;
+    uint32_t action_dim;
+    uint32_t action_horizon;
+    const uint8_t *observation;          /* observation_len little-endian float32 */
+    uint64_t observation_len;
+    uint64_t noise_seed;
+    uint64_t inputs_len;                 /* in the message; the first FER_INTAKE_TENSORS_MAX kept */
+    uint64_t tensor_bytes;               /* sum of every tensor's data length */
+    struct fer_tensor_view inputs[FER_INTAKE_TENSORS_MAX];
+    const uint8_t *prefix_actions;       /* prefix_actions_len little-endian float32 (§5.4) */
+    uint64_t prefix_actions_len;
+    int32_t prefix_start_sec;
+    uint32_t prefix_start_nanosec;
+    int32_t action_period_sec;           /* builtin_interfaces/Duration */
+    uint32_t action_period_nanosec;
+    const uint8_t *client_id;            /* §7.1: whose request; empty = the session's */
+    uint32_t client_id_len;
+};
+
+/* Parse len bytes (with the 4-byte encapsulation header, CDR little endian) into *v. 0 when the
+ * bytes are a whole InferenceRequest (trailing padding allowed), -1 when not (truncated, a length
+ * past the end, big endian or another encapsulation, or FER_WIRE_REQUEST not loaded). Reads
+ * nothing past len. */
+int fer_request_parse(const uint8_t *buf, uint64_t len, struct fer_request_view *v);
+/* Only the members up to the last one a pool member needs to know who owns the request
+ * (session_id, sequence, origin_stamp, deadline, model_digest; the others left as they were),
+ * before anything else is read. 0 or -1 as above, for those members. */
+int fer_request_parse_head(const uint8_t *buf, uint64_t len, struct fer_request_view *v);
+
 /* An ActionMessage read in place: every field (fer_wire.h's naming rule). */
 struct fer_answer_view {
     int32_t header_stamp_sec;

@@ -45,8 +45,8 @@ SOURCES = ["fer_core.c", "fer_session.c", "fer_queue.c", "fer_submit.c", "fer_ad
 # intake, the intake bench's client; through function pointers of the rcl that rclpy loaded: no
 # link-time dependency either), and a thread's real-time settings: one cdef, one module.
 HEADERS = ["fer.h", "fer_pool.h", "fer_bench.h", "fer_tensor.h", "fer_exec.h", "fer_pass.h",
-           "fer_noise.h", "fer_serve.h", "fer_rcl.h", "fer_publish.h", "fer_intake.h",
-           "fer_wire.h", "fer_loadgen.h", "fer_rt.h"]
+           "fer_noise.h", "fer_serve.h", "fer_rcl.h", "fer_publish.h", "fer_wire.h",
+           "fer_intake.h", "fer_loadgen.h", "fer_rt.h"]
 MODULE = "flowedge_relay._fer_core"
 # The wire format comes from the messages' generated C type support (csrc/fer_wire.h): the
 # headers of flowedge_relay_msgs (colcon builds it first) and of the ROS 2 C packages they include,
@@ -81,11 +81,26 @@ def _msgs_include() -> str:
                        "`make setup`, which builds the messages before the C core")
 
 
+def _ros_prefix() -> pathlib.Path:
+    """Where the ROS 2 C headers are: the venv of the pinned wheels (the interpreter's, as its
+    path says: colcon's build overrides sys.prefix with the install tree), or a prefix of the
+    environment (a sourced ROS 2 install)."""
+    candidates = [os.environ.get("VIRTUAL_ENV", ""),
+                  str(pathlib.Path(sys.executable).parent.parent), sys.prefix]
+    candidates += [p for var in ("AMENT_PREFIX_PATH", "CMAKE_PREFIX_PATH")
+                   for p in os.environ.get(var, "").split(os.pathsep)]
+    for prefix in filter(None, candidates):
+        if (pathlib.Path(prefix) / "include" / "rosidl_runtime_c").is_dir():
+            return pathlib.Path(prefix)
+    raise RuntimeError(f"no ROS 2 C headers (include/rosidl_runtime_c) under {candidates}: run "
+                       "`make setup`")
+
+
 def _ros_includes() -> list[str]:
     """The include directories of the messages and the ROS 2 C headers they need."""
-    venv = pathlib.Path(sys.prefix) / "include"
-    return [_msgs_include()] + [str(venv / p) for p in ROS_INCLUDE_PACKAGES
-                                if (venv / p).is_dir()]
+    include = _ros_prefix() / "include"
+    return [_msgs_include()] + [str(include / p) for p in ROS_INCLUDE_PACKAGES
+                                if (include / p).is_dir()]
 
 
 def _make_builder(absolute: bool) -> FFI:
