@@ -47,7 +47,7 @@
  *   fer_intake -> fer_internal fer_rcl fer_take fer_pool fer_wire
  *   fer_pool -> fer_internal fer_wire
  *   fer_wire -> fer_internal fer_cdr fer_rcl
- *   fer_loadgen -> fer_internal fer_cdr fer_rcl fer_take
+ *   fer_loadgen -> fer_internal fer_cdr fer_rcl fer_take fer_wire
  *   fer_rt -> fer_internal
  *   fer_core fer_session fer_queue fer_submit fer_admit fer_lane -> fer_internal
  *   fer_output fer_stats fer_ring fer_lock fer_share -> fer_internal
