@@ -566,7 +566,7 @@ static inline int peek_string(const uint8_t *b, uint64_t len, uint64_t *at, cons
 {
     uint64_t n = *at + ((0 - (*at - FER_CDR_ENCAPSULATION)) & 3), count;
 
-    if (4 > len - n || n > len)
+    if (n > len || 4 > len - n)
         return -1;
     count = load(b + n, 4);
     n += 4;
