@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fer_cdr.h - XCDR1 little endian, as rmw_fastrtps writes ROS 2 messages: a bounded writer and a
- * bounded reader (internal: not read into the cdef).
+ * fer_cdr.h - XCDR1 little endian, as rmw_fastrtps writes ROS 2 messages: a bounded reader and a
+ * bounded writer of primitives (internal: not read into the cdef). No field list lives here: the
+ * order and types of a message's fields come from its generated type support (fer_wire.h).
  *
  * The bytes start with a 4-byte encapsulation header (00 01 00 00, CDR_LE); every field is aligned
  * to its own size counted from after it. A string is a uint32 length that counts a terminating
- * NUL, then the bytes and the NUL; a sequence is a uint32 count, then the elements. Used by the
- * publisher (ActionMessage out), the intake (InferenceRequest in) and the intake bench (both).
+ * NUL, then the bytes and the NUL; a sequence is a uint32 count, then the elements. The reader
+ * serves fer_wire.c's walk; the writer only the intake bench's client (fer_loadgen.c), whose
+ * requests test/test_bench_intake.py reads back through rclpy, field by field.
  */
 #ifndef FER_CDR_H
 #define FER_CDR_H

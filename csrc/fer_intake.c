@@ -9,6 +9,7 @@
 #include "fer_internal.h"
 #include "fer_rcl.h"
 #include "fer_intake.h"
+#include "fer_wire.h"
 #include "fer_take.h"
 #include "fer_pool.h"
 
@@ -248,7 +249,7 @@ static uint32_t take_tensor(const struct fer_input_spec *s, const struct fer_ten
 
     if (t->dtype != s->dtype)
         return FER_REASON_INPUT_DTYPE;
-    if (t->ndim != s->ndim)
+    if (t->shape_len != s->ndim)
         return FER_REASON_INPUT_SHAPE;
     for (k = 0; k < s->ndim; k++)
         if (load_u32(t->shape + 4 * k) != s->shape[k])
@@ -288,7 +289,7 @@ static uint32_t take_tensors(struct fer_intake *in, const struct fer_request_vie
     uint64_t i;
     int slot;
 
-    if (v->n_tensors > 2ull * cfg->n_inputs + 1)
+    if (v->inputs_len > 2ull * cfg->n_inputs + 1)
         return FER_REASON_INPUT_UNEXPECTED;
     if (v->tensor_bytes > cfg->max_request_bytes)
         return FER_REASON_REQUEST_TOO_LARGE;
@@ -296,8 +297,8 @@ static uint32_t take_tensors(struct fer_intake *in, const struct fer_request_vie
     payload = slot < 0 ? NULL : fer_core_payload(in->core, (uint32_t)slot);
     if (payload == NULL)
         return FER_REASON_CORE_REFUSED;
-    for (i = 0; i < v->n_tensors; i++) {
-        const struct fer_tensor_view *t = &v->tensors[i];
+    for (i = 0; i < v->inputs_len; i++) {
+        const struct fer_tensor_view *t = &v->inputs[i];
         uint32_t k, rc;
 
         for (k = 0; k < cfg->n_inputs; k++)
@@ -333,22 +334,22 @@ static uint32_t take_prefix(struct fer_intake *in, const struct fer_request_view
 
     if (!cfg->rtc)
         return FER_REASON_PREFIX_UNSUPPORTED;
-    if (v->prefix_len % cfg->action_dim != 0 ||
-        v->prefix_len / cfg->action_dim > cfg->action_horizon)
+    if (v->prefix_actions_len % cfg->action_dim != 0 ||
+        v->prefix_actions_len / cfg->action_dim > cfg->action_horizon)
         return FER_REASON_PREFIX_SHAPE;
     if (!stamp_ok(v->prefix_start_sec, v->prefix_start_nanosec))
         return FER_REASON_TIME_INVALID;
     if (!stamp_ok(v->action_period_sec, v->action_period_nanosec) ||
         (v->action_period_sec == 0 && v->action_period_nanosec == 0))
         return FER_REASON_ACTION_PERIOD;
-    for (i = 0; i < v->prefix_len; i++)
+    for (i = 0; i < v->prefix_actions_len; i++)
         if (!f32_finite(load_u32(v->prefix_actions + 4 * i)))
             return FER_REASON_PREFIX_NOT_FINITE;
     slot = fer_core_staging_slot(in->core);
     payload = slot < 0 ? NULL : fer_core_payload(in->core, (uint32_t)slot);
     if (payload == NULL)
         return FER_REASON_CORE_REFUSED;
-    memcpy(payload + cfg->prefix_offset, v->prefix_actions, v->prefix_len * sizeof(float));
+    memcpy(payload + cfg->prefix_offset, v->prefix_actions, v->prefix_actions_len * sizeof(float));
     return FER_REASON_NONE;
 }
 
@@ -383,14 +384,14 @@ static uint32_t validate(struct fer_intake *in, const struct fer_request_view *v
     if (v->retry_reason >= FER_RETRY_REASONS)
         return FER_REASON_RETRY_REASON_UNKNOWN;
     if (!stamp_ok(v->deadline_sec, v->deadline_nanosec) ||
-        !stamp_ok(v->origin_sec, v->origin_nanosec))
+        !stamp_ok(v->origin_stamp_sec, v->origin_stamp_nanosec))
         return FER_REASON_TIME_INVALID;
     if (v->observation_len != cfg->observation_dim ||
         v->observation_len > FER_INTAKE_OBSERVATION_MAX)
         return FER_REASON_OBSERVATION_LENGTH;
     if (cfg->n_inputs) {
         reason = take_tensors(in, v);
-    } else if (v->n_tensors) {
+    } else if (v->inputs_len) {
         reason = FER_REASON_INPUT_UNEXPECTED; /* the single-vector model declares no tensors */
     } else {
         reason = FER_REASON_NONE;
@@ -402,7 +403,7 @@ static uint32_t validate(struct fer_intake *in, const struct fer_request_view *v
             memcpy(&in->obs[i], &bits, 4);
         }
     }
-    if (reason != FER_REASON_NONE || v->prefix_len == 0)
+    if (reason != FER_REASON_NONE || v->prefix_actions_len == 0)
         return reason;
     return take_prefix(in, v);
 }
@@ -456,8 +457,8 @@ static int not_owned(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
                      const struct fer_request_view *v, uint64_t now_mono, int64_t now_ros,
                      int32_t *decision, uint64_t *successor)
 {
-    int64_t origin = stamp_ok(v->origin_sec, v->origin_nanosec)
-                     ? (int64_t)stamp_ns(v->origin_sec, v->origin_nanosec) : 0;
+    int64_t origin = stamp_ok(v->origin_stamp_sec, v->origin_stamp_nanosec)
+                     ? (int64_t)stamp_ns(v->origin_stamp_sec, v->origin_stamp_nanosec) : 0;
     uint64_t owner, deadline = 0;
     /* the served digest's hash is known; another digest's is computed */
     uint64_t digest_hash = v->model_digest_len == in->cfg.digest_len &&
@@ -516,15 +517,15 @@ static int decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len, uint6
     r.remaining_nfe = v.remaining_nfe;
     r.sequence = v.sequence;
     r.generation = v.generation;
-    origin_ros = stamp_ns(v.origin_sec, v.origin_nanosec);
+    origin_ros = stamp_ns(v.origin_stamp_sec, v.origin_stamp_nanosec);
     /* an unset origin ages from the arrival (a takeover keeps the first one) */
     r.origin_ns = origin_ros == 0 ? arrival_mono : origin_mono(origin_ros, now_ros, now_mono);
     r.deadline_ns = deadline_mono(deadline_ros, now_ros, now_mono);
     r.deadline_ros_ns = deadline_ros;
     r.noise_seed = v.noise_seed;
     r.observation = in->obs;
-    if (v.prefix_len) {
-        r.prefix_rows = (uint32_t)(v.prefix_len / in->cfg.action_dim);
+    if (v.prefix_actions_len) {
+        r.prefix_rows = (uint32_t)(v.prefix_actions_len / in->cfg.action_dim);
         r.prefix_start_ros_ns = stamp_ns(v.prefix_start_sec, v.prefix_start_nanosec);
         r.prefix_start_ns = instant_mono(r.prefix_start_ros_ns, now_ros, now_mono);
         r.action_period_ns = stamp_ns(v.action_period_sec, v.action_period_nanosec);

@@ -29,7 +29,6 @@
 #define FER_INTAKE_INPUTS_MAX 16      /* declared inputs of a package the C intake serves */
 #define FER_INTAKE_NAME_MAX 64        /* bytes of an input name */
 #define FER_INTAKE_NDIM_MAX 8         /* dimensions of an input (without batch) */
-#define FER_INTAKE_TENSORS_MAX 64     /* tensors of a request kept for checking (>= 2 x inputs + 1) */
 #define FER_INTAKE_DIGEST_MAX 80      /* validation.MODEL_DIGEST_MAX_CHARS */
 #define FER_INTAKE_OBSERVATION_MAX 65536 /* validation.OBSERVATION_MAX_LEN */
 /* The serialized buffer holds max_request_bytes plus this much for everything else (the strings,
@@ -180,60 +179,8 @@ struct fer_intake_counters *fer_intake_counters(struct fer_intake *in);
 /* The diagnostics key of reason r (validation.Reason's value), or "" outside 1..FER_REASONS-1. */
 const char *fer_intake_reason_name(uint32_t r);
 
-/* ---- the CDR of flowedge_relay_msgs/InferenceRequest (fer_request_cdr.c) ------------------------
- * A parsed request: pointers into the caller's buffer (valid while it is), nothing copied.
- * Strings end at their first NUL (as rosidl's C strings do) and exclude it. */
-struct fer_tensor_view {
-    const uint8_t *name;
-    uint32_t name_len;
-    uint32_t dtype;
-    uint32_t ndim;
-    const uint8_t *shape;                /* ndim little-endian uint32 */
-    const uint8_t *data;
-    uint64_t data_len;
-};
-
-struct fer_request_view {
-    const uint8_t *session_id;
-    uint32_t session_id_len;
-    uint32_t retry_count;
-    uint32_t retry_reason;
-    uint32_t remaining_nfe;
-    uint64_t sequence;
-    uint64_t generation;
-    int32_t origin_sec;
-    uint32_t origin_nanosec;
-    int32_t deadline_sec;
-    uint32_t deadline_nanosec;
-    const uint8_t *model_digest;
-    uint32_t model_digest_len;
-    uint32_t observation_dim;
-    uint32_t action_dim;
-    uint32_t action_horizon;
-    const uint8_t *observation;          /* observation_len little-endian float32 */
-    uint64_t observation_len;
-    uint64_t noise_seed;
-    uint64_t n_tensors;                  /* in the message; the first FER_INTAKE_TENSORS_MAX kept */
-    uint64_t tensor_bytes;               /* sum of every tensor's data length */
-    struct fer_tensor_view tensors[FER_INTAKE_TENSORS_MAX];
-    const uint8_t *prefix_actions;       /* prefix_len little-endian float32 (§5.4) */
-    uint64_t prefix_len;
-    int32_t prefix_start_sec;
-    uint32_t prefix_start_nanosec;
-    int32_t action_period_sec;           /* builtin_interfaces/Duration */
-    uint32_t action_period_nanosec;
-    const uint8_t *client_id;            /* §7.1: whose request; empty = the session's */
-    uint32_t client_id_len;
-};
-
-/* Parse len bytes (with the 4-byte encapsulation header, CDR little endian) into *v. 0 when the
- * bytes are a whole InferenceRequest (trailing padding allowed), -1 when not (truncated, a length
- * past the end, big endian or another encapsulation). Reads nothing past len. */
-int fer_request_parse(const uint8_t *buf, uint64_t len, struct fer_request_view *v);
-/* Only the fields from session_id to model_digest (the others left as they were): what a pool
- * member needs to know who owns the request, before anything else is read. 0 or -1 as above,
- * for those fields. */
-int fer_request_parse_head(const uint8_t *buf, uint64_t len, struct fer_request_view *v);
+/* The request as the intake reads it (struct fer_request_view, fer_request_parse) is in
+ * fer_wire.h. */
 
 /*
  * A relay pool (fer_pool.h; docs/design.md §13). set_pool: every request decide takes from then

@@ -22,10 +22,10 @@
  *   fer_publish.c  the publisher thread: outcomes as ActionMessage CDR through rcl (fer_publish.h)
  *   fer_take.c     a thread taking serialized messages from rcl as they arrive (fer_take.h)
  *   fer_intake.c   the request intake: validate and submit what it takes (fer_intake.h)
- *   fer_request_cdr.c  an InferenceRequest's CDR read in place (fer_intake.h)
+ *   fer_wire.c     the messages' wire format from their generated type support (fer_wire.h)
  *   fer_loadgen.c  the intake bench's client: requests out, answers tallied (fer_loadgen.h)
  *   fer_pool.c     a relay pool: ownership, the standby table, takeovers (fer_pool.h)
- *   (headers only: fer_rcl.h, rcl's ABI slice; fer_cdr.h, the XCDR1 reader and writer)
+ *   (headers only: fer_rcl.h, rcl's ABI slice; fer_cdr.h, XCDR1 primitives)
  *
  * Include graph: the quoted #includes of csrc/, a .c and its .h being one node (a header that
  * needs the types of a file that includes it is a cycle too: fer_cost.c once included this
@@ -42,12 +42,12 @@
  *   fer_noise -> fer_internal fer_noise_zig
  *   fer_bench -> fer_internal
  *   fer_rtprobe -> fer_internal fer_bench
- *   fer_publish -> fer_internal fer_cdr fer_rcl fer_pool
+ *   fer_publish -> fer_internal fer_rcl fer_pool
  *   fer_take -> fer_internal fer_rcl
- *   fer_intake -> fer_internal fer_rcl fer_take fer_pool
- *   fer_pool -> fer_internal fer_cdr
- *   fer_request_cdr -> fer_internal fer_cdr fer_rcl fer_intake
- *   fer_loadgen -> fer_internal fer_cdr fer_rcl fer_take
+ *   fer_intake -> fer_internal fer_rcl fer_take fer_pool fer_wire
+ *   fer_pool -> fer_internal fer_cdr fer_wire
+ *   fer_wire -> fer_internal fer_cdr fer_rcl
+ *   fer_loadgen -> fer_internal fer_cdr fer_rcl fer_take fer_wire
  *   fer_rt -> fer_internal
  *   fer_core fer_session fer_queue fer_submit fer_admit fer_lane -> fer_internal
  *   fer_output fer_stats fer_ring fer_lock fer_share -> fer_internal
@@ -595,5 +595,13 @@ uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, voi
 uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx);
 void fer_pool_tick(struct fer_pool *p, uint64_t now_ns);
 void fer_pool_set_wake(struct fer_pool *p, int fd);
+
+/* fer_wire.c, for fer_pool.c and fer_publish.c: an InferenceRequest's session_id and sequence
+ * read in place (0, or -1 as fer_request_parse_head); and an ActionMessage (the generated struct,
+ * filled) as rmw_serialize writes it into buf[0..cap) (the byte count, or 0: no serializer set,
+ * or cap too small). */
+int fer_wire_request_key(const uint8_t *buf, uint64_t len, const uint8_t **sid, uint32_t *sid_len,
+                         uint64_t *sequence);
+uint64_t fer_wire_serialize_action(const void *msg, uint8_t *buf, uint64_t cap);
 
 #endif /* FER_INTERNAL_H */

@@ -13,6 +13,7 @@
 #include "fer_rcl.h"
 #include "fer_loadgen.h"
 #include "fer_take.h"
+#include "fer_wire.h"
 
 #define NS_PER_S FER_CDR_NS_PER_S
 #define SESSION_PREFIX "lg"
@@ -161,34 +162,27 @@ struct fer_tally {
     uint64_t stray;
 };
 
-/* One ActionMessage: header (stamp, frame_id), code, session_id, sequence: all the tally reads. */
+/* One ActionMessage, read by the plan of ActionMessage.msg (fer_wire.h): code, session_id and
+ * sequence are all the tally keeps. */
 static void tally_one(void *ctx, const uint8_t *cdr, uint64_t len)
 {
     struct fer_tally *t = ctx;
-    struct fer_cdr_reader r = fer_cdr_open(cdr, len);
-    const uint8_t *sid;
-    uint32_t sid_len;
-    uint64_t seq, k;
-    uint8_t code;
+    struct fer_answer_view a;
+    uint64_t k;
 
     t->taken++;
-    fer_cdr_get_u32(&r);                                  /* header.stamp */
-    fer_cdr_get_u32(&r);
-    fer_cdr_get_string(&r, &sid_len);                     /* header.frame_id */
-    code = fer_cdr_get_u8(&r);
-    sid = fer_cdr_get_string(&r, &sid_len);
-    seq = fer_cdr_get_u64(&r);
-    k = seq - t->base_sequence;
-    if (!r.ok || sid_len < 2 || memcmp(sid, SESSION_PREFIX, 2) != 0 || seq < t->base_sequence ||
-        k >= t->count) {
+    if (fer_answer_parse(cdr, len, &a) != 0 || a.session_id_len < 2 ||
+        memcmp(a.session_id, SESSION_PREFIX, 2) != 0 || a.sequence < t->base_sequence ||
+        a.sequence - t->base_sequence >= t->count) {
         t->stray++;
         return;
     }
+    k = a.sequence - t->base_sequence;
     if (t->answers[k] == 0)
         t->first_ns[k] = clock_ns(CLOCK_MONOTONIC);
     if (t->answers[k] < UINT8_MAX)
         t->answers[k]++;
-    t->codes[k] = code;
+    t->codes[k] = (uint8_t)a.code;
 }
 
 int fer_tally_create(uint64_t base_sequence, uint32_t count, struct fer_tally **out)

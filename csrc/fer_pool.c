@@ -10,6 +10,7 @@
 
 #include "fer_internal.h"
 #include "fer_cdr.h"
+#include "fer_wire.h"
 #include "fer_pool.h"
 
 #define FNV_OFFSET 0xcbf29ce484222325ull
@@ -681,16 +682,11 @@ int fer_pool_standby_put(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
                          uint64_t owner_key, uint64_t arrival_ns, uint64_t deadline_ns,
                          uint64_t now_ns)
 {
-    struct fer_cdr_reader r = fer_cdr_open(cdr, len);
     const uint8_t *sid;
     uint32_t sid_len;
     uint64_t sequence;
 
-    if (p == NULL || cdr == NULL)
-        return FER_EINVAL;
-    sid = fer_cdr_get_string(&r, &sid_len);
-    sequence = fer_cdr_get_u64(&r);
-    if (!r.ok)
+    if (p == NULL || cdr == NULL || fer_wire_request_key(cdr, len, &sid, &sid_len, &sequence) != 0)
         return FER_EINVAL;
     keep(p, cdr, len, fer_pool_hash(sid, sid_len), sequence, owner_key, arrival_ns, deadline_ns,
          now_ns, 0);
@@ -751,68 +747,25 @@ static int remove_answered(struct fer_pool *p, uint64_t h, uint64_t sequence)
     return n;
 }
 
-/* flowedge_relay_msgs/ActionMessage, in msg/ActionMessage.msg order (fer_publish.c writes it):
- * session_id, sequence and relay_id; the rest skipped, the actions by their count. */
-static int parse_answer(const uint8_t *cdr, uint64_t len, const uint8_t **sid, uint32_t *sid_len,
-                        uint64_t *sequence, const uint8_t **relay, uint32_t *relay_len)
-{
-    struct fer_cdr_reader r = fer_cdr_open(cdr, len);
-    uint32_t skip_len;
-    uint64_t n;
-
-    fer_cdr_get_u32(&r);                      /* header.stamp */
-    fer_cdr_get_u32(&r);
-    fer_cdr_get_string(&r, &skip_len);        /* header.frame_id */
-    fer_cdr_get_u8(&r);                       /* code */
-    *sid = fer_cdr_get_string(&r, sid_len);
-    *sequence = fer_cdr_get_u64(&r);
-    fer_cdr_get_u64(&r);                      /* generation */
-    fer_cdr_get_u32(&r);                      /* retry_count */
-    fer_cdr_get_string(&r, &skip_len);        /* model_digest */
-    fer_cdr_get_u32(&r);                      /* observation_dim, action_dim, action_horizon */
-    fer_cdr_get_u32(&r);
-    fer_cdr_get_u32(&r);
-    fer_cdr_get_u32(&r);                      /* deadline */
-    fer_cdr_get_u32(&r);
-    fer_cdr_get_u32(&r);                      /* remaining_nfe */
-    fer_cdr_get_seq(&r, 4, 4, &n);            /* actions */
-    fer_cdr_get_u32(&r);                      /* nfe_done */
-    fer_cdr_get_u64(&r);                      /* queue_ns, compute_ns */
-    fer_cdr_get_u64(&r);
-    fer_cdr_get_u8(&r);                       /* retry_reason */
-    fer_cdr_get_u32(&r);                      /* frozen_rows */
-    fer_cdr_get_u32(&r);                      /* chunk_start */
-    fer_cdr_get_u32(&r);
-    fer_cdr_get_string(&r, &skip_len);        /* client_id */
-    fer_cdr_get_u8(&r);                       /* reject_reason */
-    if (!r.ok)
-        return -1;
-    *relay = fer_cdr_get_string(&r, relay_len);
-    if (!r.ok) { /* an answer of a relay outside any pool may end before relay_id */
-        *relay = NULL;
-        *relay_len = 0;
-    }
-    return 0;
-}
-
 int fer_pool_answer(struct fer_pool *p, const uint8_t *cdr, uint64_t len)
 {
-    const uint8_t *sid, *relay;
-    uint32_t sid_len, relay_len;
+    struct fer_answer_view a;
     uint64_t sequence, h, fp;
     int n;
 
     if (p == NULL || cdr == NULL)
         return FER_EINVAL;
-    if (parse_answer(cdr, len, &sid, &sid_len, &sequence, &relay, &relay_len) != 0) {
+    /* session_id, sequence and relay_id, read in place by the plan of ActionMessage.msg */
+    if (fer_answer_parse(cdr, len, &a) != 0) {
         bump(&p->c.answers_malformed, 1);
         return FER_EINVAL;
     }
-    if (relay_len == p->cfg.relay_id_len && relay_len > 0 &&
-        memcmp(relay, p->cfg.relay_id, relay_len) == 0)
+    if (a.relay_id_len == p->cfg.relay_id_len && a.relay_id_len > 0 &&
+        memcmp(a.relay_id, p->cfg.relay_id, a.relay_id_len) == 0)
         return 0; /* its own answer: for a request it decided, never kept */
     bump(&p->c.answers_seen, 1);
-    h = fer_pool_hash(sid, sid_len);
+    h = fer_pool_hash(a.session_id, a.session_id_len);
+    sequence = a.sequence;
     n = remove_answered(p, h, sequence);
     if (n == 0) {
         fp = fingerprint(h, sequence);

@@ -7,63 +7,115 @@
 #include <string.h>
 #include <time.h>
 
+#include <flowedge_relay_msgs/msg/detail/action_message__struct.h>
+
 #include "fer_internal.h"
-#include "fer_cdr.h"
 #include "fer_rcl.h"
 #include "fer_publish.h"
 #include "fer_pool.h"
 
-#define NS_PER_S FER_CDR_NS_PER_S
+#define NS_PER_S 1000000000ull
+/* timebase.ROS_TIME_MAX_NS: the latest stamp a builtin_interfaces/Time (int32 sec) can hold */
+#define ROS_TIME_MAX_NS ((uint64_t)INT32_MAX * NS_PER_S + NS_PER_S - 1)
 
-/* ActionMessage, field by field in msg/ActionMessage.msg order. */
-static void write_action(struct fer_cdr_writer *w, const struct fer_publisher *p,
-                         const struct fer_outcome *o, const float *actions, int64_t stamp_ns)
+typedef flowedge_relay_msgs__msg__ActionMessage action_msg;
+
+/* The strings an ActionMessage points at: rosidl's C strings end with a NUL inside capacity. */
+struct action_strings {
+    char session_id[FER_SESSION_ID_MAX + 1];
+    char client_id[FER_SESSION_ID_MAX + 1];
+    char digest[FER_DIGEST_MAX + 1];
+    char relay_id[FER_POOL_RELAY_ID_MAX + 1];
+    char empty[1];
+};
+
+/* What the publisher fills in place for each answer: the generated struct and its strings. */
+struct action_out {
+    action_msg m;
+    struct action_strings s;
+};
+
+static void set_string(rosidl_runtime_c__String *str, char *buf, const char *src, size_t len)
 {
-    uint32_t n_actions = o->has_actions ? p->action_len : 0;
+    if (len && src != buf)
+        memcpy(buf, src, len);
+    buf[len] = '\0';
+    str->data = buf;
+    str->size = len;
+    str->capacity = len + 1;
+}
+
+/* builtin_interfaces/Time from ns, saturated as timebase.ros_time. */
+static builtin_interfaces__msg__Time ros_time(int64_t ns)
+{
+    uint64_t t = ns <= 0 ? 0 : (uint64_t)ns;
+    builtin_interfaces__msg__Time out;
+
+    if (t > ROS_TIME_MAX_NS)
+        t = ROS_TIME_MAX_NS;
+    out.sec = (int32_t)(t / NS_PER_S); /* t / 1e9 <= INT32_MAX */
+    out.nanosec = (uint32_t)(t % NS_PER_S);
+    return out;
+}
+
+static int64_t ros_ns(uint64_t ns)
+{
+    return (int64_t)(ns > INT64_MAX ? INT64_MAX : ns);
+}
+
+/* One outcome as the generated ActionMessage, pointing at x->s and at `actions` (no copy of the
+ * actions, no allocation). Every member is set here or left zero by the memset: the round-trip
+ * test (test/test_wire.py) checks each .msg field against rclpy's own message. */
+static void fill_action(const struct fer_publisher *p, const struct fer_outcome *o,
+                        const float *actions, int64_t stamp_ns, struct action_out *x)
+{
+    action_msg *m = &x->m;
     /* acquire: set_pool's pool is whole once seen */
     const struct fer_pool *pool = __atomic_load_n(&p->pool, __ATOMIC_ACQUIRE);
     uint32_t relay_id_len = 0;
     const char *relay_id = pool ? fer_pool_relay_id(pool, &relay_id_len) : "";
 
-    fer_cdr_begin(w);
-    fer_cdr_time(w, stamp_ns);                               /* header.stamp */
-    fer_cdr_string(w, "", 0);                                /* header.frame_id */
-    fer_cdr_u8(w, (uint8_t)o->code);
-    fer_cdr_string(w, o->session_id, o->session_id_len);
-    fer_cdr_u64(w, o->sequence);
-    fer_cdr_u64(w, o->generation);
-    fer_cdr_u32(w, o->retry_count);
-    fer_cdr_string(w, p->digest, p->digest_len);             /* model_digest */
-    fer_cdr_u32(w, p->observation_dim);
-    fer_cdr_u32(w, p->action_dim);
-    fer_cdr_u32(w, p->action_horizon);
-    fer_cdr_time(w, (int64_t)(o->deadline_ros_ns > INT64_MAX ? INT64_MAX : o->deadline_ros_ns));
-    fer_cdr_u32(w, o->remaining_nfe);
-    fer_cdr_u32(w, n_actions);                               /* float32[] actions */
-    fer_cdr_put(w, actions, (uint64_t)n_actions * sizeof(float), 4);
-    fer_cdr_u32(w, o->nfe_done);
-    fer_cdr_u64(w, o->queue_ns);
-    fer_cdr_u64(w, o->compute_ns);
-    fer_cdr_u8(w, (uint8_t)o->retry_reason);
-    fer_cdr_u32(w, o->frozen_rows);
-    fer_cdr_time(w, (int64_t)(o->chunk_start_ros_ns > INT64_MAX ? INT64_MAX
-                                                               : o->chunk_start_ros_ns));
-    fer_cdr_string(w, o->client_id, o->client_id_len);      /* §7.1 */
-    fer_cdr_u8(w, (uint8_t)o->reject_reason);
-    fer_cdr_string(w, relay_id, relay_id_len);               /* a pool's (docs/design.md §13) */
-    fer_cdr_u32(w, pool ? fer_pool_epoch(pool) : 0);
+    memset(m, 0, sizeof(*m));
+    m->header.stamp = ros_time(stamp_ns);
+    set_string(&m->header.frame_id, x->s.empty, "", 0);
+    m->code = (uint8_t)o->code;
+    set_string(&m->session_id, x->s.session_id, o->session_id, o->session_id_len);
+    m->sequence = o->sequence;
+    m->generation = o->generation;
+    m->retry_count = o->retry_count;
+    set_string(&m->model_digest, x->s.digest, p->digest, p->digest_len);
+    m->observation_dim = p->observation_dim;
+    m->action_dim = p->action_dim;
+    m->action_horizon = p->action_horizon;
+    m->deadline = ros_time(ros_ns(o->deadline_ros_ns));
+    m->remaining_nfe = o->remaining_nfe;
+    m->actions.data = o->has_actions ? (float *)(uintptr_t)actions : NULL;
+    m->actions.size = o->has_actions ? p->action_len : 0;
+    m->actions.capacity = m->actions.size;
+    m->nfe_done = o->nfe_done;
+    m->queue_ns = o->queue_ns;
+    m->compute_ns = o->compute_ns;
+    m->retry_reason = (uint8_t)o->retry_reason;
+    m->frozen_rows = o->frozen_rows;
+    m->chunk_start = ros_time(ros_ns(o->chunk_start_ros_ns));
+    set_string(&m->client_id, x->s.client_id, o->client_id, o->client_id_len); /* §7.1 */
+    m->reject_reason = (uint8_t)o->reject_reason;
+    /* a pool's (docs/design.md §13) */
+    set_string(&m->relay_id, x->s.relay_id, relay_id,
+               relay_id_len > FER_POOL_RELAY_ID_MAX ? FER_POOL_RELAY_ID_MAX : relay_id_len);
+    m->pool_epoch = pool ? fer_pool_epoch(pool) : 0;
 }
 
 uint64_t fer_action_cdr(const struct fer_publisher *p, const struct fer_outcome *o,
                         const float *actions, int64_t stamp_ns, uint8_t *buf, uint64_t cap)
 {
-    struct fer_cdr_writer w = {buf, 0, cap};
+    struct action_out x;
 
     if (p == NULL || o == NULL || buf == NULL || o->session_id_len > FER_SESSION_ID_MAX ||
         o->client_id_len > FER_SESSION_ID_MAX || (o->has_actions && actions == NULL))
         return 0;
-    write_action(&w, p, o, actions, stamp_ns);
-    return w.n <= cap ? w.n : 0;
+    fill_action(p, o, actions, stamp_ns, &x);
+    return fer_wire_serialize_action(&x.m, buf, cap);
 }
 
 uint64_t fer_action_cdr_max(const struct fer_publisher *p)
@@ -86,8 +138,7 @@ int fer_publisher_create(struct fer_core *core, const char *digest, uint32_t dig
                          struct fer_publisher **out)
 {
     struct fer_publisher *p;
-    struct fer_outcome o;
-    struct fer_cdr_writer w;
+    struct action_out *x;
 
     if (out == NULL)
         return FER_EINVAL;
@@ -105,19 +156,15 @@ int fer_publisher_create(struct fer_core *core, const char *digest, uint32_t dig
     p->digest_len = digest_len;
     if (digest_len)
         memcpy(p->digest, digest, digest_len);
-    /* The largest message: full session and client ids and every action float (a sizing
-     * pass). */
-    memset(&o, 0, sizeof(o));
-    o.session_id_len = FER_SESSION_ID_MAX;
-    o.client_id_len = FER_SESSION_ID_MAX;
-    o.has_actions = 1;
-    w = (struct fer_cdr_writer){NULL, 0, 0};
-    write_action(&w, p, &o, NULL, 0); /* cap 0: sizes only, reads and writes nothing */
-    p->cdr_cap = w.n + FER_POOL_RELAY_ID_MAX; /* a pool's relay_id, set later */
+    /* The largest message's CDR bound: fixed members with their padding (under 160 bytes), the
+     * five strings at their longest (length word and NUL each), every action float. */
+    p->cdr_cap = 256 + 2ull * (FER_SESSION_ID_MAX + 8) + FER_DIGEST_MAX + FER_POOL_RELAY_ID_MAX +
+                 5 * 8 + (uint64_t)p->action_len * sizeof(float);
     p->outcomes = calloc(FER_PUBLISH_BATCH, sizeof(*p->outcomes));
     p->actions = calloc((size_t)FER_PUBLISH_BATCH * p->action_len, sizeof(float));
-    p->buf = calloc(1, p->cdr_cap);
-    if (p->outcomes == NULL || p->actions == NULL || p->buf == NULL) {
+    x = calloc(1, sizeof(*x));
+    p->msg = x;
+    if (p->outcomes == NULL || p->actions == NULL || x == NULL) {
         fer_publisher_destroy(p);
         return FER_ENOMEM;
     }
@@ -131,7 +178,7 @@ void fer_publisher_destroy(struct fer_publisher *p)
         return;
     free(p->outcomes);
     free(p->actions);
-    free(p->buf);
+    free(p->msg);
     free(p);
 }
 
@@ -158,14 +205,11 @@ static void publish_one(struct fer_publisher *p, const struct fer_outcome *o, co
                         fer_rcl_publish_fn publish, const void *rcl_publisher,
                         fer_rcl_reset_error_fn reset_error)
 {
-    struct fer_rcl_serialized msg;
+    struct action_out *x = p->msg;
     int32_t rc;
 
-    memset(&msg, 0, sizeof(msg));
-    msg.buffer = p->buf;
-    msg.buffer_length = fer_action_cdr(p, o, act, realtime_ns(), p->buf, p->cdr_cap);
-    msg.buffer_capacity = p->cdr_cap;
-    rc = publish(rcl_publisher, &msg, NULL);
+    fill_action(p, o, act, realtime_ns(), x);
+    rc = publish(rcl_publisher, &x->m, NULL); /* rcl_publish: the middleware serializes it */
     if (rc != 0) {
         /* relaxed: counters for readers that only report them */
         __atomic_store_n(&p->last_error, rc, __ATOMIC_RELAXED);

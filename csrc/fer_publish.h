@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fer_publish.h - the publisher thread's loop in C: outcome rings -> ActionMessage in
- * CDR -> rcl_publish_serialized_message, without the Python interpreter.
+ * fer_publish.h - the publisher thread's loop in C: outcome rings -> ActionMessage (the struct
+ * generated from msg/ActionMessage.msg) -> rcl_publish, without the Python interpreter.
  *
  * Why: with the loop in Python, every answer waited for the GIL after its doorbell woke the
  * publisher thread, behind the request thread and the 10 Hz stats timer. A light-load trace
@@ -10,12 +10,14 @@
  * the relay added on top of the echo floor at p99. Here the answer is out before the thread
  * would ever need the GIL.
  *
- * The message: flowedge_relay_msgs/ActionMessage as XCDR1 little endian with the encapsulation
- * header 00 01 00 00, exactly the bytes rmw_fastrtps_cpp deserializes (test/test_publish.py
- * round-trips them through rclpy.serialization against the Python publisher's message). The
- * relay's own fields (model digest and dims) are fixed at create; header.stamp is CLOCK_REALTIME
- * at publish (the node's clock when use_sim_time is off; the relay keeps the Python loop when it
- * is on); frame_id is empty, as the Python publisher leaves it.
+ * The message: flowedge_relay_msgs__msg__ActionMessage, the generated C struct, filled in place for
+ * each answer: its strings point at the publisher's own NUL-terminated copies and its actions at
+ * the popped outcome's floats, so nothing is allocated; rcl_publish hands it to the middleware,
+ * which serializes it with the message's own type support (docs/design.md, "The wire format";
+ * test/test_wire.py compares every field with rclpy's serialization of the Python publisher's
+ * message). The relay's own fields (model digest and dims) are fixed at create; header.stamp is
+ * CLOCK_REALTIME at publish (the node's clock when use_sim_time is off; the relay keeps the
+ * Python loop when it is on); frame_id is empty, as the Python publisher leaves it.
  *
  * Same rules as fer.h: read verbatim into the cdef (after fer.h and fer_rcl.h), so declarations
  * and plain integer #defines only.
@@ -27,13 +29,14 @@
 #define FER_LATENCY_WINDOW 4096      /* INFERENCE latencies kept (finish - arrival, ms) */
 #define FER_PUBLISH_BATCH 64         /* outcomes popped per ring pass */
 
-/* The rcl functions it calls (fer_rcl_publish_fn, fer_rcl_reset_error_fn) are in fer_rcl.h. */
+/* The rcl functions it calls (fer_rcl_publish_fn: rcl_publish; fer_rcl_reset_error_fn) are in
+ * fer_rcl.h. */
 
 /*
  * Invariants: core outlives the publisher; digest_len <= FER_DIGEST_MAX; latency_ms[k] for
  * k < min(latency_count, FER_LATENCY_WINDOW) are samples (slot latency_count % window is written
  * next); published + failed = outcomes handed to rcl; outcomes / actions hold FER_PUBLISH_BATCH
- * records and buf cdr_cap bytes, allocated at create. The fields from `core` on are the
+ * records and msg the generated message with its strings, allocated at create. The fields from `core` on are the
  * publisher's own: only fer_publish_run and fer_action_cdr read them.
  */
 #define FER_DIGEST_MAX 256
@@ -52,8 +55,8 @@ struct fer_publisher {
     char digest[FER_DIGEST_MAX];
     struct fer_outcome *outcomes;
     float *actions;
-    uint8_t *buf;
-    uint64_t cdr_cap;
+    void *msg;                           /* the ActionMessage filled per answer (fer_publish.c) */
+    uint64_t cdr_cap;                    /* a bound on one answer's CDR (fer_action_cdr_max) */
     struct fer_pool *pool;               /* relay_id and pool_epoch of answers, and the own-stall
                                           * watermark (fer_pool_surrenders); NULL: "" and 0 */
     uint64_t surrendered;                /* outcomes dropped by the watermark, unpublished */
@@ -71,7 +74,8 @@ void fer_publisher_destroy(struct fer_publisher *p);
 /*
  * The publisher thread's loop. Repeats until stop was set when a pass began: unless paused,
  * wait up to wait_ns for an outcome (fer_core_wait_outputs), then pop every outcome there is and
- * publish each (fer_action_cdr stamped now, then publish(rcl_publisher, ...)); an INFERENCE
+ * publish each (the generated ActionMessage filled, stamped now, then publish(rcl_publisher,
+ * &message, NULL): rcl_publish); an INFERENCE
  * answer adds its latency to the window. A failed publish is counted (failed, last_error),
  * reset_error (if not NULL) clears rcl's error state, and the loop goes on: the next outcome is
  * still published. Returns FER_OK, or FER_EINVAL (NULL argument). Allocates nothing.
@@ -81,10 +85,12 @@ int fer_publish_run(struct fer_publisher *p, fer_rcl_publish_fn publish,
                     uint64_t wait_ns);
 
 /*
- * One outcome as the ActionMessage's CDR bytes into buf[0..cap), header.stamp = stamp_ns (ROS
- * time, saturated as timebase.ros_time: <= 0 is the zero stamp, past int32 seconds the latest);
- * actions = action_len floats if o->has_actions, else none. Returns the byte count, or 0 if
- * cap is too small (fer_action_cdr_max says how much is enough) or an argument is NULL.
+ * One outcome as the ActionMessage's CDR bytes into buf[0..cap): the message the loop publishes,
+ * serialized by rmw_serialize (fer_wire_set_serializer; for tests and tools),
+ * header.stamp = stamp_ns (ROS time, saturated as timebase.ros_time: <= 0 is the zero stamp, past
+ * int32 seconds the latest); actions = action_len floats if o->has_actions, else none. Returns the
+ * byte count, or 0 if cap is too small (fer_action_cdr_max says how much is enough), no
+ * serializer is set or an argument is NULL.
  */
 uint64_t fer_action_cdr(const struct fer_publisher *p, const struct fer_outcome *o,
                         const float *actions, int64_t stamp_ns, uint8_t *buf, uint64_t cap);

@@ -37,7 +37,7 @@ CSRC = ROOT / "csrc"
 SOURCES = ["fer_core.c", "fer_session.c", "fer_queue.c", "fer_submit.c", "fer_admit.c",
            "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_cost.c", "fer_ring.c", "fer_bench.c",
            "fer_exec.c", "fer_noise.c", "fer_serve.c", "fer_publish.c", "fer_rt.c",
-           "fer_ort.c", "fer_pass.c", "fer_lock.c", "fer_rtprobe.c", "fer_request_cdr.c",
+           "fer_ort.c", "fer_pass.c", "fer_lock.c", "fer_rtprobe.c", "fer_wire.c",
            "fer_take.c", "fer_intake.c", "fer_loadgen.c", "fer_share.c", "fer_pool.c"]
 # The runtime contract, the benchmark / stress drivers, the native NFE loop (which dlopens ONNX
 # Runtime at run time: no link-time dependency), the initial noise, the worker's request cycle
@@ -45,9 +45,18 @@ SOURCES = ["fer_core.c", "fer_session.c", "fer_queue.c", "fer_submit.c", "fer_ad
 # intake, the intake bench's client; through function pointers of the rcl that rclpy loaded: no
 # link-time dependency either), and a thread's real-time settings: one cdef, one module.
 HEADERS = ["fer.h", "fer_pool.h", "fer_bench.h", "fer_tensor.h", "fer_exec.h", "fer_pass.h",
-           "fer_noise.h", "fer_serve.h", "fer_rcl.h", "fer_publish.h", "fer_intake.h",
-           "fer_loadgen.h", "fer_rt.h"]
+           "fer_noise.h", "fer_serve.h", "fer_rcl.h", "fer_publish.h", "fer_wire.h",
+           "fer_intake.h", "fer_loadgen.h", "fer_rt.h"]
 MODULE = "flowedge_relay._fer_core"
+# The wire format comes from the messages' generated C type support (csrc/fer_wire.h): the
+# headers of flowedge_relay_msgs (colcon builds it first) and of the ROS 2 C packages they include,
+# from the venv's pinned wheels. Headers only: the libraries are resolved at run time in the
+# process rclpy runs in (flowedge_relay/rcl_abi.py), so there is still no link-time dependency.
+ROS_INCLUDE_PACKAGES = ("rosidl_runtime_c", "rosidl_typesupport_interface",
+                        "rosidl_typesupport_introspection_c", "rosidl_dynamic_typesupport",
+                        "rcutils", "builtin_interfaces", "std_msgs", "service_msgs",
+                        "type_description_interfaces")
+MSGS = "flowedge_relay_msgs"
 
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
                   "-fno-sanitize-recover=undefined"]
@@ -55,6 +64,43 @@ SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
 
 def _sanitize() -> bool:
     return os.environ.get("FER_SANITIZE", "") not in ("", "0")
+
+
+def _msgs_include() -> str:
+    """flowedge_relay_msgs' include directory: from the environment colcon or scripts/env.sh set
+    up, else this checkout's install tree of ROS_DISTRO (scripts/distro.sh's default, jazzy)."""
+    prefixes = [p for var in ("AMENT_PREFIX_PATH", "CMAKE_PREFIX_PATH")
+                for p in os.environ.get(var, "").split(os.pathsep) if p]
+    distro = os.environ.get("FER_DISTRO") or os.environ.get("ROS_DISTRO") or "jazzy"
+    prefixes.append(str(ROOT / "install" / distro / MSGS))
+    for prefix in prefixes:
+        include = pathlib.Path(prefix) / "include" / MSGS
+        if (include / MSGS / "msg" / "detail" / "action_message__struct.h").is_file():
+            return str(include)
+    raise RuntimeError(f"{MSGS} is not built (no include/{MSGS} under {prefixes}): run "
+                       "`make setup`, which builds the messages before the C core")
+
+
+def _ros_prefix() -> pathlib.Path:
+    """Where the ROS 2 C headers are: the venv of the pinned wheels (the interpreter's, as its
+    path says: colcon's build overrides sys.prefix with the install tree), or a prefix of the
+    environment (a sourced ROS 2 install)."""
+    candidates = [os.environ.get("VIRTUAL_ENV", ""),
+                  str(pathlib.Path(sys.executable).parent.parent), sys.prefix]
+    candidates += [p for var in ("AMENT_PREFIX_PATH", "CMAKE_PREFIX_PATH")
+                   for p in os.environ.get(var, "").split(os.pathsep)]
+    for prefix in filter(None, candidates):
+        if (pathlib.Path(prefix) / "include" / "rosidl_runtime_c").is_dir():
+            return pathlib.Path(prefix)
+    raise RuntimeError(f"no ROS 2 C headers (include/rosidl_runtime_c) under {candidates}: run "
+                       "`make setup`")
+
+
+def _ros_includes() -> list[str]:
+    """The include directories of the messages and the ROS 2 C headers they need."""
+    include = _ros_prefix() / "include"
+    return [_msgs_include()] + [str(include / p) for p in ROS_INCLUDE_PACKAGES
+                                if (include / p).is_dir()]
 
 
 def _make_builder(absolute: bool) -> FFI:
@@ -83,7 +129,7 @@ def _make_builder(absolute: bool) -> FFI:
         MODULE,
         "#include <stdint.h>\n" + "".join(f'#include "{h}"\n' for h in HEADERS),
         sources=sources,
-        include_dirs=include,
+        include_dirs=include + _ros_includes(),
         extra_compile_args=extra_compile,
         extra_link_args=extra_link,
         libraries=["pthread", "dl", "m"],  # libm: fer_noise.c's log1pf and exp

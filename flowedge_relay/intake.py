@@ -22,7 +22,7 @@ import numpy as np
 
 from flowedge_relay import policy as policy_mod
 from flowedge_relay.core import Core, Decision, NotSupported, Pool, Request, check, ffi, lib
-from flowedge_relay.rcl_abi import RclUnavailable, take_functions
+from flowedge_relay.rcl_abi import RclUnavailable, load_wire, take_functions
 from flowedge_relay.timebase import (
     deadline_to_monotonic,
     instant_to_monotonic,
@@ -112,6 +112,7 @@ class NativeIntake:
     def __init__(self, core: Core, model: ModelContract | None, max_nfe: int,
                  max_request_bytes: int, prefix_offset: int | None = None,
                  pool: Pool | None = None) -> None:
+        load_wire()  # the request's wire format, from the .msg's generated type support
         self._cfg, self._keep = _config(model, max_nfe, max_request_bytes, prefix_offset)
         out = ffi.new("struct fer_intake **")
         check(lib.fer_intake_create(core.ptr, self._cfg, out))

@@ -89,13 +89,15 @@ else
 fi
 
 # 5. C core in place ----------------------------------------------------------------------------
-core=$(digest csrc/*.c csrc/*.h flowedge_relay/_build_core.py)
+# the core reads the messages' generated headers (csrc/fer_wire.h): a .msg change rebuilds it
+core=$(digest csrc/*.c csrc/*.h flowedge_relay/_build_core.py msg/*.msg)
 if [ -f flowedge_relay/_build_core.py ]; then
   if ls flowedge_relay/_fer_core*.so >/dev/null 2>&1 && fresh core "$core"; then
     step "5/5 C core up to date"
   else
     step "5/5 building the C core (CFFI) in place"
-    "$venv/bin/python" -m flowedge_relay._build_core >/dev/null || die "building the C core failed"
+    FER_DISTRO=$FER_DISTRO "$venv/bin/python" -m flowedge_relay._build_core >/dev/null \
+      || die "building the C core failed"
     stamp core "$core"
   fi
 fi

@@ -16,7 +16,9 @@ def _stale() -> bool:
     built = list(PKG.glob("_fer_core*.so"))
     if not built:
         return True
-    sources = [*(ROOT / "csrc").glob("*.[ch]"), PKG / "_build_core.py"]
+    # the core includes the messages' generated headers (csrc/fer_wire.h)
+    sources = [*(ROOT / "csrc").glob("*.[ch]"), *(ROOT / "msg").glob("*.msg"),
+               PKG / "_build_core.py"]
     newest = max(p.stat().st_mtime for p in sources)
     return min(p.stat().st_mtime for p in built) < newest
 

@@ -71,7 +71,7 @@ def test_each_kind_of_the_load_generator_is_the_request_its_label_says():
     the pattern's order, with sequences and sessions as fer_loadgen.h says."""
     import rclpy
     from flowedge_relay_msgs.msg import InferenceRequest
-    from rclpy.serialization import deserialize_message
+    from rclpy.serialization import deserialize_message, serialize_message
 
     from flowedge_relay.model import default_model_path
     from flowedge_relay.timebase import stamp_ns
@@ -85,9 +85,12 @@ def test_each_kind_of_the_load_generator_is_the_request_its_label_says():
         load = gen.load(["expired", "rejected", "admitted", "due"], 100.0, 8, sessions=3,
                         rejected_nfe=40, rejected_slack_ns=7_000_000, due_nfe=5,
                         due_slack_ns=30_000_000)  # fmt: skip
-        msgs = [deserialize_message(gen.request_bytes(load, i, now), InferenceRequest)
-                for i in range(8)]  # fmt: skip
+        raw = [gen.request_bytes(load, i, now) for i in range(8)]
+        msgs = [deserialize_message(b, InferenceRequest) for b in raw]
         node.destroy_node()
+    # the bench client writes its requests by hand (csrc/fer_loadgen.c): rclpy reads them by the
+    # .msg, and writes the same message to the same length, so no field is missing or extra
+    assert [len(b) for b in raw] == [len(serialize_message(m)) for m in msgs]
     kinds = [(stamp_ns(m.deadline) - now if stamp_ns(m.deadline) else None, m.remaining_nfe)
              for m in msgs]  # fmt: skip
     assert kinds == [(-1_000_000, 1), (7_000_000, 40), (None, 1), (30_000_000, 5)] * 2

@@ -27,6 +27,7 @@ from flowedge_relay import policy as policy_mod
 from flowedge_relay.core import Core, CoreConfig, Decision, ffi, lib
 from flowedge_relay.intake import REASON_KEYS, NativeIntake, PythonIntake
 from flowedge_relay.model import default_model_path, load_model
+from flowedge_relay.rcl_abi import load_wire
 from flowedge_relay.rtc import RtcSpec
 from flowedge_relay.timebase import ros_time
 from flowedge_relay.validation import ModelContract, Reason, Validator
@@ -107,6 +108,7 @@ def _now() -> tuple[int, int]:
 
 
 def _parse(cdr: bytes):
+    load_wire()  # the request's plan, from InferenceRequest.msg's introspection type support
     view = ffi.new("struct fer_request_view *")
     rc = lib.fer_request_parse(cdr, len(cdr), view)
     return rc, view
@@ -147,7 +149,8 @@ def test_the_cdr_reader_reads_every_field_rclpy_serializes(msg):
     assert _bytes(v.session_id, v.session_id_len) == msg.session_id.encode()
     assert (v.sequence, v.generation, v.retry_count, v.retry_reason) == (
         msg.sequence, msg.generation, msg.retry_count, msg.retry_reason)
-    assert (v.origin_sec, v.origin_nanosec) == (msg.origin_stamp.sec, msg.origin_stamp.nanosec)
+    assert (v.origin_stamp_sec, v.origin_stamp_nanosec) == (
+        msg.origin_stamp.sec, msg.origin_stamp.nanosec)
     assert (v.deadline_sec, v.deadline_nanosec) == (msg.deadline.sec, msg.deadline.nanosec)
     assert v.remaining_nfe == msg.remaining_nfe
     assert _bytes(v.model_digest, v.model_digest_len) == msg.model_digest.encode()
@@ -155,13 +158,15 @@ def test_the_cdr_reader_reads_every_field_rclpy_serializes(msg):
         msg.observation_dim, msg.action_dim, msg.action_horizon)
     obs = np.frombuffer(_bytes(v.observation, 4 * v.observation_len), np.float32)
     assert obs.tolist() == np.asarray(msg.observation, np.float32).tolist()
-    assert v.noise_seed == msg.noise_seed and v.n_tensors == len(msg.inputs)
+    assert v.noise_seed == msg.noise_seed and v.inputs_len == len(msg.inputs)
     assert v.tensor_bytes == sum(len(t.data) for t in msg.inputs)
-    for t, tv in zip(msg.inputs, v.tensors, strict=False):
+    for t, tv in zip(msg.inputs, v.inputs, strict=False):
         assert _bytes(tv.name, tv.name_len) == t.name.encode() and tv.dtype == t.dtype
-        assert list(struct.unpack(f"<{tv.ndim}I", _bytes(tv.shape, 4 * tv.ndim))) == list(t.shape)
+        shape = _bytes(tv.shape, 4 * tv.shape_len)
+        assert list(struct.unpack(f"<{tv.shape_len}I", shape)) == list(t.shape)
         assert _bytes(tv.data, tv.data_len) == bytes(t.data)
-    prefix = np.frombuffer(_bytes(v.prefix_actions, 4 * v.prefix_len), np.float32)
+    prefix = np.frombuffer(_bytes(v.prefix_actions, 4 * v.prefix_actions_len),
+                           np.float32)
     assert prefix.tolist() == np.asarray(msg.prefix_actions, np.float32).tolist()
     assert (v.prefix_start_sec, v.prefix_start_nanosec) == (
         msg.prefix_start.sec, msg.prefix_start.nanosec)

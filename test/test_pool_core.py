@@ -47,6 +47,7 @@ from flowedge_relay.core import (
 from flowedge_relay.intake import NOT_OWNER, SPILLED, STANDBY, NativeIntake, pool_owns
 from flowedge_relay.model import default_model_path, load_model
 from flowedge_relay.publisher import ActionPublisher, action_message
+from flowedge_relay.rcl_abi import load_serializer, load_wire
 from flowedge_relay.timebase import ros_time
 from flowedge_relay.validation import ModelContract
 from flowedge_relay_tools.harness import build_request
@@ -57,6 +58,11 @@ SMALL = load_model(default_model_path())
 DIGEST = SMALL.digest
 MONO = 10**12  # the intake's monotonic clock in these tests
 ROS = 1_700_000_000 * 10**9  # and its ROS clock, at the same instant
+
+
+# the C paths read and write messages through the .msg's generated type support
+load_wire()
+load_serializer()
 
 
 def members(*keys: int, **window) -> list[PoolViewMember]:

@@ -26,7 +26,7 @@ from ros_helpers import ros_context, running_relay, spinning, status_values, wai
 from flowedge_relay.core import Code, Core, Outcome, ffi, lib
 from flowedge_relay.model import default_model_path, load_model
 from flowedge_relay.publisher import ActionPublisher, action_message
-from flowedge_relay.rcl_abi import publish_functions
+from flowedge_relay.rcl_abi import load_serializer, publish_functions
 from flowedge_relay.timebase import ROS_TIME_MAX_NS
 
 MODEL = load_model(default_model_path())  # policy_small: the messages' digest and dims
@@ -39,6 +39,7 @@ _core = partial(make_core, obs_dim=MODEL.obs_dim, action_len=ACT)
 
 
 def _publisher(core: Core, model=MODEL):
+    load_serializer()  # fer_action_cdr's bytes: rmw_serialize of the generated struct
     return ActionPublisher._create(core, model)
 
 

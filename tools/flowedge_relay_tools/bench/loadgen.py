@@ -25,7 +25,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from flowedge_relay.core import check, ffi, lib
 from flowedge_relay.model import default_model_path
-from flowedge_relay.rcl_abi import publish_functions, take_functions
+from flowedge_relay.rcl_abi import serialized_publish_functions, take_functions
 from flowedge_relay_tools.bench.client import (
     RELAY_MODULE,
     NodeProcess,
@@ -147,7 +147,7 @@ class LoadGenerator:
         thread.start()
         answers = np.frombuffer(ffi.buffer(lib.fer_tally_answers(tally), count), np.uint8)
         result = ffi.new("struct fer_load_result *")
-        publish, reset = publish_functions()
+        publish, reset = serialized_publish_functions()
         try:
             with self.pub.handle:
                 pub = ffi.cast("void *", self.pub.handle.pointer)
