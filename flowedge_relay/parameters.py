@@ -449,11 +449,13 @@ def declare_all(node: Node, drill: bool = False) -> dict[str, object]:
     """Declare every parameter (and with `drill` the fault knobs, DRILL_SPECS) and return their
     values (unset arrays as empty lists). An enum that YAML typed as a bool or number is mapped
     back to its spelling (`spelled`) and set as the string it is, or refused (ParameterError);
-    then it gets its own descriptor."""
+    then it gets its own descriptor. Any other parameter is declared with its own descriptor at
+    once: read_only holds from the start, so a live set of one that only a restart changes
+    (`workers`, `queue_capacity`...) is refused, never accepted to no effect."""
     values = {}
     for spec in (*SPECS, *DRILL_SPECS) if drill else SPECS:
         value = node.declare_parameter(spec.name, spec.default,
-                                       spec.descriptor(declaring=True)).value
+                                       spec.descriptor(declaring=bool(spec.choices))).value
         if spec.choices:
             value = spelled(spec.name, value)
             problem = check_value(spec.name, value)
