@@ -25,23 +25,21 @@ from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, RelayStats,
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.duration import Duration
-from rclpy.event_handler import SubscriptionEventCallbacks, UnsupportedEventTypeError
 from rclpy.lifecycle import LifecycleNodeMixin, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.serialization import serialize_message
 
 from flowedge_relay import parameters
-from flowedge_relay.core import NotSupported
 from flowedge_relay.diagnostics import DiagnosticsBuilder, Snapshot
-from flowedge_relay.executors import EventPoll, RequestExecutor, spin_until, take_waiting
-from flowedge_relay.intake import IntakeLoop, IntakePause, RclUnavailable
+from flowedge_relay.intake import IntakePause
 from flowedge_relay.model_topic import served_model_message
 from flowedge_relay.pool import FINALIZED, UNCONFIGURED, RelayPool, Served
 from flowedge_relay.producer import ACTIONS_TOPIC, MODEL_TOPIC, model_qos
-from flowedge_relay.qos import reliable, request_qos
+from flowedge_relay.qos import reliable
 from flowedge_relay.realtime import ThreadRoles
 from flowedge_relay.relay import Host, IntakeCounters, Relay
+from flowedge_relay.request_topics import RequestTopics
 from flowedge_relay.ros_compat import destroy_lifecycle_node
 from flowedge_relay.serving import thread_settings
 from flowedge_relay.spin import spin_relay
@@ -52,10 +50,6 @@ __all__ = ["ACTIONS_TOPIC", "IntakeCounters", "RelayNode", "host_of", "spin_rela
 NODE_NAME = "flowedge_relay"
 STATS_TOPIC = "flowedge/stats"
 DIAGNOSTICS_TOPIC = "/diagnostics"
-# Requests taken straight from a subscription per executor wake-up. One trip through rclpy's
-# executor (wait set, task, dispatch) costs ~250 us here, 10-100x the callback itself, so the
-# request thread drains what is already waiting; bounded so QoS events and stop stay prompt.
-REQUEST_DRAIN_MAX = 64
 # At stop, how long the last answers (EXPIRED for admitted work the stop ends) may take to be
 # acknowledged by reliable subscribers before the node, and with it the DDS writer, goes away:
 # a writer deleted with answers unacknowledged loses them. Well inside launch's 5 s.
@@ -86,7 +80,6 @@ class RelayNode(LifecycleNodeMixin, Node):
     relay_pool: RelayPool | None = None  #: the relay pool (pool.py; design.md §13) or None
     actions_publisher = None
     _stopped = False
-    _request_thread: threading.Thread | None = None
 
     def __init__(self, *, drill: bool = False, **kwargs) -> None:
         #: started for a drill: the fault knobs exist (parameters.DRILL_SPECS, fault_pause_*,
@@ -94,14 +87,12 @@ class RelayNode(LifecycleNodeMixin, Node):
         self.drill = drill
         #: set by the shutdown transition: the process then exits as on SIGINT (cli)
         self.finalized = threading.Event()
-        #: set once the request thread is in its loop: from then on a request is taken as it
-        #: arrives (before, it waits in the middleware; the harness waits for this)
-        self.taking_requests = threading.Event()
         Node.__init__(self, NODE_NAME, **kwargs)
         # The lifecycle services run in a group of their own, so a deactivate that waits for
         # admitted work to finish holds neither the timers nor the parameter services.
         LifecycleNodeMixin.__init__(self, callback_group=MutuallyExclusiveCallbackGroup())
-        p = parameters.declare_all(self, drill)  # the enums checked there
+        self._p = p = parameters.declare_all(self, drill)  # the enums checked there; the
+        # Relay keeps these values current (Relay.apply)
         for name in ("request_topics", "execution_providers", "client_weights", "pool",
                      "pool_spill", *parameters.CPU_AFFINITIES):
             if problem := parameters.check_value(name, p[name]):
@@ -117,17 +108,11 @@ class RelayNode(LifecycleNodeMixin, Node):
         self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
         self._model_pub = self.create_publisher(ServedModel, MODEL_TOPIC, model_qos())
         self._diagnostics = DiagnosticsBuilder(self.get_fully_qualified_name().lstrip("/"))
-        # request_group protects the core's single submit producer (ring 0): only the request
-        # thread runs it
-        self.request_group = MutuallyExclusiveCallbackGroup()
-        self._lost_reported = True
-        qos = request_qos(p["request_qos_history"], p["request_qos_depth"])
-        self._request_subs = [self._subscribe_requests(t, qos) for t in p["request_topics"]]
-        loop, self.intake_note = self._make_intake_loop(p)
-        #: the subscriptions' MESSAGE_LOST events, taken by _poll_health when the C intake takes
-        #: the requests (executors.EventPoll says why no executor waits on them)
-        self._lost_events = EventPoll(
-            [h for sub in self._request_subs for h in sub.event_handlers], self.context)
+        self.requests = RequestTopics(self, p)
+        loop, self.intake_note = self.requests.loop, self.requests.note
+        self.request_group = self.requests.group  # the request thread's alone
+        #: set once the request thread is in its loop (the harness waits for this)
+        self.taking_requests = self.requests.taking
         if p["pool"]:
             if loop is None:  # the ownership test is in the C intake
                 raise parameters.ParameterError(
@@ -138,7 +123,7 @@ class RelayNode(LifecycleNodeMixin, Node):
         host = host_of(self, self.actions_publisher, drill=drill, thread_roles=self.thread_roles)
         self.relay = Relay(p, host, loop, self.intake_note,
                            self.relay_pool.c if self.relay_pool else None)
-        self.relay.lost_reported = self._lost_reported
+        self.requests.bind(self.relay)
         timers = MutuallyExclusiveCallbackGroup()
         self.create_timer(1.0, self._publish_diagnostics, callback_group=timers)
         self.create_timer(1.0 / p["stats_rate_hz"], self._publish_stats, callback_group=timers)
@@ -246,50 +231,6 @@ class RelayNode(LifecycleNodeMixin, Node):
 
     # -- the request intake ----------------------------------------------------------------------
 
-    def _subscribe_requests(self, topic: str, qos):
-        """One request subscription, with a MESSAGE_LOST handler where the RMW supports it.
-
-        The handler is in the request group (the request thread runs it with the rclpy intake;
-        with the C intake _poll_health takes its events) and owns the counter. Fast DDS reports
-        samples its reader will never get (a reliable writer dropped them unacknowledged, a
-        best-effort gap); it cannot report a KEEP_LAST reader overwriting its own unread
-        samples, which is why keep_all is the default.
-        """
-        subs = []
-
-        def on_message(msg: InferenceRequest) -> None:
-            self.relay.on_request(msg)
-            take_waiting(subs[0], self.relay.on_request, REQUEST_DRAIN_MAX, self.relay.stopping)
-
-        def on_lost(info) -> None:
-            self.relay.count_lost(info.total_count_change)
-
-        kw = {"callback_group": self.request_group}
-        try:
-            sub = self.create_subscription(InferenceRequest, topic, on_message, qos, **kw,
-                                           event_callbacks=SubscriptionEventCallbacks(
-                                               message_lost=on_lost))
-        except UnsupportedEventTypeError:
-            self._lost_reported = False
-            self.get_logger().warning(
-                "this RMW cannot report lost messages: middleware_lost stays 0 (SECURITY.md)")
-            sub = self.create_subscription(InferenceRequest, topic, on_message, qos, **kw)
-        subs.append(sub)
-        return sub
-
-    def _make_intake_loop(self, p: dict) -> tuple[IntakeLoop | None, str]:
-        """The C intake's loop, or None and why not (the rclpy callback decides then)."""
-        if p["intake_loop"] == "python":
-            return None, "intake_loop: python requested"
-        if self.get_parameter("use_sim_time").value:
-            return None, "use_sim_time: requests must be judged against the node's clock"
-        try:
-            IntakeLoop.functions()
-            IntakeLoop.probe(self._request_subs)
-        except (NotSupported, RclUnavailable) as exc:
-            return None, f"not in C: {exc}"
-        return IntakeLoop(p["max_request_bytes"]), ""
-
     def main_executor_exclusions(self) -> tuple[list, list]:
         """(callback groups, entities) the main executor must leave alone: the request group,
         which the request thread spins (the rclpy intake) or takes from in C (the native
@@ -299,38 +240,18 @@ class RelayNode(LifecycleNodeMixin, Node):
     def start_request_executor(self, context=None) -> None:
         """Start the request intake's thread: the C intake's loop, or (the rclpy intake) the
         request group spun on a dedicated single-threaded executor."""
-        loop, relay = self.relay.loop, self.relay
         if self.relay_pool is not None:
             self.relay_pool.start(context or self.context)
-        if loop is None:
-            executor = RequestExecutor([self], [self.request_group],
-                                       context=context or self.context)
-
-        def run() -> None:
-            self.thread_roles.apply("request", thread_settings(relay.p, "executor"),
-                                    self.get_logger().warning)  # fmt: skip
-            self.taking_requests.set()
-            if loop is None:
-                spin_until(executor, relay.stopping)
-                return
-            try:
-                loop.run(self._request_subs,
-                         answers=[self.relay_pool.answers] if self.relay_pool else ())
-            except Exception as exc:  # the middleware refused the callback after all: say so
-                self.get_logger().error(f"the C request intake stopped: {exc!r}")
-
-        thread = threading.Thread(target=run, name="flowedge-requests", daemon=True)
-        thread.start()
-        # published only once started: stop() on another thread (a relay torn down as it comes
-        # up) joins it, and joining a thread not yet started raises, which skipped the rest of
-        # stop() and closed the core under running workers
-        self._request_thread = thread
+        settings = thread_settings(self.relay.p, "executor")
+        self.requests.start(
+            context or self.context,
+            lambda: self.thread_roles.apply("request", settings, self.get_logger().warning),
+            answers=[self.relay_pool.answers] if self.relay_pool else ())
 
     # -- health, diagnostics and stats (main executor) -----------------------------------------
 
     def _poll_health(self) -> None:
-        if self.relay.loop is not None:
-            self._lost_events.poll()
+        self.requests.poll_lost()
         self.relay.poll_health(time.monotonic_ns())
 
     def _lifecycle(self) -> tuple[int, str]:
@@ -367,9 +288,10 @@ class RelayNode(LifecycleNodeMixin, Node):
         return not self.relay.closed
 
     def pool_served(self) -> Served:
-        """What this member announces to its pool (pool.py), read under the core's use lock."""
-        digests, depth = self.relay.served()
-        p = self.relay.p
+        """What this member announces to its pool (pool.py), read under the core's use lock;
+        nothing served yet while the node is being built (the membership announces at once)."""
+        digests, depth = self.relay.served() if self.relay is not None else ((), 0)
+        p = self._p
         return Served(digests=digests, workers=p["workers"], nfe_ns=p["nfe_ns"],
                       admission_reserve_ns=p["admission_reserve_ns"], queue_depth=depth)
 
@@ -395,14 +317,11 @@ class RelayNode(LifecycleNodeMixin, Node):
 
     def threads_alive(self) -> dict[str, bool]:
         """Whether each of the relay's own threads is running (workers by lane)."""
-        request = self._request_thread
-        return {"request": bool(request and request.is_alive()), **self.relay.threads_alive()}
+        return {"request": self.requests.alive, **self.relay.threads_alive()}
 
     def join_request_thread(self, timeout: float) -> bool:
         """Wait up to `timeout` s for the request thread to end; whether it has (or never ran)."""
-        if self._request_thread is not None:
-            self._request_thread.join(timeout=timeout)
-        return not (self._request_thread and self._request_thread.is_alive())
+        return self.requests.join(timeout)
 
     def handle_request(self, msg: InferenceRequest) -> None:
         """One request through the intake this relay runs, for tools that time it without DDS
@@ -457,8 +376,7 @@ class RelayNode(LifecycleNodeMixin, Node):
             return
         self._stopped = True
         self.relay.stopping.set()
-        if self.relay.loop is not None:
-            self.relay.loop.stop()
+        self.requests.stop()
         # nested: whatever fails, every later stage still runs (a later stop() is a no-op, and
         # destroy_node then closes the cores: nothing may still be running on them)
         try:
