@@ -20,6 +20,7 @@ from rcl_interfaces.msg import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from flowedge_relay.client_weights import WEIGHT_MAX, WEIGHT_RULES, parse_client_weights
 from flowedge_relay.model import SOLVERS
 from flowedge_relay.realtime import MAX_CPU
 from flowedge_relay.rtc import RTC_MODES
@@ -32,32 +33,7 @@ MINUTE_NS = 60_000_000_000
 HOUR_MS = 3_600_000
 UINT32_MAX = 2**32 - 1
 CPU_AFFINITIES = ("executor_cpu_affinity", "worker_cpu_affinity", "publisher_cpu_affinity")
-WEIGHT_MAX = 1_000_000  # csrc/fer.h FER_WEIGHT_MAX
-WEIGHT_RULES = 32  # csrc/fer.h FER_WEIGHT_RULES
-CLIENT_ID_MAX_BYTES = 64  # csrc/fer.h FER_SESSION_ID_MAX: a pattern is at most an id long
 POOL_NAME_MAX_BYTES = 64  # a name, compared in each announcement; not a payload
-
-
-def parse_client_weights(rules) -> tuple[tuple[str, int], ...]:
-    """client_weights' "pattern=weight" strings as (pattern, weight) pairs, in order; ValueError
-    saying which rule is wrong (docs/design.md §7.1)."""
-    out = []
-    if len(rules or ()) > WEIGHT_RULES:
-        raise ValueError(f"client_weights holds at most {WEIGHT_RULES} rules, got {len(rules)}")
-    for rule in rules or ():
-        pattern, sep, weight = rule.rpartition("=")
-        if not sep or not pattern or len(pattern.encode()) > CLIENT_ID_MAX_BYTES:
-            raise ValueError(f'client_weights: {rule!r} is not "pattern=weight" with a pattern '
-                             f"of 1..{CLIENT_ID_MAX_BYTES} bytes")
-        try:
-            value = int(weight)
-        except ValueError:
-            value = 0
-        if not 1 <= value <= WEIGHT_MAX:
-            raise ValueError(f"client_weights: the weight in {rule!r} must be an integer in "
-                             f"1..{WEIGHT_MAX}")
-        out.append((pattern, value))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -477,11 +453,13 @@ def declare_all(node: Node, drill: bool = False) -> dict[str, object]:
     """Declare every parameter (and with `drill` the fault knobs, DRILL_SPECS) and return their
     values (unset arrays as empty lists). An enum that YAML typed as a bool or number is mapped
     back to its spelling (`spelled`) and set as the string it is, or refused (ParameterError);
-    then it gets its own descriptor."""
+    then it gets its own descriptor. Any other parameter is declared with its own descriptor at
+    once: read_only holds from the start, so a live set of one that only a restart changes
+    (`workers`, `queue_capacity`...) is refused, never accepted to no effect."""
     values = {}
     for spec in (*SPECS, *DRILL_SPECS) if drill else SPECS:
         value = node.declare_parameter(spec.name, spec.default,
-                                       spec.descriptor(declaring=True)).value
+                                       spec.descriptor(declaring=bool(spec.choices))).value
         if spec.choices:
             value = spelled(spec.name, value)
             problem = check_value(spec.name, value)
@@ -491,6 +469,17 @@ def declare_all(node: Node, drill: bool = False) -> dict[str, object]:
                 node.set_parameters([Parameter(spec.name, value=value)])
             node.set_descriptor(spec.name, spec.descriptor())
         values[spec.name] = [] if value is None else value
+    return values
+
+
+def defaults(drill: bool = False) -> dict[str, object]:
+    """Every parameter's default, as declare_all returns them with nothing overridden: the
+    values a relay.Relay built without a node (a test without DDS) starts from."""
+    values = {}
+    for spec in (*SPECS, *DRILL_SPECS) if drill else SPECS:
+        d = spec.default
+        values[spec.name] = [] if isinstance(d, Parameter.Type) else (
+            list(d) if isinstance(d, list) else d)
     return values
 
 

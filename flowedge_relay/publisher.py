@@ -54,20 +54,21 @@ class OutputPause:
 class ActionPublisher:
     """The outcome rings' one consumer: `run` is the publisher thread's body until `stop`.
 
-    `model` gives the message's digest and dims (None: no model, rejections only). `native`
+    `host` is the relay's Host (relay.Host: logger, clock, whether it is simulated). `model`
+    gives the message's digest and dims (None: no model, rejections only). `native`
     False, a simulated clock or no rcl symbols select the Python loop; `loop` says which runs
     and `note` why not the C one.
     """
 
-    def __init__(self, node, core, publisher, model, native: bool = True, pool=None) -> None:
-        self._node, self._core, self._pub, self._model = node, core, publisher, model
+    def __init__(self, host, core, publisher, model, native: bool = True, pool=None) -> None:
+        self._host, self._core, self._pub, self._model = host, core, publisher, model
         self._pool = pool  # a relay pool's core.Pool: answers carry its relay_id and epoch
         self._stopping = threading.Event()
         self._native = None
         self.note = ""
         if not native:
             self.note = "publisher_loop: python requested"
-        elif node.get_parameter("use_sim_time").value:
+        elif host.sim_time:
             self.note = "use_sim_time: header.stamp must be the node's clock"
         else:
             try:
@@ -125,7 +126,7 @@ class ActionPublisher:
                 check(lib.fer_publish_run(self._native, publish, ffi.cast(
                     "void *", self._pub.handle.pointer), reset, WAIT_NS))
             if self._native.failed and not self._stopping.is_set():
-                self._node.get_logger().error(
+                self._host.logger.error(
                     f"{self._native.failed} outcomes could not be published "
                     f"(rcl status {self._native.last_error})")
             return
@@ -151,7 +152,7 @@ class ActionPublisher:
                 time.sleep(0.001)
 
     def _publish_one(self, o) -> None:
-        msg = action_message(o, self._node.get_clock().now().nanoseconds, self._model,
+        msg = action_message(o, self._host.now_ns(), self._model,
                              self._pool)
         if o.code == Code.INFERENCE and o.actions is not None:
             self._latency_ms[self._latency_count % LATENCY_WINDOW] = (
@@ -162,7 +163,7 @@ class ActionPublisher:
             self._pub.publish(msg)
         except Exception as exc:  # context shut down under us: nothing left to publish to
             if not self._stopping.is_set():
-                self._node.get_logger().error(f"publishing an outcome failed: {exc}")
+                self._host.logger.error(f"publishing an outcome failed: {exc}")
 
 
 def action_message(o, stamp_ns: int, model, pool=None) -> ActionMessage:

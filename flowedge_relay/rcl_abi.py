@@ -92,11 +92,10 @@ def load_wire() -> None:
 def load_serializer() -> None:
     """fer_action_cdr's serializer: rmw_serialize of the rmw rclpy loaded, with ActionMessage's
     rosidl_typesupport_c handle (what rclpy.serialization uses)."""
-    import rclpy
-
-    # the rmw_implementation shim where rcl loads one, else the implementation rcl linked
+    # the rmw_implementation shim where rcl loads one, else the implementation it picks: the one
+    # RMW_IMPLEMENTATION names, Fast DDS by default (as rmw_implementation chooses)
     serialize = None
-    implementation = f"lib{rclpy.get_rmw_implementation_identifier()}.so"
+    implementation = f"lib{os.environ.get('RMW_IMPLEMENTATION') or 'rmw_fastrtps_cpp'}.so"
     for library in ("librmw_implementation.so", implementation):
         try:
             serialize = _function(library, "rmw_serialize", "fer_rmw_serialize_fn")

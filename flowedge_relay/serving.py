@@ -15,11 +15,11 @@ import threading
 import time
 
 from flowedge_relay import policy as policy_mod
+from flowedge_relay.client_weights import parse_client_weights
 from flowedge_relay.core import AgeGate, Core, CoreConfig, CostModel
 from flowedge_relay.diagnostics import model_description
 from flowedge_relay.intake import IntakeUnavailable, NativeIntake, PythonIntake
 from flowedge_relay.model import ModelInfo, default_model_path
-from flowedge_relay.parameters import parse_client_weights
 from flowedge_relay.publisher import ActionPublisher
 from flowedge_relay.realtime import ThreadSettings
 from flowedge_relay.rtc import RtcSpec
@@ -85,17 +85,19 @@ class Serving:
     `model_error` says why), `core`, the intakes (`validator` and `python_intake` for the rclpy
     callback, `native_intake` for the C loop), `pool` (the workers, None without a model) and
     `output` (the publisher thread's ActionPublisher over this core's rings). `start` starts
-    the threads; the node routes its intake here; `stop` and `close` end it.
+    the threads; the relay routes its intake here; `stop` and `close` end it.
 
-    `p` is the node's parameter values; `calibration` overrides nfe_ns / admission_reserve_ns /
+    `relay` is the Relay it serves for (its Host, intake loop and pool); `p` the parameter
+    values; `calibration` overrides nfe_ns / admission_reserve_ns /
     prefix_ns (a model swap's atomic set). `accepting` False builds the core inactive (its
     arrivals are REJECTED_CAPACITY until set_accepting), `hold` holds its workers' dispatch.
     """
 
-    def __init__(self, node, p: dict, policy: policy_mod.Policy | None, *, model_path: str,
+    def __init__(self, relay, p: dict, policy: policy_mod.Policy | None, *, model_path: str,
                  model_error: str = "", calibration: dict | None = None,
                  accepting: bool = True, hold: bool = False) -> None:
-        self.node = node
+        self.host = relay.host
+        self.intake_loop = relay.intake_loop
         self.p = {**p, **(calibration or {})}
         self.model_path = model_path or default_model_path()
         self.policy = policy
@@ -105,14 +107,14 @@ class Serving:
         self.model_error = model_error
         self.execution_providers = tuple(p["execution_providers"])
         self.intake_note = ""
-        #: the node's relay pool in C (docs/design.md §13), shared by every serving; or None
-        self.relay_pool = node.relay_pool.c if node.relay_pool is not None else None
+        #: the relay pool in C (docs/design.md §13), shared by every serving; or None
+        self.relay_pool = relay.pool_c
         self.started_ns = 0
         self._publisher_thread: threading.Thread | None = None
         self._build_core(accepting, hold)
         self._build_intakes()
         self._build_pool()
-        self.output = ActionPublisher(node, self.core, node.actions_publisher, self.model,
+        self.output = ActionPublisher(self.host, self.core, self.host.actions, self.model,
                                       native=p["publisher_loop"] != "python",
                                       pool=self.relay_pool)  # fmt: skip
         self.model_values = (model_description(policy, self.execution_providers, self.rtc)
@@ -176,7 +178,7 @@ class Serving:
         )
         self.python_intake = PythonIntake(self.core, self.validator, self._ros_now)
         self.native_intake = None
-        if self.node.intake_loop == "native":
+        if self.intake_loop == "native":
             try:
                 self.native_intake = NativeIntake(
                     self.core, contract, p["max_nfe"], p["max_request_bytes"],
@@ -186,7 +188,7 @@ class Serving:
                 self.intake_note = f"not in C: {exc}"
 
     def _ros_now(self) -> int:
-        return self.node.get_clock().now().nanoseconds
+        return self.host.now_ns()
 
     def _staging_inputs(self) -> policy_mod.InputBuffers:
         """Where the validator copies a package request's tensors: the core's staging slot,
@@ -214,9 +216,9 @@ class Serving:
             cpu_affinity=p["worker_cpu_affinity"], rt_priority=p["worker_rt_priority"],
             output_wait_ns=p["action_output_wait_ms"] * MS, stall_ns=p["worker_stall_ms"] * MS,
             fault_nfe_delay_ns=int(p.get("fault_nfe_delay_ms", 0.0) * MS),
-            drill=self.node.drill, nfe_loop=p["nfe_loop"],
+            drill=self.host.drill, nfe_loop=p["nfe_loop"],
             **cede_fields(p),
-            logger=self.node.get_logger(), thread_roles=self.node.thread_roles,
+            logger=self.host.logger, thread_roles=self.host.thread_roles,
         )  # fmt: skip
 
     # -- running ---------------------------------------------------------------------------------
@@ -236,8 +238,8 @@ class Serving:
 
     def _run_publisher(self) -> None:
         """The publisher thread: its real-time settings, then the outcome rings until stop."""
-        self.node.thread_roles.apply("publisher", thread_settings(self.p, "publisher"),
-                                     self.node.get_logger().warning)  # fmt: skip
+        self.host.thread_roles.apply("publisher", thread_settings(self.p, "publisher"),
+                                     self.host.logger.warning)  # fmt: skip
         self.output.run()
 
     def idle(self) -> bool:

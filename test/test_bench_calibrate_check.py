@@ -199,11 +199,11 @@ def test_calibrate_check_is_in_make_bench_and_the_headline():
     perfdoc turns its report into headline rows, one per hog setting and the spread."""
     import shlex
 
-    from test_perfdoc import _bench_all
+    from test_perfdoc import bench_all_steps
 
     from flowedge_relay_tools.bench.__main__ import build_parser
 
-    args, subcommand, order = _bench_all()
+    args, subcommand, order = bench_all_steps()
     assert "calibrate-check" in order and subcommand.get("calibrate-check") is None
     parsed = build_parser().parse_args(["calibrate-check", *shlex.split(args["calibrate-check"])])
     assert parsed.hogs == [0, 1] and parsed.model == "bench" and not parsed.realtime

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The runtime stands apart from the tooling, and no module reaches into another's
-privates: the import graph, the node's surface, and `obj._name` everywhere outside the tests.
+privates: the import graph, the node's surface, and `obj._name` everywhere (the tests too).
 
 The runtime is the package flowedge_relay (flowedge_relay/, with launch/); the tooling is the
 package flowedge_relay_tools (tools/flowedge_relay_tools/: the demos, the drill, the stress
@@ -10,7 +10,12 @@ names: no private module (`flowedge_relay._fer_core`), no private name, and the 
 its public surface, never its private fields. More generally no module outside test/ reads or
 writes another module's private names (`obj._name` whose value is not self or cls, getattr(obj,
 "_name"), `from module import _name`); a module's own private names are fine. What is really
-fine elsewhere is listed in ALLOWED, each with its reason.
+fine elsewhere is listed in ALLOWED, each with its reason. The tests hold to the same rule: they
+test behaviour through public names, and what one really must reach is in TEST_ALLOWED, each
+with its reason.
+
+The relay itself (flowedge_relay/relay.py) imports no rclpy, directly or through the modules it
+imports: what is served, the swap, the counters and the snapshot run and are tested without ROS.
 """
 
 from __future__ import annotations
@@ -302,3 +307,86 @@ def test_the_rule_finds_a_planted_reach(tmp_path):
         "planted.py:13: os._exit",
     ]
     assert not _allowed("planted.py:13: os._exit")
+
+
+# ---- the tests reach no private name either ------------------------------------------------------
+
+TESTS = sorted((ROOT / "test").glob("*.py"))
+#: `obj._name` (as private_reach writes it) a test may reach, in any test file -> why.
+TEST_ALLOWED = {
+    "from flowedge_relay import _build_core":
+        "the session builds the C core in place with setup.py's own CFFI builder (conftest.py)",
+    "executor._executor":
+        "pins rclpy's private thread pool, which ros_compat.shutdown_executor shuts down",
+    "executor._futures":
+        "pins rclpy's private task list, which executors.MainExecutor's spin relies on",
+    "pool._workers":
+        "a worker's native loop state (serve, holding, probe): no public reader exists, and "
+        "the tests check it is allocated, held and released as the C loop needs",
+    "loop._exec":
+        "the C serve loop's executor handle, handed to fer_serve_create by the test itself",
+    "s._context":
+        "the device buffer two graphs share: the test checks it is bound once, never copied",
+    "ActionPublisher._create":
+        "the C publisher without its thread: the tests drive fer_publish_run step by step",
+    "validation.Validator._check":
+        "plants a wrong validator to show the campaign's oracle is not graded by the relay",
+    "view._cv":
+        "a RemoteRelay's stats history without a ROS node behind it (the bench's arithmetic)",
+    "perfdoc._batching_rows": "the bench tables' row builders, tested without a bench run",
+    "perfdoc._intake_rows": "the bench tables' row builders, tested without a bench run",
+    "perfdoc._shown": "the bench tables' row builders, tested without a bench run",
+    "perfdoc._overload_target": "the bench tables' row builders, tested without a bench run",
+    "batching._targets": "the bench's targets from a report, tested without a bench run",
+    "overload._goodput": "the overload bench's arithmetic, tested without a bench run",
+    "overload._policy_params": "the overload bench's arithmetic, tested without a bench run",
+}
+
+
+def _test_reaches() -> list[str]:
+    return [r for path in TESTS
+            for r in private_reach(path.read_text(), str(path.relative_to(ROOT)))]
+
+
+def test_no_test_reaches_into_another_modules_private_names():
+    assert len(TESTS) > 50
+    assert [r for r in _test_reaches() if r.split(": ", 1)[1] not in TEST_ALLOWED] == []
+
+
+def test_every_allowed_test_reach_is_still_there():
+    seen = {r.split(": ", 1)[1] for r in _test_reaches()}
+    assert set(TEST_ALLOWED) <= seen
+
+
+# ---- the relay runs without ROS ------------------------------------------------------------------
+
+def runtime_imports(module: str) -> dict[str, set[str]]:
+    """module -> what it imports, for `module` and every flowedge_relay module it reaches."""
+    graph: dict[str, set[str]] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        base = ROOT / name.replace(".", "/")
+        path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if name in graph or not path.exists():
+            continue
+        graph[name] = imports_of(path.read_text())
+        todo += [m for m in graph[name] if m.split(".")[0] == "flowedge_relay"]
+    return graph
+
+
+def ros_paths(graph: dict[str, set[str]]) -> list[str]:
+    """`module -> rclpy...` for every rclpy import in `graph`."""
+    return sorted(f"{name} -> {m}" for name, imports in graph.items() for m in imports
+                  if m.split(".")[0] == "rclpy")
+
+
+def test_the_relay_imports_no_rclpy():
+    graph = runtime_imports("flowedge_relay.relay")
+    assert {"flowedge_relay.serving", "flowedge_relay.workers", "flowedge_relay.core",
+            "flowedge_relay.policy", "flowedge_relay.policy.sampler"} <= set(graph)
+    assert ros_paths(graph) == []
+    # the check finds what it must: the node reaches rclpy directly and through parameters
+    node = ros_paths(runtime_imports("flowedge_relay.node"))
+    assert "flowedge_relay.node -> rclpy.lifecycle" in node
+    assert "flowedge_relay.parameters -> rclpy.node" in node

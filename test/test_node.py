@@ -263,11 +263,11 @@ def test_a_timer_that_fires_during_destroy_node_finds_the_core_closed_and_return
 
     with ros_context() as ctx:
         node = RelayNode(context=ctx)
-        node._publish_stats()  # the core is open: it reads and publishes
+        assert node.publish_status()  # the core is open: the timers' bodies read and publish
         node.destroy_node()
-        node._publish_stats()  # what a timer firing after the close does: nothing
-        node._publish_diagnostics()
-        assert node.core is not None and node._core_closed
+        # what a timer firing after the close does: nothing, no closed core read
+        assert not node.publish_status()
+        assert node.core is not None and node.relay.open_snapshot("stats", lambda: (0, "")) is None
 
 
 @pytest.mark.ros
@@ -459,8 +459,7 @@ def test_a_relay_stopped_as_its_request_thread_starts_stops_whole(monkeypatch):
         node.start_request_executor()
         monkeypatch.undo()
         assert not any(v for k, v in node.threads_alive().items() if k != "request")
-        node._request_thread.join(timeout=5.0)
-        assert not node._request_thread.is_alive()
+        assert node.join_request_thread(timeout=5.0)
         node.destroy_node()
     time.sleep(0.2)
     assert [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()] == []

@@ -38,6 +38,30 @@ def test_live_parameters_are_exactly_the_tunable_ones():
     }
 
 
+@pytest.mark.ros
+def test_a_running_relay_refuses_a_set_that_only_a_restart_would_apply():
+    """What the table says holds on the node: a read-only parameter (`workers`: the threads
+    are started) is refused on `ros2 param set`, saying so, and keeps its value; a live one
+    (`nfe_ns`) is taken and reaches the core. Every declared descriptor says what the table
+    says (an enum's too, after its declaration with dynamic typing)."""
+    from flowedge_relay.node import RelayNode
+
+    with ros_context() as ctx:
+        node = RelayNode(context=ctx, drill=True,
+                         parameter_overrides=[Parameter("workers", value=1)])
+        try:
+            for spec in (*parameters.SPECS, *parameters.DRILL_SPECS):
+                assert node.describe_parameter(spec.name).read_only == spec.read_only, spec.name
+            for name, value in (("workers", 3), ("queue_capacity", 8), ("stats_rate_hz", 1.0)):
+                (result,) = node.set_parameters([Parameter(name, value=value)])
+                assert not result.successful and "read-only" in result.reason, name
+            assert node.get_parameter("workers").value == 1 and node.core.lanes == 1
+            (result,) = node.set_parameters([Parameter("nfe_ns", value=7_000_000)])
+            assert result.successful and node.snapshot().cost.in_use_ns == 7_000_000  # static
+        finally:
+            node.destroy_node()
+
+
 def test_numeric_parameters_have_ranges():
     for spec in (*parameters.SPECS, *parameters.DRILL_SPECS):
         d = spec.descriptor()

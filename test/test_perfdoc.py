@@ -227,7 +227,7 @@ def test_bench_all_runs_each_rtc_report_the_headline_reads():
 
     from flowedge_relay_tools.bench.__main__ import build_parser
 
-    args, subcommand, order = _bench_all()
+    args, subcommand, order = bench_all_steps()
     for name, note in perfdoc.RTC_VARIANTS:
         assert name in order and subcommand[name] == "overload", name
         a = build_parser().parse_args(["overload", *shlex.split(args[name])])
@@ -251,7 +251,7 @@ def test_intake_ceiling_row_reads_every_mix():
     assert perfdoc._intake_rows({"rows": []}) == []  # per-message costs only (--no-dds)
 
 
-def _bench_all() -> tuple[dict[str, str], dict[str, str], list[str]]:
+def bench_all_steps() -> tuple[dict[str, str], dict[str, str], list[str]]:
     """scripts/bench_all.sh's ARGS (with $RT_TRACE expanded), SUBCOMMAND and ORDER."""
     import re
 
@@ -275,7 +275,7 @@ def test_bench_all_runs_each_realtime_report_the_headline_reads():
 
     from flowedge_relay_tools.bench.__main__ import build_parser
 
-    args, subcommand, order = _bench_all()
+    args, subcommand, order = bench_all_steps()
     parser = build_parser()
     for variant, by_mode in perfdoc.RT_VARIANTS:
         parsed = {}

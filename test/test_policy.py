@@ -118,7 +118,8 @@ def _manifest(**over) -> dict:
 STEP_EXTRA = [("ctx", F, ["batch", 4]), ("state", F, ["batch", 3])]
 
 
-def _package(tmp: Path, manifest: dict | None = None, prefix=None, step=None) -> Path:
+def write_tiny_package(tmp: Path, manifest: dict | None = None, prefix=None,
+                       step=None) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "policy.yaml").write_text(yaml.safe_dump(manifest or _manifest(), sort_keys=False))
     (prefix or _prefix)(tmp / "prefix.onnx")
@@ -128,7 +129,7 @@ def _package(tmp: Path, manifest: dict | None = None, prefix=None, step=None) ->
 
 @pytest.fixture
 def tiny(tmp_path) -> P.Policy:
-    return P.load(_package(tmp_path / "pkg"))
+    return P.load(write_tiny_package(tmp_path / "pkg"))
 
 
 # ---------------------------------------------------------------- load: both kinds alike
@@ -175,9 +176,9 @@ def test_digest_is_the_documented_formula(tmp_path, tiny):
         h.update(name.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
     assert tiny.digest == "sha256:" + h.hexdigest()
     # Any change to the manifest or to a graph changes it.
-    other = _package(tmp_path / "other", _manifest(name="tiny2"))
+    other = write_tiny_package(tmp_path / "other", _manifest(name="tiny2"))
     assert P.load(other).digest != tiny.digest
-    third = _package(tmp_path / "third", step=lambda p: _step(p, STEP_EXTRA[::-1]))
+    third = write_tiny_package(tmp_path / "third", step=lambda p: _step(p, STEP_EXTRA[::-1]))
     assert P.load(third).digest != tiny.digest
 
 
@@ -241,7 +242,7 @@ def test_velocity_package(tmp_path):
 )
 def test_manifest_errors(tmp_path, over, match):
     with pytest.raises(P.ManifestError, match=match) as err:
-        P.load(_package(tmp_path / "pkg", _manifest(**over)))
+        P.load(write_tiny_package(tmp_path / "pkg", _manifest(**over)))
     assert isinstance(err.value, ModelError)
 
 
@@ -319,7 +320,7 @@ def test_manifest_errors(tmp_path, over, match):
     ],
 )
 def test_graph_mismatch_names_field_expected_found(tmp_path, prefix, step, match):
-    root = _package(tmp_path / "pkg", prefix=prefix, step=step)
+    root = write_tiny_package(tmp_path / "pkg", prefix=prefix, step=step)
     if match is None:
         assert P.load(root).kind == "two_phase"
         return
@@ -329,7 +330,7 @@ def test_graph_mismatch_names_field_expected_found(tmp_path, prefix, step, match
 
 
 def test_missing_and_corrupt_graphs(tmp_path):
-    root = _package(tmp_path / "pkg")
+    root = write_tiny_package(tmp_path / "pkg")
     (root / "step.onnx").unlink()
     with pytest.raises(MissingModel, match=r"graphs\.step: cannot read step\.onnx"):
         P.load(root)
@@ -490,7 +491,7 @@ def _noise(seed: int) -> np.ndarray:
 def test_time_convention_context_and_actions(tmp_path, time_conv):
     """v = t + mean(normalized image): Euler over N steps is closed-form, so the grid, the sign,
     the context binding, truncation and de-normalization are all checked exactly."""
-    pol = P.load(_package(tmp_path / "pkg", _manifest(flow={"time": time_conv})))
+    pol = P.load(write_tiny_package(tmp_path / "pkg", _manifest(flow={"time": time_conv})))
     sampler = P.PolicySampler(pol, P.make_sessions(pol))
     bufs = P.InputBuffers(pol)
     assert P.intake(_good(), pol, bufs) is None

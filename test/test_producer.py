@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from flowedge_relay_msgs.msg import InferenceRequest
-from test_policy import _package
+from test_policy import write_tiny_package
 
 from flowedge_relay import policy as P
 from flowedge_relay.model import default_model_path
@@ -20,7 +20,7 @@ from flowedge_relay.producer import (
 
 @pytest.fixture
 def tiny(tmp_path) -> P.Policy:
-    return P.load(_package(tmp_path / "pkg"))
+    return P.load(write_tiny_package(tmp_path / "pkg"))
 
 
 def _arrays() -> dict[str, np.ndarray]:

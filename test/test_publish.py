@@ -25,6 +25,7 @@ from ros_helpers import ros_context, running_relay, spinning, status_values, wai
 
 from flowedge_relay.core import Code, Core, Outcome, ffi, lib
 from flowedge_relay.model import default_model_path, load_model
+from flowedge_relay.node import host_of
 from flowedge_relay.publisher import ActionPublisher, action_message
 from flowedge_relay.rcl_abi import load_serializer, publish_functions
 from flowedge_relay.timebase import ROS_TIME_MAX_NS
@@ -188,7 +189,8 @@ def test_loop_after_shutdown_polls_for_stop_instead_of_spinning(native):
     there kept its CPU's other threads (a worker being joined, one holding the GIL) off it."""
     with ros_context() as ctx, _core() as core:
         node = Node("publish_shutdown", context=ctx)
-        out = ActionPublisher(node, core, node.create_publisher(ActionMessage, "out", 10), MODEL,
+        out = ActionPublisher(host_of(node, None), core,
+                              node.create_publisher(ActionMessage, "out", 10), MODEL,
                               native=native)  # fmt: skip
         assert out.loop == ("native" if native else "python")
         thread = threading.Thread(target=out.run)
@@ -262,6 +264,6 @@ def test_simulated_time_keeps_the_rclpy_loop():
     """On simulated time the stamp must be the node's clock, which the C loop cannot read: the
     relay publishes through rclpy and says why."""
     with running_relay(use_sim_time=True) as h:  # no /clock: its timers never fire
-        values = h.relay._loop_values(h.relay.serving)  # what the workers status would carry
+        values = h.relay.relay.loop_values()  # what the workers status would carry
     assert values["publisher_loop"] == "python"
     assert "use_sim_time" in values["publisher_loop_note"]

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 from flowedge_relay_msgs.msg import InferenceRequest
+from relay_helpers import plain_relay
 
 from flowedge_relay.validation import (
     SESSION_ID_MAX_BYTES,
@@ -78,33 +79,25 @@ def test_counters_have_a_fixed_key_set():
     assert set(v.discarded) == set(Reason)
 
 
-@pytest.mark.ros
 def test_a_flood_of_invalid_requests_is_counted_per_message_and_logged_once_per_period():
     """Each discard is one counter (per reason) and one integer compare; the log line
     comes at most once per DISCARD_LOG_PERIOD_NS, with how many it stood for. (rclpy's own
-    throttle walked the stack on every call: a discard cost more than a decision.)"""
-    from rclpy.parameter import Parameter
-
-    from flowedge_relay.node import RelayNode
-    from flowedge_relay_tools.harness import ros_context
-
-    with ros_context() as ctx:
-        relay = RelayNode(context=ctx, parameter_overrides=[Parameter("workers", value=1)])
-        try:
-            m = relay.model
-            bad = InferenceRequest(session_id="x", sequence=1, generation=1, remaining_nfe=0,
-                                   model_digest=m.digest, observation_dim=m.obs_dim,
-                                   action_dim=m.action_dim, action_horizon=m.action_horizon,
-                                   observation=[0.1] * m.obs_dim)
-            long_id = InferenceRequest(session_id="\u00e9" * 300)
-            for _ in range(500):
-                relay._on_request(bad)
-                relay._on_request(long_id)
-            discarded = dict(relay.validator.discarded)
-            suppressed = relay._discard_log.suppressed
-            received, accepted = relay.counters().received, relay.core.stats().accepted
-        finally:
-            relay.destroy_node()
+    throttle walked the stack on every call: a discard cost more than a decision.) The rclpy
+    intake's path (Relay.on_request), on a relay without DDS."""
+    with plain_relay(workers=1) as (relay, _sink):
+        assert relay.configure() is None
+        m = relay.serving.model
+        bad = InferenceRequest(session_id="x", sequence=1, generation=1, remaining_nfe=0,
+                               model_digest=m.digest, observation_dim=m.obs_dim,
+                               action_dim=m.action_dim, action_horizon=m.action_horizon,
+                               observation=[0.1] * m.obs_dim)
+        long_id = InferenceRequest(session_id="\u00e9" * 300)
+        for _ in range(500):
+            relay.on_request(bad)
+            relay.on_request(long_id)
+        discarded = dict(relay.serving.validator.discarded)
+        suppressed = relay.discarded_suppressed
+        received, accepted = relay.counters().received, relay.stats().accepted
     assert discarded[Reason.NFE_ZERO] == 500 and discarded[Reason.SESSION_ID_TOO_LONG] == 500
     assert received == 1000 and accepted == 0
     assert suppressed == 999  # one line logged (the first); the other 999 waited for the next
