@@ -45,7 +45,7 @@ def test_batching_tiny(tmp_path):
     assert "speedup_vs_b1" in text and "overload trace" in text
     png = Path(batching.plot(report, tmp_path / "batching.png"))
     assert png.read_bytes()[:8] == PNG
-    rows = perfdoc._batching_rows(report)
+    rows = perfdoc.batching_rows(report)
     assert any("batch_slots 2" in r["measure"] and "edf_adaptive" in r["measure"] for r in rows)
 
 
@@ -109,15 +109,15 @@ def test_b8_target_names_the_worker_code_alone():
                 "step_ns_p99": 50_000.0, "nfe_per_request": 4096}
                for b, n, s, a, m in ((1, 100.0, 1.0, 1.0, 1.0), (8, 380.0, 3.8, 3.9, 4.1))]
     report = {"results": results, "overload": {}}
-    target = batching._targets(report)["small.capacity_b8_vs_b1"]
+    target = batching.targets_met(report)["small.capacity_b8_vs_b1"]
     assert target == {"target": ">= 4", "value": 3.8, "met": False, "alone": 3.9, "model": 4.1}
     for r in results:
         r["requests"] = 10
-    text = batching.table({**report, "targets": batching._targets(report), "relay": "process",
+    text = batching.table({**report, "targets": batching.targets_met(report), "relay": "process",
                            "workers": 1, "nfe_per_request": {"policy_small.onnx": 4096},
                            "seconds_per_point": 5.0})  # fmt: skip
     assert "worker code alone 3.90x; model call alone 4.10x" in text
-    (row,) = perfdoc._batching_rows(report)
+    (row,) = perfdoc.batching_rows(report)
     assert row["met"] is False and "3.80x" in row["measured"]
     assert "worker code alone 3.90x" in row["measured"]
     assert "model call alone 4.10x" in row["measured"]

@@ -226,12 +226,12 @@ def test_goodput_is_counted_against_the_capacity_under_load():
     assert RemoteRelay.capacity_between(view, 0, 2 * s) == pytest.approx(200.0)  # NFE per s
     assert RemoteRelay.capacity_between(view, s, s) is None  # one message: no interval
     m = {"on_time": 10, "on_time_nfe": 100}
-    g = overload._goodput(m, 1.0, 40.0, 10.0, 200.0)
+    g = overload.goodput(m, 1.0, 40.0, 10.0, 200.0)
     assert g["nfe_goodput_vs_capacity"] == pytest.approx(0.5)  # 100 of 200 NFE/s
     assert g["goodput_vs_capacity"] == pytest.approx(0.5)  # 10 of 20 requests/s
     assert g["goodput_vs_calibrated_capacity"] == pytest.approx(0.25)  # 10 of 40
     assert g["nfe_goodput_vs_calibrated_capacity"] == pytest.approx(0.25)
-    g = overload._goodput(m, 1.0, 40.0, 10.0, None)
+    g = overload.goodput(m, 1.0, 40.0, 10.0, None)
     assert g["capacity_basis"] == "inline calibration"
     assert g["goodput_vs_capacity"] == g["goodput_vs_calibrated_capacity"]
 
@@ -256,9 +256,9 @@ def test_overload_on_the_two_phase_package():
         assert answered == m["offered"] > 0 and m["outcomes"]["lost"] == 0, (policy, m)
         assert m["extra_answers"] == 0  # exactly one answer each
     assert f"prefix_ns={report['prefix_ns']}" in overload.table(report)
-    params = overload._policy_params("expire_only", 1, 2, 3, prefix_ns=5)
+    params = overload.policy_params("expire_only", 1, 2, 3, prefix_ns=5)
     assert params["prefix_ns"] == 0 and params["nfe_ns"] == 0
-    assert "prefix_ns" not in overload._policy_params("edf_admission", 1, 2, 3)
+    assert "prefix_ns" not in overload.policy_params("edf_admission", 1, 2, 3)
 
 
 @pytest.mark.ros

@@ -333,13 +333,6 @@ TEST_ALLOWED = {
         "plants a wrong validator to show the campaign's oracle is not graded by the relay",
     "view._cv":
         "a RemoteRelay's stats history without a ROS node behind it (the bench's arithmetic)",
-    "perfdoc._batching_rows": "the bench tables' row builders, tested without a bench run",
-    "perfdoc._intake_rows": "the bench tables' row builders, tested without a bench run",
-    "perfdoc._shown": "the bench tables' row builders, tested without a bench run",
-    "perfdoc._overload_target": "the bench tables' row builders, tested without a bench run",
-    "batching._targets": "the bench's targets from a report, tested without a bench run",
-    "overload._goodput": "the overload bench's arithmetic, tested without a bench run",
-    "overload._policy_params": "the overload bench's arithmetic, tested without a bench run",
 }
 
 

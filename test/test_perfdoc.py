@@ -103,7 +103,7 @@ def test_target_met_says_which_run_held():
 def test_overload_targets():
     m = {"on_time_ratio_admitted": 0.99995, "goodput_vs_capacity": 0.95,
          "nfe_goodput_vs_capacity": 0.86, "wasted_nfe_ratio": 0.001}
-    t = perfdoc._overload_target
+    t = perfdoc.overload_target
     assert t("edf_admission", "2.0", False, m) == (">= 99.99% / >= 90% / >= 85% / <= 0.5%", True)
     assert t("edf_admission", "3.0", False, m) == ("-", None)  # static: 2x without noise only
     assert t("edf_admission", "2.0", True, m) == ("-", None)
@@ -168,8 +168,8 @@ def test_every_readme_row_is_a_headline_row_of_a_full_run():
     so a misspelt name would go unnoticed there)."""
     rows = perfdoc.headline(_full_run())
     assert {m for m, _ in perfdoc.README_ROWS} <= {r["measure"] for r in rows}
-    block = perfdoc.readme_block(perfdoc._shown(rows), ["test cpu, 2 cores"])
-    assert len(perfdoc.readme_rows(perfdoc._shown(rows))) == len(perfdoc.README_ROWS)
+    block = perfdoc.readme_block(perfdoc.shown(rows), ["test cpu, 2 cores"])
+    assert len(perfdoc.readme_rows(perfdoc.shown(rows))) == len(perfdoc.README_ROWS)
     assert "| valid requests/s the intake answers exactly once, per mix" in block
     assert all(len(line) <= perfdoc.WIDTH for line in block.splitlines() if line[:1] != "|")
     assert len(block.splitlines()) <= 15
@@ -238,17 +238,17 @@ def test_bench_all_runs_each_rtc_report_the_headline_reads():
 
 
 def test_intake_ceiling_row_reads_every_mix():
-    (row,) = perfdoc._intake_rows(_intake(
+    (row,) = perfdoc.intake_rows(_intake(
         {"expired": 12_500.4, "rejected": 11_000.0, "admitted": 9_800.0, "mixed": 10_400.0},
         {"expired": None, "rejected": 40_000.0, "admitted": 15_000.0, "mixed": 20_000.0}))
     assert row["measure"] == perfdoc.INTAKE_CEILING and row["target"] == ">= 10,000/s each"
     assert row["measured"] == ("12500 / 11000 / 9800 / 10400 requests/s (first unanswered "
                                "request at - / 40000 / 15000 / 20000 offered/s)")
     assert row["met"] is False  # admitted: 9,800
-    (row,) = perfdoc._intake_rows(_intake({m: 10_000.0 for m in perfdoc.INTAKE_MIXES},
+    (row,) = perfdoc.intake_rows(_intake({m: 10_000.0 for m in perfdoc.INTAKE_MIXES},
                                           {m: None for m in perfdoc.INTAKE_MIXES}))
     assert row["met"] is True
-    assert perfdoc._intake_rows({"rows": []}) == []  # per-message costs only (--no-dds)
+    assert perfdoc.intake_rows({"rows": []}) == []  # per-message costs only (--no-dds)
 
 
 def bench_all_steps() -> tuple[dict[str, str], dict[str, str], list[str]]:

@@ -415,7 +415,7 @@ def run(args: argparse.Namespace) -> dict:
         "overload_by_policy": by_policy,
         "overload_model": args.overload_model,
     }
-    report["targets"] = _targets(report)
+    report["targets"] = targets_met(report)
     report["rows"] = _rows(report)
     return report
 
@@ -437,7 +437,7 @@ def _rows(report: dict) -> list[dict]:
     } for r in report["results"]]  # fmt: skip
 
 
-def _targets(report: dict) -> dict:
+def targets_met(report: dict) -> dict:
     out = {}
     for model, bound in TARGETS.items():
         got = [r for r in report["results"]

@@ -180,7 +180,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--rtc: action_period (default slack_min / rtc_max_delay)")
 
 
-def _policy_params(policy: str, nfe_ns: int, reserve_ns: int, timeout_ms: int,
+def policy_params(policy: str, nfe_ns: int, reserve_ns: int, timeout_ms: int,
                    prefix_ns: int | None = None) -> dict:  # fmt: skip
     """The relay's live parameters for one policy; prefix_ns only for a two-phase model (None:
     a single-graph model, whose parameters stay exactly as they were)."""
@@ -444,7 +444,7 @@ def _host_latency(args: argparse.Namespace, client, nfe: int) -> dict:
 
 
 def _policy_params_for(nfe_ns: int, reserve_ns: int, timeout_ms: int, prefix_ns: int | None):
-    return lambda policy: _policy_params(policy, nfe_ns, reserve_ns, timeout_ms, prefix_ns)
+    return lambda policy: policy_params(policy, nfe_ns, reserve_ns, timeout_ms, prefix_ns)
 
 
 def _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, bar, results,
@@ -461,7 +461,7 @@ def _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, b
             t0 = time.time_ns()
             m = replay(relay, client, arrivals, drain_timeout_s=drain, on_tick=tick, rtc=rtc)
             t1 = time.time_ns()
-            m.update(_goodput(m, duration, capacity, spec.mean_nfe,
+            m.update(goodput(m, duration, capacity, spec.mean_nfe,
                               relay.capacity_between(t0, t1)
                               if hasattr(relay, "capacity_between") else None))  # fmt: skip
             # Per-NFE cost the workers saw (last 4096 NFE): was the host quiet?
@@ -476,7 +476,7 @@ def _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, b
             bar.update(done=done + 1)
 
 
-def _goodput(m: dict, duration: float, calibrated_rps: float, mean_nfe: float,
+def goodput(m: dict, duration: float, calibrated_rps: float, mean_nfe: float,
              nfe_per_s_under_load: float | None) -> dict:
     """Goodput against capacity, taken from the NFE cost under load, not idle: the NFE per
     second the lanes would compute, never idle, at the cost the relay measured during this very

@@ -185,15 +185,15 @@ def headline(reports: dict[str, dict]) -> list[dict]:
                 m = ov.get(policy, {}).get(load)
                 if not m:
                     continue
-                target, met = _overload_target(policy, load, bool(note), m)
+                target, met = overload_target(policy, load, bool(note), m)
                 rows.append({
                     "measure": f"{float(load):g}x capacity{note}, {policy}: {OVERLOAD_FIGURES}",
                     "target": target, "measured": _overload_figures(m), "met": met,
                 })  # fmt: skip
     rows += _realtime_rows(reports)
     rows += _rtc_rows(reports)
-    rows += _intake_rows(reports.get("intake"))
-    rows += _batching_rows(reports.get("batching"))
+    rows += intake_rows(reports.get("intake"))
+    rows += batching_rows(reports.get("batching"))
     bd = reports.get("nfe-breakdown")
     if bd:
         for v in bd.get("variants", []):
@@ -335,7 +335,7 @@ def _calibrate_check_rows(report: dict | None) -> list[dict]:
     return rows
 
 
-def _overload_target(policy: str, load: str, noise: bool, m: dict) -> tuple[str, bool | None]:
+def overload_target(policy: str, load: str, noise: bool, m: dict) -> tuple[str, bool | None]:
     """The targets for one overload point, and whether it met them: on time among
     admitted >= 99.99% for edf_adaptive at 2x and 3x (with and without --noise) and for static
     edf_admission at 2x without noise; at 2x also goodput >= 90% (>= 85% in NFE) and wasted NFE
@@ -412,7 +412,7 @@ def _rtc_rows(reports: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def _intake_rows(report: dict | None) -> list[dict]:
+def intake_rows(report: dict | None) -> list[dict]:
     """`bench intake`'s ceiling over DDS: per mix, the highest rate at which every valid request
     was answered exactly once, and the offered rate of the first unanswered one."""
     by_mix = {d["mix"]: d for d in (report or {}).get("dds", [])}
@@ -433,7 +433,7 @@ def _intake_rows(report: dict | None) -> list[dict]:
     }]  # fmt: skip
 
 
-def _batching_rows(bt: dict | None) -> list[dict]:
+def batching_rows(bt: dict | None) -> list[dict]:
     """Batch slots (docs/design.md §5.1): capacity at B = 8 vs B = 1 per model, and the overload
     trace at 2x with B = 8 next to B = 1."""
     if not bt:
@@ -504,7 +504,7 @@ def _section(name: str, report: dict, img: str | None) -> list[str]:
     return lines
 
 
-def _shown(rows: list[dict]) -> list[dict]:
+def shown(rows: list[dict]) -> list[dict]:
     """One run's rows as the table shows them: the `met` flag as `target met`."""
     met = {None: "-", True: "yes", False: "no"}
     return [{"measure": r["measure"], "target": r["target"], "measured": r["measured"],
@@ -541,7 +541,7 @@ def short_host(machine: str) -> str:
 
 
 def readme_rows(rows: list[dict]) -> list[dict]:
-    """README_ROWS picked from the page's headline table (`_shown` or `side_by_side` rows), each
+    """README_ROWS picked from the page's headline table (`shown` or `side_by_side` rows), each
     figure without the detail in parentheses after it."""
     by_measure = {r["measure"]: r for r in rows}
     picked = []
@@ -621,7 +621,7 @@ def generate(out: Path, root: Path = ROOT, command: str = "make bench",
             shutil.copyfile(png, img_dir / images[name])
     names = [n for n in ORDER if n in reports] + sorted(set(reports) - set(ORDER))
     machines = [_host_line(reports)]
-    rows = _shown(headline(reports))
+    rows = shown(headline(reports))
     runs = f"Measured by `{command}` on {machines[0]}."
     if earlier:
         machines.append(_host_line(earlier))
