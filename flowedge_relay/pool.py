@@ -52,6 +52,7 @@ from rclpy.qos import (
 
 from flowedge_relay.core import lib
 from flowedge_relay.producer import ACTIONS_TOPIC, answers_qos
+from flowedge_relay.rcl_abi import load_wire
 from flowedge_relay.timebase import ros_time
 
 POOL_TOPIC = "flowedge/pool"
@@ -498,6 +499,7 @@ class RelayPool:
         from flowedge_relay.core import Pool
 
         lease_ms = int(p["pool_lease_ms"])
+        load_wire()  # the C pool reads answers and reads and writes handovers through the plans
         self.c = Pool(relay_id(), p["pool_standby_entries"], p["pool_standby_bytes"],
                       lease_ms * MS)
         self.lease_ns = lease_ms * MS
