@@ -660,10 +660,12 @@ int fer_spill_parse(const uint8_t *buf, uint64_t len, struct fer_spill_view *v)
  * The walk of run the other way: each member from the view field it binds (a member the view
  * does not bind goes out as zero or empty), aligned as the reader expects it. */
 
+/* A scalar member from its view field (width >= size; little endian: the value is its low size
+ * bytes) */
 static void emit_scalar(struct fer_cdr_writer *w, const struct op *o, const uint8_t *base)
 {
-    uint64_t v = o->off == NONE ? 0 : load(base + o->off, o->width); /* little endian: the low
-                                                                        size bytes are the value */
+    uint64_t v = o->off == NONE ? 0 : load(base + o->off, o->width);
+
     fer_cdr_put(w, &v, o->size, o->size);
 }
 
