@@ -45,7 +45,7 @@
  *   fer_publish -> fer_internal fer_rcl fer_pool
  *   fer_take -> fer_internal fer_rcl
  *   fer_intake -> fer_internal fer_rcl fer_take fer_pool fer_wire
- *   fer_pool -> fer_internal fer_cdr fer_wire
+ *   fer_pool -> fer_internal fer_wire
  *   fer_wire -> fer_internal fer_cdr fer_rcl
  *   fer_loadgen -> fer_internal fer_cdr fer_rcl fer_take fer_wire
  *   fer_rt -> fer_internal

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "fer_internal.h"
-#include "fer_cdr.h"
 #include "fer_wire.h"
 #include "fer_pool.h"
 
@@ -1017,23 +1016,24 @@ int fer_pool_set_spill(struct fer_pool *p, uint32_t on)
     return FER_OK;
 }
 
-/* msg/PoolSpill.msg, in field order: relay_id, pool_epoch, target, session_id, sequence,
- * generation, stamp, request (uint8[]: the InferenceRequest's CDR bytes). */
-static void write_handover(struct fer_cdr_writer *w, const struct fer_pool *p,
-                           const struct fer_pool_member *target, const uint8_t *sid,
-                           uint32_t sid_len, uint64_t sequence, uint64_t generation,
-                           int64_t stamp, const uint8_t *cdr, uint64_t len)
+/* A handover (msg/PoolSpill.msg, written through its plan: fer_wire.h) into buf[0..cap): the
+ * bytes it takes, whole in buf when they fit (buf NULL: sized only). */
+static uint64_t write_handover(uint8_t *buf, uint64_t cap, const struct fer_pool *p,
+                               const struct fer_pool_member *target, const uint8_t *sid,
+                               uint32_t sid_len, uint64_t sequence, uint64_t generation,
+                               int64_t stamp, const uint8_t *cdr, uint64_t len)
 {
-    fer_cdr_begin(w);
-    fer_cdr_string(w, p->cfg.relay_id, p->cfg.relay_id_len);
-    fer_cdr_u32(w, fer_pool_epoch(p));
-    fer_cdr_string(w, target->relay_id, target->relay_id_len);
-    fer_cdr_string(w, (const char *)sid, sid_len);
-    fer_cdr_u64(w, sequence);
-    fer_cdr_u64(w, generation);
-    fer_cdr_time(w, stamp);
-    fer_cdr_u32(w, (uint32_t)len);
-    fer_cdr_put(w, cdr, len, 1);
+    /* builtin_interfaces/Time, saturated as timebase.ros_time */
+    uint64_t t = stamp <= 0 ? 0 : (uint64_t)stamp;
+    uint64_t sec = t / 1000000000ull;
+    struct fer_spill_view v = {(const uint8_t *)p->cfg.relay_id, p->cfg.relay_id_len,
+                               fer_pool_epoch(p), (const uint8_t *)target->relay_id,
+                               target->relay_id_len, sid, sid_len, sequence, generation,
+                               sec > INT32_MAX ? INT32_MAX : (int32_t)sec,
+                               sec > INT32_MAX ? 999999999u : (uint32_t)(t % 1000000000ull),
+                               cdr, len};
+
+    return fer_spill_write(&v, buf, cap);
 }
 
 /* The view's member of key (a copy, read under the sequence counter); 0 when absent. */
@@ -1095,20 +1095,22 @@ int fer_pool_spill_out(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
                        uint64_t deadline_ns, uint64_t now_ns)
 {
     struct fer_pool_member m;
-    struct fer_cdr_writer w = {NULL, 0, 0};
     int64_t stamp = ros_now();
+    uint64_t n;
     uint8_t *at;
 
     if (p == NULL || cdr == NULL || len > UINT32_MAX || session_id_len > FER_SESSION_ID_MAX ||
         (session_id == NULL && session_id_len > 0) || !view_member(p, target_key, &m) ||
         m.relay_id_len > FER_POOL_RELAY_ID_MAX)
         return FER_EINVAL;
-    write_handover(&w, p, &m, session_id, session_id_len, sequence, generation, stamp, cdr, len);
+    n = write_handover(NULL, 0, p, &m, session_id, session_id_len, sequence, generation, stamp,
+                       cdr, len);
+    if (n == 0)
+        return FER_EINVAL; /* PoolSpill's plan not loaded (rcl_abi.load_wire) */
     pthread_mutex_lock(&p->mu);
-    at = box_push(&p->out, w.n, 0);
+    at = box_push(&p->out, n, 0);
     if (at != NULL) {
-        w = (struct fer_cdr_writer){at, 0, w.n};
-        write_handover(&w, p, &m, session_id, session_id_len, sequence, generation, stamp, cdr,
+        write_handover(at, n, p, &m, session_id, session_id_len, sequence, generation, stamp, cdr,
                        len);
         pthread_cond_signal(&p->cv);
     }
@@ -1146,38 +1148,23 @@ int64_t fer_pool_spill_next(struct fer_pool *p, uint8_t *buf, uint64_t cap, uint
     return got;
 }
 
-/* A handover's fields (msg/PoolSpill.msg); 0 when they parse. */
-struct handover {
-    const uint8_t *target, *sid, *request;
-    uint32_t target_len, sid_len;
-    uint64_t sequence, request_len;
-    int64_t stamp;
-};
-
-static int parse_handover(const uint8_t *cdr, uint64_t len, struct handover *h)
+/* A handover's fields (msg/PoolSpill.msg, read through its plan); 0 when they parse. */
+static int parse_handover(const uint8_t *cdr, uint64_t len, struct fer_spill_view *h,
+                          int64_t *stamp)
 {
-    struct fer_cdr_reader r = fer_cdr_open(cdr, len);
-    uint32_t skip, sec, nsec;
-
-    fer_cdr_get_string(&r, &skip);            /* relay_id: the owner */
-    fer_cdr_get_u32(&r);                      /* pool_epoch */
-    h->target = fer_cdr_get_string(&r, &h->target_len);
-    h->sid = fer_cdr_get_string(&r, &h->sid_len);
-    h->sequence = fer_cdr_get_u64(&r);
-    fer_cdr_get_u64(&r);                      /* generation */
-    sec = fer_cdr_get_u32(&r);
-    nsec = fer_cdr_get_u32(&r);
-    h->stamp = (int64_t)sec * 1000000000ll + nsec;
-    h->request = fer_cdr_get_seq(&r, 1, 1, &h->request_len);
-    return r.ok && h->request != NULL ? 0 : -1;
+    if (fer_spill_parse(cdr, len, h) != 0)
+        return -1;
+    *stamp = (int64_t)h->stamp_sec * 1000000000ll + h->stamp_nanosec;
+    return 0;
 }
 
 int fer_pool_spill_in(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint64_t now_mono)
 {
-    struct handover h;
+    struct fer_spill_view h;
+    int64_t stamp;
     uint8_t *at;
 
-    if (p == NULL || cdr == NULL || parse_handover(cdr, len, &h) != 0)
+    if (p == NULL || cdr == NULL || parse_handover(cdr, len, &h, &stamp) != 0)
         return FER_EINVAL;
     if (h.target_len != p->cfg.relay_id_len ||
         memcmp(h.target, p->cfg.relay_id, h.target_len) != 0) {
@@ -1210,7 +1197,8 @@ uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *
     const uint8_t *rec;
 
     for (;;) {
-        struct handover h;
+        struct fer_spill_view h;
+        int64_t hstamp;
         uint64_t arrival, sh;
         int32_t idx;
 
@@ -1220,9 +1208,9 @@ uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *
         if (rec == NULL)
             break;
         /* rec stays put until popped: writers only fill free space */
-        if (parse_handover(rec, len, &h) != 0 ||
-            h.stamp < __atomic_load_n(&p->excluded_before, __ATOMIC_ACQUIRE) ||
-            answered_already(p, h.sid, h.sid_len, h.sequence)) {
+        if (parse_handover(rec, len, &h, &hstamp) != 0 ||
+            hstamp < __atomic_load_n(&p->excluded_before, __ATOMIC_ACQUIRE) ||
+            answered_already(p, h.session_id, h.session_id_len, h.sequence)) {
             /* made before this member's own stall (its owner took it back on the death it
              * saw), or answered already: by this member's takeover of the owner, which died
              * after handing it over, or by another member */
@@ -1230,7 +1218,7 @@ uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *
         } else {
             /* this member's own copy goes (a takeover must not decide it again), a later copy
              * is filtered; its age is the earlier of the two arrivals */
-            sh = fer_pool_hash(h.sid, (uint32_t)h.sid_len);
+            sh = fer_pool_hash(h.session_id, h.session_id_len);
             arrival = stamp;
             for (idx = p->bucket[(sh ^ h.sequence) & p->mask]; idx >= 0; idx = p->e[idx].next)
                 if (p->e[idx].live && p->e[idx].sid_hash == sh &&

@@ -46,8 +46,11 @@ struct dest {
 #define RV struct fer_request_view
 #define TV struct fer_tensor_view
 #define AV struct fer_answer_view
+#define SV struct fer_spill_view
 
-enum { PLAN_REQUEST, PLAN_ANSWER, PLAN_TENSOR, PLANS };
+enum { PLAN_REQUEST, PLAN_ANSWER, PLAN_SPILL, PLAN_TENSOR, PLANS };
+_Static_assert(PLAN_REQUEST == FER_WIRE_REQUEST && PLAN_ANSWER == FER_WIRE_ANSWER &&
+               PLAN_SPILL == FER_WIRE_SPILL, "a public message's plan is its FER_WIRE_ number");
 
 static const struct dest TENSOR_DESTS[] = {
     BYTES(TV, name, 0), SCALAR(TV, dtype, 0), BYTES(TV, shape, 0), BYTES(TV, data, 0),
@@ -82,6 +85,12 @@ static const struct dest ANSWER_DESTS[] = {
     BYTES(AV, relay_id, 0), SCALAR(AV, pool_epoch, 0),
 };
 
+static const struct dest SPILL_DESTS[] = {
+    BYTES(SV, relay_id, 0), SCALAR(SV, pool_epoch, 0), BYTES(SV, target, 0),
+    BYTES(SV, session_id, 0), SCALAR(SV, sequence, 0), SCALAR(SV, generation, 0),
+    SCALAR(SV, stamp_sec, 0), SCALAR(SV, stamp_nanosec, 0), BYTES(SV, request, 0),
+};
+
 static const struct {
     const char *message;                 /* MessageMembers' message_name_ */
     const struct dest *dests;
@@ -89,6 +98,7 @@ static const struct {
 } VIEWS[PLANS] = {
     {"InferenceRequest", REQUEST_DESTS, sizeof(REQUEST_DESTS) / sizeof(REQUEST_DESTS[0])},
     {"ActionMessage", ANSWER_DESTS, sizeof(ANSWER_DESTS) / sizeof(ANSWER_DESTS[0])},
+    {"PoolSpill", SPILL_DESTS, sizeof(SPILL_DESTS) / sizeof(SPILL_DESTS[0])},
     {"Tensor", TENSOR_DESTS, sizeof(TENSOR_DESTS) / sizeof(TENSOR_DESTS[0])},
 };
 
@@ -346,7 +356,7 @@ int fer_wire_load(uint32_t which, const void *introspection_ts)
     uint32_t bound = 0;
     int rc;
 
-    if (which != FER_WIRE_REQUEST && which != FER_WIRE_ANSWER)
+    if (which != FER_WIRE_REQUEST && which != FER_WIRE_ANSWER && which != FER_WIRE_SPILL)
         return FER_EINVAL;
     if (__atomic_load_n(&plans[which].ready, __ATOMIC_ACQUIRE))
         return FER_OK;
@@ -633,6 +643,94 @@ int fer_answer_parse(const uint8_t *buf, uint64_t len, struct fer_answer_view *v
     v->relay_id_len = 0;
     v->pool_epoch = 0;
     return 0;
+}
+
+int fer_spill_parse(const uint8_t *buf, uint64_t len, struct fer_spill_view *v)
+{
+    const struct plan *pl = &plans[PLAN_SPILL];
+    struct fer_cdr_reader r = fer_cdr_open(buf, len);
+
+    if (v == NULL || !r.ok || !__atomic_load_n(&pl->ready, __ATOMIC_ACQUIRE))
+        return -1;
+    run(pl, pl->n, &r, (uint8_t *)v, 0); /* every field bound: no memset */
+    return r.ok ? 0 : -1;
+}
+
+/* ---- writing through a plan ---------------------------------------------------------------------
+ * The walk of run the other way: each member from the view field it binds (a member the view
+ * does not bind goes out as zero or empty), aligned as the reader expects it. */
+
+/* A scalar member from its view field (width >= size; little endian: the value is its low size
+ * bytes) */
+static void emit_scalar(struct fer_cdr_writer *w, const struct op *o, const uint8_t *base)
+{
+    uint64_t v = o->off == NONE ? 0 : load(base + o->off, o->width);
+
+    fer_cdr_put(w, &v, o->size, o->size);
+}
+
+/* A string's or sequence's pointer and count from the view (NULL, 0 when unbound) */
+static uint64_t view_bytes(const struct op *o, const uint8_t *base, const uint8_t **p)
+{
+    *p = NULL;
+    if (o->off == NONE)
+        return 0;
+    memcpy(p, base + o->off, sizeof(*p));
+    return load(base + o->len_off, o->len_width);
+}
+
+/* FER_OK, FER_EINVAL (a length past its uint32 count), FER_ENOTSUP (a sequence of messages) */
+static int emit(const struct plan *pl, const uint8_t *base, struct fer_cdr_writer *w)
+{
+    uint32_t i, k;
+
+    for (i = 0; i < pl->n; i++) {
+        const struct op *o = &pl->ops[i];
+        const uint8_t *p;
+        uint64_t count, zero = 0;
+
+        switch (o->kind) {
+        case OP_SCALAR:
+            emit_scalar(w, o, base);
+            break;
+        case OP_BLOCK:
+            for (k = 0; k < pl->blocks[o->count].n; k++)
+                emit_scalar(w, &pl->blocks[o->count].f[k], base);
+            break;
+        case OP_STRING:
+            count = view_bytes(o, base, &p);
+            if (count >= UINT32_MAX || (p == NULL && count > 0))
+                return FER_EINVAL;
+            fer_cdr_string(w, (const char *)p, (uint32_t)count);
+            break;
+        case OP_SEQ:
+            count = view_bytes(o, base, &p);
+            if (count > UINT32_MAX || (p == NULL && count > 0))
+                return FER_EINVAL;
+            fer_cdr_u32(w, (uint32_t)count);
+            if (count > 0) /* an empty sequence is not aligned (Fast CDR's rule) */
+                fer_cdr_put(w, p, count * o->size, o->size);
+            break;
+        case OP_ARRAY:
+            for (k = 0; k < o->count; k++)
+                fer_cdr_put(w, &zero, o->size, o->size);
+            break;
+        default:
+            return FER_ENOTSUP;
+        }
+    }
+    return FER_OK;
+}
+
+uint64_t fer_spill_write(const struct fer_spill_view *v, uint8_t *buf, uint64_t cap)
+{
+    const struct plan *pl = &plans[PLAN_SPILL];
+    struct fer_cdr_writer w = {buf, 0, buf == NULL ? 0 : cap};
+
+    if (v == NULL || !__atomic_load_n(&pl->ready, __ATOMIC_ACQUIRE))
+        return 0;
+    fer_cdr_begin(&w);
+    return emit(pl, (const uint8_t *)v, &w) == FER_OK ? w.n : 0;
 }
 
 /* ---- the serializer for fer_action_cdr ---------------------------------------------------------- */

@@ -13,6 +13,10 @@
  * place: no copy, no allocation, every length checked against what is left. A member the view
  * does not bind is walked over; a view field the message lacks makes the load fail.
  *
+ * Writing a pool's handover (PoolSpill, docs/design.md §13.5): fer_spill_write walks the same
+ * plan the other way, each member from the view field its name binds, so the bytes follow the
+ * .msg as the reading does (test/test_wire.py checks both against rclpy, field by field).
+ *
  * Writing (the publisher's ActionMessage): the generated struct, filled in place and handed to
  * rcl_publish; the middleware serializes it with its own type support (fer_publish.c).
  * fer_wire_set_serializer gives fer_action_cdr rmw_serialize and the ActionMessage's
@@ -24,6 +28,7 @@
 
 #define FER_WIRE_REQUEST 0           /* flowedge_relay_msgs/InferenceRequest */
 #define FER_WIRE_ANSWER 1            /* flowedge_relay_msgs/ActionMessage */
+#define FER_WIRE_SPILL 2             /* flowedge_relay_msgs/PoolSpill (written and read) */
 
 /* Compile message `which`'s plan from its introspection handle (a const
  * rosidl_message_type_support_t * of "rosidl_typesupport_introspection_c"). FER_OK (also when
@@ -144,3 +149,30 @@ struct fer_answer_view {
  * are a whole ActionMessage, or one that ends before relay_id (an answer of a relay that predates
  * pools: relay_id "" and pool_epoch 0); -1 when not, or when FER_WIRE_ANSWER is not loaded. */
 int fer_answer_parse(const uint8_t *buf, uint64_t len, struct fer_answer_view *v);
+
+/* ---- flowedge_relay_msgs/PoolSpill, written and read through its plan (docs/design.md §13.5) --
+ * Every field by fer_wire.h's rule (stamp.sec is stamp_sec); request is the InferenceRequest's
+ * CDR bytes as the owner took them. Parsed: pointers into the caller's buffer. */
+struct fer_spill_view {
+    const uint8_t *relay_id;             /* the owner handing it over */
+    uint32_t relay_id_len;
+    uint32_t pool_epoch;
+    const uint8_t *target;               /* relay_id of the member that answers it */
+    uint32_t target_len;
+    const uint8_t *session_id;
+    uint32_t session_id_len;
+    uint64_t sequence;
+    uint64_t generation;
+    int32_t stamp_sec;                   /* builtin_interfaces/Time: when it was handed over */
+    uint32_t stamp_nanosec;
+    const uint8_t *request;
+    uint64_t request_len;
+};
+
+/* Parse len bytes (the encapsulation header, CDR little endian) into *v: 0 when they are a whole
+ * PoolSpill, -1 when not or when FER_WIRE_SPILL is not loaded. */
+int fer_spill_parse(const uint8_t *buf, uint64_t len, struct fer_spill_view *v);
+/* Write *v as a PoolSpill (with the header) into buf[0..cap): the bytes it takes, whole in buf
+ * when that is <= cap (nothing is written past cap; buf NULL or cap 0 only sizes it); 0 when
+ * FER_WIRE_SPILL is not loaded or a length does not fit its uint32 count. */
+uint64_t fer_spill_write(const struct fer_spill_view *v, uint8_t *buf, uint64_t cap);

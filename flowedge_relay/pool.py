@@ -52,6 +52,7 @@ from rclpy.qos import (
 
 from flowedge_relay.core import lib
 from flowedge_relay.producer import ACTIONS_TOPIC, answers_qos
+from flowedge_relay.rcl_abi import load_wire
 from flowedge_relay.timebase import ros_time
 
 POOL_TOPIC = "flowedge/pool"
@@ -179,6 +180,7 @@ class PoolMembership:
         self.owning_from_ns = 0
         self.owning_until_ns = 0
         self.owning = False  # in its own view: active, or draining until it leaves
+        self._drain_stopped: Callable[[], bool] = lambda: False  # the drain's stop flag
         self.spill = False  # pool_spill: the view carries the others' bounds (§13.5)
         self._members: dict[str, _Member] = {}
         #: relay_id -> (epoch, ROS ns) when declared dead: an older announcement cannot revive it
@@ -285,13 +287,24 @@ class PoolMembership:
             self.owning_until_ns = self._now_ros() + 2 * self.lease_ns
             until = self.owning_until_ns
             self._push_view()
+            self._drain_stopped = stopped
         self.publish()
         while self._now_ros() < until and not stopped():
             time.sleep(0.005)
 
     def leave(self, state: int = INACTIVE) -> None:
         """Out of the pool's view (after a drain has answered all it admitted), or announce an
-        unconfigured or finalized member: never a takeover, since nothing is left."""
+        unconfigured or finalized member: never a takeover, since nothing is left.
+
+        After a drain it stays in the view, answering what it still owns (REJECTED_CAPACITY,
+        no longer accepting), until owning_until + 2 x lease: a request stamped just before
+        owning_until that its intake takes late (a busy host) is still its own then. Leaving at
+        once dropped it: the others had ranked it to this member and kept no decision of it."""
+        with self._lock:
+            until = self.owning_until_ns + 2 * self.lease_ns if self.draining else 0
+            stopped = self._drain_stopped
+        while self._now_ros() < until and not stopped():
+            time.sleep(0.005)
         with self._lock:
             self.owning = False
             self.draining = False
@@ -498,6 +511,7 @@ class RelayPool:
         from flowedge_relay.core import Pool
 
         lease_ms = int(p["pool_lease_ms"])
+        load_wire()  # the C pool reads answers and reads and writes handovers through the plans
         self.c = Pool(relay_id(), p["pool_standby_entries"], p["pool_standby_bytes"],
                       lease_ms * MS)
         self.lease_ns = lease_ms * MS

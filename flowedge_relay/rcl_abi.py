@@ -79,11 +79,13 @@ def type_support(kind: str, message: str) -> int:
 
 @functools.cache
 def load_wire() -> None:
-    """Compile the C core's plans of InferenceRequest and ActionMessage from their introspection
-    type support, once per process (before any C path reads a message). A message whose .msg no
-    longer has a field the C views bind raises here, loudly, not at the first request."""
+    """Compile the C core's plans of InferenceRequest, ActionMessage and PoolSpill from their
+    introspection type support, once per process (before any C path reads a message or writes a
+    handover). A message whose .msg no longer has a field the C views bind raises here, loudly,
+    not at the first request."""
     for which, message in ((lib.FER_WIRE_REQUEST, "InferenceRequest"),
-                           (lib.FER_WIRE_ANSWER, "ActionMessage")):
+                           (lib.FER_WIRE_ANSWER, "ActionMessage"),
+                           (lib.FER_WIRE_SPILL, "PoolSpill")):
         handle = type_support("rosidl_typesupport_introspection_c", message)
         check(lib.fer_wire_load(which, ffi.cast("void *", handle)))
 

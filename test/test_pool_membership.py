@@ -121,7 +121,9 @@ def test_a_joiner_owns_from_a_cutover_and_a_silent_member_is_taken_over_once():
 
 def test_a_drain_announces_owning_until_and_leaves_without_a_takeover():
     """deactivate's drain: owning_until = now + 2 x lease, in both views, decided until then;
-    then the member leaves the view, and the other takes nothing over."""
+    then the member leaves the view, not before owning_until + 2 x lease (a request stamped
+    before owning_until that its intake takes late is still its own until then), and the other
+    takes nothing over."""
     with ros_context() as ctx:
         a, sink_a = _member(ctx, "drain_a", pool="drain")
         b, sink_b = _member(ctx, "drain_b", pool="drain")
@@ -136,7 +138,10 @@ def test_a_drain_announces_owning_until_and_leaves_without_a_takeover():
             assert b.owning_until_ns - start >= 2 * LEASE_MS * 1_000_000
             (entry,) = [m for m in sink_a.views[-1] if m.key == b.key]
             assert entry.owning_until_ns == b.owning_until_ns
+            assert sink_b.keys() == {a.key, b.key}  # still its own view after owning_until
+            until = b.owning_until_ns
             b.leave()
+            assert b.node.get_clock().now().nanoseconds >= until + 2 * LEASE_MS * 1_000_000
             assert wait_for(lambda: sink_a.keys() == {a.key}, 10)
             assert sink_b.keys() == {a.key}
             time.sleep(2 * LEASE_MS / 1000)

@@ -1,17 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
 """The wire format of the C paths is the .msg files' (docs/design.md, "The wire format").
 
-Every field of InferenceRequest and ActionMessage goes through the C paths and is compared with
-rclpy's own serialization. Nothing is listed by hand: the fields and their types come from the
-message classes (get_fields_and_field_types), the values are generated per type, and the C views
-are read by fer_wire.h's naming rule (a nested field's names joined by "_", a string or sequence
-as a pointer and <name>_len). A field added to a .msg fails here until the C paths carry it.
+Every field of InferenceRequest, ActionMessage and PoolSpill goes through the C paths and is
+compared with rclpy's own serialization. Nothing is listed by hand: the fields and their types
+come from the message classes (get_fields_and_field_types), the values are generated per type,
+and the C views are read by fer_wire.h's naming rule (a nested field's names joined by "_", a
+string or sequence as a pointer and <name>_len). A field added to a .msg fails here until the C
+paths carry it.
 
 - the intake reads every InferenceRequest field rclpy wrote (fer_request_parse);
 - a pool's answers watch reads every ActionMessage field (fer_answer_parse);
 - the publisher's generated struct, serialized by the middleware (fer_action_cdr), reads back
   field for field as rclpy's serialization of the Python publisher's message, and no field
-  that message sets is left unset.
+  that message sets is left unset;
+- a pool's handover (PoolSpill, docs/design.md §13.5) is written through its plan
+  (fer_spill_write) as rclpy reads it, and read back (fer_spill_parse) as rclpy wrote it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import importlib
 
 import numpy as np
 import pytest
-from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
+from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest, PoolSpill
 from rclpy.serialization import deserialize_message, serialize_message
 
 from flowedge_relay.core import Code, Core, CoreConfig, Outcome, Pool, ffi, lib
@@ -172,11 +175,59 @@ def test_the_answers_watch_reads_every_answer_field_rclpy_serializes():
     assert_view_holds(view, msg, "ActionMessage")
 
 
+def test_a_pool_reads_every_handover_field_rclpy_serializes():
+    msg = Values().message(PoolSpill)
+    cdr = serialize_message(msg)
+    view = ffi.new("struct fer_spill_view *")
+    assert lib.fer_spill_parse(cdr, len(cdr), view) == 0
+    assert_view_holds(view, msg, "PoolSpill")
+
+
+def fill_view(view, msg, keep: list) -> None:
+    """A C view holding every leaf of msg, by fer_wire.h's naming rule (the reverse of
+    assert_view_holds; keep holds the buffers the view points into)."""
+    for name, type_name, value in leaves(msg):
+        inner = element(type_name)
+        assert inner is None or "/" not in inner, f"{name}: no view writes a message sequence"
+        if inner is not None or type_name == "string":
+            data = (value.encode() if type_name == "string"
+                    else np.asarray(bytearray(value) if isinstance(value, bytes) else value,
+                                    DTYPES[inner]).tobytes())
+            buf = ffi.new("uint8_t[]", data or b"\0")
+            keep.append(buf)
+            setattr(view, name, buf)
+            setattr(view, f"{name}_len", len(value) if inner is not None else len(data))
+        else:
+            setattr(view, name, value)
+
+
+def test_a_pool_writes_every_handover_field_as_rclpy_reads_it():
+    msg = Values().message(PoolSpill)
+    keep: list = []
+    view = ffi.new("struct fer_spill_view *")
+    fill_view(view, msg, keep)
+    n = lib.fer_spill_write(view, ffi.NULL, 0)  # sized first, as the pool's out box does
+    want = serialize_message(msg)
+    assert n == len(want)  # the same layout (padding bytes are not compared: Fast CDR's)
+    buf = ffi.new("uint8_t[]", b"\xab" * n)
+    assert lib.fer_spill_write(view, buf, n - 1) == n  # too small: sized, nothing past cap
+    assert buf[n - 1] == 0xAB
+    assert lib.fer_spill_write(view, buf, n) == n
+    got = deserialize_message(bytes(buf), PoolSpill)
+    for (name, _, value), (_, _, expected) in zip(leaves(got), leaves(msg), strict=True):
+        assert np.array_equal(np.asarray(value), np.asarray(expected)), name
+    # and what the C writer wrote, the C reader reads back whole
+    view2 = ffi.new("struct fer_spill_view *")
+    assert lib.fer_spill_parse(buf, n, view2) == 0
+    assert_view_holds(view2, msg, "PoolSpill (written in C)")
+
+
 def test_a_truncated_message_never_parses():
     for cls, view_type, parse in ((InferenceRequest, "struct fer_request_view *",
                                    lib.fer_request_parse),
                                   (ActionMessage, "struct fer_answer_view *",
-                                   lib.fer_answer_parse)):
+                                   lib.fer_answer_parse),
+                                  (PoolSpill, "struct fer_spill_view *", lib.fer_spill_parse)):
         msg = Values().message(cls)
         if cls is ActionMessage:
             msg.relay_id = ""
