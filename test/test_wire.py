@@ -167,20 +167,21 @@ def test_the_intake_reads_every_request_field_rclpy_serializes():
             assert getattr(head, name) == getattr(view, name), name
 
 
-def test_the_answers_watch_reads_every_answer_field_rclpy_serializes():
-    msg = Values().message(ActionMessage)
+def assert_parsed_back(cls, view_type: str, parse) -> None:
+    """A message of every field set, serialized by rclpy, reads back field for field in C."""
+    msg = Values().message(cls)
     cdr = serialize_message(msg)
-    view = ffi.new("struct fer_answer_view *")
-    assert lib.fer_answer_parse(cdr, len(cdr), view) == 0
-    assert_view_holds(view, msg, "ActionMessage")
+    view = ffi.new(f"struct {view_type} *")
+    assert parse(cdr, len(cdr), view) == 0
+    assert_view_holds(view, msg, cls.__name__)
+
+
+def test_the_answers_watch_reads_every_answer_field_rclpy_serializes():
+    assert_parsed_back(ActionMessage, "fer_answer_view", lib.fer_answer_parse)
 
 
 def test_a_pool_reads_every_handover_field_rclpy_serializes():
-    msg = Values().message(PoolSpill)
-    cdr = serialize_message(msg)
-    view = ffi.new("struct fer_spill_view *")
-    assert lib.fer_spill_parse(cdr, len(cdr), view) == 0
-    assert_view_holds(view, msg, "PoolSpill")
+    assert_parsed_back(PoolSpill, "fer_spill_view", lib.fer_spill_parse)
 
 
 def fill_view(view, msg, keep: list) -> None:
