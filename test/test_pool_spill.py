@@ -12,8 +12,6 @@ and the successor of each request are known in advance. Every request is counted
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import pytest
@@ -191,49 +189,3 @@ def test_with_spill_off_the_owner_answers_capacity_itself(spill_pool):
     assert Code.REJECTED_CAPACITY in codes, codes
     time.sleep(1.5)  # the 1 Hz pool status
     assert counter(client, OWNER, "spilled_out") == out0
-
-
-def test_a_target_that_dies_after_a_handover_leaves_it_to_the_owner_once(spill_pool):
-    """The successor takes the owner's handovers but cannot answer them before it is killed (-9):
-    its NFEs are made to take a minute first (the drill's fault_nfe_delay_ms, set live), so it
-    stays alive in every view while the handovers are made and holds them unanswered. On its
-    death the owner, still their sessions' owner and idle by then (its own requests answered
-    before the kill), answers each of them itself exactly once, with actions. The owner's
-    takeover comes a lease after the kill, whatever the host's load: a frozen target's lease
-    would instead run from the freeze, racing the owner's own work for its queue (a take-back
-    that finds the queue full is answered REJECTED_CAPACITY, as §13.5 allows). Runs last: the
-    target stays dead."""
-    client, procs, ids = spill_pool
-    client.reset()
-    owner = ids[OWNER]
-    target = 1
-    sessions = sessions_with(ids, owner, ids[target], 5, "spk")
-    back0 = counter(client, OWNER, "spill_back")
-    out0 = counter(client, OWNER, "spilled_out")
-    # longer than anything below waits: the target answers nothing before it is killed
-    set_parameter(client, target, "fault_nfe_delay_ms",
-                  ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=60_000.0))
-    try:
-        keys = burst(client, sessions)
-        # the owner's capacity (1 running + QUEUE) answered by it, the rest handed over
-        assert wait_for(lambda: counter(client, OWNER, "spilled_out") - out0 >= 2, 30)
-        assert wait_for(lambda: len(answers_of_any(client, keys)) >= 1 + QUEUE, 30, 0.02)
-        own = answers_of_any(client, keys)
-        assert len(own) == 1 + QUEUE and all(
-            answers_of(client, keys)[k][0].relay_id == owner for k in own)
-    finally:
-        os.kill(procs[target].pid, signal.SIGKILL)
-        procs[target].wait(timeout=10)
-    client.wait_views([OWNER, 2], {ids[OWNER], ids[2]})
-    client.assert_exactly_once()
-    got = answers_of(client, keys)
-    assert all(a[0].relay_id == owner for a in got.values())
-    assert all(a[0].code == Code.INFERENCE for a in got.values()), \
-        {k: (a[0].code, a[0].reject_reason) for k, a in got.items()}
-    assert wait_for(lambda: counter(client, OWNER, "spill_back") - back0 >= 2, 10)
-    print(f"{counter(client, OWNER, 'spill_back') - back0} handed-over requests answered by "
-          f"the owner after the target's death")
-
-
-def answers_of_any(client: PoolClient, keys: list[tuple[str, int]]) -> list:
-    return [k for k, a in answers_of(client, keys).items() if a]
