@@ -45,10 +45,11 @@ Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-r
   recommended_admission_reserve_ns = ceil(margin x (way out + stall)), whole us, where
                                      way out = max(p99 of the fixed part, p99.9 of publish ->
                                                the subscriber's callback saturated and at 3x)
-                                     stall   = max(p99.9 of a saturated request's stall, p99.9
-                                               of the latency probe's late wake-ups, the stall
-                                               past which the host spent at most 0.1% of the
-                                               probed time; with --realtime the longest of each)
+                                     stall   = p75 over the rounds of each round's max(p99.9
+                                               of a saturated request's stall, p99.9 of the
+                                               latency probe's late wake-ups, the stall past
+                                               which the host spent at most 0.1% of the round's
+                                               probed time); with --realtime the longest of each
   recommended_rtc_nfe_ns           = ceil(margin x max(p99 of relay compute ns per NFE of whole
                                                        requests, idle, saturated and at 3x (the
                                                        requests that ran half their NFE or more)))
@@ -64,12 +65,14 @@ overlap on purpose.
 
 The saturated and 3x phases run in `--rounds` rounds (8; 2 with --quick), the latency probe
 (bench/latency.py: at normal priority anywhere, or with --realtime on the workers' CPU one
-priority above them) beside each phase. The figures above that come from those phases pool
-every round's samples (requests, and the probe's late wake-ups); the relay's step p99, one
-figure per round and phase, is taken at the rounds' upper quartile (ROUNDS_Q), not the worst
-round's: each round's own nfe_ns and reserve are printed with their spread around the rounds'
-median, and a figure more than REPRODUCE_TOL from it is named: on a busy host a stall is met by
-chance, so the conservative value is recommended and said to be one, never a round's draw.
+priority above them) beside each phase. The per-NFE figures above that come from those phases
+pool every round's requests; the relay's step p99 and the stall, one figure per round, are taken
+at the rounds' upper quartile (ROUNDS_Q), not the worst round's nor every round's samples pooled
+(whose p99.9 follows the one round that met a rare long stall): each round's own nfe_ns and
+reserve are printed with their spread around the rounds' median, and a figure more than
+REPRODUCE_TOL from it is named: on a busy host a stall is met by chance, so the conservative
+value is recommended and said to be one, never a round's draw, and the longest stall seen past
+it is named as not promised.
 The answers reach an ordinary rclpy subscriber of a node that also publishes the requests, as a
 robot's node does.
 `--realtime [--rt-dds]` calibrates the relay in the real-time mode (bench/realtime.py), as
@@ -136,7 +139,9 @@ REPRODUCE_TOL = targets.REPRODUCE_TOL
 #: the relay's step p99 comes one figure per round and phase (read from its ring of recent
 #: steps); nfe_ns takes the rounds' figures at this percentile (their upper quartile): on a busy
 #: host whether a neighbour's time slice lands in ~1% of the steps is itself a draw, so the
-#: worst round's is a draw too, while the upper quartile of several rounds moves little
+#: worst round's is a draw too, while the upper quartile of several rounds moves little. The
+#: reserve's stall part takes each round's stall figure at the same percentile: a stall of tens
+#: of ms met in one round of eight is a draw, and pooled it alone sets the p99.9 of the lot
 ROUNDS_Q = 75.0
 PROBE_TAIL_KEYS = ("late_ns_p50", "late_ns_p99", "late_ns_p99_9", "late_ns_max")
 # requests, nfe, raw NFEs, blocks, seconds saturated per round, rounds
@@ -481,20 +486,26 @@ def pooled_tail(stalls_ns, samples: int, q: float) -> float:
     return float(values[k - 1]) if len(values) >= k else 0.0
 
 
-def probe_stall(probe: dict, whole: bool) -> float:
-    """What the reserve's stall part takes from a probe (pooled or one round's): its longest
-    (whole: the real-time mode), else the larger of its STATED_Q late wake-up and the stall past
-    which the host spent at most 1 - STATED_Q of the time (stall_at_share)."""
+def probe_parts(probe: dict) -> tuple[float, float]:
+    """A probe's (pooled or one round's) two measures of the stall at STATED_Q: its STATED_Q late
+    wake-up, and the stall past which the host spent at most 1 - STATED_Q of the probed time
+    (stall_at_share); (0, 0) without a probe."""
     if not probe:
-        return 0.0
-    if whole:
-        return float(probe.get("late_ns_max", 0.0))
+        return 0.0, 0.0
     stalls = probe.get("stalls_ns")
     if stalls is None:  # a probe that kept none: its own summary's tail
-        return float(probe.get("late_ns_p99_9", 0.0))
+        return float(probe.get("late_ns_p99_9", 0.0)), 0.0
     share = (100.0 - STATED_Q) / 100.0
-    return max(pooled_tail(stalls, int(probe.get("samples", 0)), STATED_Q),
-               stall_at_share(stalls, float(probe.get("seconds", 0.0)), share))
+    return (pooled_tail(stalls, int(probe.get("samples", 0)), STATED_Q),
+            stall_at_share(stalls, float(probe.get("seconds", 0.0)), share))
+
+
+def probe_stall(probe: dict, whole: bool) -> float:
+    """What the reserve's stall part takes from a probe (pooled or one round's): its longest
+    (whole: the real-time mode), else the larger of its two measures at STATED_Q (probe_parts)."""
+    if whole:
+        return float(probe.get("late_ns_max", 0.0)) if probe else 0.0
+    return max(probe_parts(probe))
 
 
 def step_bound(rounds: list[dict[str, float]]) -> float:
@@ -504,12 +515,24 @@ def step_bound(rounds: list[dict[str, float]]) -> float:
     return float(np.percentile(values, ROUNDS_Q)) if values else 0.0
 
 
+def stall_bound(rounds: list[dict[str, float]]) -> float:
+    """The reserve's stall part at normal scheduling: each round's stall figure (the larger of
+    its saturated requests' and its probe's, at STATED_Q) at ROUNDS_Q over the rounds. Pooled,
+    one round's stall of tens of ms sets the p99.9 of every round's samples (the probe's, and
+    the time-share, whose 0.1% then lies mostly in that one stall); over the rounds' figures it
+    moves the upper quartile only when a quarter of the rounds meet such stalls, and then it is
+    the host's, not a draw."""
+    values = [r["stall_ns"] for r in rounds]
+    return float(np.percentile(values, ROUNDS_Q)) if values else 0.0
+
+
 def _round_figures(r: dict, prefix_ns: float, whole_stall: bool) -> dict[str, float]:
     """One round's own figures, in ns: what nfe_ns and the reserve would be from it alone."""
     per_nfe = _per_nfe(r["loaded_compute_ns"], r["loaded_nfe_done"], prefix_ns)
     out = np.concatenate([r[k] for k in ("loaded_delivery_ns", "overloaded_delivery_ns")
                           if k in r])  # fmt: skip
     probe = r.get("probe") or {}
+    probe_p99_9, probe_share = probe_parts(probe)
     f = {
         "step_saturated_ns_p99": float(r["loaded_step_ns_p99"]),
         "step_3x_ns_p99": float(r.get("overloaded_step_ns_p99", 0.0)),
@@ -517,6 +540,8 @@ def _round_figures(r: dict, prefix_ns: float, whole_stall: bool) -> dict[str, fl
         "stall_saturated_ns": _stall_max(r, 100.0 if whole_stall else STATED_Q),
         "way_out_ns": percentiles(out, (STATED_Q,))[0],
         "probe_late_ns": probe_stall(probe, whole_stall),
+        "probe_p99_9_ns": probe_p99_9,  # probe_late_ns's parts at normal scheduling
+        "probe_share_ns": probe_share,
         "probe_late_ns_max": float(probe.get("late_ns_max", 0.0)),
     }
     f["nfe_ns"] = max(f["step_saturated_ns_p99"], f["step_3x_ns_p99"],
@@ -599,10 +624,11 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0, whole_stall: bool = 
                                 if k in report["spread"]
                                 and not report["spread"][k]["reproduced"]]  # fmt: skip
     worst = lambda key: max((r[key] for r in rounds), default=0.0)  # noqa: E731
-    # the saturated requests' stalls and the probe's late wake-ups pooled over the rounds (one
-    # round's p99.9 is its longest few: a draw); the stall at STATED_Q, of the requests and of
-    # the probed time (normal scheduling: a neighbour's time slice comes and goes, and its
-    # longest is a draw) or whole (the real-time mode: the host's own, rare and short)
+    # the stall at STATED_Q, of the requests and of the probed time (normal scheduling: a
+    # neighbour's time slice comes and goes, and its longest is a draw), each round's figure
+    # at the rounds' upper quartile (stall_bound); or whole (the real-time mode: the host's
+    # own, rare and short, the longest of every round). The rounds pooled, for the record: the
+    # requests' stall and the probe's two measures, printed apart
     probes = [r["probe"] for r in samples.get("rounds", ()) if r.get("probe")]
     pooled_probe = _merge_probes(probes) if probes else {}
     out = [samples[k] for k in ("loaded_delivery_ns", "overloaded_delivery_ns")
@@ -612,13 +638,13 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0, whole_stall: bool = 
                                _way_out(rounds, pooled_out, whole_stall))
     report["way_out_ns_worst"] = max(report["way_out_ns"], worst("way_out_ns"))
     report["probe_stall_ns"] = probe_stall(pooled_probe, whole_stall)
-    if pooled_probe:  # its two measures, printed apart
-        report["probe_stall_p99_9_ns"] = pooled_tail(pooled_probe["stalls_ns"],
-                                                     pooled_probe["samples"], STATED_Q)
-        report["probe_stall_share_ns"] = stall_at_share(
-            pooled_probe["stalls_ns"], pooled_probe["seconds"], (100.0 - STATED_Q) / 100.0)
-    report["stall_ns"] = max(_stall_max(samples, 100.0 if whole_stall else STATED_Q),
-                             report["probe_stall_ns"])
+    if pooled_probe:
+        report["probe_stall_p99_9_ns"], report["probe_stall_share_ns"] = probe_parts(
+            pooled_probe)
+    report["loaded_stall_ns_pooled"] = _stall_max(samples, 100.0 if whole_stall else STATED_Q)
+    report["stall_ns_pooled"] = max(report["loaded_stall_ns_pooled"], report["probe_stall_ns"])
+    report["stall_ns"] = (stall_bound(rounds) if rounds and not whole_stall
+                          else report["stall_ns_pooled"])
     report["probe_late_ns_max"] = worst("probe_late_ns_max")
     report["stall_quantile"] = "max" if whole_stall else f"p{STATED_Q:g}"
     report["recommended_admission_reserve_ns"] = _us_ceil(
@@ -839,20 +865,32 @@ def stall_text(report: dict) -> str:
     """What the reserve's stall part covers, and which requests it cannot promise."""
     probe = report.get("host_latency") or {}
     q = report["stall_quantile"]
-    text = (f"the larger of the {q} stall a saturated request met (longest "
-            f"{report['loaded_stall_ns_max'] / 1e3:.0f} us)")
+    us = lambda key: f"{report.get(key, 0.0) / 1e3:.0f} us"  # noqa: E731
+    share = f"the stall past which the host spent at most {100 - STATED_Q:g}% of the"
+    if q == "max":
+        request = f"the longest stall a saturated request met ({us('loaded_stall_ns_max')})"
+    else:
+        request = (f"the {q} stall a saturated request met ({us('loaded_stall_ns_pooled')}, "
+                   f"longest {us('loaded_stall_ns_max')})")
+    if probe:
+        where = ("at normal priority" if not probe["priority"]
+                 else f"on CPU {probe['cpu']} at SCHED_FIFO {probe['priority']}")
+        probed = (f"the host latency probe's {where} beside the saturated and {OVERLOAD_X:g}x "
+                  "phases: " + ("its longest late wake-up" if q == "max" else
+                                f"its {q} late wake-up ({us('probe_stall_p99_9_ns')}) and "
+                                f"{share} {probe['seconds']:.0f} s probed "
+                                f"({us('probe_stall_share_ns')})"))
+    if q != "max" and report.get("rounds"):  # each round's figure at the rounds' ROUNDS_Q
+        text = (f"each round's larger of the {q} stall its saturated requests met"
+                + (f" and its probe's {q} late wake-up and {share} round's probed time"
+                   if probe else "")
+                + f", at the rounds' p{ROUNDS_Q:g}: one round's long stall is a draw, and "
+                f"pooled it alone would set the {q}; every round pooled, for the record: "
+                + request + (f"; {probed}" if probe else " (no latency probe)"))
+    else:
+        text = f"the larger of {request}" + (f" and {probed}" if probe else " (no latency probe)")
     if not probe:
-        return text + " (no latency probe)"
-    where = ("at normal priority" if not probe["priority"]
-             else f"on CPU {probe['cpu']} at SCHED_FIFO {probe['priority']}")
-    text += (f" and the host latency probe's {where} beside the saturated and {OVERLOAD_X:g}x "
-             f"phases, every round pooled: the larger of its {q} late wake-up "
-             f"({report.get('probe_stall_p99_9_ns', 0.0) / 1e3:.0f} us) and the stall past "
-             f"which the host spent at most {100 - STATED_Q:g}% of the "
-             f"{probe['seconds']:.0f} s probed "
-             f"({report.get('probe_stall_share_ns', 0.0) / 1e3:.0f} us)" if q != "max" else
-             f" and the host latency probe's longest late wake-up {where} beside the saturated "
-             f"and {OVERLOAD_X:g}x phases")
+        return text
     text += (f" (p50 "
              f"{probe['late_ns_p50'] / 1e3:.0f} us, p{STATED_Q:g} "
              f"{probe['late_ns_p99_9'] / 1e3:.0f} us, max {probe['late_ns_max'] / 1e6:.1f} ms, "
@@ -878,24 +916,31 @@ def spread_lines(report: dict) -> list[str]:
     if not rounds:
         return []
     cell = lambda key: " / ".join(f"{r[key] / 1e3:.0f}" for r in rounds)  # noqa: E731
+    whole = report.get("stall_quantile") == "max"
+    stall = ("the longest of every round's requests and probe" if whole
+             else f"each round's at the rounds' p{ROUNDS_Q:g}")
     lines = [f"  per round ({len(rounds)}), us: nfe_ns {cell('nfe_ns')} (spread "
              f"{sp['nfe_ns']['spread']:.0%}); reserve {cell('reserve_ns')} (spread "
              f"{sp['reserve_ns']['spread']:.0%}) = way out {cell('way_out_ns')} + stall "
              f"{cell('stall_ns')}; recommended: nfe_ns from every round's requests pooled and the "
-             f"step p99 at the rounds' p{ROUNDS_Q:g}, the stall from every round's requests and "
-             "probe pooled; the way out from the rounds' median ("
-             + ("the worst round's in the real-time mode)" if report.get("stall_quantile") == "max"
+             f"step p99 at the rounds' p{ROUNDS_Q:g}, the stall {stall}; the way out from the "
+             "rounds' median ("
+             + ("the worst round's in the real-time mode)" if whole
                 else "a round above it met a stall, named below as not promised)")]
     if report.get("not_reproduced"):
         lines.append(
             f"WARNING: {', '.join(report['not_reproduced'])} did not reproduce within "
             f"+-{REPRODUCE_TOL:.0%} of the rounds' median on this host: the conservative value "
-            f"(all rounds pooled, the step p99 at the rounds' p{ROUNDS_Q:g}; for the way out, the "
-            "median with the worst round's excess named as not promised) is recommended, not a "
-            "round's draw; a busy "
-            "host's stalls come and go, so calibrate "
+            f"(the requests' per-NFE figures of all rounds pooled, the step p99 and "
+            + ("" if whole else "the stall ")
+            + f"at the rounds' p{ROUNDS_Q:g}, "
+            + ("the stall the longest of all; " if whole else
+               "the longest stall past it named as not promised; ")
+            + "for the way out, the median with the worst round's excess named as not "
+            "promised) is recommended, not a round's draw; a busy host's stalls come and go, "
+            "so calibrate "
             + ("with the robot's load running as deployed, and longer (--rounds)"
-               if report.get("stall_quantile") == "max" else
+               if whole else
                "in the deployed mode (--realtime) with the robot's load running"))
     return lines
 
