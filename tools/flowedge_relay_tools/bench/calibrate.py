@@ -164,9 +164,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "of as its own flowedge-relayd process")
     parser.add_argument("--rounds", type=int,
                         help="rounds of the saturated and 3x phases (default 8; 2 with --quick): "
-                             "the recommendation pools their requests and probes, takes the "
-                             "relay's step p99 at the rounds' upper quartile and prints their "
-                             "spread")
+                             "the recommendation pools their requests' per-NFE figures, takes "
+                             "the relay's step p99 and the stall at the rounds' upper quartile "
+                             "and prints their spread")
     parser.add_argument("--no-latency-probe", action="store_true",
                         help="leave out the host latency probe (bench/latency.py) beside the "
                              "saturated and 3x phases; the reserve then holds no stall but what "
