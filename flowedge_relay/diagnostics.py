@@ -552,3 +552,50 @@ def stats_message(s: Snapshot, stamp, rates: dict[bytes, float] | None = None):
         **{name: int(s.pool.get(name, 0)) for name in POOL_STATS},
         top_clients=top_client_shares(s, rates or {}),
     )
+
+
+DIAGNOSTICS_TOPIC = "/diagnostics"
+STATS_TOPIC = "flowedge/stats"
+
+
+class StatusTopics:
+    """/diagnostics and flowedge/stats of a relay node: the publishers, and the bodies of the
+    node's timers that publish them (the node owns the timers and their rates).
+
+    `relay` is the node's relay.Relay; `lifecycle` and `pool` read the node's state and its
+    relay pool's status, only while the relay is open (Relay.open_snapshot)."""
+
+    def __init__(self, node, relay, lifecycle, pool) -> None:
+        from flowedge_relay_msgs.msg import RelayStats
+
+        self._node, self._relay, self._lifecycle, self._pool = node, relay, lifecycle, pool
+        self._stats_pub = node.create_publisher(RelayStats, STATS_TOPIC, 10)
+        self._diag_pub = node.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
+        self.builder = DiagnosticsBuilder(node.get_fully_qualified_name().lstrip("/"))
+
+    def publish_diagnostics(self) -> None:
+        if snap := self._relay.open_snapshot("diagnostics", self._lifecycle, self._pool):
+            stamp = self._node.get_clock().now().to_msg()
+            self._publish(self._diag_pub, self.builder.build(snap, stamp))
+
+    def publish_stats(self) -> None:
+        if snap := self._relay.open_snapshot("stats", self._lifecycle, self._pool):
+            self.builder.observe(snap)  # a cost drift between diagnostics is still seen
+            stamp = self._node.get_clock().now().to_msg()
+            self._publish(self._stats_pub, self.builder.stats(snap, stamp))
+
+    def publish_now(self) -> bool:
+        """Publish both now, as the timers do; False once the relay is closed (destroy_node),
+        when a timer publishes nothing either."""
+        self.publish_stats()
+        self.publish_diagnostics()
+        return not self._relay.closed
+
+    def _publish(self, publisher, msg) -> None:
+        """A timer that fires while the context shuts down (SIGINT, a test's teardown) finds
+        the publisher's context gone: that is the end of the period, not an error."""
+        try:
+            publisher.publish(msg)
+        except Exception:
+            if self._node.context.ok():
+                raise

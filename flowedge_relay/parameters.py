@@ -9,6 +9,7 @@ comment each; test/test_parameters.py keeps the two in step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rcl_interfaces.msg import (
@@ -16,6 +17,7 @@ from rcl_interfaces.msg import (
     IntegerRange,
     ParameterDescriptor,
     ParameterType,
+    SetParametersResult,
 )
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -33,6 +35,11 @@ MINUTE_NS = 60_000_000_000
 HOUR_MS = 3_600_000
 UINT32_MAX = 2**32 - 1
 CPU_AFFINITIES = ("executor_cpu_affinity", "worker_cpu_affinity", "publisher_cpu_affinity")
+#: read-only values check_value judges that rclpy's types and ranges let through: refused at start
+START_CHECKED = ("request_topics", "execution_providers", "client_weights", "pool", "pool_spill",
+                 *CPU_AFFINITIES)
+#: set together with model_path while configured: the swapped-to model's calibration (§9)
+SWAP_CALIBRATION = ("nfe_ns", "prefix_ns", "admission_reserve_ns")
 POOL_NAME_MAX_BYTES = 64  # a name, compared in each announcement; not a payload
 
 
@@ -50,7 +57,7 @@ class Spec:
         """The parameter's descriptor. An enum is declared (`declaring`) writable and with
         dynamic typing, so a value YAML typed as a bool or number reaches `declare_all` instead
         of rclpy's type error; a live enum keeps dynamic typing, so a live set reaches the
-        node's check too (RelayNode._validate_parameters), which refuses any non-string."""
+        node's check too (check_set), which refuses any non-string."""
         d = ParameterDescriptor(description=self.description,
                                 read_only=self.read_only and not declaring)
         if self.choices:
@@ -469,6 +476,9 @@ def declare_all(node: Node, drill: bool = False) -> dict[str, object]:
                 node.set_parameters([Parameter(spec.name, value=value)])
             node.set_descriptor(spec.name, spec.descriptor())
         values[spec.name] = [] if value is None else value
+    for name in START_CHECKED:
+        if problem := check_value(name, values[name]):
+            raise ParameterError(problem)
     return values
 
 
@@ -509,3 +519,29 @@ def check_value(name: str, value: object) -> str | None:
     if name in CPU_AFFINITIES and any(not 0 <= c <= MAX_CPU for c in value or ()):
         return f"{name}: CPU ids must be in 0..{MAX_CPU}, got {list(value)}"
     return None
+
+
+# -- a live set, in the node's three set-parameters callbacks --------------------------------------
+
+def spell_all(params: list[Parameter]) -> list[Parameter]:
+    """The pre-set callback: `ros2 param set /flowedge_relay age_gate off` sends the bool false
+    (YAML's reading), so an enum's value goes on as the string it was written as (`spelled`)."""
+    return [Parameter(p.name, value=spelled_value) if (spelled_value := spelled(
+        p.name, p.value)) is not p.value else p for p in params]
+
+
+def check_set(params: list[Parameter],
+              prepare_swap: Callable[[str, dict], str | None] | None) -> SetParametersResult:
+    """The on-set callback: refuse what rclpy's ranges cannot express (enums; rclpy enforces
+    ranges and read_only). With `prepare_swap` (the relay is configured) a model_path set is a
+    model swap: the new model is loaded and warmed now, the set refused with the loader's
+    message if it cannot be served."""
+    for param in params:
+        if problem := check_value(param.name, param.value):
+            return SetParametersResult(successful=False, reason=problem)
+    values = {param.name: param.value for param in params}
+    if "model_path" in values and prepare_swap is not None:
+        calibration = {k: values[k] for k in SWAP_CALIBRATION if k in values}
+        if problem := prepare_swap(values["model_path"], calibration):
+            return SetParametersResult(successful=False, reason=problem)
+    return SetParametersResult(successful=True)

@@ -155,6 +155,14 @@ class Served:
     admission_reserve_ns: int
     queue_depth: int
 
+    @staticmethod
+    def by(relay, p: dict) -> Served:
+        """What a relay.Relay serves (nothing yet while its node is being built: the membership
+        announces at once), read under its core lock; `p` the node's parameter values."""
+        digests, depth = relay.served() if relay is not None else ((), 0)
+        return Served(digests=digests, workers=p["workers"], nfe_ns=p["nfe_ns"],
+                      admission_reserve_ns=p["admission_reserve_ns"], queue_depth=depth)
+
 
 class PoolMembership:
     """This relay's membership of pool `name`, on `node` (a RelayNode or any rclpy node).
@@ -518,7 +526,7 @@ class RelayPool:
         # reliable, as deep as a robot's answer subscription (producer.py)
         self.answers = node.create_subscription(
             ActionMessage, ACTIONS_TOPIC, lambda _msg: None, answers_qos(),
-            callback_group=node.request_group, raw=True)
+            callback_group=node.requests.group, raw=True)
         self.membership = PoolMembership(node, p["pool"], lease_ms, served,
                                          CorePoolSink(self.c))
         self._node = node

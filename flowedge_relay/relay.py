@@ -23,12 +23,13 @@ from flowedge_relay.core import AgeGate, Decision, Stats
 from flowedge_relay.diagnostics import Snapshot
 from flowedge_relay.intake import IntakeLoop, IntakePause
 from flowedge_relay.model import ModelError
+from flowedge_relay.publisher import OutputPause
 from flowedge_relay.realtime import ThreadRoles
 from flowedge_relay.serving import Serving, cost_fields, load_policy
 from flowedge_relay.throttle import Throttle
 from flowedge_relay.timebase import UINT64_MAX
 from flowedge_relay.validation import Reason
-from flowedge_relay.workers import p50_p99
+from flowedge_relay.workers import DrillOnly, p50_p99
 
 MS = 1_000_000
 DISCARD_LOG_PERIOD_NS = 5_000_000_000  # at most one "discarding invalid request" line per 5 s
@@ -58,6 +59,12 @@ class Host:
     def plain(actions: Any, name: str = "flowedge_relay", **kw: Any) -> Host:
         """A Host without ROS: Python logging and the wall clock as ROS time."""
         return Host(logging.getLogger(name), time.time_ns, actions, **kw)
+
+    @staticmethod
+    def of(node: Any, actions: Any, **kw: Any) -> Host:
+        """The Host of an rclpy node: its logger and its clock (ROS time, simulated or not)."""
+        return Host(node.get_logger(), lambda: node.get_clock().now().nanoseconds, actions,
+                    sim_time=bool(node.get_parameter("use_sim_time").value), **kw)
 
 
 @dataclass(frozen=True)
@@ -141,7 +148,7 @@ class Relay:
         # one utilisation window per consumer, so the 10 Hz stats and 1 Hz diagnostics each
         # report their own period
         self._util_windows = {"stats": BusyWindow(), "diagnostics": BusyWindow()}
-        #: DRILLS ONLY (the node's fault_pause_intake): while set, the intake takes no request
+        #: DRILLS ONLY (fault_pause_intake): while set, the intake takes no request
         self.pause_intake = IntakePause(intake_loop)
         self.replace(self.unconfigured(""))
 
@@ -528,6 +535,37 @@ class Relay:
         if s.output.failed:
             values["publish_failures"] = s.output.failed
         return values
+
+    # -- what tools read (drill, stress, bench, tests) -----------------------------------------
+
+    core = property(lambda self: self.serving.core)
+    pool = property(lambda self: self.serving.pool)  # the workers (workers.WorkerPool) or None
+    model = property(lambda self: self.serving.model)
+    validator = property(lambda self: self.serving.validator)
+    model_error = property(lambda self: self.serving.model_error)
+
+    def _drill_only(self, what: str) -> None:
+        if not self.host.drill:
+            raise DrillOnly(f"{what} exists only on a relay started for a drill "
+                            "(flowedge-relayd --drill, RelayNode(drill=True))")
+
+    @property
+    def fault_pause_intake(self) -> IntakePause:
+        """DRILLS ONLY: while set, the intake takes no request."""
+        self._drill_only("fault_pause_intake")
+        return self.pause_intake
+
+    @property
+    def fault_pause_output(self) -> OutputPause:
+        """DRILLS ONLY: while set, the publisher thread stops draining the outcome rings, as if
+        the action consumer stopped (docs/design.md §8: full rings drop and count)."""
+        self._drill_only("fault_pause_output")
+        return self.serving.output.pause
+
+    def inject_worker_crash(self, lane: int) -> None:
+        """DRILLS ONLY: worker `lane` of the served model raises at its next step boundary."""
+        self._drill_only("inject_worker_crash")
+        self.serving.pool.inject_worker_crash(lane)
 
     # -- teardown ------------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ callback where it cannot run), MESSAGE_LOST counting and the request thread.
 Only the request thread takes from the request subscriptions: it runs the C intake's loop
 (without the GIL), or spins the request callback group on an executor of its own, whose callback
 hands each request to relay.Relay.on_request. The main executor leaves the group alone
-(RelayNode.main_executor_exclusions).
+(spin.spin_relay).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from flowedge_relay_msgs.msg import InferenceRequest
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.event_handler import SubscriptionEventCallbacks, UnsupportedEventTypeError
+from rclpy.serialization import serialize_message
 
 from flowedge_relay.core import NotSupported
 from flowedge_relay.executors import EventPoll, RequestExecutor, spin_until, take_waiting
@@ -146,3 +147,12 @@ class RequestTopics:
         if self._thread is not None:
             self._thread.join(timeout=timeout)
         return not self.alive
+
+    def handle(self, msg: InferenceRequest) -> None:
+        """One request through the intake this relay runs, for tools that time it without DDS
+        (bench intake); the C intake gets its CDR bytes. Only while the request thread is not
+        running (before start, or after stop): it is the core's single submit producer."""
+        if self.loop is None:
+            self._relay.on_request(msg)
+        else:
+            self._relay.handle_serialized(serialize_message(msg))

@@ -351,6 +351,42 @@ def test_every_allowed_test_reach_is_still_there():
     assert set(TEST_ALLOWED) <= seen
 
 
+# ---- the node stays a thin lifecycle node --------------------------------------------------------
+
+NODE_MAX_LINES = 270
+#: what tools read of a running relay: the Relay's (relay.py), never repeated on the node
+RELAY_READS = {"serving", "core", "pool", "model", "validator", "model_error", "counters",
+               "snapshot", "threads_alive", "fault_pause_intake", "fault_pause_output",
+               "inject_worker_crash"}
+
+
+def class_names(source: str, cls: str) -> set[str]:
+    """The names class `cls` in `source` defines: its methods and its class-level assignments."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            names = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            names |= {t.id for n in node.body if isinstance(n, ast.Assign | ast.AnnAssign)
+                      for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                      if isinstance(t, ast.Name)}
+            return names
+    raise AssertionError(f"no class {cls}")
+
+
+def test_the_node_stays_a_thin_lifecycle_node():
+    """node.py holds the lifecycle node as ros2/demos' lifecycle_talker shapes one: parameters,
+    topics, timers, transitions. The work is in the modules that own it, and tools read what is
+    served through the node's `relay`, so the node neither grows back nor repeats the Relay's
+    read surface."""
+    source = (PACKAGE / "node.py").read_text()
+    assert len(source.splitlines()) <= NODE_MAX_LINES
+    assert class_names(source, "RelayNode") & RELAY_READS == set()
+    assert RELAY_READS <= class_names((PACKAGE / "relay.py").read_text(), "Relay")
+    # the check sees a delegating property and a method alike
+    planted = ("class RelayNode:\n    core = property(lambda self: 1)\n"
+               "    def counters(self): ...\n")
+    assert class_names(planted, "RelayNode") & RELAY_READS == {"core", "counters"}
+
+
 # ---- the relay runs without ROS ------------------------------------------------------------------
 
 def runtime_imports(module: str) -> dict[str, set[str]]:

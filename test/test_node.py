@@ -102,9 +102,9 @@ def test_runtime_change_of_nfe_ns_takes_effect():
 def test_newer_generation_cancels_queued_and_running_work():
     with running_relay(fault_nfe_delay_ms=HOLD_NFE_MS) as h:  # request 1 runs for 12.8 s
         h.send(h.request(session_id="r", sequence=1, generation=1, remaining_nfe=HOLD_NFE))
-        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+        assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 10)
         h.send(h.request(session_id="r", sequence=2, generation=1, remaining_nfe=20))
-        assert wait_for(lambda: h.relay.core.stats().queue_depth == 1, 10)
+        assert wait_for(lambda: h.relay.relay.core.stats().queue_depth == 1, 10)
         h.send(h.request(session_id="r", sequence=3, generation=2, remaining_nfe=1))
         running, queued, newer = h.answer_for(1), h.answer_for(2), h.answer_for(3)
     assert queued.code == A.REJECTED_STALE and queued.nfe_done == 0
@@ -126,14 +126,14 @@ def test_full_queue_displaces_the_latest_deadline():
     with running_relay(queue_capacity=2, fault_nfe_delay_ms=HOLD_NFE_MS) as h:
         # occupies the worker (12.8 s) until released below
         h.send(h.request(session_id="a", sequence=1, remaining_nfe=HOLD_NFE))
-        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+        assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 10)
         h.send(h.request(session_id="b", sequence=2))                    # no deadline
         h.send(h.request(session_id="c", sequence=3, deadline_ms=60_000))
-        assert wait_for(lambda: h.relay.core.stats().queue_depth == 2, 10)
+        assert wait_for(lambda: h.relay.relay.core.stats().queue_depth == 2, 10)
         h.send(h.request(session_id="d", sequence=4))                    # cannot displace
         h.send(h.request(session_id="e", sequence=5, deadline_ms=30_000))  # displaces b
         rejected_self, displaced = h.answer_for(4), h.answer_for(2)
-        assert h.relay.core.stats().lanes_busy == 1  # decided while "a" still held the worker
+        assert h.relay.relay.core.stats().lanes_busy == 1  # decided while "a" still held the worker
         _release(h)
         kept = h.answer_for(5, timeout=30)
     assert rejected_self.code == A.REJECTED_CAPACITY
@@ -223,12 +223,12 @@ def test_exactly_one_outcome_per_valid_request_above_capacity():
             stop = min(start + chunk, n)
             # built at send time, so deadlines (30-330 ms, one in five none) are relative to now
             h.send(*[request(i) for i in range(start, stop)])
-            assert wait_for(lambda s=stop: h.relay.counters().received >= s, 30), (
-                h.relay.counters(), stop)
+            assert wait_for(lambda s=stop: h.relay.relay.counters().received >= s, 30), (
+                h.relay.relay.counters(), stop)
         h.wait_answers(n, timeout=120)
         time.sleep(0.5)  # room for an answer too many
         answers = h.answers()
-        stats = h.relay.core.stats()
+        stats = h.relay.relay.core.stats()
     assert stats.rejection_outputs_dropped == 0 and stats.action_outputs_dropped == 0
     by_seq: dict[int, int] = {}
     for a in answers:
@@ -246,7 +246,7 @@ def test_no_relay_thread_outlives_the_node():
     before = {t.ident for t in threading.enumerate()}
     with running_relay(workers=2, fault_nfe_delay_ms=HOLD_NFE_MS) as h:
         h.send(h.request(sequence=1, remaining_nfe=HOLD_NFE))
-        assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)  # work in flight
+        assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 10)  # work in flight
         # teardown starts with the work certainly still running (12.8 s of it)
     time.sleep(0.2)
     left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
@@ -263,11 +263,12 @@ def test_a_timer_that_fires_during_destroy_node_finds_the_core_closed_and_return
 
     with ros_context() as ctx:
         node = RelayNode(context=ctx)
-        assert node.publish_status()  # the core is open: the timers' bodies read and publish
+        assert node.status.publish_now()  # the core is open: the timers' bodies read and publish
         node.destroy_node()
         # what a timer firing after the close does: nothing, no closed core read
-        assert not node.publish_status()
-        assert node.core is not None and node.relay.open_snapshot("stats", lambda: (0, "")) is None
+        assert not node.status.publish_now()
+        assert node.relay.core is not None
+        assert node.relay.open_snapshot("stats", lambda: (0, "")) is None
 
 
 @pytest.mark.ros
@@ -312,18 +313,18 @@ def test_a_production_relay_has_no_fault_knob_and_a_drill_relay_has_them():
             assert names and not any(n.startswith("fault_") for n in names), names
             for hook in ("fault_pause_intake", "fault_pause_output"):
                 with pytest.raises(DrillOnly):
-                    getattr(node, hook)
+                    getattr(node.relay, hook)
             with pytest.raises(DrillOnly):
-                node.inject_worker_crash(0)
+                node.relay.inject_worker_crash(0)
             with pytest.raises(DrillOnly):
-                node.pool.fault_nfe_delay_ns = 1
-            assert node.pool.fault_nfe_delay_ns == 0
+                node.relay.pool.fault_nfe_delay_ns = 1
+            assert node.relay.pool.fault_nfe_delay_ns == 0
         finally:
             node.destroy_node()
         drill = RelayNode(context=ctx, drill=True)
         try:
             assert drill.get_parameter("fault_nfe_delay_ms").value == 0.0
-            assert not drill.fault_pause_intake.is_set()
+            assert not drill.relay.fault_pause_intake.is_set()
         finally:
             drill.destroy_node()
 
@@ -410,7 +411,7 @@ def test_batch_slots_answer_every_valid_request_exactly_once_over_dds():
     boundaries: batches of several rows form by construction, not by timing luck."""
     n = 16
     with running_relay(batch_slots=4, fault_nfe_delay_ms=30.0) as h:
-        assert h.relay.core.lanes == 4
+        assert h.relay.relay.core.lanes == 4
         sent = [h.request(session_id=f"arm{i}", sequence=i, generation=2, remaining_nfe=3,
                           noise_seed=i, deadline_ms=60_000) for i in range(n)]
         h.send(*sent)
@@ -458,8 +459,8 @@ def test_a_relay_stopped_as_its_request_thread_starts_stops_whole(monkeypatch):
         monkeypatch.setattr(node_mod.threading, "Thread", StopFirst)
         node.start_request_executor()
         monkeypatch.undo()
-        assert not any(v for k, v in node.threads_alive().items() if k != "request")
-        assert node.join_request_thread(timeout=5.0)
+        assert not any(node.relay.threads_alive().values())
+        assert node.requests.join(timeout=5.0)
         node.destroy_node()
     time.sleep(0.2)
     assert [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()] == []
@@ -479,10 +480,10 @@ def _b_displaces_a(h):
     holds the worker (12.8 s, until _release) and two more of a's fill the queue; robot-b, within
     its share, then displaces a's latest (sequence 3). Returns that request's answer."""
     _send_as(h, 1, "robot-a", HOLD_NFE)
-    assert wait_for(lambda: h.relay.core.stats().lanes_busy == 1, 10)
+    assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 10)
     _send_as(h, 2, "robot-a", 5, 50_000)
     _send_as(h, 3, "robot-a", 5, 50_000)
-    assert wait_for(lambda: h.relay.core.stats().queue_depth == 2, 10)
+    assert wait_for(lambda: h.relay.relay.core.stats().queue_depth == 2, 10)
     _send_as(h, 4, "robot-b", 1, 60_000)  # b is within its share: displaces a's latest (3)
     return h.answer_for(3)
 
@@ -504,7 +505,7 @@ def test_fair_share_displaces_the_flooding_client_and_says_why():
         _send_as(h, 6, "robot-a", 1)  # no deadline: may displace nothing, the queue is full
         full = h.answer_for(6)
         status = status_values(h.latest_status("queue"))
-        assert h.relay.core.stats().lanes_busy == 1  # all decided while a's work held the lane
+        assert h.relay.relay.core.stats().lanes_busy == 1  # all decided while a's work held it
         _release(h)
         kept = h.answer_for(4, timeout=30)
     assert (displaced.code, displaced.reject_reason) == (A.REJECTED_CAPACITY, A.REJECT_FAIR_SHARE)

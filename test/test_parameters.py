@@ -55,9 +55,9 @@ def test_a_running_relay_refuses_a_set_that_only_a_restart_would_apply():
             for name, value in (("workers", 3), ("queue_capacity", 8), ("stats_rate_hz", 1.0)):
                 (result,) = node.set_parameters([Parameter(name, value=value)])
                 assert not result.successful and "read-only" in result.reason, name
-            assert node.get_parameter("workers").value == 1 and node.core.lanes == 1
+            assert node.get_parameter("workers").value == 1 and node.relay.core.lanes == 1
             (result,) = node.set_parameters([Parameter("nfe_ns", value=7_000_000)])
-            assert result.successful and node.snapshot().cost.in_use_ns == 7_000_000  # static
+            assert result.successful and node.relay.snapshot().cost.in_use_ns == 7_000_000  # static
         finally:
             node.destroy_node()
 

@@ -46,9 +46,9 @@ from flowedge_relay.core import (
 )
 from flowedge_relay.intake import NOT_OWNER, SPILLED, STANDBY, NativeIntake, pool_owns
 from flowedge_relay.model import default_model_path, load_model
-from flowedge_relay.node import host_of
 from flowedge_relay.publisher import ActionPublisher, action_message
 from flowedge_relay.rcl_abi import load_serializer, load_wire
+from flowedge_relay.relay import Host
 from flowedge_relay.timebase import ros_time
 from flowedge_relay.validation import ModelContract
 from flowedge_relay_tools.harness import build_request
@@ -759,7 +759,7 @@ def test_outputs_of_work_that_arrived_before_the_watermark_are_not_published(nat
         out = node.create_publisher(ActionMessage, "surrender_out", 100)
         with spinning(node, context=ctx):
             matched(out)
-            publisher = ActionPublisher(host_of(node, out), core, out, SMALL, native=native,
+            publisher = ActionPublisher(Host.of(node, out), core, out, SMALL, native=native,
                                         pool=pool)
             assert publisher.loop == ("native" if native else "python")
             assert pool.surrender(mark) == mark

@@ -25,9 +25,9 @@ from ros_helpers import ros_context, running_relay, spinning, status_values, wai
 
 from flowedge_relay.core import Code, Core, Outcome, ffi, lib
 from flowedge_relay.model import default_model_path, load_model
-from flowedge_relay.node import host_of
 from flowedge_relay.publisher import ActionPublisher, action_message
 from flowedge_relay.rcl_abi import load_serializer, publish_functions
+from flowedge_relay.relay import Host
 from flowedge_relay.timebase import ROS_TIME_MAX_NS
 
 MODEL = load_model(default_model_path())  # policy_small: the messages' digest and dims
@@ -189,7 +189,7 @@ def test_loop_after_shutdown_polls_for_stop_instead_of_spinning(native):
     there kept its CPU's other threads (a worker being joined, one holding the GIL) off it."""
     with ros_context() as ctx, _core() as core:
         node = Node("publish_shutdown", context=ctx)
-        out = ActionPublisher(host_of(node, None), core,
+        out = ActionPublisher(Host.of(node, None), core,
                               node.create_publisher(ActionMessage, "out", 10), MODEL,
                               native=native)  # fmt: skip
         assert out.loop == ("native" if native else "python")
@@ -230,7 +230,7 @@ def _answers(loop: str) -> tuple[dict, dict, np.ndarray]:
         answers = {a.sequence: a for a in h.wait_answers(3)}
         assert [answers[r.sequence].deadline for r in reqs] == [r.deadline for r in reqs]
         values = status_values(h.latest_status("workers"))
-        return answers, values, h.relay.serving.output.latencies_ms().copy()
+        return answers, values, h.relay.relay.serving.output.latencies_ms().copy()
 
 
 def _timeless(msg: ActionMessage) -> ActionMessage:

@@ -94,7 +94,7 @@ def test_a_swap_under_steady_load_loses_nothing_and_each_answer_names_its_model(
         finally:
             stop.set()
             sender.join(10)
-        mismatched = lambda: h.relay.counters().discarded["model_digest_mismatch"]  # noqa: E731
+        mismatched = lambda: h.relay.relay.counters().discarded["model_digest_mismatch"]  # noqa: E731
         assert wait_for(lambda: len(h.answers()) + mismatched() >= len(sent), 60)
         time.sleep(0.5)  # a duplicate would be here by now
         answers = h.answers()

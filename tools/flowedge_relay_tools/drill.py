@@ -384,7 +384,7 @@ def run_drill(cond: Conditions, admission: dict, log: Callable[[str], None] = pr
     records: dict[str, TrialRecord] = {}
     relay_counts: dict[str, dict] = {}
     with running_relay(**params) as h:
-        core = h.relay.core
+        core = h.relay.relay.core
         client = DrillClient(h.model, context=h.ctx,
                              probe=lambda: {"lanes_busy": core.stats().lanes_busy})
         try:

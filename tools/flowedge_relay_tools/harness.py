@@ -92,7 +92,7 @@ def model_path(choice: str) -> str:
 
 
 def load_served(path: str):
-    """What RelayNode.model holds for `path`: model.ModelInfo for a single .onnx file, the
+    """What a RelayNode's relay.model holds for `path`: model.ModelInfo for a single .onnx file, the
     policy.Policy for a package (both have digest, obs_dim, action_dim, action_horizon)."""
     from pathlib import Path
 
@@ -211,7 +211,7 @@ class RelayHarness:
         self.ctx = ctx
         self.relay = relay
         self.client = client
-        self.model = relay.model or load_model(_default_model())
+        self.model = relay.relay.model or load_model(_default_model())
         self.actions: list = []
         self.diagnostics: list = []
         self.diagnostics_seen = 0
@@ -349,6 +349,6 @@ def running_relay(drill: bool = False, **params) -> Iterator[RelayHarness]:
             # client's reader is dropped, and a test waiting for it stalls.
             wait_for_subscribers(harness.pub)
             wait_for_subscribers(relay.actions_publisher)
-            if not relay.taking_requests.wait(30):
+            if not relay.requests.taking.wait(30):
                 raise TimeoutError("the relay did not start taking requests within 30 s")
             yield harness

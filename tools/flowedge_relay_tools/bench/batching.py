@@ -148,11 +148,11 @@ def capacity_point(in_process: bool, model: str, slots: int, workers: int, nfe: 
         warm_up(client)
         saturate(client, lanes, nfe, min(seconds, 0.3), "bench-batching-warm")
         wait_idle(relay)
-        before, t0 = relay.core.stats(), time.monotonic_ns()
+        before, t0 = relay.relay.core.stats(), time.monotonic_ns()
         steps: list[tuple[float, float, int]] = []  # the step ring while every slot is busy
         answers = saturate(client, lanes, nfe, seconds, "bench-batching",
-                           at_end=lambda: steps.append(relay.pool.nfe_percentiles()))
-        after, t1 = relay.core.stats(), time.monotonic_ns()
+                           at_end=lambda: steps.append(relay.relay.pool.nfe_percentiles()))
+        after, t1 = relay.relay.core.stats(), time.monotonic_ns()
         step_p50, step_p99, _ = steps[0]
     elapsed = (t1 - t0) * 1e-9
     nfe_done = after.nfe_total - before.nfe_total

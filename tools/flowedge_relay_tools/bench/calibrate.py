@@ -255,7 +255,7 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
     (CPU or None, priority), _probing); returns the sample arrays (the rounds' pooled, the step
     p99 of the worst round, and each round's own under `rounds`) and, for a two-phase model, the
     relay's prefix-pass percentiles at the end of each phase."""
-    raw = RawSampler(relay.model)
+    raw = RawSampler(relay.relay.model)
     raw.nfe_ns(20)  # warm-up
     relay_acc: dict[str, list] = {}
     raw_parts, prefix_parts = [], []
@@ -273,7 +273,7 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
     samples["raw_nfe_ns"] = np.concatenate(raw_parts)
     if raw.two_phase:
         samples["raw_prefix_ns"] = np.concatenate(prefix_parts)
-        samples["relay_prefix"] = relay.pool.prefix_percentiles()
+        samples["relay_prefix"] = relay.relay.pool.prefix_percentiles()
     if loaded_s > 0:
         # An NFE costs more when the request and publisher threads are busy too (the GIL, two
         # cores): admission must be calibrated for the load it will face, not an idle relay.
@@ -294,7 +294,7 @@ def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
             samples["overloaded_s"] = max(r["overloaded_s"] for r in got)
         samples["rounds"] = got
         if raw.two_phase:
-            samples["loaded_relay_prefix"] = relay.pool.prefix_percentiles()
+            samples["loaded_relay_prefix"] = relay.relay.pool.prefix_percentiles()
     return samples
 
 
@@ -340,13 +340,13 @@ def _loaded_round(relay, client, nfe: int, loaded_s: float, overload_x: float,
     callback) is kept, every answer of both phases."""
     if bar is not None:
         bar.update(label=f"{label}saturated {loaded_s:g} s")
-    lanes = getattr(relay.core, "lanes", relay.core.workers)  # W x B with batch slots
+    lanes = getattr(relay.relay.core, "lanes", relay.relay.core.workers)  # W x B with batch slots
     steps: list[tuple[float, float, int]] = []
     # read at the last moment every lane is still busy: the relay's own per-step timing,
     # whose tail a request's mean per NFE (over its nfe steps) smooths away
     with _probing(probe, loaded_s) as probed:
         answers = saturate(client, lanes, nfe, loaded_s, "bench-calibrate-load",
-                           at_end=lambda: steps.append(relay.pool.nfe_percentiles()))
+                           at_end=lambda: steps.append(relay.relay.pool.nfe_percentiles()))
     out: dict = {"loaded_step_ns_p99": steps[0][1] if steps else 0.0}
     out.update(answer_samples("loaded", answers))
     probes = [probed]
@@ -435,7 +435,7 @@ def overloaded_steps(relay, client, rate_rps: float, seconds: float, nfe: int,
                                  nfe, noise_seed=i)  # fmt: skip
             client.send(req, slack_ns=slack_ns)
             keys.append((req.session_id, req.sequence))
-        _, step_p99, _ = relay.pool.nfe_percentiles()
+        _, step_p99, _ = relay.relay.pool.nfe_percentiles()
         client.wait_keys(keys, slack_ns * 1e-9 + 10.0)
     wait_idle(relay)
     return step_p99, len(keys), [client.answers[k] for k in keys if k in client.answers]
@@ -717,7 +717,7 @@ def run(args: argparse.Namespace) -> dict:
             warm_up(client)
             samples = measure(relay, client, requests, nfe, raw_nfe, blocks, bar, loaded_s,
                               rounds=rounds, probe=probe)  # fmt: skip
-            nfe_p50, nfe_p99, _ = relay.pool.nfe_percentiles()
+            nfe_p50, nfe_p99, _ = relay.relay.pool.nfe_percentiles()
     report = summarize(samples, nfe, args.margin, whole_stall=args.realtime)
     report.update(
         mode=realtime.mode(args),

@@ -362,7 +362,7 @@ def wait_idle(relay, timeout: float = 10.0) -> bool:
     """The relay's queue is empty and no lane is busy."""
 
     def idle() -> bool:
-        s = relay.core.stats()
+        s = relay.relay.core.stats()
         return s.queue_depth == 0 and s.lanes_busy == 0
 
     return wait_for(idle, timeout, period=0.005)
@@ -376,9 +376,9 @@ def bench_relay(plain: bool = False, **params) -> Iterator[tuple[object, BenchCl
         relay,
         node,
     ):
-        if relay.model is None:
-            raise RuntimeError(f"relay could not load its model: {relay.model_error}")
-        client = BenchClient(node, relay.model, plain=plain)
+        if relay.relay.model is None:
+            raise RuntimeError(f"relay could not load its model: {relay.relay.model_error}")
+        client = BenchClient(node, relay.relay.model, plain=plain)
         with spinning(node, context=ctx):
             wait_for_relay(client.pub, client.sub)
             yield relay, client
@@ -537,8 +537,9 @@ class RemoteStats:
 class RemoteRelay:
     """A relay in another process, seen through its ROS interface only: counters from
     flowedge/stats, live parameters through its parameter services. Offers what the benches
-    use of an in-process RelayNode (`model`, `core.workers`, `core.stats()`, `set_parameters`,
-    `pool.nfe_percentiles()`, `pool.prefix_percentiles()`), so one bench body serves both."""
+    use of an in-process RelayNode (`set_parameters`; of its `relay`: `model`, `core.workers`,
+    `core.stats()`, `pool.nfe_percentiles()`, `pool.prefix_percentiles()`), so one bench body
+    serves both."""
 
     def __init__(self, node: Node, info: ModelInfo | Policy, workers: int,
                  relay_name: str = "flowedge_relay", batch_slots: int = 1) -> None:  # fmt: skip
@@ -549,7 +550,7 @@ class RemoteRelay:
         self.model, self.workers = info, workers
         self.batch_slots = batch_slots
         self.lanes = workers * batch_slots  # what saturating it takes (Core.lanes)
-        self.core = self.pool = self
+        self.relay = self.core = self.pool = self
         self._cv = threading.Condition()
         self._latest = None
         # (stamp ns, nfe_ns_in_use, nfe_ns_observed_tail, nfe_total, nfe_ns_p50, nfe_ns_p99,

@@ -190,7 +190,7 @@ def replay(relay, client, arrivals, seconds: float, drain_s: float, rows: int = 
     its slack (the deadline that counts, as bench/fairness.py's simulation has it)."""
     prefix = np.zeros((rows, client.served.action_dim), np.float32) if rows else None
     wait_idle(relay, timeout=drain_s)
-    before, extra_before = relay.core.stats(), client.extra_answers
+    before, extra_before = relay.relay.core.stats(), client.extra_answers
     sent: list[tuple[tuple[str, int], str, int, int]] = []  # key, client, nfe, deadline
     lag_max, t0 = 0, time.time_ns()
     with collector_paused():
@@ -210,7 +210,7 @@ def replay(relay, client, arrivals, seconds: float, drain_s: float, rows: int = 
             sent.append(((req.session_id, req.sequence), name, nfe, due))
         client.wait_keys([s[0] for s in sent], drain_s)
     wait_idle(relay, timeout=drain_s)
-    after = relay.core.stats()
+    after = relay.relay.core.stats()
     lanes_nfe_per_s = relay.capacity_between(t0, time.time_ns())
     # busy while the arrivals are offered: what a work-conserving rule keeps at 1 whatever the
     # lanes' speed (the drain after the window is left out)

@@ -128,17 +128,17 @@ def _time_calls(call, items) -> np.ndarray:
 def _observed(relay, before) -> dict[str, int]:
     """What the core and the intake counted since `before` (a (stats, discarded) pair)."""
     st0, disc0 = before
-    st = relay.core.stats()
+    st = relay.relay.core.stats()
     out = {name: st.outcomes[i] - st0.outcomes[i] for i, name in enumerate(OUTCOMES)}
     out["accepted"] = st.accepted - st0.accepted
-    for reason, count in relay.counters().discarded.items():
+    for reason, count in relay.relay.counters().discarded.items():
         if count - disc0[reason]:
             out[f"discarded.{reason}"] = count - disc0[reason]
     return {k: v for k, v in out.items() if v}
 
 
 def _mark(relay):
-    return relay.core.stats(), relay.counters().discarded
+    return relay.relay.core.stats(), relay.relay.counters().discarded
 
 
 def _stats(lat: np.ndarray) -> dict:
@@ -156,7 +156,7 @@ def _cases(relay, n: int, rng, run_case) -> None:
     from flowedge_relay_tools.bench.client import wait_idle
     from flowedge_relay_tools.stress import Contract, RequestBuilder
 
-    b = RequestBuilder(Contract.of(relay.model))
+    b = RequestBuilder(Contract.of(relay.relay.model))
 
     def req(i: int, **fields):
         return _roundtrip(b.request(**{"sequence": i, "remaining_nfe": 1, "noise_seed": i,
@@ -188,7 +188,7 @@ def _cases(relay, n: int, rng, run_case) -> None:
     # one request holds the worker (max_nfe NFE x 0.5 s, released below by clearing the delay,
     # read per NFE), the queue fills: later ones find no room
     relay.set_parameters([Parameter("fault_nfe_delay_ms", value=500.0)])
-    hold = [req(next(seq), session_id="hold", remaining_nfe=relay.validator.max_nfe)]
+    hold = [req(next(seq), session_id="hold", remaining_nfe=relay.relay.validator.max_nfe)]
     fill = [req(next(seq), session_id=f"f{i % 8}")
             for i in range(relay.get_parameter("queue_capacity").value)]
     run_case("decision", "queue_full", "rejected_capacity",
@@ -214,13 +214,14 @@ def intake_costs(n: int, intake: str, bar: Progress | None = None) -> list[dict]
             Parameter("workers", value=1), Parameter("queue_capacity", value=2 * n + 64),
             Parameter("intake_loop", value="auto" if intake == "c" else "python")])
         try:
-            if relay.intake_loop != ("native" if intake == "c" else "python"):
-                raise RuntimeError(f"the {intake} intake is not available: {relay.intake_note}")
+            if relay.relay.intake_loop != ("native" if intake == "c" else "python"):
+                raise RuntimeError(
+                    f"the {intake} intake is not available: {relay.relay.intake_note}")
             if intake == "c":
-                call = relay.handle_serialized
+                call = relay.relay.handle_serialized
                 wire = lambda m: m if isinstance(m, bytes) else serialize_message(m)  # noqa: E731
             else:
-                call = relay.handle_request
+                call = relay.requests.handle
                 wire = lambda m: m  # noqa: E731
 
             def run_case(kind, case, expected, msgs, prepare=(), settle_s=0.0) -> None:

@@ -202,7 +202,7 @@ def replay(relay, client, arrivals, *, drain_timeout_s: float, on_tick=None,
            rtc: rtc_trace.RtcTrace | None = None) -> dict:  # fmt: skip
     """Publish the arrivals on schedule, wait for every answer (or the timeout), then measure.
     With `rtc`, request i carries its prefix, prefix_start on the period grid at its send."""
-    before = relay.core.stats()
+    before = relay.relay.core.stats()
     n = len(arrivals)
     keys, deadlines, lag = [], [], np.zeros(n, np.int64)
     rtc_sent: list[tuple[int, int, int]] = []  # (prefix_start, rows, the trace's deadline)
@@ -232,7 +232,7 @@ def replay(relay, client, arrivals, *, drain_timeout_s: float, on_tick=None,
                 on_tick((time.monotonic_ns() - start) * 1e-9)
         client.wait_keys(keys, drain_timeout_s)
     wait_idle(relay, timeout=drain_timeout_s)
-    after = relay.core.stats()
+    after = relay.relay.core.stats()
     m = _measure(client, keys, deadlines, lag, before, after)
     if rtc is not None:
         m["rtc"] = rtc_trace.measure(client, keys, rtc_sent, rtc)
@@ -378,7 +378,7 @@ def run(args: argparse.Namespace) -> dict:
             _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, bar,
                    results, _policy_params_for(nfe_ns, reserve, timeout_ms, prefix_ns), rtc)
             hogs.close()  # the noise's figures are final once it stopped
-            nfe_p50, nfe_p99, _ = relay.pool.nfe_percentiles()
+            nfe_p50, nfe_p99, _ = relay.relay.pool.nfe_percentiles()
     cal_public = {k: v for k, v in cal.items() if not isinstance(v, list | dict)}
     report = {
         "size": "quick" if args.quick else "full",
@@ -465,7 +465,7 @@ def _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, b
                               relay.capacity_between(t0, t1)
                               if hasattr(relay, "capacity_between") else None))  # fmt: skip
             # Per-NFE cost the workers saw (last 4096 NFE): was the host quiet?
-            m["worker_nfe_p50_ns"], m["worker_nfe_p99_ns"], _ = relay.pool.nfe_percentiles()
+            m["worker_nfe_p50_ns"], m["worker_nfe_p99_ns"], _ = relay.relay.pool.nfe_percentiles()
             # what the relay's threads held during the point, as it reads them back
             m["realtime_applied"] = realtime.applied_settings(relay)
             # What admission assumed per NFE while the trace ran (adaptive: it follows the tail)

@@ -23,28 +23,28 @@ def fault_consumer_stops(h, n: int = 400) -> dict:
     from flowedge_relay_tools.harness import wait_for
 
     relay = h.relay
-    st0 = relay.core.stats()
-    relay.fault_pause_output.set()
+    st0 = relay.relay.core.stats()
+    relay.relay.fault_pause_output.set()
     time.sleep(0.05)
     t0 = time.monotonic()
     for start in range(0, n, 100):
         h.send(*[h.request(session_id=f"c{i % 4}", sequence=i, remaining_nfe=1,
                            deadline_ms=-1 if i % 2 else None) for i in range(start, start + 100)])
         pace(relay, received(relay) + 0, backlog=10_000)
-    submitted = wait_for(lambda: relay.core.stats().submitted - st0.submitted >= n, 30.0)
+    submitted = wait_for(lambda: relay.relay.core.stats().submitted - st0.submitted >= n, 30.0)
     admit_s = time.monotonic() - t0
-    idle = wait_for(lambda: relay.core.stats().queue_depth == 0
-                    and relay.core.stats().lanes_busy == 0, 30.0)
-    st = relay.core.stats()
+    idle = wait_for(lambda: relay.relay.core.stats().queue_depth == 0
+                    and relay.relay.core.stats().lanes_busy == 0, 30.0)
+    st = relay.relay.core.stats()
     answers_while_paused = len(h.answers())
-    relay.fault_pause_output.clear()
+    relay.relay.fault_pause_output.clear()
     rej_drop = st.rejection_outputs_dropped - st0.rejection_outputs_dropped
     act_drop = st.action_outputs_dropped - st0.action_outputs_dropped
     # the rings drain first (everything not dropped is answered), then new work flows again
     drained = wait_for(lambda: len(h.answers()) >= n - rej_drop - act_drop, 30.0)
     h.send(h.request(session_id="after", sequence=10**6))
     after = h.answer_for(10**6, timeout=30)
-    st_after = relay.core.stats()
+    st_after = relay.relay.core.stats()
     time.sleep(0.3)
     keys = Counter((a.session_id, a.sequence) for a in h.answers())
     return {
@@ -100,7 +100,7 @@ def fault_slow_worker(h) -> dict:
     h.wait_answers(len(keys), timeout=30)
     admission, workers = h.latest_status("admission"), h.latest_status("workers")
     time.sleep(0.3)
-    st = h.relay.core.stats()
+    st = h.relay.relay.core.stats()
     return {
         **exactly_once(h.answers(), keys),
         "calibration_misses": st.calibration_misses,
@@ -120,12 +120,12 @@ def fault_worker_dies(h) -> dict:
 
     relay = h.relay
     h.send(h.request(session_id="long", sequence=1, remaining_nfe=40))
-    wait_for(lambda: any(lane.busy for lane in relay.core.lanes_snapshot()), 10)
-    lane = next(x.lane for x in relay.core.lanes_snapshot() if x.busy)
-    alive_before = relay.core.stats().lanes_alive
-    relay.inject_worker_crash(lane)
+    wait_for(lambda: any(lane.busy for lane in relay.relay.core.lanes_snapshot()), 10)
+    lane = next(x.lane for x in relay.relay.core.lanes_snapshot() if x.busy)
+    alive_before = relay.relay.core.stats().lanes_alive
+    relay.relay.inject_worker_crash(lane)
     in_flight = h.answer_for(1, timeout=10)
-    wait_for(lambda: relay.core.stats().lanes_alive == alive_before - 1, 10)
+    wait_for(lambda: relay.relay.core.stats().lanes_alive == alive_before - 1, 10)
     workers = h.latest_status("workers")
     for i in range(2, 6):
         h.send(h.request(session_id="after", sequence=i, remaining_nfe=2))
@@ -135,7 +135,7 @@ def fault_worker_dies(h) -> dict:
         **exactly_once(h.answers(), [("long", 1)] + [("after", i) for i in range(2, 6)]),
         "crashed_lane": lane,
         "lanes_alive_before": alive_before,
-        "lanes_alive_after": relay.core.stats().lanes_alive,
+        "lanes_alive_after": relay.relay.core.stats().lanes_alive,
         "in_flight_code": None if in_flight is None else in_flight.code,
         "in_flight_nfe_done": None if in_flight is None else in_flight.nfe_done,
         "workers_level": level(workers),
@@ -182,12 +182,12 @@ def fault_burst(h, factor: int = 10, sessions: int = 8) -> dict:
         keys.append((sid, i))
         if i % 10 == 0:  # an invalid one: no answer, counted
             batch.append(h.request(session_id=sid, sequence=10**9 + i, remaining_nfe=0))
-    st0 = relay.core.stats()
+    st0 = relay.relay.core.stats()
     t0 = time.monotonic()
     h.send(*batch)
     h.wait_answers(n, timeout=60)
     time.sleep(0.5)
-    st = relay.core.stats()
+    st = relay.relay.core.stats()
     codes = Counter(a.code for a in h.answers())
     return {
         "burst": n,
@@ -197,7 +197,7 @@ def fault_burst(h, factor: int = 10, sessions: int = 8) -> dict:
         "codes": dict(sorted(codes.items())),
         "dropped": st.rejection_outputs_dropped + st.action_outputs_dropped
         - st0.rejection_outputs_dropped - st0.action_outputs_dropped,
-        "invalid_discarded": sum(relay.counters().discarded.values()),
+        "invalid_discarded": sum(relay.relay.counters().discarded.values()),
     }
 
 
@@ -218,7 +218,7 @@ def fault_many_sessions(h, sessions: int = 200) -> dict:
         h.wait_answers(len(keys), timeout=30)
     h.wait_answers(sessions, timeout=60)
     time.sleep(0.3)
-    st = h.relay.core.stats()
+    st = h.relay.relay.core.stats()
     return {
         **exactly_once(h.answers(), keys),
         "max_sessions": param(h.relay, "max_sessions"),

@@ -88,7 +88,7 @@ def run_malformed(h, messages: int = 2000, seed: int = 1, warmup: int = 300,
     intake (at most `backlog` unread); returns figures (report.py)."""
 
     relay = h.relay
-    factory = ProbeFactory(h, seed, relay.validator.max_nfe, huge=huge)
+    factory = ProbeFactory(h, seed, relay.relay.validator.max_nfe, huge=huge)
     total = warmup + messages
     oracle = Oracle(total + 1)
     book = FloodBook(total + 1)
@@ -141,7 +141,7 @@ def _settle(relay, book: FloodBook, oracle: Oracle, marker: int, timeout: float)
     while time.monotonic() < end:
         if int((book.count[valid] > 0).sum()) >= n_valid:
             return True
-        st = relay.core.stats()
+        st = relay.relay.core.stats()
         now = (received(relay), book.answered(), st.queue_depth, st.lanes_busy)
         if now != last:
             last, still_since = now, time.monotonic()
@@ -179,7 +179,7 @@ def run_flood(h, rate: float, duration_s: float, seed: int = 1, mix: str = "floo
         oracle_path = str(Path(tmp) / "oracle.npz")
         cmd = producer_command(Contract.of(h.model), rate=rate, count=n, mix=mix,
                                oracle=oracle_path, depth=producer_depth, seed=seed,
-                               max_nfe=relay.validator.max_nfe)
+                               max_nfe=relay.relay.validator.max_nfe)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         rss_warm, rss_max, samples = 0, 0, []
         t0 = time.monotonic()

@@ -38,17 +38,17 @@ def rss_bytes() -> int:
 
 def relay_threads_alive(relay) -> dict[str, bool]:
     """Liveness of every relay thread that must survive hostile input."""
-    return relay.threads_alive()
+    return {"request": relay.requests.alive, **relay.relay.threads_alive()}
 
 
 def received(relay) -> int:
     """Requests the relay's callback has seen (valid or not)."""
-    return relay.counters().received
+    return relay.relay.counters().received
 
 
 def lost(relay) -> int:
     """Requests the middleware reported lost before the relay's callback."""
-    return relay.counters().middleware_lost
+    return relay.relay.counters().middleware_lost
 
 
 def param(relay, name: str):
@@ -66,7 +66,7 @@ class RelayMark:
 
     @classmethod
     def of(cls, relay) -> RelayMark:
-        return cls(received(relay), lost(relay), relay.counters().discarded)
+        return cls(received(relay), lost(relay), relay.relay.counters().discarded)
 
     def received_since(self, relay) -> int:
         return received(relay) - self.received
@@ -76,7 +76,7 @@ class RelayMark:
 
     def reasons_since(self, relay) -> dict[str, int]:
         """Discards per reason (validation.Reason value) since the mark."""
-        return {r: c - self.discarded[r] for r, c in relay.counters().discarded.items()}
+        return {r: c - self.discarded[r] for r, c in relay.relay.counters().discarded.items()}
 
 
 def judge(oracle: Oracle, book) -> dict:
@@ -120,7 +120,7 @@ def _relay_figures(h, got_reasons: dict[str, int]) -> dict:
     from flowedge_relay_tools.harness import status_values
 
     relay = h.relay
-    stats = relay.core.stats()
+    stats = relay.relay.core.stats()
     status = h.latest_status("admission")
     diag = status_values(status) if status else {}
     alive = relay_threads_alive(relay)

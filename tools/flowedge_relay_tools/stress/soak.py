@@ -90,7 +90,7 @@ def measure_capacity(h, seconds: float = 4.0, nfe_mix=(1, 8), sessions: int = 8)
     wait_for(lambda: done[0] >= sent, 30.0)
     if rate <= 0:
         raise RuntimeError(f"no answers while measuring capacity ({done[0]} of {sent} answered)")
-    p50, p99, _ = relay.pool.nfe_percentiles() if relay.pool else (0.0, 0.0, 0)
+    p50, p99, _ = relay.relay.pool.nfe_percentiles() if relay.relay.pool else (0.0, 0.0, 0)
     return {"requests_per_s": round(rate, 1), "nfe_p50_ns": int(p50), "nfe_p99_ns": int(p99)}
 
 
@@ -164,9 +164,9 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
     rate = max(load * cap["requests_per_s"], 1.0)
     n = int(rate * duration_s * 1.1) + 100
     book = AnswerBook(n)
-    traffic = SoakTraffic(h, book, seed, sessions, relay.validator.max_nfe)
+    traffic = SoakTraffic(h, book, seed, sessions, relay.relay.validator.max_nfe)
     h.keep_answers, h.on_answer, h.max_diagnostics = False, book.on_answer, 5
-    stats0 = relay.core.stats()
+    stats0 = relay.relay.core.stats()
     received0 = received(relay)
     samples = []
     t0 = time.monotonic()
@@ -193,14 +193,14 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
     want = traffic.valid_sent
 
     def settled() -> bool:
-        st = relay.core.stats()
+        st = relay.relay.core.stats()
         return (book.total() + st.coalesced - stats0.coalesced >= want
                 and st.queue_depth == 0 and st.lanes_busy == 0)
 
     drained = wait_for(settled, 60.0)
     time.sleep(0.5)
     samples.append(_soak_sample(relay, book, traffic, stats0, time.monotonic() - t0))
-    st = relay.core.stats()
+    st = relay.relay.core.stats()
     coalesced = st.coalesced - stats0.coalesced
     drops = (st.rejection_outputs_dropped + st.action_outputs_dropped
              - stats0.rejection_outputs_dropped - stats0.action_outputs_dropped)
@@ -234,7 +234,7 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
         "unexpected_answers": book.unexpected,
         "outcomes": samples[-1]["outcomes"],
         "calibration_misses": st.calibration_misses - stats0.calibration_misses,
-        "invalid_discarded": sum(relay.counters().discarded.values()),
+        "invalid_discarded": sum(relay.relay.counters().discarded.values()),
         "queue_depth_max": max(s["queue_depth"] for s in samples),
         "rss_start_mb": samples[0]["rss_mb"],
         "rss_warm_mb": warm,
@@ -247,7 +247,7 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
 
 
 def _soak_sample(relay, book, traffic, stats0, t: float) -> dict:
-    st = relay.core.stats()
+    st = relay.relay.core.stats()
     names = CODE_KEYS
     return {
         "t": round(t, 2),
@@ -259,7 +259,7 @@ def _soak_sample(relay, book, traffic, stats0, t: float) -> dict:
         "answered": book.total(),
         "coalesced": st.coalesced - stats0.coalesced,
         "dropped": st.rejection_outputs_dropped + st.action_outputs_dropped,
-        "invalid_discarded": sum(relay.counters().discarded.values()),
+        "invalid_discarded": sum(relay.relay.counters().discarded.values()),
         "outcomes": {k: st.outcomes[j] - stats0.outcomes[j] for j, k in enumerate(names)},
     }
 
