@@ -6,7 +6,7 @@
 For each queue depth (16, 64, 256, 1024) and worker count W (1, 2, 4) the same workload is run
 twice:
 
-- C alone: `fer_bench_admission` (csrc/fer_bench.c) builds a core and times each
+- C alone: `fer_bench_admission` (tools/csrc/fer_bench.c) builds a core and times each
   `fer_core_submit` with CLOCK_MONOTONIC in C, so no Python is involved; once more with the
   fair share on (docs/design.md §7.1; every session its own client, all tracked), side by side:
   three rounds of each, interleaved, each side's quietest round (lowest p99) reported;
