@@ -34,7 +34,7 @@ test: setup
 	@$(ENV) ruff check . && python -m pytest test $(PYTEST_ARGS)
 
 core: setup
-	@$(ENV) python -m flowedge_relay._build_core
+	@$(ENV) python -m flowedge_relay._build_core && python -m flowedge_relay_tools._build_bench
 
 sanitize: setup
 	@$(ENV) scripts/sanitize_core.sh
@@ -52,4 +52,5 @@ bench: setup
 	@$(ENV) scripts/bench_all.sh
 
 clean:
-	rm -rf build install log .pytest_cache .hypothesis flowedge_relay/_fer_core*.so
+	rm -rf build install log .pytest_cache .hypothesis flowedge_relay/_fer_core*.so \
+		tools/flowedge_relay_tools/_fer_bench*.so

@@ -5,7 +5,7 @@
  * docs/design.md §4-8 in C: sessions, a bounded EDF queue, W worker lanes, the calibrated
  * admission test, dispatch, and single-producer/single-consumer outcome rings. Everything here is
  * called by flowedge_relay/core.py (or, for fer_admit_first_miss, checked directly by the tests);
- * benchmark and stress drivers live apart, in fer_bench.h.
+ * benchmark and stress drivers live apart, in the tools package (tools/csrc/fer_bench.h).
  *
  * This file is read verbatim by flowedge_relay/_build_core.py into ffibuilder.cdef(). Keep it
  * cdef-parsable: declarations and plain integer #defines only, no #include, no include guard,
@@ -533,14 +533,15 @@ uint32_t fer_admit_first_miss(const uint64_t *lane_start, uint32_t nlanes,
  *   FER_EFULL after counting a drop. Rings the ring's doorbell.
  * pop (consumer only): 1 and copies the oldest record (and its actions if has_actions and
  *   actions != NULL), or 0 if empty.
- * capacity, free_slots (producer), count (either side; exact for the calling side's own view),
- *   dropped: plain counts, so they take a live ring (no status to return).
+ * capacity, action_len, free_slots (producer), count (either side; exact for the calling side's
+ *   own view), dropped: plain counts, so they take a live ring (no status to return).
  * wait (consumer): up to timeout_ns for a record; 1 if non-empty. */
 int fer_ring_create(uint32_t capacity, uint32_t action_len, struct fer_ring **out);
 void fer_ring_destroy(struct fer_ring *ring);
 int fer_ring_push(struct fer_ring *ring, const struct fer_outcome *rec, const float *actions);
 int fer_ring_pop(struct fer_ring *ring, struct fer_outcome *rec, float *actions);
 uint32_t fer_ring_capacity(const struct fer_ring *ring);
+uint32_t fer_ring_action_len(const struct fer_ring *ring);
 uint32_t fer_ring_free_slots(struct fer_ring *ring);
 uint32_t fer_ring_count(struct fer_ring *ring);
 uint64_t fer_ring_dropped(struct fer_ring *ring);

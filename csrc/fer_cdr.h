@@ -8,8 +8,8 @@
  * to its own size counted from after it. A string is a uint32 length that counts a terminating
  * NUL, then the bytes and the NUL; a sequence is a uint32 count, then the elements. The reader
  * serves fer_wire.c's walk; the writer fer_wire.c's PoolSpill writer (which walks the plan) and
- * the intake bench's client (fer_loadgen.c), whose requests test/test_bench_intake.py reads back
- * through rclpy, field by field.
+ * the intake bench's client (tools/csrc/fer_loadgen.c, header-only use), whose requests
+ * test/test_bench_intake.py reads back through rclpy, field by field.
  */
 #ifndef FER_CDR_H
 #define FER_CDR_H

@@ -559,29 +559,6 @@ int fer_intake_decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
     return decide(in, cdr, len, now_mono, now_ros, now_mono, 1, decision);
 }
 
-int fer_intake_bench_decide(struct fer_intake *in, const uint8_t *buf, const uint64_t *offsets,
-                            uint32_t n_msgs, uint32_t n, uint64_t now_mono, int64_t now_ros,
-                            uint64_t *ns_out)
-{
-    uint32_t i;
-
-    if ((in != NULL && (buf == NULL || offsets == NULL || n_msgs == 0)) || ns_out == NULL)
-        return FER_EINVAL;
-    for (i = 0; i < n; i++) {
-        const uint64_t *o = in ? &offsets[i % n_msgs] : NULL;
-        struct timespec t0, t1;
-        int32_t decision;
-
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        if (in != NULL)
-            decide(in, buf + o[0], o[1] - o[0], now_mono, now_ros, now_mono, 1, &decision);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        ns_out[i] = (uint64_t)(t1.tv_sec - t0.tv_sec) * NS_PER_S + (uint64_t)t1.tv_nsec -
-                    (uint64_t)t0.tv_nsec;
-    }
-    return FER_OK;
-}
-
 /* ---- a relay pool ------------------------------------------------------------------------------ */
 
 int fer_intake_set_pool(struct fer_intake *in, struct fer_pool *pool)

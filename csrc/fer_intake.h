@@ -205,10 +205,3 @@ int fer_intake_pool_service(struct fer_intake *in, uint64_t now_mono, int64_t no
 int fer_intake_loop_set_pool(struct fer_intake_loop *loop, struct fer_pool *pool,
                              uint32_t answers_from);
 
-/* BENCH ONLY (flowedge_relay_bench pool-sim): decide n messages, message i being
- * buf[offsets[i % n_msgs], offsets[i % n_msgs + 1]), each timed with CLOCK_MONOTONIC into
- * ns_out[i], all at the clocks (now_mono, now_ros); in NULL: the timer's own cost, n times.
- * From the deciding thread. FER_OK, FER_EINVAL. */
-int fer_intake_bench_decide(struct fer_intake *in, const uint8_t *buf, const uint64_t *offsets,
-                            uint32_t n_msgs, uint32_t n, uint64_t now_mono, int64_t now_ros,
-                            uint64_t *ns_out);

@@ -16,16 +16,16 @@
  *   fer_ring.c     the SPSC rings and their doorbell
  *   fer_lock.c     how mutexes and condvars are made (priority inheritance, CLOCK_MONOTONIC)
  *   fer_cost.c     the §5.2 cost estimator (fer_cost.h), which knows nothing of the core
- *   fer_bench.c    benchmark and stress drivers (fer_bench.h), not on the data path
  *   fer_rt.c       a thread's own CPU set and SCHED_FIFO priority, the memory lock (fer_rt.h)
- *   fer_rtprobe.c  test support (fer_bench.h): priority inversion on one CPU, on the core's locks
+ *   fer_rtprobe.c  test support (fer_rtprobe.h): priority inversion on one CPU, on the core's locks
  *   fer_publish.c  the publisher thread: outcomes as ActionMessage CDR through rcl (fer_publish.h)
  *   fer_take.c     a thread taking serialized messages from rcl as they arrive (fer_take.h)
  *   fer_intake.c   the request intake: validate and submit what it takes (fer_intake.h)
  *   fer_wire.c     the messages' wire format from their generated type support (fer_wire.h)
- *   fer_loadgen.c  the intake bench's client: requests out, answers tallied (fer_loadgen.h)
  *   fer_pool.c     a relay pool: ownership, the standby table, takeovers (fer_pool.h)
  *   (headers only: fer_rcl.h, rcl's ABI slice; fer_cdr.h, XCDR1 primitives)
+ *   The benchmark drivers and the intake bench's client are the tools package's (tools/csrc),
+ *   compiled into its own module; they call the core through fer.h, fer_take.h and fer_wire.h.
  *
  * Include graph: the quoted #includes of csrc/, a .c and its .h being one node (a header that
  * needs the types of a file that includes it is a cycle too: fer_cost.c once included this
@@ -40,14 +40,12 @@
  *   fer_pass -> fer_internal fer_tensor fer_ort
  *   fer_serve -> fer_internal fer_tensor fer_exec fer_pass fer_noise
  *   fer_noise -> fer_internal fer_noise_zig
- *   fer_bench -> fer_internal
- *   fer_rtprobe -> fer_internal fer_bench
+ *   fer_rtprobe -> fer_internal
  *   fer_publish -> fer_internal fer_rcl fer_pool
  *   fer_take -> fer_internal fer_rcl
  *   fer_intake -> fer_internal fer_rcl fer_take fer_pool fer_wire
  *   fer_pool -> fer_internal fer_wire
  *   fer_wire -> fer_internal fer_cdr fer_rcl
- *   fer_loadgen -> fer_internal fer_cdr fer_rcl fer_take fer_wire
  *   fer_rt -> fer_internal
  *   fer_core fer_session fer_queue fer_submit fer_admit fer_lane -> fer_internal
  *   fer_output fer_stats fer_ring fer_lock fer_share -> fer_internal
@@ -115,9 +113,9 @@ static inline uint64_t fer_round_pow2(uint64_t n)
  * Bounded sleeps and polls, no lock held: fer_serve.c's wait for ring space (50 us sleeps, up to
  *   output_wait_ns), fer_publish.c's pause (10 ms sleeps), fer_take.c's pause and doorbell poll
  *   (10 ms sleeps; a timed poll), fer_exec_run's fault delay (drills only). No spin lock.
- * Test and bench support only (fer_bench.h): fer_bench_ring_produce's sched_yield while a ring
- *   is full and fer_bench_ring_consume's ring wait (30 s); fer_rtprobe.c's two semaphores, its
- *   plain mutex and its medium thread's spin, each ended by a 2 s watchdog.
+ * Test and bench support only (tools/csrc/fer_bench.h, fer_rtprobe.h): fer_bench_ring_produce's
+ *   sched_yield while a ring is full and fer_bench_ring_consume's ring wait (30 s); fer_rtprobe.c's
+ *   two semaphores, its plain mutex and its medium thread's spin, each ended by a 2 s watchdog.
  */
 
 /* A priority-inheriting mutex and a CLOCK_MONOTONIC condvar (FER_OK or FER_ESYS, nothing left

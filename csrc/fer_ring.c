@@ -242,6 +242,11 @@ uint32_t fer_ring_capacity(const struct fer_ring *ring)
     return (uint32_t)(ring->mask + 1);
 }
 
+uint32_t fer_ring_action_len(const struct fer_ring *ring)
+{
+    return ring->action_len;
+}
+
 uint32_t fer_ring_free_slots(struct fer_ring *ring)
 {
     uint64_t t = atomic_load_explicit(&ring->tail, memory_order_relaxed); /* ours (producer) */

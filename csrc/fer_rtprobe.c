@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fer_rtprobe.c - test support (fer_bench.h): priority inversion on one CPU, by construction, on
+ * fer_rtprobe.c - test support (fer_rtprobe.h): priority inversion on one CPU, by construction, on
  * the core's own locks (test/test_realtime_locks.py).
  *
  * Three SCHED_FIFO threads pinned to one CPU: L (10) holds the lock, M (20) spins, H (30) asks.
@@ -23,7 +23,7 @@
 #include <time.h>
 
 #include "fer_internal.h"
-#include "fer_bench.h"
+#include "fer_rtprobe.h"
 
 #define WATCHDOG_NS 2000000000ull
 #define PRIO_L 10

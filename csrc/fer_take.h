@@ -9,7 +9,7 @@
  * taker never waits for a normal-priority one. The take: each message's CDR bytes into one buffer
  * allocated at init (rmw grows a message that does not fit into a buffer of its own, which the
  * loop frees at once and reports to the handler as too large). Used by the request intake
- * (fer_intake.c) and by the intake bench's answer tally (fer_loadgen.c).
+ * (fer_intake.c) and by the intake bench's answer tally (tools/csrc/fer_loadgen.c).
  */
 #ifndef FER_TAKE_H
 #define FER_TAKE_H

@@ -12,14 +12,18 @@ Used two ways:
   output directories (the sanitizer build keeps its .so apart from the normal one).
 
 The cdef is ``csrc/fer.h`` (the runtime contract) followed by ``csrc/fer_pool.h`` (a relay pool's
-ownership, standby and takeover), ``csrc/fer_bench.h`` (benchmark and
-stress drivers), ``csrc/fer_tensor.h`` (the tensor over row buffers both ONNX Runtime users take),
-``csrc/fer_exec.h`` (the native NFE loop), ``csrc/fer_pass.h`` (the native prefix
-pass), ``csrc/fer_noise.h`` (a request's initial noise, numpy's float32 standard_normal in C),
-``csrc/fer_serve.h`` (a worker's whole request cycle in C), ``csrc/fer_publish.h`` (the
-publisher thread's loop in C) and ``csrc/fer_rt.h`` (a thread's own real-time settings), read
-verbatim: the headers are written to be cdef-parsable, so the Python declarations can never
-drift from the C ones.
+ownership, standby and takeover), ``csrc/fer_rtprobe.h`` (the priority-inversion probe the
+real-time tests run on the core's own locks), ``csrc/fer_tensor.h`` (the tensor over row buffers
+both ONNX Runtime users take), ``csrc/fer_exec.h`` (the native NFE loop), ``csrc/fer_pass.h`` (the
+native prefix pass), ``csrc/fer_noise.h`` (a request's initial noise, numpy's float32
+standard_normal in C), ``csrc/fer_serve.h`` (a worker's whole request cycle in C),
+``csrc/fer_publish.h`` (the publisher thread's loop in C) and ``csrc/fer_rt.h`` (a thread's own
+real-time settings), read verbatim: the headers are written to be cdef-parsable, so the Python
+declarations can never drift from the C ones.
+
+The benchmark drivers and the intake bench's client are not here: they are the tools package's own
+extension (tools/flowedge_relay_tools/_build_bench.py), which includes this cdef, compiles with
+``compile_args()`` and ``compile_in_place``, and calls this module's functions.
 """
 
 import os
@@ -35,18 +39,18 @@ ROOT = HERE.parent
 CSRC = ROOT / "csrc"
 # One concern per file (csrc/fer_internal.h lists them).
 SOURCES = ["fer_core.c", "fer_session.c", "fer_queue.c", "fer_submit.c", "fer_admit.c",
-           "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_cost.c", "fer_ring.c", "fer_bench.c",
-           "fer_exec.c", "fer_noise.c", "fer_serve.c", "fer_publish.c", "fer_rt.c",
+           "fer_lane.c", "fer_output.c", "fer_stats.c", "fer_cost.c", "fer_ring.c", "fer_exec.c",
+           "fer_noise.c", "fer_serve.c", "fer_publish.c", "fer_rt.c",
            "fer_ort.c", "fer_pass.c", "fer_lock.c", "fer_rtprobe.c", "fer_wire.c",
-           "fer_take.c", "fer_intake.c", "fer_loadgen.c", "fer_share.c", "fer_pool.c"]
-# The runtime contract, the benchmark / stress drivers, the native NFE loop (which dlopens ONNX
-# Runtime at run time: no link-time dependency), the initial noise, the worker's request cycle
-# over them, then rcl's ABI slice and the threads that call it (the publisher's loop, the request
-# intake, the intake bench's client; through function pointers of the rcl that rclpy loaded: no
-# link-time dependency either), and a thread's real-time settings: one cdef, one module.
-HEADERS = ["fer.h", "fer_pool.h", "fer_bench.h", "fer_tensor.h", "fer_exec.h", "fer_pass.h",
+           "fer_take.c", "fer_intake.c", "fer_share.c", "fer_pool.c"]
+# The runtime contract, the real-time probe, the native NFE loop (which dlopens ONNX Runtime at
+# run time: no link-time dependency), the initial noise, the worker's request cycle over them,
+# then rcl's ABI slice and the threads that call it (the publisher's loop, the request intake;
+# through function pointers of the rcl that rclpy loaded: no link-time dependency either), and a
+# thread's real-time settings: one cdef, one module.
+HEADERS = ["fer.h", "fer_pool.h", "fer_rtprobe.h", "fer_tensor.h", "fer_exec.h", "fer_pass.h",
            "fer_noise.h", "fer_serve.h", "fer_rcl.h", "fer_publish.h", "fer_wire.h",
-           "fer_intake.h", "fer_loadgen.h", "fer_rt.h"]
+           "fer_intake.h", "fer_rt.h"]
 MODULE = "flowedge_relay._fer_core"
 # The wire format comes from the messages' generated C type support (csrc/fer_wire.h): the
 # headers of flowedge_relay_msgs (colcon builds it first) and of the ROS 2 C packages they include,
@@ -103,19 +107,25 @@ def _ros_includes() -> list[str]:
                                 if (include / p).is_dir()]
 
 
+def compile_args() -> list[str]:
+    """The C flags of the core, and of the tools' extension that calls into it (FER_SANITIZE read
+    at call time)."""
+    args = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wshadow", "-Wconversion",
+            "-Wno-unused-parameter", "-D_POSIX_C_SOURCE=200809L",
+            # fer_exec.c's solver update must round like numpy's separate float32 ufuncs,
+            # fer_noise.c's wedge test like numpy's C: no contraction of a * b + c into an FMA
+            "-ffp-contract=off"]
+    return args + SANITIZE_FLAGS + ["-O1", "-g"] if _sanitize() else args
+
+
+def link_args() -> list[str]:
+    """The link flags that go with compile_args()."""
+    return list(SANITIZE_FLAGS) if _sanitize() else []
+
+
 def _make_builder(absolute: bool) -> FFI:
     builder = FFI()
     builder.cdef("\n".join((CSRC / h).read_text() for h in HEADERS))
-    extra_compile = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wshadow", "-Wconversion",
-                     "-Wno-unused-parameter", "-D_POSIX_C_SOURCE=200809L",
-                     # fer_exec.c's solver update must round like numpy's separate float32 ufuncs,
-                     # fer_noise.c's wedge test like numpy's C: no contraction of a * b + c into an
-                     # FMA
-                     "-ffp-contract=off"]
-    extra_link = []
-    if _sanitize():
-        extra_compile += SANITIZE_FLAGS + ["-O1", "-g"]
-        extra_link += SANITIZE_FLAGS
     # setup.py runs with the repository root as cwd and prefers paths relative to it; the
     # in-place build compiles from a temporary directory and needs absolute ones. Both are
     # resolved from this file's location, never guessed from the cwd.
@@ -130,8 +140,8 @@ def _make_builder(absolute: bool) -> FFI:
         "#include <stdint.h>\n" + "".join(f'#include "{h}"\n' for h in HEADERS),
         sources=sources,
         include_dirs=include + _ros_includes(),
-        extra_compile_args=extra_compile,
-        extra_link_args=extra_link,
+        extra_compile_args=compile_args(),
+        extra_link_args=link_args(),
         libraries=["pthread", "dl", "m"],  # libm: fer_noise.c's log1pf and exp
     )
     return builder
@@ -144,8 +154,15 @@ def build_in_place(verbose: bool = False) -> pathlib.Path:
     """Compile the extension and copy it next to this file (or into FER_OUTPUT_DIR)."""
     out_dir = pathlib.Path(os.environ.get("FER_OUTPUT_DIR", HERE)).resolve()
     build_root = pathlib.Path(os.environ.get("FER_BUILD_DIR", ROOT / "build" / "fer_core"))
+    # re-reads FER_SANITIZE at call time
+    return compile_in_place(_make_builder(absolute=True), out_dir, build_root, verbose)
+
+
+def compile_in_place(builder: FFI, out_dir: pathlib.Path, build_root: pathlib.Path,
+                     verbose: bool = False) -> pathlib.Path:
+    """Compile `builder`'s extension in a temporary directory under build_root and copy it into
+    out_dir (the core's, and the tools' extension)."""
     build_root.mkdir(parents=True, exist_ok=True)
-    builder = _make_builder(absolute=True)  # re-reads FER_SANITIZE at call time
     with tempfile.TemporaryDirectory(dir=build_root) as tmp:
         built = pathlib.Path(builder.compile(tmpdir=tmp, verbose=verbose))
         if not built.is_absolute():

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 try:
+    import flowedge_relay._fer_core as _module
     from flowedge_relay._fer_core import ffi, lib
 except ImportError as exc:  # pragma: no cover - exercised only without a build
     raise ImportError(
@@ -156,6 +157,12 @@ def _check(rc: int) -> int:
 
 
 check = _check  # for the other modules that call fer_* functions (native.py)
+
+
+def library_path() -> str:
+    """The file of the compiled core this process runs: the tools' C drivers bind their calls into
+    the core to it (flowedge_relay_tools/native.py), so there is one core per process."""
+    return _module.__file__
 
 
 # ---- data ----------------------------------------------------------------------------------------
@@ -771,7 +778,7 @@ class Ring:
 
     @property
     def ptr(self):
-        """The C ``struct fer_ring *`` (for lib.fer_bench_ring_* drivers)."""
+        """The C ``struct fer_ring *`` (for the tools' fer_bench_ring_* drivers)."""
         return self._ring
 
     def close(self) -> None:

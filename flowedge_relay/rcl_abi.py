@@ -122,7 +122,7 @@ def publish_functions() -> tuple[object, object]:
 
 def serialized_publish_functions() -> tuple[object, object]:
     """(rcl_publish_serialized_message, rcutils_reset_error): the intake bench's client publishes
-    bytes it wrote (csrc/fer_loadgen.c)."""
+    bytes it wrote (tools/csrc/fer_loadgen.c)."""
     return (_function("librcl.so", "rcl_publish_serialized_message", "fer_rcl_publish_fn"),
             _function("librcutils.so", "rcutils_reset_error", "fer_rcl_reset_error_fn"))
 

@@ -6,7 +6,8 @@
 #   3. rewrites the build container's Python paths in the wheels' CMake files (inside the venv)
 #   4. builds flowedge_relay_msgs, flowedge_relay and flowedge_relay_tools (tools/) with colcon
 #      into build/<distro>, install/<distro>
-#   5. builds the C scheduling core in place (CFFI) so the source tree is importable
+#   5. builds the C scheduling core and the tools' C drivers in place (CFFI) so the source tree
+#      is importable
 # The distro is ROS_DISTRO: jazzy (the default, LTS) or kilted (scripts/distro.sh). Each step is
 # skipped when its inputs have not changed (stamps in .venv/<distro>/.stamps), so a second run
 # finishes in seconds. Override the interpreter with PYTHON=/path/to/python3.11.
@@ -70,7 +71,7 @@ fi
 
 # 4. colcon build -------------------------------------------------------------------------------
 src=$(digest "$reqfile" msg/*.msg msg/CMakeLists.txt msg/package.xml package.xml setup.py \
-  tools/package.xml tools/setup.py tools/setup.cfg \
+  tools/package.xml tools/setup.py tools/setup.cfg tools/csrc/* tools/flowedge_relay_tools/_build_bench.py \
   csrc/*.c csrc/*.h flowedge_relay/_build_core.py launch/* config/*)
 if [ -f "$FER_INSTALL/setup.bash" ] && fresh colcon "$src"; then
   step "4/5 colcon build up to date"
@@ -89,15 +90,21 @@ else
 fi
 
 # 5. C core in place ----------------------------------------------------------------------------
-# the core reads the messages' generated headers (csrc/fer_wire.h): a .msg change rebuilds it
-core=$(digest csrc/*.c csrc/*.h flowedge_relay/_build_core.py msg/*.msg)
+# the core reads the messages' generated headers (csrc/fer_wire.h): a .msg change rebuilds it;
+# the tools' C drivers (tools/csrc) are their own module, compiled against the core's headers
+core=$(digest csrc/*.c csrc/*.h flowedge_relay/_build_core.py msg/*.msg \
+  tools/csrc/* tools/flowedge_relay_tools/_build_bench.py)
 if [ -f flowedge_relay/_build_core.py ]; then
-  if ls flowedge_relay/_fer_core*.so >/dev/null 2>&1 && fresh core "$core"; then
+  if ls flowedge_relay/_fer_core*.so tools/flowedge_relay_tools/_fer_bench*.so >/dev/null 2>&1 \
+     && fresh core "$core"; then
     step "5/5 C core up to date"
   else
-    step "5/5 building the C core (CFFI) in place"
+    step "5/5 building the C core and the tools' C drivers (CFFI) in place"
     FER_DISTRO=$FER_DISTRO "$venv/bin/python" -m flowedge_relay._build_core >/dev/null \
       || die "building the C core failed"
+    FER_DISTRO=$FER_DISTRO PYTHONPATH="$root:$root/tools" \
+      "$venv/bin/python" -m flowedge_relay_tools._build_bench >/dev/null \
+      || die "building the tools' C drivers failed"
     stamp core "$core"
   fi
 fi

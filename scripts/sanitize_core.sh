@@ -35,24 +35,28 @@ TESTS=(_core_build.py reference_model.py test_core.py test_admission.py test_cor
 
 rm -rf "$STAGE"
 mkdir -p "$STAGE/test" "$STAGE/flowedge_relay"
-# Python sources of the package (no built module, no caches), the C sources, the core's tests.
-tar -C "$ROOT" --exclude='__pycache__' --exclude='*.so' -cf - flowedge_relay csrc |
-    tar -C "$STAGE" -xf -
+# Python sources of the package (no built module, no caches), the C sources, the core's tests;
+# and the tools package with its C drivers (test_ring.py and the admission bench call them).
+tar -C "$ROOT" --exclude='__pycache__' --exclude='*.so' -cf - flowedge_relay csrc \
+    tools/flowedge_relay_tools tools/csrc | tar -C "$STAGE" -xf -
 for t in "${TESTS[@]}"; do cp "test/$t" "$STAGE/test/"; done
 cat > "$STAGE/test/conftest.py" <<'PYEOF'
 """Sanitizer run: make sure the instrumented module of this tree is the one under test."""
 import pathlib
 
 import flowedge_relay._fer_core as core_module
+import flowedge_relay_tools.native  # loads the drivers, bound to the core module above
+import flowedge_relay_tools._fer_bench as drivers_module
 
 TREE = pathlib.Path(__file__).resolve().parent.parent
 assert pathlib.Path(core_module.__file__).resolve().is_relative_to(TREE), core_module.__file__
+assert pathlib.Path(drivers_module.__file__).resolve().is_relative_to(TREE), drivers_module.__file__
 assert "libasan" in pathlib.Path("/proc/self/maps").read_text(), "ASan runtime not loaded"
 PYEOF
 cat > "$STAGE/pytest.ini" <<'INIEOF'
 [pytest]
 testpaths = test
-pythonpath = . test
+pythonpath = . tools test
 addopts = -ra --durations=5
 markers =
     ros: starts ROS 2 / DDS (see the repository's pytest.ini)
@@ -60,6 +64,8 @@ INIEOF
 
 echo "sanitize: building the core with -fsanitize=address,undefined" >&2
 FER_SANITIZE=1 FER_BUILD_DIR="$ROOT/build/sanitize/tmp" "$PY" "$STAGE/flowedge_relay/_build_core.py"
+FER_SANITIZE=1 FER_BUILD_DIR="$ROOT/build/sanitize/tmp" PYTHONPATH="$STAGE:$STAGE/tools${PYTHONPATH:+:$PYTHONPATH}" \
+    "$PY" -m flowedge_relay_tools._build_bench
 
 LIBASAN=$(gcc -print-file-name=libasan.so)
 LIBUBSAN=$(gcc -print-file-name=libubsan.so)

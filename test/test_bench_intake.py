@@ -88,8 +88,8 @@ def test_each_kind_of_the_load_generator_is_the_request_its_label_says():
         raw = [gen.request_bytes(load, i, now) for i in range(8)]
         msgs = [deserialize_message(b, InferenceRequest) for b in raw]
         node.destroy_node()
-    # the bench client writes its requests by hand (csrc/fer_loadgen.c): rclpy reads them by the
-    # .msg, and writes the same message to the same length, so no field is missing or extra
+    # the bench client writes its requests by hand (tools/csrc/fer_loadgen.c): rclpy reads them by
+    # the .msg, and writes the same message to the same length, so no field is missing or extra
     assert [len(b) for b in raw] == [len(serialize_message(m)) for m in msgs]
     kinds = [(stamp_ns(m.deadline) - now if stamp_ns(m.deadline) else None, m.remaining_nfe)
              for m in msgs]  # fmt: skip

@@ -67,11 +67,23 @@ def private_runtime_modules(source: str) -> list[str]:
                   and any(PRIVATE.match(part) for part in m.split(".")[1:]))
 
 
+#: (tooling file, private runtime module) -> why it is fine
+TOOLING_ALLOWED = {
+    ("tools/flowedge_relay_tools/_build_bench.py", "flowedge_relay._build_core"):
+        "the builder of the tools' C drivers includes the core's cdef (the types the drivers "
+        "share with it) and compiles with its flags: a build step, not a use of the runtime's "
+        "internals at run time",
+}
+
+
 def test_the_tooling_imports_only_public_runtime_modules():
     assert len(TOOLING_FILES) > 30
-    found = {str(p.relative_to(ROOT)): private_runtime_modules(p.read_text())
+    found = {str(p.relative_to(ROOT)): [m for m in private_runtime_modules(p.read_text())
+                                        if (str(p.relative_to(ROOT)), m) not in TOOLING_ALLOWED]
              for p in TOOLING_FILES}
     assert {k: v for k, v in found.items() if v} == {}
+    # every allowance is still needed
+    assert all(m in private_runtime_modules((ROOT / f).read_text()) for f, m in TOOLING_ALLOWED)
     # the check on what it must reject, and on what it must let through
     planted = ("from flowedge_relay._fer_core import lib\nimport flowedge_relay.policy._x\n"
                "from flowedge_relay import _build_core, model\n"

@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pytest
 from core_helpers import request, wait_for
-from flowedge_relay._fer_core import lib
 
 from flowedge_relay.core import Code, Core, CoreConfig, InvalidArgument, Ring
+from flowedge_relay_tools.native import lib
 
 
 def payload(seq: int, n: int) -> np.ndarray:

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """ament_python package flowedge_relay_tools: what drives a relay from outside (the demo, the
 drill, the robustness campaigns, the benchmarks, policy training), kept out of the runtime
-package so that a robot installs the relay without them."""
+package so that a robot installs the relay without them. Its C drivers (csrc/: the benchmarks'
+timing loops, the intake bench's client) are its own small CFFI module, which calls into the
+runtime's C core (flowedge_relay_tools/_build_bench.py)."""
 
 from setuptools import find_packages, setup
 
@@ -17,7 +19,9 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
         (f"share/{package_name}", ["package.xml"]),
     ],
-    install_requires=["setuptools", "numpy", "onnxruntime", "PyYAML"],
+    setup_requires=["cffi>=1.15"],
+    install_requires=["setuptools", "cffi>=1.15", "numpy", "onnxruntime", "PyYAML"],
+    cffi_modules=["flowedge_relay_tools/_build_bench.py:ffibuilder"],
     # Plots (the benchmarks, the soak) and exporting trained graphs are optional.
     extras_require={"plots": ["matplotlib"], "train": ["onnx"]},
     zip_safe=False,

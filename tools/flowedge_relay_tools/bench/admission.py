@@ -6,7 +6,7 @@
 For each queue depth (16, 64, 256, 1024) and worker count W (1, 2, 4) the same workload is run
 twice:
 
-- C alone: `fer_bench_admission` (csrc/fer_bench.c) builds a core and times each
+- C alone: `fer_bench_admission` (tools/csrc/fer_bench.c) builds a core and times each
   `fer_core_submit` with CLOCK_MONOTONIC in C, so no Python is involved; once more with the
   fair share on (docs/design.md §7.1; every session its own client, all tracked), side by side:
   three rounds of each, interleaved, each side's quietest round (lowest p99) reported;
@@ -32,8 +32,9 @@ import time
 
 import numpy as np
 
-from flowedge_relay.core import AgeGate, Core, CoreConfig, Decision, Request, ffi, lib
+from flowedge_relay.core import AgeGate, Core, CoreConfig, Decision, Request
 from flowedge_relay_tools.bench.tables import format_rows
+from flowedge_relay_tools.native import check, ffi, lib
 
 DEPTHS = (16, 64, 256, 1024)
 WORKERS = (1, 2, 4)
@@ -66,10 +67,8 @@ def _percentiles(lat: np.ndarray) -> dict:
 def measure_c(depth: int, workers: int, samples: int, seed: int, fair_share: bool = False) -> dict:
     warmup = max(50, samples // 10)
     lat = np.zeros(samples + warmup, dtype=np.uint64)
-    rc = lib.fer_bench_admission(depth, workers, samples + warmup, seed, int(fair_share),
-                                 ffi.cast("uint64_t *", lat.ctypes.data))
-    if rc != lib.FER_OK:
-        raise RuntimeError(f"fer_bench_admission failed: {ffi.string(lib.fer_strerror(rc))}")
+    check(lib.fer_bench_admission(depth, workers, samples + warmup, seed, int(fair_share),
+                                  ffi.cast("uint64_t *", lat.ctypes.data)))
     return _percentiles(lat[warmup:])
 
 

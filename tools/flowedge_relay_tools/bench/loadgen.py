@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A load of InferenceRequests published, and their answers tallied, in C (csrc/fer_loadgen.h).
+"""A load of InferenceRequests published, and their answers tallied, in C
+(tools/csrc/fer_loadgen.h, through flowedge_relay_tools.native).
 
 An rclpy client takes ~30 us to build and publish a request and ~60 us to take an answer, so a
 Python client, not the relay, would set the rate `bench intake` finds. Here one thread publishes
@@ -23,7 +24,6 @@ from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from flowedge_relay.core import check, ffi, lib
 from flowedge_relay.model import default_model_path
 from flowedge_relay.rcl_abi import serialized_publish_functions, take_functions
 from flowedge_relay_tools.bench.client import (
@@ -34,6 +34,7 @@ from flowedge_relay_tools.bench.client import (
     relay_ros_args,
 )
 from flowedge_relay_tools.harness import load_served, spinning, wait_for_relay
+from flowedge_relay_tools.native import check, ffi, lib
 
 KINDS = {"expired": lib.FER_LOAD_EXPIRED, "rejected": lib.FER_LOAD_REJECTED,
          "admitted": lib.FER_LOAD_ADMITTED, "due": lib.FER_LOAD_DUE}

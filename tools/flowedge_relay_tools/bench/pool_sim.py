@@ -30,11 +30,12 @@ import time
 
 import numpy as np
 
-from flowedge_relay.core import Core, CoreConfig, Pool, PoolRole, PoolViewMember, ffi, lib
+from flowedge_relay.core import Core, CoreConfig, Pool, PoolRole, PoolViewMember
 from flowedge_relay.intake import NativeIntake
 from flowedge_relay.model import default_model_path, load_model
 from flowedge_relay.validation import ModelContract
 from flowedge_relay_tools.bench.tables import format_rows
+from flowedge_relay_tools.native import check, ffi, lib
 
 TARGETS = {"max_over_mean": 1.15, "drop_over_decision": 0.2}
 MONO = 10**12
@@ -106,9 +107,9 @@ def _time(intake: NativeIntake | None, messages: list[bytes], n: int, now_ros: i
     ns = np.zeros(n, np.uint64)
     gc.disable()
     try:
-        lib.fer_intake_bench_decide(intake.ptr if intake else ffi.NULL, buf,
-                                    ffi.cast("uint64_t *", offsets.ctypes.data), len(messages),
-                                    n, MONO, now_ros, ffi.cast("uint64_t *", ns.ctypes.data))
+        check(lib.fer_bench_intake_decide(
+            intake.ptr if intake else ffi.NULL, buf, ffi.cast("uint64_t *", offsets.ctypes.data),
+            len(messages), n, MONO, now_ros, ffi.cast("uint64_t *", ns.ctypes.data)))
     finally:
         gc.enable()
     warm = ns[n // 10:]
@@ -215,7 +216,7 @@ def run(args) -> dict:
         "rows": rows,
         "host": host_info(),
         "method": "C rendezvous hash (core.Pool.ranking) over N members; intake cases timed "
-                  "per message in C (fer_intake_bench_decide), p50 over the samples after a "
+                  "per message in C (fer_bench_intake_decide), p50 over the samples after a "
                   "10% warm-up; the ratio takes the timer's own p50 off both sides",
         "simulation": sims,
         "intake": costs,

@@ -1,14 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_loadgen.c - the intake bench's client in C (fer_loadgen.h says why). Allocates only in
- * fer_tally_create.
+ * fer_tally_create. Compiled into the tools package's extension; the take loop (fer_take.h) and
+ * the answer reader (fer_wire.h) are the runtime core's, called in the relay's own module
+ * (flowedge_relay_tools/native.py), and the CDR writer is the core's header-only one (fer_cdr.h).
  */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "fer_internal.h"
+#include "fer.h"
 #include "fer_cdr.h"
 #include "fer_rcl.h"
 #include "fer_loadgen.h"

@@ -5,8 +5,9 @@
  * client is not what limits the decisions per second the bench measures (bench intake). Tooling,
  * not the runtime contract: nothing on the relay's data path calls these.
  *
- * Same rules as fer.h: read verbatim into the cdef (after fer_rcl.h), so declarations and plain
- * integer #defines only.
+ * Same rules as fer.h: read verbatim into the tools' cdef (flowedge_relay_tools/_build_bench.py,
+ * which includes the core's, so fer_rcl.h's types are shared), so declarations and plain integer
+ * #defines only.
  */
 
 /* What each request of a load is, by the relay's decision it is built to get. */

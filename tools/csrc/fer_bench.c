@@ -1,22 +1,26 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fer_bench.c - timing and stress drivers that must run in C, compiled into the extension
- * (declared in fer_bench.h, apart from the runtime contract fer.h).
+ * fer_bench.c - timing and stress drivers that must run in C (declared in fer_bench.h), compiled
+ * into the tools package's own extension (flowedge_relay_tools._fer_bench), not into the relay's.
  *
- * Why a fer_bench_ export rather than a separate C program compiled by the benchmark at run time:
- * the benchmark then works wherever the extension works (an installed package has no csrc/ and
- * possibly no compiler), measures the very object code the relay runs (same flags, same build),
- * and the timing loop stays free of any Python or CFFI overhead. The cost is a few hundred bytes
- * of code in the shipped module that nothing on the data path calls.
+ * Why C drivers rather than Python loops: the timing loop stays free of any Python or CFFI
+ * overhead. Why through the runtime core's public calls only (fer.h, fer_intake.h), resolved at load from the
+ * relay's own module (flowedge_relay_tools/native.py): the benchmark measures the very object code
+ * the relay runs (same flags, same build), and the relay ships no bench code.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-#include "fer_internal.h"
+#include "fer.h"
+#include "fer_pool.h"
+#include "fer_rcl.h"
+#include "fer_wire.h"
+#include "fer_intake.h"
 #include "fer_bench.h"
 
 static uint64_t mono_ns(void)
@@ -62,7 +66,8 @@ int fer_bench_admission(uint32_t depth, uint32_t workers, uint32_t samples, uint
     uint32_t i;
     int rc;
 
-    FER_CHECK_ARGS(lat_ns != NULL || samples == 0);
+    if (lat_ns == NULL && samples != 0)
+        return FER_EINVAL;
     memset(&cfg, 0, sizeof(cfg));
     cfg.workers = workers;
     cfg.queue_capacity = depth + 1;
@@ -109,8 +114,8 @@ int fer_bench_admission(uint32_t depth, uint32_t workers, uint32_t samples, uint
         if (rc != FER_ACCEPTED)
             goto broken;
         lat_ns[i] = t1 - t0;
-        /* Untimed: drain the REJECTED_STALE of the previous x so ring 0 never fills. */
-        while (fer_ring_pop(c->rings[0], &o, NULL))
+        /* Untimed: drain the REJECTED_STALE of the previous x so its ring never fills. */
+        while (fer_core_pop_outcomes(c, &o, NULL, 1) > 0)
             ;
     }
     fer_core_destroy(c);
@@ -130,7 +135,7 @@ uint64_t fer_bench_ring_produce(struct fer_ring *ring, uint64_t first, uint64_t 
     struct fer_outcome rec;
     float act[256];
     uint64_t i, full = 0;
-    uint32_t k, al = ring->action_len < 256 ? ring->action_len : 256;
+    uint32_t k, al = fer_ring_action_len(ring) < 256 ? fer_ring_action_len(ring) : 256;
 
     memset(&rec, 0, sizeof(rec));
     rec.has_actions = al > 0;
@@ -152,10 +157,10 @@ uint64_t fer_bench_ring_consume(struct fer_ring *ring, uint64_t first, uint64_t 
     struct fer_outcome rec;
     float act[256];
     uint64_t got = 0, errors = 0;
-    uint32_t k, al = ring->action_len < 256 ? ring->action_len : 256;
+    uint32_t k, al = fer_ring_action_len(ring) < 256 ? fer_ring_action_len(ring) : 256;
 
     while (got < n) {
-        if (ring->action_len > 256) /* payload check limited to the local buffer */
+        if (fer_ring_action_len(ring) > 256) /* payload check limited to the local buffer */
             return n;
         if (!fer_ring_pop(ring, &rec, act)) {
             /* 30 s without a record: the producer is gone (a test must fail, not hang). Not
@@ -174,4 +179,26 @@ uint64_t fer_bench_ring_consume(struct fer_ring *ring, uint64_t first, uint64_t 
         got++;
     }
     return errors;
+}
+
+int fer_bench_intake_decide(struct fer_intake *in, const uint8_t *buf, const uint64_t *offsets,
+                            uint32_t n_msgs, uint32_t n, uint64_t now_mono, int64_t now_ros,
+                            uint64_t *ns_out)
+{
+    uint32_t i;
+
+    if ((in != NULL && (buf == NULL || offsets == NULL || n_msgs == 0)) || ns_out == NULL)
+        return FER_EINVAL;
+    for (i = 0; i < n; i++) {
+        const uint64_t *o = in ? &offsets[i % n_msgs] : NULL;
+        uint64_t t0, t1;
+        int32_t decision;
+
+        t0 = mono_ns();
+        if (in != NULL)
+            fer_intake_decide(in, buf + o[0], o[1] - o[0], now_mono, now_ros, &decision);
+        t1 = mono_ns();
+        ns_out[i] = t1 - t0;
+    }
+    return FER_OK;
 }
