@@ -1016,6 +1016,11 @@ int fer_pool_set_spill(struct fer_pool *p, uint32_t on)
     return FER_OK;
 }
 
+uint32_t fer_pool_spilling(const struct fer_pool *p)
+{
+    return p != NULL && __atomic_load_n(&p->spill_on, __ATOMIC_RELAXED);
+}
+
 /* A handover (msg/PoolSpill.msg, written through its plan: fer_wire.h) into buf[0..cap): the
  * bytes it takes, whole in buf when they fit (buf NULL: sized only). */
 static uint64_t write_handover(uint8_t *buf, uint64_t cap, const struct fer_pool *p,

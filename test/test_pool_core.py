@@ -39,6 +39,7 @@ from flowedge_relay.core import (
     Pool,
     PoolRole,
     PoolViewMember,
+    RejectReason,
     ffi,
     lib,
     pool_hash,
@@ -498,6 +499,69 @@ def test_only_a_capacity_rejection_spills_and_only_when_the_bound_fits():
     owner.pool.set_view([PoolViewMember(owner.pool.key, (DIGEST,)),
                          PoolViewMember(slow.key, (DIGEST,), workers=1, relay_id=TARGET_ID)])
     assert owner.decide(request_cdr(sid, 7, deadline_ms=5000)) == (SPILLED, None)
+
+
+SPILL_STEP = st.tuples(st.integers(0, 2), st.integers(0, 1),
+                       st.sampled_from([None, 1, 40, 5000, 100_000]), st.integers(1, 8),
+                       st.integers(0, 1), st.integers(0, 30), st.booleans())  # fmt: skip
+
+
+@settings(max_examples=120, deadline=None)
+@given(steps=st.lists(SPILL_STEP, min_size=1, max_size=40), queue=st.integers(1, 3),
+       fair=st.booleans(), target_nfe_ms=st.sampled_from([1, 50, 2000]),
+       boxed=st.integers(1, 4))  # fmt: skip
+def test_the_owner_decides_first_and_only_a_capacity_rejection_tries_the_handover(
+        steps, queue, fair, target_nfe_ms, boxed):
+    """The hot path: an owner with spill on makes the same decisions, in the same state, as a
+    twin with spill off (the core decides first); only a decision REJECTED_CAPACITY with reason
+    capacity becomes a handover, exactly when the target's bound fits and its out box has room
+    (spill_fits, looked at only then), and every other request, a fair-share rejection
+    included, is answered at the owner as by the twin, once. Random sessions, clients,
+    deadlines, NFE, generations, clocks, and an out box of one to four handovers drained at
+    random by the sender."""
+    size = len(request_cdr("robot-0", 1, deadline_ms=5000))
+    twins = [Member_(OWNER_ID, queue_capacity=queue, spill_bytes=boxed * (size + 512))
+             for _ in range(2)]
+    off, on = twins
+    target_key = pool_key(TARGET_ID)
+    view = [PoolViewMember(off.pool.key, (DIGEST,), relay_id=OWNER_ID),
+            PoolViewMember(target_key, (DIGEST,), workers=1, nfe_ns=target_nfe_ms * MS,
+                           relay_id=TARGET_ID)]
+    sids = []
+    for m in twins:
+        m.pool.set_view(view)
+        m.core.set_fair_share(fair)
+    on.pool.set_spill(True)
+    for i in range(10_000):
+        sid = f"robot-{i}"
+        if on.pool.role(sid.encode(), DIGEST, ROS) == PoolRole.OWNER:
+            sids.append(sid)
+        if len(sids) == 3:
+            break
+    t_ms, spilled = 0, 0
+    for seq, (si, client, deadline_ms, nfe, gen, dt_ms, drain) in enumerate(steps, start=1):
+        t_ms += dt_ms
+        now_ros = ROS + t_ms * MS
+        cdr = request_cdr(sids[si], seq, now_ros=now_ros, deadline_ms=deadline_ms,
+                          remaining_nfe=nfe, generation=1 + gen, client_id=f"client-{client}")
+        deadline = now_ros + deadline_ms * MS if deadline_ms is not None else 0
+        fits = on.pool.spill_fits(target_key, nfe, deadline, now_ros, len(cdr))
+        want = off.decide(cdr, t_ms)
+        got = on.decide(cdr, t_ms)
+        want_out = [(o.sequence, o.code, o.reject_reason) for o in off.core.pop_outcomes()]
+        got_out = [(o.sequence, o.code, o.reject_reason) for o in on.core.pop_outcomes()]
+        capacity = (seq, Code.REJECTED_CAPACITY, RejectReason.CAPACITY) in want_out
+        if want == (None, Decision.REJECTED_CAPACITY) and capacity and fits:
+            assert got == (SPILLED, None)
+            assert got_out == [o for o in want_out if o[0] != seq]  # the rest, once each
+            spilled += 1
+        else:
+            assert got == want and got_out == want_out
+        assert on.core.queue_snapshot() == off.core.queue_snapshot()
+        if drain:
+            on.pool.spill_next(0)
+    assert on.pool.counters().spilled_out == spilled and off.pool.counters().spilled_out == 0
+    assert on.core.stats().submitted == off.core.stats().submitted == len(steps)
 
 
 def test_the_owner_answers_a_spilled_request_once_when_its_target_dies():
