@@ -40,6 +40,7 @@ from flowedge_relay.core import (
     PoolRole,
     PoolViewMember,
     RejectReason,
+    RingFull,
     ffi,
     lib,
     pool_hash,
@@ -394,12 +395,13 @@ def test_a_takeover_keeps_the_arrival_time_for_the_age_gate():
 OWNER_ID, TARGET_ID = "owner-1-0000000a", "target-2-0000000b"
 
 
-def spill_pair(spill_bytes: int = 1 << 20) -> tuple[Member_, Member_, str]:
+def spill_pair(spill_bytes: int = 1 << 20,
+               target_spill_bytes: int = 1 << 20) -> tuple[Member_, Member_, str]:
     """An owner with a queue of 1 and spill on, its session's successor (the target) idle, both
     with the same view (the target's announced bound: 1 worker, 1 ms an NFE, nothing queued);
     and a session the owner owns. The owner's queue is full."""
     owner = Member_(OWNER_ID, queue_capacity=1, spill_bytes=spill_bytes)
-    target = Member_(TARGET_ID)
+    target = Member_(TARGET_ID, spill_bytes=target_spill_bytes)
     view = [PoolViewMember(owner.pool.key, (DIGEST,), relay_id=OWNER_ID),
             PoolViewMember(target.pool.key, (DIGEST,), workers=1, nfe_ns=MS,
                            relay_id=TARGET_ID)]
@@ -583,6 +585,56 @@ def test_the_owner_answers_a_spilled_request_once_when_its_target_dies():
     assert owner.pool.spill_next(0) is not None  # the two handovers were made
     owner.pool.takeover(target.pool.key)
     assert owner.service(7100) == 0 and owner.core.pop_outcomes() == []
+
+
+def test_a_handover_the_targets_full_in_box_cannot_take_is_given_back_and_answered_once():
+    """The target's intake is stalled on purpose (never serviced) with its in box holding one
+    handover: the next ones are given back at once (counted spill_returned), addressed to their
+    owner; the owner decides each as its own arrival, once, never spilling it again (counted
+    spill_taken_back, not spilled_in): in time and still full, REJECTED_CAPACITY; past its
+    deadline, EXPIRED. A give-back the owner's own full in box cannot take is refused until it
+    has room (the relay waits lease / 4 for it). The handover the target took is answered there
+    and clears the owner's record: every request answered once."""
+    one = 16 + (len(spill_handover_probe()) + 15) // 16 * 16  # the target's in box: one
+    owner, target, sid = spill_pair(spill_bytes=848, target_spill_bytes=one)
+    handovers = {}
+    for seq in range(2, 6):
+        assert owner.decide(request_cdr(sid, seq, deadline_ms=5000)) == (SPILLED, None)
+        handovers[seq] = owner.pool.spill_next(0)
+    assert target.pool.spill_in(handovers[2], MONO) == 1  # and its intake never runs
+    backs = {}
+    for seq in (3, 4, 5):
+        assert target.pool.spill_in(handovers[seq], MONO) == lib.FER_POOL_SPILL_GIVE_BACK
+        backs[seq] = target.pool.spill_give_back(handovers[seq])
+        msg = deserialize_message(backs[seq], PoolSpill)
+        assert (msg.relay_id, msg.target, msg.sequence) == (OWNER_ID, OWNER_ID, seq)
+        assert bytes(msg.request) == request_cdr(sid, seq, deadline_ms=5000)
+        assert target.pool.spill_in(backs[seq], MONO) == 0  # addressed to the owner only
+    assert owner.pool.spill_in(backs[3], MONO) == owner.pool.spill_in(backs[4], MONO) == 1
+    with pytest.raises(RingFull):  # the owner's in box holds two: the third waits
+        owner.pool.spill_in(backs[5], MONO)
+    assert owner.service(1) == 2
+    assert owner.pool.standby() == [(pool_hash(sid), q, target.pool.key) for q in (2, 5)]
+    assert target.service(2) == 1 and [q.sequence for q in target.core.queue_snapshot()] == [2]
+    assert owner.pool.answer(answer_cdr(sid, 2, relay_id=TARGET_ID)) == 1
+    assert owner.pool.standby() == [(pool_hash(sid), 5, target.pool.key)]
+    assert owner.pool.spill_in(backs[5], MONO) == 1
+    assert owner.service(6000) == 1  # past its deadline now
+    assert [(o.sequence, o.code) for o in owner.core.pop_outcomes()] == [
+        (3, Code.REJECTED_CAPACITY), (4, Code.REJECTED_CAPACITY), (5, Code.EXPIRED)]
+    assert owner.pool.spill_next(0) is None  # never spilled again
+    assert owner.pool.spill_in(backs[3], MONO) == 1 and owner.service(6001) == 0  # once
+    assert owner.core.pop_outcomes() == [] == owner.pool.standby() == target.core.pop_outcomes()
+    o, t = owner.pool.counters(), target.pool.counters()
+    assert (o.spilled_out, o.spill_taken_back, o.spilled_in, o.spill_dropped) == (4, 3, 0, 1)
+    assert (t.spill_returned, t.spilled_in, t.spill_taken_back) == (3, 1, 0)
+
+
+def spill_handover_probe() -> bytes:
+    """One handover of the spill pair's size (its request as request_cdr makes it)."""
+    owner, _, sid = spill_pair()
+    owner.decide(request_cdr(sid, 2, deadline_ms=5000))
+    return owner.pool.spill_next(0)
 
 
 def test_a_handover_after_the_targets_takeover_of_its_owner_is_not_decided_again():
