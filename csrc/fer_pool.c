@@ -109,7 +109,8 @@ struct spill_box {
  * or not; every live entry is in the chain of bucket[sid_hash ^ sequence & mask]; the arena holds
  * used bytes from a_head on (mod arena_cap), the spans of the ring's entries in order. Everything
  * from `e` on belongs to the deciding thread; counters have one writer (relaxed stores), but
- * pool_epoch (under mu) and surrendered and stalls_detected (atomic adds: every publisher).
+ * pool_epoch (under mu), surrendered and stalls_detected (atomic adds: every publisher), and
+ * spill_ignored and spill_returned (atomic adds: the spill topic's subscription).
  * last_alive, surrender_before and excluded_before only rise (compare-and-swap).
  */
 struct fer_pool {

@@ -245,12 +245,12 @@ def test_a_target_killed_while_holding_handovers_leaves_them_to_the_owner_once(s
     pace. The target is made to hold what it is handed (its NFEs take a minute, set live and
     acknowledged). The owner is filled until released: its NFEs take HOLD_MS (set live), and
     three long requests of its own sessions (successor: the third relay) take its worker (seen
-    busy in its flowedge/stats) and then its whole queue (seen queued). Two requests of sessions whose successor is
-    the target are then capacity rejections: handed over (the owner's spilled_out and the
-    target's spilled_in, each +2) and held there unanswered. The owner is released (its delay
-    set back), answers its own three and is idle; the target is killed (-9): after a lease the
-    owner takes the two back (spill_back) and answers each once, with actions. Runs last: the
-    target stays dead."""
+    busy in its flowedge/stats) and then its whole queue (seen queued). Two requests of
+    sessions whose successor is the target are then capacity rejections: handed over (the
+    owner's spilled_out and the target's spilled_in, each +2) and held there unanswered. The
+    owner is released (its delay set back), answers its own three and is idle; the target is
+    killed (-9): after a lease the owner takes the two back (spill_back) and answers each once,
+    with actions. Runs last: the target stays dead."""
     client, procs, ids = spill_pool
     client.reset()
     owner, target, third = ids[OWNER], ids[1], ids[2]
