@@ -381,6 +381,11 @@ int fer_core_get_config(struct fer_core *core, struct fer_config *out);
  * Rejections and any displaced / pruned / drained work are pushed to ring 0. With no alive lane,
  * a request is REJECTED_CAPACITY (REJECTED_DEADLINE if the admission test would judge it). */
 int fer_core_submit(struct fer_core *core, const struct fer_request *req, uint64_t now);
+/* After fer_core_submit returned FER_SPILLED for req and the pool could not hand it over (no
+ * target fits, or no room in its out box): the REJECTED_CAPACITY (reason capacity) that the
+ * decision held back, emitted now to ring 0 and counted as the submit would have; nothing else
+ * changes (FER_SPILLED changed nothing). Returns FER_REJECTED_CAPACITY, or FER_EINVAL. */
+int fer_core_answer_spilled(struct fer_core *core, const struct fer_request *req, uint64_t now);
 
 /* ---- lifecycle and model swap (docs/design.md §9), any thread ---------------------------------
  * set_accepting: 0 makes every request that reaches step 3 of §4 (valid, not a duplicate of

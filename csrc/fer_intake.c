@@ -530,19 +530,19 @@ static int decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len, uint6
         r.prefix_start_ns = instant_mono(r.prefix_start_ros_ns, now_ros, now_mono);
         r.action_period_ns = stamp_ns(v.action_period_sec, v.action_period_nanosec);
     }
-    /* a pool owner's spill (docs/design.md §13.5): a would-be REJECTED_CAPACITY is handed to
-     * the successor when its announced bound fits; a re-decision (pooled 0) never spills */
-    r.spill = successor != 0 &&
-              fer_pool_spill_fits(in->pool, successor, v.remaining_nfe, (int64_t)deadline_ros,
-                                  now_ros, len);
+    /* a pool owner's spill (docs/design.md §13.5): the core decides first and holds back a
+     * would-be REJECTED_CAPACITY (FER_SPILLED); only then is the successor's bound and the out
+     * box looked at, and the request handed over or answered here, once. A re-decision (pooled
+     * 0) never spills. */
+    r.spill = successor != 0 && fer_pool_spilling(in->pool);
     rc = fer_core_submit(in->core, &r, now_mono);
     if (rc == FER_SPILLED &&
-        fer_pool_spill_out(in->pool, cdr, len, successor, (const uint8_t *)v.session_id,
-                           v.session_id_len, v.sequence, v.generation, arrival_mono,
-                           r.deadline_ns, now_mono) != FER_OK) {
-        r.spill = 0; /* no room after all (fits saw it): answered here, as without spill */
-        rc = fer_core_submit(in->core, &r, now_mono);
-    }
+        (!fer_pool_spill_fits(in->pool, successor, v.remaining_nfe, (int64_t)deadline_ros,
+                              now_ros, len) ||
+         fer_pool_spill_out(in->pool, cdr, len, successor, (const uint8_t *)v.session_id,
+                            v.session_id_len, v.sequence, v.generation, arrival_mono,
+                            r.deadline_ns, now_mono) != FER_OK))
+        rc = fer_core_answer_spilled(in->core, &r, now_mono); /* no handover: answered here */
     if (rc < 0)
         return discard(in, FER_REASON_CORE_REFUSED);
     if (rc < 8)

@@ -109,7 +109,8 @@ struct spill_box {
  * or not; every live entry is in the chain of bucket[sid_hash ^ sequence & mask]; the arena holds
  * used bytes from a_head on (mod arena_cap), the spans of the ring's entries in order. Everything
  * from `e` on belongs to the deciding thread; counters have one writer (relaxed stores), but
- * pool_epoch (under mu) and surrendered and stalls_detected (atomic adds: every publisher).
+ * pool_epoch (under mu), surrendered and stalls_detected (atomic adds: every publisher), and
+ * spill_ignored and spill_returned (atomic adds: the spill topic's subscription).
  * last_alive, surrender_before and excluded_before only rise (compare-and-swap).
  */
 struct fer_pool {
@@ -919,7 +920,8 @@ int fer_pool_counters(struct fer_pool *p, struct fer_pool_counters *out)
     RD(takeovers); RD(taken_over_requests); RD(surrendered); RD(standby_bytes);
     RD(standby_bytes_capacity); RD(standby_entries); RD(standby_capacity); RD(pool_members);
     RD(pool_epoch); RD(key); RD(stalls_detected); RD(surrender_before_ns); RD(spilled_out);
-    RD(spilled_in); RD(spill_ignored); RD(spill_dropped); RD(spill_back);
+    RD(spilled_in); RD(spill_ignored); RD(spill_dropped); RD(spill_back); RD(spill_returned);
+    RD(spill_taken_back);
 #undef RD
     pthread_mutex_unlock(&p->mu);
     out->owned_sessions = owned;
@@ -1014,6 +1016,11 @@ int fer_pool_set_spill(struct fer_pool *p, uint32_t on)
         return FER_EINVAL;
     __atomic_store_n(&p->spill_on, on ? 1u : 0u, __ATOMIC_RELAXED);
     return FER_OK;
+}
+
+uint32_t fer_pool_spilling(const struct fer_pool *p)
+{
+    return p != NULL && __atomic_load_n(&p->spill_on, __ATOMIC_RELAXED);
 }
 
 /* A handover (msg/PoolSpill.msg, written through its plan: fer_wire.h) into buf[0..cap): the
@@ -1158,6 +1165,12 @@ static int parse_handover(const uint8_t *cdr, uint64_t len, struct fer_spill_vie
     return 0;
 }
 
+/* Whether id (len bytes) is this member's relay_id */
+static int is_me(const struct fer_pool *p, const uint8_t *id, uint32_t len)
+{
+    return len == p->cfg.relay_id_len && memcmp(id, p->cfg.relay_id, len) == 0;
+}
+
 int fer_pool_spill_in(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint64_t now_mono)
 {
     struct fer_spill_view h;
@@ -1166,8 +1179,7 @@ int fer_pool_spill_in(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint
 
     if (p == NULL || cdr == NULL || parse_handover(cdr, len, &h, &stamp) != 0)
         return FER_EINVAL;
-    if (h.target_len != p->cfg.relay_id_len ||
-        memcmp(h.target, p->cfg.relay_id, h.target_len) != 0) {
+    if (!is_me(p, h.target, h.target_len)) {
         __atomic_fetch_add(&p->c.spill_ignored, 1, __ATOMIC_RELAXED);
         return 0;
     }
@@ -1176,10 +1188,31 @@ int fer_pool_spill_in(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint
     if (at != NULL)
         memcpy(at, cdr, len);
     pthread_mutex_unlock(&p->mu);
-    if (at == NULL)
-        return FER_EFULL;
+    if (at == NULL) /* a handover goes back to its owner at once; a give-back waits for room */
+        return is_me(p, h.relay_id, h.relay_id_len) ? FER_EFULL : FER_POOL_SPILL_GIVE_BACK;
     ring(p);
     return 1;
+}
+
+int64_t fer_pool_spill_give_back(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
+                                 uint8_t *buf, uint64_t cap)
+{
+    struct fer_spill_view h;
+    int64_t stamp;
+    uint64_t n;
+
+    if (p == NULL || cdr == NULL || parse_handover(cdr, len, &h, &stamp) != 0 ||
+        is_me(p, h.relay_id, h.relay_id_len))
+        return FER_EINVAL;
+    /* everything as the owner wrote it (its stamp: its own stall still drops it), but the
+     * target: the owner itself */
+    h.target = h.relay_id;
+    h.target_len = h.relay_id_len;
+    n = fer_spill_write(&h, buf, cap);
+    if (n == 0 || n > cap || n > INT64_MAX)
+        return FER_EINVAL;
+    __atomic_fetch_add(&p->c.spill_returned, 1, __ATOMIC_RELAXED);
+    return (int64_t)n;
 }
 
 /* Whether an answer to (session id, sequence) was seen or given here (the early-answer filter) */
@@ -1226,7 +1259,11 @@ uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *
                     arrival = p->e[idx].arrival_ns;
             remove_answered(p, sh, h.sequence);
             p->answered[fingerprint(sh, h.sequence) & p->mask] = fingerprint(sh, h.sequence);
-            bump(&p->c.spilled_in, 1);
+            if (is_me(p, h.relay_id, h.relay_id_len)) /* its own, given back: its target's
+                                                       * in box was full */
+                bump(&p->c.spill_taken_back, 1);
+            else
+                bump(&p->c.spilled_in, 1);
             fn(ctx, h.request, h.request_len, arrival);
             done++;
         }

@@ -125,6 +125,10 @@ struct fer_pool_counters {
                                        * request answered already (a takeover here decided it) */
     uint64_t spill_back;              /* spilled requests the owner answered itself on its
                                        * target's death (also in taken_over_requests) */
+    uint64_t spill_returned;          /* handovers to this member its full in box gave back to
+                                       * their owner (fer_pool_spill_give_back) */
+    uint64_t spill_taken_back;        /* this member's own handovers given back by their target
+                                       * and decided here (not in spilled_in) */
 };
 
 struct fer_pool;
@@ -220,22 +224,34 @@ int fer_pool_standby_snapshot(struct fer_pool *pool, uint64_t *sid_hash, uint64_
  * and a later copy is filtered, so its takeovers never decide it again; a handover of a request
  * a takeover here decided already (its owner died after handing it over) is dropped.
  * set_spill: any thread; 0 (a new pool's) = the owner answers REJECTED_CAPACITY itself.
- * spill_fits: the deciding thread: 1 when a request (remaining_nfe, deadline ROS ns, 0 = none)
+ *   spilling: any thread, one relaxed load: whether it is on (the deciding thread marks a
+ *   request it owns spillable, fer_request.spill, only then).
+ * spill_fits: the deciding thread, only after fer_core_submit returned FER_SPILLED (an
+ *   admitted request never pays for it): 1 when a request (remaining_nfe, deadline ROS ns, 0 = none)
  *   may be handed to target_key now: spill on, the target in the view with workers > 0 and its
  *   announced bound (admission_reserve_ns + nfe_ns x remaining_nfe x (1 + ceil(queue_depth /
  *   workers))) within the slack (deadline - now_ros), and room in the out box for len bytes.
  * spill_out: the deciding thread, after fer_core_submit returned FER_SPILLED for a request
  *   spill_fits passed: the handover goes into the out box (waking spill_next), the request into
  *   standby for target_key; counted spilled_out. FER_OK, FER_EFULL (no room: not handed over),
- *   FER_EINVAL.
+ *   FER_EINVAL. Either fails: fer_core_answer_spilled answers it REJECTED_CAPACITY here.
  * spill_next: the relay's sender thread: waits up to timeout_ns for the oldest handover, copies
  *   its CDR bytes into buf (cap >= spill_bytes) and returns their length; 0 on timeout.
  * spill_in: any thread (the spill topic's subscription): one handover's CDR bytes, taken at
  *   now_mono. 0 when it names another member (counted spill_ignored), 1 when queued for the
- *   deciding thread (the intake loop is woken), FER_EFULL when the in box is full (call again
- *   once the intake thread has made room), FER_EINVAL for bytes that do not parse.
+ *   deciding thread (the intake loop is woken), FER_POOL_SPILL_GIVE_BACK when it is a handover
+ *   to this member and the in box is full (publish what spill_give_back writes: never waited
+ *   for), FER_EFULL when it is a give-back of this member's own handover and the in box is
+ *   full (call again once the intake thread has made room), FER_EINVAL for bytes that do not
+ *   parse.
+ * spill_give_back: any thread: the give-back of a handover spill_in could not take: the same
+ *   PoolSpill with its target set to the owner that made it (relay_id = target marks a
+ *   give-back), into buf[0..cap); its length (counted spill_returned), or FER_EINVAL. The owner
+ *   decides it as its own arrival, once, never spilling it again (counted spill_taken_back).
  */
+#define FER_POOL_SPILL_GIVE_BACK 2
 int fer_pool_set_spill(struct fer_pool *pool, uint32_t on);
+uint32_t fer_pool_spilling(const struct fer_pool *pool);
 int fer_pool_spill_fits(struct fer_pool *pool, uint64_t target_key, uint32_t remaining_nfe,
                         int64_t deadline_ros, int64_t now_ros, uint64_t len);
 int fer_pool_spill_out(struct fer_pool *pool, const uint8_t *cdr, uint64_t len,
@@ -245,6 +261,8 @@ int fer_pool_spill_out(struct fer_pool *pool, const uint8_t *cdr, uint64_t len,
 int64_t fer_pool_spill_next(struct fer_pool *pool, uint8_t *buf, uint64_t cap,
                             uint64_t timeout_ns);
 int fer_pool_spill_in(struct fer_pool *pool, const uint8_t *cdr, uint64_t len, uint64_t now_mono);
+int64_t fer_pool_spill_give_back(struct fer_pool *pool, const uint8_t *cdr, uint64_t len,
+                                 uint8_t *buf, uint64_t cap);
 
 /* Any thread: the counters (FER_OK, FER_EINVAL). */
 int fer_pool_counters(struct fer_pool *pool, struct fer_pool_counters *out);

@@ -375,6 +375,17 @@ static int submit_locked(struct fer_core *c, struct arrival *a)
     return FER_ACCEPTED;
 }
 
+int fer_core_answer_spilled(struct fer_core *c, const struct fer_request *r, uint64_t now)
+{
+    int rang;
+
+    FER_CHECK_ARGS(c != NULL && r != NULL);
+    pthread_mutex_lock(&c->mu);
+    rang = fer_emit_request(c, r, FER_REJECTED_CAPACITY, FER_REJECT_CAPACITY, now);
+    fer_unlock_and_ring(c, rang);
+    return FER_REJECTED_CAPACITY;
+}
+
 int fer_core_set_accepting(struct fer_core *c, uint32_t accepting)
 {
     FER_CHECK_ARGS(c != NULL);

@@ -935,6 +935,8 @@ class PoolCounters:
     spill_ignored: int = 0  # handovers naming another member
     spill_dropped: int = 0  # handovers not decided (malformed, or from before an own stall)
     spill_back: int = 0  # spilled requests answered here on the target's death
+    spill_returned: int = 0  # handovers to this member given back (its in box was full)
+    spill_taken_back: int = 0  # its own handovers given back by the target, decided here
 
 
 class Pool:
@@ -1119,8 +1121,18 @@ class Pool:
 
     def spill_in(self, cdr: bytes, now_mono: int) -> int:
         """One handover taken from flowedge/pool/spill: 1 queued for the intake thread, 0 for
-        another member; RingFull while the in box is full (call again)."""
+        another member, SPILL_GIVE_BACK for one to this member that its full in box cannot take
+        (publish spill_give_back's bytes); RingFull for a give-back of this member's own
+        handover while its in box is full (call again)."""
         return _check(lib.fer_pool_spill_in(self._pool, cdr, len(cdr), now_mono))
+
+    def spill_give_back(self, cdr: bytes) -> bytes:
+        """The give-back of a handover spill_in could not take: the same PoolSpill, addressed
+        to the owner that made it, which answers the request itself (docs/design.md §13.5)."""
+        cap = len(cdr) + lib.FER_POOL_RELAY_ID_MAX + 8
+        buf = ffi.new("uint8_t[]", cap)
+        n = _check(lib.fer_pool_spill_give_back(self._pool, cdr, len(cdr), buf, cap))
+        return bytes(ffi.buffer(buf, n))
 
     def counters(self) -> PoolCounters:
         """A snapshot of the pool's counters and gauges."""

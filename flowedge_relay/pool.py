@@ -542,7 +542,7 @@ class RelayPool:
         self._spill_sub = node.create_subscription(PoolSpill, SPILL_TOPIC, self._on_spill,
                                                    spill_qos, callback_group=self.group, raw=True)
         self._sender: threading.Thread | None = None
-        self.spill_lost = 0  # handovers the in box could not take within lease / 4
+        self.spill_lost = 0  # give-backs its in box could not take within lease / 4
         self.set_spill(bool(p["pool_spill"]))
 
     def set_spill(self, on: bool) -> None:
@@ -570,14 +570,17 @@ class RelayPool:
 
     def _on_spill(self, cdr: bytes) -> None:
         """A handover on flowedge/pool/spill: the intake thread decides it if it names this
-        member. A full in box is waited out for at most lease / 4 (the announcements share this
-        thread), then the handover is lost, counted and logged (docs/design.md §13.5)."""
+        member. One its full in box cannot take is given back to its owner at once, which
+        answers it itself. A give-back of this member's own handover is waited for: a full in
+        box for at most lease / 4 (the announcements share this thread), then it is lost,
+        counted and logged (docs/design.md §13.5, both in boxes full)."""
         from flowedge_relay.core import RingFull
 
         end = time.monotonic_ns() + self.lease_ns // 4
         while True:
             try:
-                self.c.spill_in(cdr, time.monotonic_ns())
+                if self.c.spill_in(cdr, time.monotonic_ns()) == lib.FER_POOL_SPILL_GIVE_BACK:
+                    self._spill_pub.publish(self.c.spill_give_back(cdr))
                 return
             except RingFull:
                 if time.monotonic_ns() >= end:
@@ -585,7 +588,7 @@ class RelayPool:
                 time.sleep(0.001)
         self.spill_lost += 1
         self._node.get_logger().error(
-            "pool: a handover to this member found its in box full; it is lost")
+            "pool: a handover given back to this member found its in box full; it is lost")
 
     @property
     def group(self):

@@ -39,6 +39,8 @@ from flowedge_relay.core import (
     Pool,
     PoolRole,
     PoolViewMember,
+    RejectReason,
+    RingFull,
     ffi,
     lib,
     pool_hash,
@@ -393,12 +395,13 @@ def test_a_takeover_keeps_the_arrival_time_for_the_age_gate():
 OWNER_ID, TARGET_ID = "owner-1-0000000a", "target-2-0000000b"
 
 
-def spill_pair(spill_bytes: int = 1 << 20) -> tuple[Member_, Member_, str]:
+def spill_pair(spill_bytes: int = 1 << 20,
+               target_spill_bytes: int = 1 << 20) -> tuple[Member_, Member_, str]:
     """An owner with a queue of 1 and spill on, its session's successor (the target) idle, both
     with the same view (the target's announced bound: 1 worker, 1 ms an NFE, nothing queued);
     and a session the owner owns. The owner's queue is full."""
     owner = Member_(OWNER_ID, queue_capacity=1, spill_bytes=spill_bytes)
-    target = Member_(TARGET_ID)
+    target = Member_(TARGET_ID, spill_bytes=target_spill_bytes)
     view = [PoolViewMember(owner.pool.key, (DIGEST,), relay_id=OWNER_ID),
             PoolViewMember(target.pool.key, (DIGEST,), workers=1, nfe_ns=MS,
                            relay_id=TARGET_ID)]
@@ -500,6 +503,69 @@ def test_only_a_capacity_rejection_spills_and_only_when_the_bound_fits():
     assert owner.decide(request_cdr(sid, 7, deadline_ms=5000)) == (SPILLED, None)
 
 
+SPILL_STEP = st.tuples(st.integers(0, 2), st.integers(0, 1),
+                       st.sampled_from([None, 1, 40, 5000, 100_000]), st.integers(1, 8),
+                       st.integers(0, 1), st.integers(0, 30), st.booleans())  # fmt: skip
+
+
+@settings(max_examples=120, deadline=None)
+@given(steps=st.lists(SPILL_STEP, min_size=1, max_size=40), queue=st.integers(1, 3),
+       fair=st.booleans(), target_nfe_ms=st.sampled_from([1, 50, 2000]),
+       boxed=st.integers(1, 4))  # fmt: skip
+def test_the_owner_decides_first_and_only_a_capacity_rejection_tries_the_handover(
+        steps, queue, fair, target_nfe_ms, boxed):
+    """The hot path: an owner with spill on makes the same decisions, in the same state, as a
+    twin with spill off (the core decides first); only a decision REJECTED_CAPACITY with reason
+    capacity becomes a handover, exactly when the target's bound fits and its out box has room
+    (spill_fits, looked at only then), and every other request, a fair-share rejection
+    included, is answered at the owner as by the twin, once. Random sessions, clients,
+    deadlines, NFE, generations, clocks, and an out box of one to four handovers drained at
+    random by the sender."""
+    size = len(request_cdr("robot-0", 1, deadline_ms=5000))
+    twins = [Member_(OWNER_ID, queue_capacity=queue, spill_bytes=boxed * (size + 512))
+             for _ in range(2)]
+    off, on = twins
+    target_key = pool_key(TARGET_ID)
+    view = [PoolViewMember(off.pool.key, (DIGEST,), relay_id=OWNER_ID),
+            PoolViewMember(target_key, (DIGEST,), workers=1, nfe_ns=target_nfe_ms * MS,
+                           relay_id=TARGET_ID)]
+    sids = []
+    for m in twins:
+        m.pool.set_view(view)
+        m.core.set_fair_share(fair)
+    on.pool.set_spill(True)
+    for i in range(10_000):
+        sid = f"robot-{i}"
+        if on.pool.role(sid.encode(), DIGEST, ROS) == PoolRole.OWNER:
+            sids.append(sid)
+        if len(sids) == 3:
+            break
+    t_ms, spilled = 0, 0
+    for seq, (si, client, deadline_ms, nfe, gen, dt_ms, drain) in enumerate(steps, start=1):
+        t_ms += dt_ms
+        now_ros = ROS + t_ms * MS
+        cdr = request_cdr(sids[si], seq, now_ros=now_ros, deadline_ms=deadline_ms,
+                          remaining_nfe=nfe, generation=1 + gen, client_id=f"client-{client}")
+        deadline = now_ros + deadline_ms * MS if deadline_ms is not None else 0
+        fits = on.pool.spill_fits(target_key, nfe, deadline, now_ros, len(cdr))
+        want = off.decide(cdr, t_ms)
+        got = on.decide(cdr, t_ms)
+        want_out = [(o.sequence, o.code, o.reject_reason) for o in off.core.pop_outcomes()]
+        got_out = [(o.sequence, o.code, o.reject_reason) for o in on.core.pop_outcomes()]
+        capacity = (seq, Code.REJECTED_CAPACITY, RejectReason.CAPACITY) in want_out
+        if want == (None, Decision.REJECTED_CAPACITY) and capacity and fits:
+            assert got == (SPILLED, None)
+            assert got_out == [o for o in want_out if o[0] != seq]  # the rest, once each
+            spilled += 1
+        else:
+            assert got == want and got_out == want_out
+        assert on.core.queue_snapshot() == off.core.queue_snapshot()
+        if drain:
+            on.pool.spill_next(0)
+    assert on.pool.counters().spilled_out == spilled and off.pool.counters().spilled_out == 0
+    assert on.core.stats().submitted == off.core.stats().submitted == len(steps)
+
+
 def test_the_owner_answers_a_spilled_request_once_when_its_target_dies():
     """The target dies before answering: the owner's takeover of it decides the handed-over
     request itself, as an arrival, and never spills it again (here its queue is still full:
@@ -519,6 +585,56 @@ def test_the_owner_answers_a_spilled_request_once_when_its_target_dies():
     assert owner.pool.spill_next(0) is not None  # the two handovers were made
     owner.pool.takeover(target.pool.key)
     assert owner.service(7100) == 0 and owner.core.pop_outcomes() == []
+
+
+def test_a_handover_the_targets_full_in_box_cannot_take_is_given_back_and_answered_once():
+    """The target's intake is stalled on purpose (never serviced) with its in box holding one
+    handover: the next ones are given back at once (counted spill_returned), addressed to their
+    owner; the owner decides each as its own arrival, once, never spilling it again (counted
+    spill_taken_back, not spilled_in): in time and still full, REJECTED_CAPACITY; past its
+    deadline, EXPIRED. A give-back the owner's own full in box cannot take is refused until it
+    has room (the relay waits lease / 4 for it). The handover the target took is answered there
+    and clears the owner's record: every request answered once."""
+    one = 16 + (len(spill_handover_probe()) + 15) // 16 * 16  # the target's in box: one
+    owner, target, sid = spill_pair(spill_bytes=848, target_spill_bytes=one)
+    handovers = {}
+    for seq in range(2, 6):
+        assert owner.decide(request_cdr(sid, seq, deadline_ms=5000)) == (SPILLED, None)
+        handovers[seq] = owner.pool.spill_next(0)
+    assert target.pool.spill_in(handovers[2], MONO) == 1  # and its intake never runs
+    backs = {}
+    for seq in (3, 4, 5):
+        assert target.pool.spill_in(handovers[seq], MONO) == lib.FER_POOL_SPILL_GIVE_BACK
+        backs[seq] = target.pool.spill_give_back(handovers[seq])
+        msg = deserialize_message(backs[seq], PoolSpill)
+        assert (msg.relay_id, msg.target, msg.sequence) == (OWNER_ID, OWNER_ID, seq)
+        assert bytes(msg.request) == request_cdr(sid, seq, deadline_ms=5000)
+        assert target.pool.spill_in(backs[seq], MONO) == 0  # addressed to the owner only
+    assert owner.pool.spill_in(backs[3], MONO) == owner.pool.spill_in(backs[4], MONO) == 1
+    with pytest.raises(RingFull):  # the owner's in box holds two: the third waits
+        owner.pool.spill_in(backs[5], MONO)
+    assert owner.service(1) == 2
+    assert owner.pool.standby() == [(pool_hash(sid), q, target.pool.key) for q in (2, 5)]
+    assert target.service(2) == 1 and [q.sequence for q in target.core.queue_snapshot()] == [2]
+    assert owner.pool.answer(answer_cdr(sid, 2, relay_id=TARGET_ID)) == 1
+    assert owner.pool.standby() == [(pool_hash(sid), 5, target.pool.key)]
+    assert owner.pool.spill_in(backs[5], MONO) == 1
+    assert owner.service(6000) == 1  # past its deadline now
+    assert [(o.sequence, o.code) for o in owner.core.pop_outcomes()] == [
+        (3, Code.REJECTED_CAPACITY), (4, Code.REJECTED_CAPACITY), (5, Code.EXPIRED)]
+    assert owner.pool.spill_next(0) is None  # never spilled again
+    assert owner.pool.spill_in(backs[3], MONO) == 1 and owner.service(6001) == 0  # once
+    assert owner.core.pop_outcomes() == [] == owner.pool.standby() == target.core.pop_outcomes()
+    o, t = owner.pool.counters(), target.pool.counters()
+    assert (o.spilled_out, o.spill_taken_back, o.spilled_in, o.spill_dropped) == (4, 3, 0, 1)
+    assert (t.spill_returned, t.spilled_in, t.spill_taken_back) == (3, 1, 0)
+
+
+def spill_handover_probe() -> bytes:
+    """One handover of the spill pair's size (its request as request_cdr makes it)."""
+    owner, _, sid = spill_pair()
+    owner.decide(request_cdr(sid, 2, deadline_ms=5000))
+    return owner.pool.spill_next(0)
 
 
 def test_a_handover_after_the_targets_takeover_of_its_owner_is_not_decided_again():

@@ -12,13 +12,25 @@ and the successor of each request are known in advance. Every request is counted
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
 from core_helpers import wait_for
+from flowedge_relay_msgs.msg import RelayStats
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
-from test_pool import NS, RELAYS, PoolClient, fnv1a64, mix64, pool_client, relay_args
+from test_pool import (
+    NFE_DELAY_MS,
+    NS,
+    RELAYS,
+    PoolClient,
+    fnv1a64,
+    mix64,
+    pool_client,
+    relay_args,
+)
 
 from flowedge_relay.core import Code
 from flowedge_relay.timebase import ros_time
@@ -189,3 +201,113 @@ def test_with_spill_off_the_owner_answers_capacity_itself(spill_pool):
     assert Code.REJECTED_CAPACITY in codes, codes
     time.sleep(1.5)  # the 1 Hz pool status
     assert counter(client, OWNER, "spilled_out") == out0
+
+
+HOLD_NFE = 30  # a filler's NFEs: at HOLD_MS each it holds its worker 30 s unless released
+HOLD_MS = 1000
+
+
+def send_long(client: PoolClient, session: str) -> tuple[str, int]:
+    """A session's one request of HOLD_NFE NFEs (no deadline): at a fault delay of HOLD_MS it
+    holds the worker until the delay is set back (read before every NFE's sleep), then ends
+    within one HOLD_MS."""
+    key = (session, 1)
+    now = client.now()
+    with client.lock:
+        client.sent[key] = now
+    client.pub.publish(build_request(client.model, now, session_id=session, sequence=key[1],
+                                     remaining_nfe=HOLD_NFE))
+    return key
+
+
+class LatestStats:
+    """Relay i's latest flowedge/stats (published at STATS_HZ)."""
+
+    def __init__(self, client: PoolClient, i: int) -> None:
+        self.latest: RelayStats | None = None
+        client.node.create_subscription(RelayStats, f"{NS}/r{i}/flowedge/stats", self._on, 10)
+
+    def _on(self, msg: RelayStats) -> None:
+        self.latest = msg
+
+    def busy_queued(self) -> tuple[int, int] | None:
+        """(lanes busy, requests queued) as last published, None before the first."""
+        m = self.latest
+        return None if m is None else (m.lanes_busy, m.queue_depth)
+
+
+def delay(ms: float) -> ParameterValue:
+    return ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=float(ms))
+
+
+def test_a_target_killed_while_holding_handovers_leaves_them_to_the_owner_once(spill_pool):
+    """Each condition is made and then seen before the next step, none left to the host's
+    pace. The target is made to hold what it is handed (its NFEs take a minute, set live and
+    acknowledged). The owner is filled until released: its NFEs take HOLD_MS (set live), and
+    three long requests of its own sessions (successor: the third relay) take its worker (seen
+    busy in its flowedge/stats) and then its whole queue (seen queued). Two requests of
+    sessions whose successor is the target are then capacity rejections: handed over (the
+    owner's spilled_out and the target's spilled_in, each +2) and held there unanswered. The
+    owner is released (its delay set back), answers its own three and is idle; the target is
+    killed (-9): after a lease the owner takes the two back (spill_back) and answers each once,
+    with actions. Runs last: the target stays dead."""
+    client, procs, ids = spill_pool
+    client.reset()
+    owner, target, third = ids[OWNER], ids[1], ids[2]
+    fill = sessions_with(ids, owner, third, QUEUE + 1, "spf")
+    handed = sessions_with(ids, owner, target, 2, "spk")
+    out0, in0 = counter(client, OWNER, "spilled_out"), counter(client, 1, "spilled_in")
+    back0 = counter(client, OWNER, "spill_back")
+    stats = LatestStats(client, OWNER)
+    set_parameter(client, 1, "fault_nfe_delay_ms", delay(60_000))
+    killed = False
+    try:
+        set_parameter(client, OWNER, "fault_nfe_delay_ms", delay(HOLD_MS))
+        try:
+            # its worker takes the first (seen running), then its queue the rest (seen queued):
+            # sent together, a worker slow to dispatch would leave the third no room
+            own = [send_long(client, fill[0])]
+            assert wait_for(lambda: stats.busy_queued() == (1, 0), 30, 0.02), \
+                (stats.busy_queued(), pool_state(client, own))
+            own += [send_long(client, s) for s in fill[1:]]
+            assert wait_for(lambda: stats.busy_queued() == (1, QUEUE), 30, 0.02), \
+                (stats.busy_queued(), pool_state(client, own))
+            keys = [client.send(s) for s in handed]
+            assert wait_for(lambda: counter(client, OWNER, "spilled_out") - out0 == 2 and
+                            counter(client, 1, "spilled_in") - in0 == 2, 30)
+        finally:
+            set_parameter(client, OWNER, "fault_nfe_delay_ms", delay(NFE_DELAY_MS))
+        assert wait_for(lambda: all(answers_of(client, own).values()), 60, 0.05), \
+            pool_state(client, own + keys)
+        assert not any(answers_of(client, keys).values()), seen(client, keys)  # held there
+        os.kill(procs[1].pid, signal.SIGKILL)
+        killed = True
+        procs[1].wait(timeout=10)
+    finally:
+        if not killed:
+            set_parameter(client, 1, "fault_nfe_delay_ms", delay(NFE_DELAY_MS))
+    client.wait_views([OWNER, 2], {owner, third})
+    client.assert_exactly_once()
+    got = answers_of(client, own + keys)
+    assert all(a[0].relay_id == owner for a in got.values()), \
+        {k: a[0].relay_id for k, a in got.items()}
+    assert all(a[0].code == Code.INFERENCE for a in got.values()), \
+        {k: (a[0].code, a[0].reject_reason) for k, a in got.items()}
+    assert wait_for(lambda: counter(client, OWNER, "spill_back") - back0 == 2, 10)
+
+
+def seen(client: PoolClient, keys: list[tuple[str, int]]) -> dict:
+    """Who answered each of keys, and how (for a failure's message)."""
+    return {k: [(a.relay_id, a.code, a.pool_epoch) for a in v]
+            for k, v in answers_of(client, keys).items()}
+
+
+def pool_state(client: PoolClient, keys: list[tuple[str, int]]) -> str:
+    """The announcements, the pool statuses and the answers to keys, short (for a failure)."""
+    with client.lock:
+        members = {r: (m.epoch, m.state, m.queue_depth) for r, m in client.members.items()}
+        status = {n: {k: v.get(k) for k in ("relay_id", "pool_epoch", "members", "takeovers",
+                                             "stalls_detected", "unowned", "spilled_out",
+                                             "spilled_in", "spill_back")}
+                  for n, v in client.status.items()}
+    return f"announced {members}; status {status}; answers {seen(client, keys)}"
