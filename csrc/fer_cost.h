@@ -85,8 +85,8 @@ struct fer_config;
  * stalls in the window (repeated, or a slowdown made of long preemptions) or an open promise
  * longer than the window (long_until_ns, the latest deadline of those: fer_cost_promise) price
  * every stall again, at once and in full, and a smaller excess (jitter, a sustained slowdown) is
- * never left out. Workers share the blocks: a stall that stops W workers is W stalls (charged,
- * on the safe side, when W > 1). A change of reserve_ns forgets the stall-free means (they copy sub_block); a
+ * never left out. Each worker fills its own blocks: a stall that stops W workers is W stalls
+ * (charged, on the safe side, when W > 1). A change of reserve_ns forgets the stall-free means (they copy sub_block); a
  * change of window suspends the rule until every promise made before it has ended
  * (long_until_ns takes promised_until_ns, the latest deadline ever promised). */
 struct fer_cost {
