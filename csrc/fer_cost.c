@@ -72,9 +72,7 @@ static void forget_all(struct fer_cost *k)
     /* A new window knows none of the stalls that the promises still open may have met. */
     if (k->promised_until_ns > k->long_until_ns)
         k->long_until_ns = k->promised_until_ns;
-    k->block_sum = 0;
-    k->block_top = 0;
-    k->block_n = 0;
+    k->resets++; /* every worker's run too (fer_cost_record) */
     k->epoch = 0;
     k->valid_until_ns = 0;
     k->total = 0;
@@ -161,12 +159,6 @@ static int advance(struct fer_cost *k, uint64_t now)
     n = e - k->epoch < FER_COST_SUBWINDOWS ? e - k->epoch : FER_COST_SUBWINDOWS;
     for (i = 1; i <= n; i++)
         clear_sub(k, (uint32_t)((k->epoch + i) % FER_COST_SUBWINDOWS));
-    if (n == FER_COST_SUBWINDOWS) {
-        /* A whole window without a sample: the block being filled is as old as the rest. */
-        k->block_sum = 0;
-        k->block_top = 0;
-        k->block_n = 0;
-    }
     k->epoch = e;
     return 1;
 }
@@ -201,18 +193,18 @@ static int stall_sized(const struct fer_cost *k, uint64_t excess_ns)
            excess_ns >= k->reserve_ns - k->reserve_ns / FER_COST_STALL_DIV;
 }
 
-/* A completed block of FER_COST_BLOCK spans (sum, largest top) in sub-window s: its mean, and
- * its stall-free mean when its largest span is a stall (fer_cost.h). */
-static void complete_block(struct fer_cost *k, uint32_t s, uint64_t sum, uint64_t top)
+/* A completed block of n >= FER_COST_BLOCK spans (sum, largest top) in sub-window s: its mean,
+ * and its stall-free mean when its largest span is a stall (fer_cost.h). */
+static void complete_block(struct fer_cost *k, uint32_t s, uint64_t sum, uint64_t top, uint32_t n)
 {
-    uint64_t mean = sum / FER_COST_BLOCK, mean_ex = mean, typical, excess;
+    uint64_t mean = sum / n, mean_ex = mean, typical, excess;
 
     /* A saturated sum is no measure of anything: charged as it is. */
     if (k->reserve_ns != 0 && sum != FER_SAT) {
-        typical = (sum - top) / (FER_COST_BLOCK - 1);
+        typical = (sum - top) / (n - 1);
         excess = top > typical ? top - typical : 0;
         if (stall_sized(k, excess)) {
-            mean_ex = (sum - (excess < k->reserve_ns ? excess : k->reserve_ns)) / FER_COST_BLOCK;
+            mean_ex = (sum - (excess < k->reserve_ns ? excess : k->reserve_ns)) / n;
             k->sub_stalls[s]++;
         }
     }
@@ -222,7 +214,8 @@ static void complete_block(struct fer_cost *k, uint32_t s, uint64_t sum, uint64_
         k->sub_block_ex[s] = mean_ex;
 }
 
-void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t span_ns)
+void fer_cost_record(struct fer_cost *k, struct fer_turnover *t, uint64_t now, uint64_t nfe_ns,
+                     uint64_t span_ns, int ends)
 {
     uint32_t s, b;
 
@@ -239,17 +232,28 @@ void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t
     }
     if (nfe_ns > k->sub_max[s])
         k->sub_max[s] = nfe_ns;
-    if (span_ns != 0) {
-        /* block_sum: at most FER_COST_BLOCK spans; saturating, so a saturated span stays one. */
-        k->block_sum = fer_sat_add(k->block_sum, span_ns);
-        if (span_ns > k->block_top)
-            k->block_top = span_ns;
-        if (++k->block_n == FER_COST_BLOCK) {
-            complete_block(k, s, k->block_sum, k->block_top);
-            k->block_sum = 0;
-            k->block_top = 0;
-            k->block_n = 0;
-        }
+    if (t != NULL && t->run_n != 0 &&
+        (t->run_resets != k->resets || k->epoch >= fer_sat_add(t->run_epoch, FER_COST_SUBWINDOWS))) {
+        /* A whole window without a span of this worker: its run is as old as the rest. */
+        t->run_sum = 0;
+        t->run_top = 0;
+        t->run_n = 0;
+    }
+    if (t != NULL && span_ns != 0) {
+        /* run_sum: at most FER_COST_BLOCK_MAX spans; saturating, so a saturated span stays one */
+        t->run_sum = fer_sat_add(t->run_sum, span_ns);
+        if (span_ns > t->run_top)
+            t->run_top = span_ns;
+        t->run_n++;
+        t->run_epoch = k->epoch;
+        t->run_resets = k->resets;
+    }
+    if (t != NULL && (t->run_n >= FER_COST_BLOCK_MAX || (ends && t->run_n >= FER_COST_BLOCK))) {
+        /* a block of whole requests (or of one long request's FER_COST_BLOCK_MAX steps) */
+        complete_block(k, s, t->run_sum, t->run_top, t->run_n);
+        t->run_sum = 0;
+        t->run_top = 0;
+        t->run_n = 0;
     }
     k->samples = fer_sat_add(k->samples, 1);
     recompute(k);

@@ -18,11 +18,14 @@
  * NFE estimator also takes, once per worker step, the step's busy span: the wall time since
  * that worker's previous step ended (or since it had work again, when it was idle), less a
  * pacing pause it reported (priced apart, docs/design.md §5.3), and keeps
- * the largest mean span over FER_COST_BLOCK consecutive steps in the window. The tail is the
+ * the largest mean span over a block of the worker's steps in the window. The tail is the
  * larger of the two: a slowdown that lasts as long as a short queue counts at once, a single
- * preemption counts a sixteenth, or nothing when the reserve already covers it (the stall rule
- * above struct fer_cost). A request's turnover (the gap before its first step) is paid by that
- * request's steps instead of its block (struct fer_turnover): 1/NFE per NFE, not 1/16.
+ * preemption counts a block's share, or nothing when the reserve already covers it (the stall
+ * rule above struct fer_cost). A block is a worker's run of whole requests: it closes at the end
+ * of a request once it holds FER_COST_BLOCK spans (or at FER_COST_BLOCK_MAX spans), so a request
+ * of 32-128 NFE is priced at what its own steps cost per NFE, not at its worst 16 steps. A
+ * request's turnover (the gap before its first step) is paid by that request's steps
+ * (struct fer_turnover): 1/NFE per NFE, not 1/16.
  *
  * Every function here is called with core->mu held. Nothing allocates (the struct is embedded in
  * struct fer_core); record costs O(buckets) at most, the admission read O(1).
@@ -45,15 +48,16 @@ struct fer_config;
 #define FER_COST_BUCKETS (1u + FER_COST_OCTAVES * FER_COST_PER_OCTAVE)
 #define FER_COST_DEFAULT_WINDOW_NS 1000000000ull
 #define FER_COST_DEFAULT_QUANTILE_PPM 900000u
-#define FER_COST_BLOCK 16      /* steps per block mean (about one short queue's worth of work) */
+#define FER_COST_BLOCK 16      /* fewest spans of a block: it closes at a request's end from here */
+#define FER_COST_BLOCK_MAX 128 /* most spans of a block: one request's worth of long RTC work */
 #define FER_COST_PPM 1000000u  /* quantile_ppm's whole */
 #define FER_COST_STALL_DIV 2   /* a stall: a span's excess of at least reserve / this */
 
 /* Invariants: agg[b] = sum over sub-windows s of sub[s][b]; total = sum of agg; epoch = the
  * sub-window index (now / sub_ns) of the newest sample, stored in sub[epoch % SUBWINDOWS];
- * sub_block[s] = the largest block mean completed in sub-window s (0 if none), and block_sum /
- * block_top / block_n (< FER_COST_BLOCK) the sum and largest of the spans of the block being
- * filled, forgotten when a whole window passes without a sample. sub_block_ex[s] <= sub_block[s]
+ * sub_block[s] = the largest block mean completed in sub-window s (0 if none); the block each
+ * worker is filling is its own (struct fer_turnover's run), forgotten when a whole window passes
+ * without a span of that worker or when `resets` moves on. sub_block_ex[s] <= sub_block[s]
  * is the same with one stall's excess left out (below), sub_stalls[s] the stalls of the blocks
  * completed in s. qtail (the quantile), block_mean, tail = max(qtail, block_mean) and window_max
  * describe the window that ends with sub-window `epoch`, and hold until valid_until_ns =
@@ -66,7 +70,7 @@ struct fer_config;
  * ahead of it and its own) x the cost in use + reserve_ns (cfg.admission_reserve_ns, the
  * pacing pause aside), and the cost in use is at least block_mean: the block mean prices what
  * the steps of the promise's horizon (now .. its deadline) cost, the reserve one excess on top.
- * A completed block's typical span is the mean of its other FER_COST_BLOCK - 1 spans, and its
+ * A completed block's typical span is the mean of its other spans (n - 1 of its n), and its
  * largest span's excess over that is a stall when it is at least reserve_ns /
  * FER_COST_STALL_DIV (never with reserve_ns 0). The block's stall-free mean leaves min(excess,
  * reserve_ns) out of its sum (the typical span itself when the excess is within the reserve).
@@ -81,8 +85,8 @@ struct fer_config;
  * stalls in the window (repeated, or a slowdown made of long preemptions) or an open promise
  * longer than the window (long_until_ns, the latest deadline of those: fer_cost_promise) price
  * every stall again, at once and in full, and a smaller excess (jitter, a sustained slowdown) is
- * never left out. Workers share the blocks: a stall that stops W workers is W stalls (charged,
- * on the safe side, when W > 1). A change of reserve_ns forgets the stall-free means (they copy sub_block); a
+ * never left out. Each worker fills its own blocks: a stall that stops W workers is W stalls
+ * (charged, on the safe side, when W > 1). A change of reserve_ns forgets the stall-free means (they copy sub_block); a
  * change of window suspends the rule until every promise made before it has ended
  * (long_until_ns takes promised_until_ns, the latest deadline ever promised). */
 struct fer_cost {
@@ -109,9 +113,7 @@ struct fer_cost {
     uint64_t reserve_ns;       /* cfg.admission_reserve_ns: the most of a stall left out */
     uint64_t long_until_ns;    /* latest deadline of a promise whose horizon exceeds the window */
     uint64_t promised_until_ns; /* latest deadline of any promise */
-    uint64_t block_sum;
-    uint64_t block_top;
-    uint32_t block_n;
+    uint64_t resets;           /* times every sample was forgotten (a worker's run with them) */
     uint32_t sub[FER_COST_SUBWINDOWS][FER_COST_BUCKETS];
     uint32_t agg[FER_COST_BUCKETS];
 };
@@ -128,12 +130,20 @@ struct fer_cost {
  * none. `paused_ns` is the pacing pause (docs/design.md §5.3) the worker took on purpose since
  * its last step, as asked: the next span leaves it out first (at most its gap), since the cost
  * in use prices the pauses on its own (fer_with_cede); what the pause overran stays in the span.
+ * The worker's block of the block mean is its run: run_sum / run_top / run_n (< the block's
+ * close) the sum, largest and count of the spans charged since its last block closed, run_epoch
+ * the sub-window of the newest and run_resets the estimator's `resets` then (fer_cost_record).
  * One per worker, in the core; touched under core->mu, never allocated on the path. */
 struct fer_turnover {
     uint64_t debt_ns;
     uint64_t per_step_ns;
     uint64_t paused_ns;
     uint32_t nfe;
+    uint32_t run_n;
+    uint64_t run_sum;
+    uint64_t run_top;
+    uint64_t run_epoch;
+    uint64_t run_resets;
 };
 
 /* Whether cfg's cost fields are valid (cost_model <= 1, cost_quantile_ppm <= 1000000). */
@@ -144,8 +154,11 @@ int fer_cost_config_valid(const struct fer_config *cfg);
 void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg);
 /* One measured NFE (or prefix pass) of nfe_ns nanoseconds that ended at now; span_ns, when not
  * 0, is the busy span of the worker step this NFE ended (one per step, on its first row; the
- * caller passes 0 for the step's other rows and for prefix passes). */
-void fer_cost_record(struct fer_cost *k, uint64_t now, uint64_t nfe_ns, uint64_t span_ns);
+ * caller passes 0 for the step's other rows and for prefix passes), added to the run of the
+ * worker whose state is t (NULL for prefix passes); `ends` says this NFE ended its request (done
+ * or stopped), which closes the run as a block once it holds FER_COST_BLOCK spans. */
+void fer_cost_record(struct fer_cost *k, struct fer_turnover *t, uint64_t now, uint64_t nfe_ns,
+                     uint64_t span_ns, int ends);
 /* Work of nfe NFEs was dispatched to the worker whose turnover is t (its first step pays it). */
 void fer_cost_dispatched(struct fer_turnover *t, uint32_t nfe);
 /* The worker whose turnover is t paused on purpose for pause_ns (its next span leaves it out). */

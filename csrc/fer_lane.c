@@ -278,7 +278,7 @@ int fer_core_prefix_done(struct fer_core *c, uint32_t lane, uint64_t now,
     s = &c->slots[id];
     s->prefix_pending = 0;
     c->st.busy_ns = fer_sat_add(c->st.busy_ns, prefix_ns_measured);
-    fer_cost_record(&c->prefix_cost, now, prefix_ns_measured, 0); /* cost-model hook */
+    fer_cost_record(&c->prefix_cost, NULL, now, prefix_ns_measured, 0, 0); /* cost-model hook */
     /* The pass is priced by prefix_ns: the worker's next step is charged from its end. */
     c->charged_ns[lane / c->cfg.batch_slots] = now;
     rc = after_unit(c, id, lane, now, 0, &rang);
@@ -317,6 +317,7 @@ int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_
 {
     uint32_t id;
     struct fer_slot *s;
+    uint64_t span;
     int rc, rang = 0;
 
     FER_CHECK_ARGS(FER_LANE_OK(c, lane));
@@ -334,8 +335,11 @@ int fer_core_step(struct fer_core *c, uint32_t lane, uint64_t now, uint64_t nfe_
     s->nfe_done++;
     c->st.nfe_total++;
     c->st.busy_ns = fer_sat_add(c->st.busy_ns, nfe_ns_measured);
-    fer_cost_record(&c->cost, now, nfe_ns_measured, step_span(c, lane, now, nfe_ns_measured));
+    span = step_span(c, lane, now, nfe_ns_measured);
     rc = after_unit(c, id, lane, now, s->remaining_nfe == 0, &rang);
+    /* §5.2: the worker's block closes at the end of a request (done or stopped) */
+    fer_cost_record(&c->cost, &c->turnover[lane / c->cfg.batch_slots], now, nfe_ns_measured, span,
+                    rc != FER_STEP_CONTINUE);
     fer_unlock_and_ring(c, rang);
     return rc;
 }

@@ -316,8 +316,9 @@ class Stats:
 @dataclass(frozen=True)
 class CostStats:
     """The cost model at one instant (fer.h struct fer_cost_stats): the measured NFE tail over
-    the window (the larger of the NFE quantile and the busiest 16-step block's mean span per
-    step) next to the configured nfe_ns and the value admission uses."""
+    the window (the larger of the NFE quantile and the busiest block's mean span per step, a
+    block being a worker's whole requests, 16 to 128 steps) next to the configured nfe_ns and
+    the value admission uses."""
 
     cost_model: CostModel
     quantile_ppm: int

@@ -167,7 +167,7 @@ def _drift(s: Snapshot) -> str | None:
     if k is not None:
         if k.window_samples and k.observed_tail_ns > k.in_use_ns:
             what = (f"NFE p{k.quantile_ppm / 1e4:g}" if k.quantile_tail_ns >= k.block_mean_ns
-                    else "busy time per step (the busiest 16 steps)")
+                    else "busy time per step (the busiest block of whole requests)")
             return (f"cost drift: measured {what} over the last "
                     f"{k.window_ns / 1e9:g} s is {k.observed_tail_ns} ns, above the "
                     f"{k.in_use_ns} ns admission assumes (configured nfe_ns {s.nfe_ns})")

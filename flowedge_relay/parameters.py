@@ -208,7 +208,7 @@ SPECS: tuple[Spec, ...] = (
         "cost_quantile",
         0.9,
         "which quantile of the NFEs measured in the window is the tail (1.0 = the maximum); "
-        "the busiest 16 worker steps' mean busy span per step can raise it",
+        "the busiest block's mean busy span per step (a worker's whole requests) can raise it",
         0.5,
         1.0,
         read_only=False,

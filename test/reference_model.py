@@ -118,9 +118,12 @@ class RefCost:
     window is SUBWINDOWS sub-windows of window / SUBWINDOWS ns rotating on `now`; a sample ages
     out when the sub-window SUBWINDOWS after its own begins; the value admission reads is
     computed when a sample arrives (or stats are read) and holds until every sample in it has
-    aged out, after which the configured nfe_ns applies again. The block mean: every BLOCK step
-    spans (passed with a step's first row) make one mean, kept as the largest in the sub-window
-    where the block completed; the tail is the larger of the window maximum and that.
+    aged out, after which the configured nfe_ns applies again. The block mean: each worker's step
+    spans (passed with a step's first row) fill its block, which closes at the end of a request
+    (done or stopped) once it holds BLOCK spans, or at BLOCK_MAX spans; its mean is kept as the
+    largest in the sub-window where the block completed; the tail is the larger of the window
+    maximum and that. A worker's block is forgotten after a whole window without a span of it,
+    or when the window changes.
 
     The stall rule: a block's largest span is a stall when its excess over the mean of the
     block's other spans is at least reserve / STALL_DIV (reserve = admission_reserve_ns, never
@@ -137,6 +140,7 @@ class RefCost:
 
     SUBWINDOWS = 4
     BLOCK = 16
+    BLOCK_MAX = 128
     STALL_DIV = 2
 
     def __init__(self) -> None:
@@ -146,6 +150,7 @@ class RefCost:
         self.reserve = 0
         self.long_until = 0
         self.promised_until = 0
+        self.resets = 0
 
     def configure(self, model: int, window_ns: int, quantile_ppm: int, reserve_ns: int = 0) -> None:
         assert quantile_ppm in (0, 1_000_000), "the reference models the maximum only"
@@ -160,7 +165,7 @@ class RefCost:
             self.sub_block = [0] * self.SUBWINDOWS
             self.sub_block_ex = [0] * self.SUBWINDOWS
             self.sub_stalls = [0] * self.SUBWINDOWS
-            self.block: list[int] = []
+            self.resets += 1
             self.long_until = max(self.long_until, self.promised_until)
         if reserve_ns != self.reserve:
             self.reserve = reserve_ns
@@ -185,8 +190,6 @@ class RefCost:
             k = (self.epoch + i) % self.SUBWINDOWS
             self.sub_max[k] = self.sub_count[k] = self.sub_block[k] = 0
             self.sub_block_ex[k] = self.sub_stalls[k] = 0
-        if e - self.epoch >= self.SUBWINDOWS:
-            self.block = []  # a whole window without a sample
         self.epoch = e
         return True
 
@@ -213,29 +216,36 @@ class RefCost:
         t[0] -= pay
         return sat(span + pay)
 
-    def _complete_block(self, k: int) -> None:
-        total = sat(sum(self.block))
-        mean = mean_ex = total // self.BLOCK
+    def _complete_block(self, k: int, block: list[int]) -> None:
+        total, n = sat(sum(block)), len(block)
+        mean = mean_ex = total // n
         if self.reserve and total < U64:
-            top = max(self.block)
-            excess = max(top - (total - top) // (self.BLOCK - 1), 0)
+            top = max(block)
+            excess = max(top - (total - top) // (n - 1), 0)
             if self.stall_sized(excess):
-                mean_ex = (total - min(excess, self.reserve)) // self.BLOCK
+                mean_ex = (total - min(excess, self.reserve)) // n
                 self.sub_stalls[k] += 1
         self.sub_block[k] = max(self.sub_block[k], mean)
         self.sub_block_ex[k] = max(self.sub_block_ex[k], mean_ex)
 
-    def record(self, now: int, measured: int, span: int = 0) -> None:
+    def record(self, now: int, measured: int, span: int = 0, t: list | None = None,
+               ends: bool = False) -> None:
+        """One NFE; span (the step's first row) fills the block of the worker whose turnover
+        list is t, which `ends` (the NFE ended its request) may close."""
         self.samples += 1
         self._advance(now)
         k = self.epoch % self.SUBWINDOWS
         self.sub_count[k] += 1
         self.sub_max[k] = max(self.sub_max[k], measured)
-        if span:
-            self.block.append(span)
-            if len(self.block) == self.BLOCK:
-                self._complete_block(k)
-                self.block = []
+        if t is not None:
+            if t[4] and (t[6] != self.resets or self.epoch >= t[5] + self.SUBWINDOWS):
+                t[4] = []  # a whole window without a span of this worker
+            if span:
+                t[4].append(span)
+                t[5], t[6] = self.epoch, self.resets
+            if len(t[4]) >= self.BLOCK_MAX or (ends and len(t[4]) >= self.BLOCK):
+                self._complete_block(k, t[4])
+                t[4] = []
         self._recompute()
 
     def promise(self, now: int, deadline: int) -> None:
@@ -318,8 +328,9 @@ class RefCore:
         # §5.2 block mean: per worker, the instant its busy time is charged up to (0 = never)
         self.charged = [0] * cfg.workers
         # and its turnover: [debt, installment, smallest NFE dispatched since its last step,
-        # pacing pause reported since its last step]
-        self.turnover = [[0, 0, 0, 0] for _ in range(cfg.workers)]
+        # pacing pause reported since its last step, the spans of its block being filled, the
+        # sub-window of the newest, the estimator's resets then]
+        self.turnover = [[0, 0, 0, 0, [], 0, 0] for _ in range(cfg.workers)]
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -717,16 +728,20 @@ class RefCore:
         it.nfe_done += 1
         self.st.nfe_total += 1
         self.st.busy_ns = sat(self.st.busy_ns + measured)
-        self.cost.record(now, measured, self._step_span(lane, now, measured))
+        span = self._step_span(lane, now, measured)
+        rc = CONTINUE
         if it.cancelled:
             self._free_lane(lane, REJECTED_STALE, now)
-            return STOP_STALE
-        if it.remaining_nfe == 0:
-            return DONE
-        if it.deadline_ns and now >= it.deadline_ns:
+            rc = STOP_STALE
+        elif it.remaining_nfe == 0:
+            rc = DONE
+        elif it.deadline_ns and now >= it.deadline_ns:
             self._free_lane(lane, EXPIRED, now)
-            return STOP_EXPIRED
-        return CONTINUE
+            rc = STOP_EXPIRED
+        # §5.2: the worker's block closes at the end of a request (done or stopped)
+        self.cost.record(now, measured, span, self.turnover[lane // self.cfg.batch_slots],
+                         ends=rc != CONTINUE)
+        return rc
 
     def _free_lane(self, lane: int, code: int, now: int, actions=None) -> None:
         it = self.lanes[lane]

@@ -335,9 +335,10 @@ def test_admission_heavy_sequences_match_reference(workers, nfe, program, cost_m
 
 
 # Work that flows (long runs of ticks and batched worker steps, gaps between them, few rejections)
-# so that workers complete many 16-step blocks: the block mean of §5.2 (busy span per step,
-# charged from the worker's last step, its last prefix pass or the arrival of work it takes
-# while idle), checked against the reference at every op, windows short enough to age blocks out.
+# so that workers complete many blocks of whole requests (closed at a request's end, done or
+# stopped, from 16 spans on): the block mean of §5.2 (busy span per step, charged from the
+# worker's last step, its last prefix pass or the arrival of work it takes while idle), checked
+# against the reference at every op, windows short enough to age a worker's block out.
 # With a reserve, the stall rule: an advance between a busy worker's steps is a stall, one or
 # several in a window, and a 20,000 ns deadline is a promise longer than a 2,000 ns window. A
 # pause (§5.3's pacing, reported) leaves its span, at most its gap, before the turnover rule.

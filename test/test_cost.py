@@ -38,17 +38,32 @@ req = partial(request, b"s", seed=0, ros_clock_offset=0, origin=T, obs_dim=OBS)
 
 
 class Lane:
-    """Lane 0 running one long no-deadline request, stepped with chosen durations."""
+    """Lane 0 running no-deadline requests of `per_request` NFE back to back (each dispatched as
+    the one before it ends), stepped with chosen durations. The block mean's blocks close at a
+    request's end once they hold 16 spans (at 128 in one long request): requests of 16 NFE make
+    every request one block."""
 
-    def __init__(self, core: Core, now: int = T, seq: int = 1) -> None:
-        self.core, self.now = core, now
-        assert core.submit(req(seq, nfe=100_000, origin=now), now) == Decision.ACCEPTED
-        assert core.dispatch(0, now) is not None
+    def __init__(self, core: Core, now: int = T, seq: int = 1, per_request: int = 16) -> None:
+        self.core, self.now, self.seq, self.per_request = core, now, seq, per_request
+        self._next()
+
+    def _next(self) -> None:
+        self.left = self.per_request
+        assert self.core.submit(req(self.seq, nfe=self.per_request, origin=self.now),
+                                self.now) == Decision.ACCEPTED
+        assert self.core.dispatch(0, self.now) is not None
+        self.seq += 1_000  # clear of the sequences the tests submit themselves
 
     def nfe(self, duration_ns: int, n: int = 1) -> None:
         for _ in range(n):
             self.now += duration_ns
-            assert self.core.step(0, self.now, duration_ns) == Step.CONTINUE
+            self.left -= 1
+            end = self.left == 0
+            assert self.core.step(0, self.now, duration_ns) == (Step.DONE if end else
+                                                                Step.CONTINUE)
+            if end:
+                self.core.finish(0, self.now, np.zeros(ACT, np.float32))
+                self._next()
 
 
 def test_static_measures_the_tail_but_admits_with_the_configured_value():
@@ -114,7 +129,7 @@ def test_the_tail_is_a_quantile_not_the_maximum():
         assert k.quantile_ppm == 900_000 and k.window_max_ns == 2_000_000
         # the upper edge of the p90's bucket (buckets are 1/16 octave wide): conservative
         assert FLOOR <= k.quantile_tail_ns <= FLOOR * 1.07
-        # ... but the busiest 16 consecutive steps held one outlier: it is charged a sixteenth
+        # ... but the busiest block (one 16-NFE request) held one outlier: it is charged a sixteenth
         assert k.block_mean_ns == (15 * FLOOR + 2_000_000) // 16
         assert k.observed_tail_ns == k.in_use_ns == k.block_mean_ns
         for _ in range(80):  # now 11% of the window: a sustained slowdown, the p90
@@ -205,6 +220,25 @@ def test_a_pacing_pause_is_left_out_of_the_span_but_its_overrun_is_not():
         assert c.cost_stats(lane.now).block_mean_ns == FLOOR
 
 
+def test_a_request_is_priced_over_its_own_steps_not_its_worst_sixteen():
+    # One 1.5 ms preemption in every request (a neighbour, well under the 5 ms reserve's stall
+    # size): a block is the worker's run of whole requests, so each 64-NFE request costs
+    # FLOOR + 1.5 ms / 64 per NFE, as admission charges it, not the 1.5 ms / 16 of its worst 16
+    # steps. Requests under 16 NFE share a block of 16 spans, closed at a request's end; one long
+    # request closes one every 128 steps.
+    preemption = 1_500_000
+    for per_request, span_n, charged_n in ((64, 64, 64), (4, 16, 16), (100_000, 128, 128)):
+        with make(admission_reserve_ns=RESERVE) as c:
+            lane = Lane(c, per_request=per_request)
+            for _ in range(4):
+                lane.nfe(FLOOR, span_n // 2 - 1)
+                lane.now += preemption  # mid-request: in a span, not a turnover
+                lane.nfe(FLOOR, span_n // 2 + 1)
+            k = c.cost_stats(lane.now)
+            assert (k.block_mean_ns, k.in_use_ns) == ((charged_n * FLOOR + preemption) //
+                                                      charged_n,) * 2
+
+
 # ---- the stall rule: one reserve-sized stall per window is the reserve's, not the block mean's --
 
 RESERVE = 5_000_000  # admission_reserve_ns: a stall is an excess of at least RESERVE / 2
@@ -285,6 +319,7 @@ def test_a_promise_longer_than_the_window_suspends_the_stall_rule():
         deadline = lane.now + S + S // 2
         assert c.submit(req(2, nfe=1, deadline=deadline, origin=lane.now), lane.now) == \
             Decision.ACCEPTED
+        assert c.dispatch(1, lane.now) is not None  # lane 1 holds it (it never steps)
         stall(lane, 4_000_000)
         assert c.cost_stats(lane.now).block_mean_ns == (15 * FLOOR + 4_100_000) // 16
         # a sub-window past that deadline (the first stall aged out) one stall is the reserve's
@@ -410,13 +445,13 @@ def test_the_rows_of_a_batched_step_charge_the_step_once():
     # B = 4, every row stepped at the same end: each slot advanced one NFE per 250 us step.
     with make(batch_slots=4) as c:
         for i in range(4):
-            assert c.submit(req(i + 1, nfe=100, origin=T), T) == Decision.ACCEPTED
+            assert c.submit(req(i + 1, nfe=32, origin=T), T) == Decision.ACCEPTED
             assert c.dispatch_worker(0, T) is not None
         now = T
-        for _ in range(32):
+        for j in range(32):
             now += 250_000
             for lane in range(4):
-                assert c.step(lane, now, 250_000) == Step.CONTINUE
+                assert c.step(lane, now, 250_000) == (Step.DONE if j == 31 else Step.CONTINUE)
         k = c.cost_stats(now)
         assert (k.window_samples, k.block_mean_ns, k.observed_tail_ns) == (128, 250_000, 250_000)
 
@@ -438,6 +473,7 @@ def test_admission_follows_the_estimate_only_in_adaptive_mode(model):
     with make(cost_model=model, workers=2) as c:
         lane = Lane(c)  # lane 0 measures; lane 1 stays idle for the new request
         lane.nfe(300_000, 100)
+        c.pop_outcomes()  # the lane's own answers
         now = lane.now
         decision = _feasible_at_floor(c, now, 2)
         if model == CostModel.STATIC:
@@ -452,7 +488,7 @@ def test_admission_follows_the_estimate_only_in_adaptive_mode(model):
 @pytest.mark.parametrize("model", [CostModel.STATIC, CostModel.ADAPTIVE])
 def test_dispatch_expires_what_cannot_finish_at_the_cost_in_use(model):
     with make(cost_model=model, workers=2) as c:
-        lane = Lane(c)
+        lane = Lane(c, per_request=1_000)
         lane.nfe(100_000, 100)
         now = lane.now
         assert _feasible_at_floor(c, now, 2) == Decision.ACCEPTED  # admitted at 100 us
@@ -469,15 +505,15 @@ def test_dispatch_expires_what_cannot_finish_at_the_cost_in_use(model):
 
 def test_dispatch_judges_one_request_by_the_quantile_not_the_block_mean():
     # Admitted at the floor with 3 ms to spare; then the worker on lane 0 spends 300 us between
-    # its 100 us NFEs for 32 steps (a neighbour's burst): the block mean is 400 us and admission
+    # its 100 us NFEs for 128 steps (a neighbour's burst): the block mean is 400 us and admission
     # prices new work at that, but the request about to start is judged at the NFE quantile.
     with make(workers=2) as c:
-        lane = Lane(c)
-        lane.nfe(FLOOR, 100)
-        deadline = lane.now + 32 * 400_000 + 3_000_000
+        lane = Lane(c, per_request=1_000)  # one long request: blocks of 128 steps
+        lane.nfe(FLOOR, 128)
+        deadline = lane.now + 128 * 400_000 + 3_000_000
         assert c.submit(req(2, nfe=10, deadline=deadline, origin=lane.now), lane.now) == \
             Decision.ACCEPTED
-        for _ in range(32):
+        for _ in range(128):
             lane.now += 300_000
             lane.nfe(FLOOR)
         k = c.cost_stats(lane.now)
