@@ -31,6 +31,7 @@ struct fer_intake {
     char cid[FER_SESSION_ID_MAX];
     struct fer_pool *pool;               /* NULL: no pool (today's intake) */
     uint64_t digest_hash;                /* fer_pool_hash of cfg.digest */
+    uint32_t digest_plain;               /* cfg.digest has no NUL: a string equal to it is it */
     uint64_t svc_mono;                   /* fer_intake_pool_service's clocks, for its takeovers */
     int64_t svc_ros;
 };
@@ -114,6 +115,7 @@ int fer_intake_create(struct fer_core *core, const struct fer_intake_config *cfg
     in->cfg = *cfg;
     in->core = core;
     in->digest_hash = fer_pool_hash((const uint8_t *)cfg->digest, cfg->digest_len);
+    in->digest_plain = memchr(cfg->digest, 0, cfg->digest_len) == NULL;
     in->obs = calloc((size_t)cfg->observation_dim + 1, sizeof(float));
     if (in->obs == NULL) {
         fer_intake_destroy(in);
@@ -453,19 +455,29 @@ static int discard(struct fer_intake *in, uint32_t reason)
 /* A pool member's check, right after the header fields are parsed and before any copy: 1 with
  * *decision set when another member owns the request (kept in standby when this one is its
  * successor), 0 when this member decides it (*successor: the request's successor, 0 = none). */
+/* The fer_pool_hash of a request's model_digest (its CDR string's bytes): the served digest's is
+ * known, its bytes then the string's NUL (or none) with no NUL among them; another's is
+ * computed. */
+static uint64_t digest_hash_of(const struct fer_intake *in, const uint8_t *d, uint32_t bytes)
+{
+    uint32_t n = in->cfg.digest_len;
+
+    if ((bytes == n || (bytes == n + 1 && d[n] == 0)) && in->digest_plain &&
+        memcmp(d, in->cfg.digest, n) == 0)
+        return in->digest_hash;
+    return fer_pool_hash(d, strnlen((const char *)d, bytes));
+}
+
 static int not_owned(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
-                     const struct fer_request_view *v, uint64_t now_mono, int64_t now_ros,
+                     const struct fer_request_route *v, uint64_t now_mono, int64_t now_ros,
                      int32_t *decision, uint64_t *successor)
 {
     int64_t origin = stamp_ok(v->origin_stamp_sec, v->origin_stamp_nanosec)
                      ? (int64_t)stamp_ns(v->origin_stamp_sec, v->origin_stamp_nanosec) : 0;
     uint64_t owner, deadline = 0;
-    /* the served digest's hash is known; another digest's is computed */
-    uint64_t digest_hash = v->model_digest_len == in->cfg.digest_len &&
-                           memcmp(v->model_digest, in->cfg.digest, in->cfg.digest_len) == 0
-                           ? in->digest_hash : fer_pool_hash(v->model_digest, v->model_digest_len);
-    int role = fer_pool_route(in->pool, v->session_id, v->session_id_len, digest_hash, origin,
-                              now_mono, 1, &owner, successor);
+    int role = fer_pool_route_wire(in->pool, v->session_id, v->session_id_bytes,
+                                   digest_hash_of(in, v->model_digest, v->model_digest_bytes),
+                                   origin, now_mono, &owner, successor);
 
     if (role == FER_POOL_OWNER || role == FER_POOL_UNOWNED)
         return 0;
@@ -488,6 +500,7 @@ static int decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len, uint6
                   int64_t now_ros, uint64_t arrival_mono, int pooled, int32_t *decision)
 {
     struct fer_request_view v;
+    struct fer_request_route head;
     struct fer_request r;
     uint64_t deadline_ros, origin_ros, successor = 0;
     uint32_t reason;
@@ -496,8 +509,8 @@ static int decide(struct fer_intake *in, const uint8_t *cdr, uint64_t len, uint6
     *decision = -1;
     if (pooled)
         bump(&in->counters.received);
-    if (pooled && in->pool != NULL && fer_request_parse_head(cdr, len, &v) == 0 &&
-        not_owned(in, cdr, len, &v, now_mono, now_ros, decision, &successor))
+    if (pooled && in->pool != NULL && fer_request_parse_route(cdr, len, &head) == 0 &&
+        not_owned(in, cdr, len, &head, now_mono, now_ros, decision, &successor))
         return FER_REASON_NONE;
     if (fer_request_parse(cdr, len, &v) != 0)
         return discard(in, FER_REASON_REQUEST_MALFORMED);

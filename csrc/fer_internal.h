@@ -588,6 +588,11 @@ typedef void (*fer_pool_redecide_fn)(void *ctx, const uint8_t *cdr, uint64_t len
 int fer_pool_route(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uint64_t digest_hash,
                    int64_t origin_ns, uint64_t now_ns, uint32_t count, uint64_t *owner_key,
                    uint64_t *successor_key);
+/* route_wire: route for the deciding thread (counted), the session id as the CDR string's bytes
+ * (fer_request_route: it ends at its first NUL), hashed only when the memo does not hold it. */
+int fer_pool_route_wire(struct fer_pool *p, const uint8_t *sid, uint32_t sid_bytes,
+                        uint64_t digest_hash, int64_t origin_ns, uint64_t now_ns,
+                        uint64_t *owner_key, uint64_t *successor_key);
 uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx);
 /* the deciding thread: decide every queued handover to this member (fer_pool_spill_in) */
 uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx);
@@ -601,5 +606,21 @@ void fer_pool_set_wake(struct fer_pool *p, int fd);
 int fer_wire_request_key(const uint8_t *buf, uint64_t len, const uint8_t **sid, uint32_t *sid_len,
                          uint64_t *sequence);
 uint64_t fer_wire_serialize_action(const void *msg, uint8_t *buf, uint64_t cap);
+
+/* fer_wire.c, for fer_intake.c: what a pool member's ownership check reads of an
+ * InferenceRequest, in place and with no scan. A string is its bytes as the CDR length counts
+ * them (its terminating NUL included when the writer put one); the string itself ends at its
+ * first NUL, which is not looked for here. 0, or -1 as fer_request_parse_head. */
+struct fer_request_route {
+    const uint8_t *session_id;
+    uint32_t session_id_bytes;
+    const uint8_t *model_digest;
+    uint32_t model_digest_bytes;
+    int32_t origin_stamp_sec;
+    uint32_t origin_stamp_nanosec;
+    int32_t deadline_sec;
+    uint32_t deadline_nanosec;
+};
+int fer_request_parse_route(const uint8_t *buf, uint64_t len, struct fer_request_route *r);
 
 #endif /* FER_INTERNAL_H */

@@ -64,13 +64,21 @@ static uint64_t serving(const struct pool_view *v, uint64_t digest_hash)
     return v->any_mask;
 }
 
-/* The deciding thread's memo of a session's ranking under one view (seq), for one digest, valid
- * for an origin stamp in the view's open range: a session's next request is dropped without
- * scoring the view again. Direct-mapped; a collision only costs a scoring. */
+/* The deciding thread's memo of a session: its id's bytes (up to MEMO_SID) and their FNV-1a,
+ * so a session seen before is not hashed again; and its ranking under one view (seq), for one
+ * digest, valid for an origin stamp in the view's open range, so its next request is dropped
+ * without scoring the view again. Direct-mapped by memo_slot; a collision only costs a hash and
+ * a scoring. kept: sid[0..sid_len) hashes to sid_hash; plain: none of those bytes is NUL;
+ * ranked: k1, k2, found are sid_hash's ranking (under seq, for digest_hash). */
 #define POOL_MEMO 4096
+#define POOL_MEMO_BITS 12
+#define MEMO_SID 40
+_Static_assert(POOL_MEMO == 1u << POOL_MEMO_BITS, "the memo's slot is the top bits of a product");
 struct pool_memo {
     uint64_t sid_hash, digest_hash, k1, k2;
     uint32_t seq, found;
+    uint8_t kept, plain, sid_len, ranked;
+    uint8_t sid[MEMO_SID];
 };
 
 /* One kept request. Its CDR bytes are arena[off, off + len); span counts them and the arena's
@@ -451,6 +459,84 @@ static uint32_t rank_view(const struct pool_view *v, uint64_t sid_hash, uint64_t
     return found > 2 ? 2 : found;
 }
 
+static inline uint64_t rd64(const uint8_t *p)
+{
+    uint64_t v;
+
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint64_t rd32(const uint8_t *p)
+{
+    uint32_t v;
+
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The memo slot of n session id bytes for a digest: the first, last (and, past 16, middle)
+ * words multiplied, not the placement hash (no loop over the bytes). */
+static inline struct pool_memo *memo_slot(struct fer_pool *p, const uint8_t *s, uint32_t n,
+                                          uint64_t digest_hash)
+{
+    uint64_t a = 0, b = 0, c = 0, x;
+
+    if (n >= 8) {
+        a = rd64(s);
+        b = rd64(s + n - 8);
+        if (n > 16)
+            c = rd64(s + n / 2 - 4);
+    } else if (n >= 4) {
+        a = rd32(s);
+        b = rd32(s + n - 4);
+    } else if (n > 0) {
+        a = s[0] | (uint64_t)s[n / 2] << 8 | (uint64_t)s[n - 1] << 16;
+    }
+    x = (a ^ digest_hash) * 0x9e3779b97f4a7c15ull ^ (b ^ n) * 0xc2b2ae3d27d4eb4full ^
+        c * 0x165667b19e3779f9ull;
+    x ^= x >> 29;
+    return &p->memo[(x * 0xff51afd7ed558ccdull) >> (64 - POOL_MEMO_BITS)];
+}
+
+/* Whether the memo holds these n bytes: compared a word at a time (overlapping at the end) */
+static inline int memo_holds(const struct pool_memo *m, const uint8_t *s, uint32_t n)
+{
+    uint32_t i;
+
+    if (!m->kept || m->sid_len != n)
+        return 0;
+    if (n >= 8) {
+        for (i = 0; i + 8 < n; i += 8)
+            if (rd64(m->sid + i) != rd64(s + i))
+                return 0;
+        return rd64(m->sid + n - 8) == rd64(s + n - 8);
+    }
+    if (n >= 4)
+        return rd32(m->sid) == rd32(s) && rd32(m->sid + n - 4) == rd32(s + n - 4);
+    for (i = 0; i < n; i++)
+        if (m->sid[i] != s[i])
+            return 0;
+    return 1;
+}
+
+/* The FNV-1a of n session id bytes, remembered in m (when they fit) for the next request */
+static uint64_t memo_hash(struct pool_memo *m, const uint8_t *s, uint32_t n, int plain)
+{
+    uint64_t h = fer_pool_hash(s, n);
+
+    m->sid_hash = h;
+    m->ranked = 0; /* the ranking there was another session's */
+    m->kept = n <= MEMO_SID;
+    if (m->kept) {
+        m->sid_len = (uint8_t)n;
+        m->plain = (uint8_t)plain;
+        if (n)
+            memcpy(m->sid, s, n);
+    }
+    return h;
+}
+
 /* The two highest-ranked covering members of the view in use (rank_view, read under the
  * sequence counter). memo: the deciding thread's, NULL for any other. */
 static uint32_t rank(struct fer_pool *p, uint64_t sid_hash, uint64_t digest_hash, int64_t origin,
@@ -466,8 +552,8 @@ static uint32_t rank(struct fer_pool *p, uint64_t sid_hash, uint64_t digest_hash
         s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
         v = &p->views[s1 & 1];
         open = origin == 0 || (origin >= v->open_from && origin < v->open_until);
-        if (memo != NULL && open && memo->seq == s1 && memo->sid_hash == sid_hash &&
-            memo->digest_hash == digest_hash) {
+        if (memo != NULL && open && memo->ranked && memo->seq == s1 &&
+            memo->sid_hash == sid_hash && memo->digest_hash == digest_hash) {
             *k1 = memo->k1;
             *k2 = memo->k2;
             found = memo->found;
@@ -478,25 +564,32 @@ static uint32_t rank(struct fer_pool *p, uint64_t sid_hash, uint64_t digest_hash
         if (s1 == __atomic_load_n(&p->seq, __ATOMIC_RELAXED))
             break; /* else a set overlapped the read: read the new view */
     }
-    if (memo != NULL && open)
-        *memo = (struct pool_memo){sid_hash, digest_hash, *k1, *k2, s1, found};
+    if (memo != NULL && open) {
+        memo->sid_hash = sid_hash;
+        memo->digest_hash = digest_hash;
+        memo->k1 = *k1;
+        memo->k2 = *k2;
+        memo->seq = s1;
+        memo->found = found;
+        memo->ranked = 1;
+    }
     return found;
 }
 
-int fer_pool_route(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uint64_t digest_hash,
-                   int64_t origin_ns, uint64_t now_ns, uint32_t count, uint64_t *owner_key,
-                   uint64_t *successor_key)
+/* A session's role by its id's hash h; memo: the deciding thread's slot of the session (its
+ * calls count), NULL for any other thread (not counted). */
+static int route(struct fer_pool *p, uint64_t h, uint64_t digest_hash, int64_t origin_ns,
+                 uint64_t now_ns, struct pool_memo *memo, uint64_t *owner_key,
+                 uint64_t *successor_key)
 {
-    uint64_t h = fer_pool_hash(sid, sid_len), k1, k2;
-    uint32_t found;
+    uint64_t k1, k2;
+    uint32_t found, count = memo != NULL;
     int64_t excluded;
     int role, alone = 0;
 
     if (count) /* the deciding thread acts on what it takes: its own stall first */
         fer_pool_stall_check(p, now_ns);
-    /* the memo is the deciding thread's: only a counting call (that thread's) uses it */
-    found = rank(p, h, digest_hash, origin_ns, &k1, &k2,
-                 count ? &p->memo[(h ^ digest_hash) % POOL_MEMO] : NULL);
+    found = rank(p, h, digest_hash, origin_ns, &k1, &k2, memo);
     excluded = __atomic_load_n(&p->excluded_before, __ATOMIC_ACQUIRE);
     if (excluded != 0 && found > 0 && (k1 == p->key || (found == 2 && k2 == p->key)) &&
         (origin_ns != 0 ? origin_ns : ros_now()) < excluded) {
@@ -538,6 +631,44 @@ int fer_pool_route(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uin
                              __ATOMIC_RELAXED);
     }
     return role;
+}
+
+int fer_pool_route(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uint64_t digest_hash,
+                   int64_t origin_ns, uint64_t now_ns, uint32_t count, uint64_t *owner_key,
+                   uint64_t *successor_key)
+{
+    struct pool_memo *m;
+    uint64_t h;
+
+    /* the memo is the deciding thread's: only a counting call (that thread's) uses it */
+    if (!count)
+        return route(p, fer_pool_hash(sid, sid_len), digest_hash, origin_ns, now_ns, NULL,
+                     owner_key, successor_key);
+    m = memo_slot(p, sid, sid_len, digest_hash);
+    h = memo_holds(m, sid, sid_len) ? m->sid_hash
+        : memo_hash(m, sid, sid_len, sid_len == 0 || memchr(sid, 0, sid_len) == NULL);
+    return route(p, h, digest_hash, origin_ns, now_ns, m, owner_key, successor_key);
+}
+
+int fer_pool_route_wire(struct fer_pool *p, const uint8_t *sid, uint32_t sid_bytes,
+                        uint64_t digest_hash, int64_t origin_ns, uint64_t now_ns,
+                        uint64_t *owner_key, uint64_t *successor_key)
+{
+    /* the id if its only NUL ends it: held by the memo with no NUL in it, it is that string */
+    uint32_t n = sid_bytes > 0 && sid[sid_bytes - 1] == 0 ? sid_bytes - 1 : sid_bytes;
+    struct pool_memo *m = memo_slot(p, sid, n, digest_hash);
+    uint64_t h;
+
+    if (memo_holds(m, sid, n) && m->plain) {
+        h = m->sid_hash;
+    } else { /* the string ends at its first NUL (as rosidl's C strings do) */
+        uint32_t len = (uint32_t)strnlen((const char *)sid, sid_bytes);
+
+        if (len != n)
+            m = memo_slot(p, sid, len, digest_hash);
+        h = memo_hash(m, sid, len, 1);
+    }
+    return route(p, h, digest_hash, origin_ns, now_ns, m, owner_key, successor_key);
 }
 
 static uint64_t mono_now(void)

@@ -137,6 +137,8 @@ struct plan {
     uint32_t peek;                       /* the head is string, block, string: head_peek reads it */
     uint32_t n_peek;                     /* the block's fields the ownership check reads */
     uint8_t peek_k[BLOCK_MAX];
+    uint32_t route;                      /* peek, and the stamps are 4-byte block fields */
+    uint16_t route_at[8][4];             /* by start residue: origin sec, nanosec, deadline's */
     struct op ops[PLAN_OPS];
     uint32_t n_blocks;
     struct block blocks[BLOCKS];
@@ -331,6 +333,31 @@ static int fuse(struct plan *pl)
     return FER_OK;
 }
 
+/* Whether the request's peeked head is session_id, a block holding both stamps as 4-byte
+ * fields, model_digest: then fer_request_parse_route reads them at offsets tabled here. */
+static void shape_route(struct plan *pl, const struct block *bl)
+{
+    static const uint32_t stamps[4] = {
+        (uint32_t)offsetof(RV, origin_stamp_sec), (uint32_t)offsetof(RV, origin_stamp_nanosec),
+        (uint32_t)offsetof(RV, deadline_sec), (uint32_t)offsetof(RV, deadline_nanosec),
+    };
+    uint32_t j, k, s, found = 0;
+
+    pl->route = 0;
+    if (pl != &plans[PLAN_REQUEST] || pl->ops[0].off != offsetof(RV, session_id) ||
+        pl->ops[2].off != offsetof(RV, model_digest))
+        return;
+    for (j = 0; j < 4; j++)
+        for (k = 0; k < bl->n; k++)
+            if (bl->f[k].off == stamps[j] && bl->f[k].size == 4 && bl->f[k].width == 4) {
+                for (s = 0; s < 8; s++)
+                    pl->route_at[s][j] = bl->at[s][k];
+                found++;
+                break;
+            }
+    pl->route = found == 4;
+}
+
 /* Whether pl's head is a string, a run of scalars and a string (InferenceRequest's session_id,
  * sequence .. remaining_nfe, model_digest): then head_peek reads it without the walk. */
 static void shape_peek(struct plan *pl)
@@ -348,6 +375,7 @@ static void shape_peek(struct plan *pl)
     for (k = 0; k < bl->n; k++)
         if (bl->f[k].off != NONE && bl->f[k].head)
             pl->peek_k[pl->n_peek++] = (uint8_t)k;
+    shape_route(pl, bl);
 }
 
 int fer_wire_load(uint32_t which, const void *introspection_ts)
@@ -623,6 +651,66 @@ int fer_request_parse_head(const uint8_t *buf, uint64_t len, struct fer_request_
         return head_peek(pl, buf, len, (uint8_t *)v);
     run(pl, pl->head, &r, (uint8_t *)v, 1);
     return r.ok ? 0 : -1;
+}
+
+/* A CDR string at *at (aligned to 4): its bytes as the length gives them, no scan. */
+static inline int route_string(const uint8_t *b, uint64_t len, uint64_t *at, const uint8_t **p,
+                               uint32_t *bytes)
+{
+    uint64_t n = *at + ((0 - (*at - FER_CDR_ENCAPSULATION)) & 3), count;
+
+    if (n > len || 4 > len - n)
+        return -1;
+    count = load(b + n, 4);
+    n += 4;
+    if (count > len - n)
+        return -1;
+    *p = b + n;
+    *bytes = (uint32_t)count;
+    *at = n + count;
+    return 0;
+}
+
+/* Another shape of the head: the walk, its strings already scanned (their bytes end before
+ * their first NUL, which a route reader takes alike). */
+static __attribute__((noinline)) int route_walked(const uint8_t *buf, uint64_t len,
+                                                  struct fer_request_route *r)
+{
+    struct fer_request_view v;
+
+    if (fer_request_parse_head(buf, len, &v) != 0)
+        return -1;
+    *r = (struct fer_request_route){v.session_id, v.session_id_len, v.model_digest,
+                                    v.model_digest_len, v.origin_stamp_sec,
+                                    v.origin_stamp_nanosec, v.deadline_sec, v.deadline_nanosec};
+    return 0;
+}
+
+int fer_request_parse_route(const uint8_t *buf, uint64_t len, struct fer_request_route *r)
+{
+    const struct plan *pl = &plans[PLAN_REQUEST];
+    const struct block *bl;
+    uint64_t at = FER_CDR_ENCAPSULATION, s;
+    const uint8_t *p;
+
+    if (r == NULL || buf == NULL || len < FER_CDR_ENCAPSULATION || buf[0] != 0 || buf[1] != 1 ||
+        !__atomic_load_n(&pl->ready, __ATOMIC_ACQUIRE))
+        return -1;
+    if (!pl->route)
+        return route_walked(buf, len, r);
+    if (route_string(buf, len, &at, &r->session_id, &r->session_id_bytes) != 0)
+        return -1;
+    bl = &pl->blocks[pl->ops[1].count];
+    s = (at - FER_CDR_ENCAPSULATION) & 7;
+    if (bl->span[s] > len - at)
+        return -1;
+    p = buf + at;
+    at += bl->span[s];
+    memcpy(&r->origin_stamp_sec, p + pl->route_at[s][0], 4);
+    memcpy(&r->origin_stamp_nanosec, p + pl->route_at[s][1], 4);
+    memcpy(&r->deadline_sec, p + pl->route_at[s][2], 4);
+    memcpy(&r->deadline_nanosec, p + pl->route_at[s][3], 4);
+    return route_string(buf, len, &at, &r->model_digest, &r->model_digest_bytes);
 }
 
 int fer_answer_parse(const uint8_t *buf, uint64_t len, struct fer_answer_view *v)

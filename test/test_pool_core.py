@@ -236,6 +236,57 @@ def test_the_intake_decides_each_request_against_the_view_and_window_in_force():
     assert me.decide(request_cdr(mine, 3, now_ros=ROS)) == (NOT_OWNER, None)
 
 
+def _expected_drop(view: list[Member], me: int, sid: bytes) -> object:
+    """What the C intake's first key is for a request of `sid`: the reference ranking's role."""
+    ranked = ranking(view, sid, DIGEST, ROS)
+    return STANDBY if ranked[1] == me else None if ranked[0] == me else NOT_OWNER
+
+
+def _view_of(me: Member_, *others: str) -> list[Member]:
+    view = [Member(me.pool.key, (DIGEST,))] + [Member(pool_key(o), (DIGEST,)) for o in others]
+    me.pool.set_view(members(*(m.key for m in view)))
+    return view
+
+
+def test_the_intakes_memo_of_sessions_never_lends_one_sessions_ranking_to_another():
+    """The C intake remembers each session's id bytes, hash and ranking in 4,096 slots: with more
+    sessions than slots (so they share slots), each request, first seen or remembered, goes to
+    the reference ranking's owner, under the view in force."""
+    me = Member_(standby_entries=64)
+    sids = [f"robot-{i:05d}".encode() for i in range(6000)] + [
+        b"", b"r", b"ro", b"rob1", b"robot", b"x" * 40, b"y" * 41, b"z" * 90]
+    seq = 0
+    for others in (("a", "b"), ("a", "b"), ("a", "c")):  # the last: a new view
+        view = _view_of(me, *others)
+        wrong = []
+        for sid in sids:
+            for _ in range(2):  # hashed or remembered, then remembered
+                seq += 1
+                got = me.decide(request_cdr(sid.decode(), seq))[0]
+                got = got if got in (NOT_OWNER, STANDBY) else None  # decided here, whatever
+                if got != _expected_drop(view, me.pool.key, sid):
+                    wrong.append((sid, got))
+        assert wrong == [], f"view {others}: {wrong[:5]}"
+
+
+def test_a_session_id_ends_at_its_first_nul_in_the_drop_as_in_the_full_read():
+    """The drop reads the session id's bytes as the CDR length gives them and takes the string
+    to end at its first NUL (as rosidl's C strings and the full read do), remembered or not."""
+    me = Member_()
+    view = _view_of(me, "a", "b")
+    for role, expected in ((PoolRole.OTHER, NOT_OWNER), (PoolRole.SUCCESSOR, STANDBY)):
+        sid = session_where(me.pool, role)
+        # bytes after the NUL that would rank the request elsewhere, were they read
+        tail = next(t for t in (f"Z{i}" for i in range(1000))
+                    if _expected_drop(view, me.pool.key, (sid + t).encode()) != expected)
+        cdr = bytearray(request_cdr(sid + tail))
+        assert cdr[8:9 + len(sid + tail)] == (sid + tail + "\0").encode()
+        cdr[8 + len(sid)] = 0  # the string is `sid`; its CDR bytes run on past the NUL
+        for seq in range(2):  # hashed, then remembered
+            assert me.decide(bytes(cdr))[0] == expected
+            assert me.decide(request_cdr(sid, seq + 2))[0] == expected
+
+
 @settings(max_examples=100, deadline=None)
 @given(sid=st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
                    min_size=1, max_size=20),
