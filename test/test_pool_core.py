@@ -785,6 +785,35 @@ def test_standby_matches_the_reference_model(ops, entries, arena_floats):
 
 
 @pytest.mark.ros
+@pytest.mark.parametrize(("setting", "why"), [("intake_loop:=python", "intake_loop: python"),
+                                               ("use_sim_time:=true", "use_sim_time")])
+def test_a_pool_without_the_c_intake_refuses_to_start_saying_why(setting, why):
+    """The ownership test, the standby copy and the takeover live in the C intake; the rclpy
+    intake keeps no standby, so a member deciding there would leave a dead owner's requests
+    unanswered. A relay with `pool` set and no C intake refuses to start, in one line."""
+    from ros_helpers import ros_context
+
+    from flowedge_relay.node import RelayNode
+    from flowedge_relay.parameters import ParameterError
+
+    with ros_context() as ctx:
+        with pytest.raises(ParameterError) as refused:
+            RelayNode(context=ctx, cli_args=["--ros-args", "-p", "autostart:=false", "-p",
+                                             "pool:=fleet", "-p", setting])
+        message = str(refused.value)
+        assert "\n" not in message and message.startswith("pool 'fleet' needs the C request "
+                                                          "intake"), message
+        assert why in message, message
+        # the same relay outside a pool starts, on the rclpy intake
+        node = RelayNode(context=ctx, cli_args=["--ros-args", "-p", "autostart:=false", "-p",
+                                                setting])
+        try:
+            assert node.relay_pool is None
+        finally:
+            node.destroy_node()
+
+
+@pytest.mark.ros
 def test_over_dds_the_intake_loop_keeps_clears_and_takes_over():
     """The C intake loop with a pool, over real subscriptions: a successor's request is kept,
     an answer on flowedge/actions (an extra subscription of the same loop) clears it, and a

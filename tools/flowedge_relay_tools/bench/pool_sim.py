@@ -15,9 +15,9 @@ Two measurements, both on the C pool (csrc/fer_pool.h) the relay runs:
 - the intake's cost (csrc/fer_intake.c, timed per message in C): a member's not_owner drop
   (the header fields, the session's hash, its ranking: remembered per session and view, or the
   view scored again for a session not seen just before) and a successor's standby copy against
-  a full decision of the same request by its owner (validate, submit: admitted, and expired on
-  arrival), with views of 4 and 64 members. Target: the drop costs at most a fifth of a full
-  decision.
+  a full decision of the same request by an owner outside any pool (the whole read, validate,
+  submit: admitted, and expired on arrival; the ratio's denominator is the cheaper of the two),
+  with views of 4 and 64 members. Target: the drop costs at most a fifth of a full decision.
 
 A measurement, not a test: a busy host shows in the timings.
 """
