@@ -598,9 +598,9 @@ int fer_request_parse(const uint8_t *buf, uint64_t len, struct fer_request_view 
     return r.ok ? 0 : -1;
 }
 
-/* A CDR string at *at (aligned to 4) into op o's field; 0, or -1 past the end. */
-static inline int peek_string(const uint8_t *b, uint64_t len, uint64_t *at, const struct op *o,
-                              uint8_t *base)
+/* A CDR string at *at (aligned to 4): its bytes as the length gives them, no scan. */
+static inline int route_string(const uint8_t *b, uint64_t len, uint64_t *at, const uint8_t **p,
+                               uint32_t *bytes)
 {
     uint64_t n = *at + ((0 - (*at - FER_CDR_ENCAPSULATION)) & 3), count;
 
@@ -610,14 +610,29 @@ static inline int peek_string(const uint8_t *b, uint64_t len, uint64_t *at, cons
     n += 4;
     if (count > len - n)
         return -1;
-    put_bytes(base, o, b + n, count ? strnlen((const char *)b + n, count) : 0);
+    *p = b + n;
+    *bytes = (uint32_t)count;
     *at = n + count;
     return 0;
 }
 
+/* A CDR string at *at (aligned to 4) into op o's field, up to its first NUL; 0, or -1 past the
+ * end. */
+static inline int peek_string(const uint8_t *b, uint64_t len, uint64_t *at, const struct op *o,
+                              uint8_t *base)
+{
+    const uint8_t *p;
+    uint32_t count;
+
+    if (route_string(b, len, at, &p, &count) != 0)
+        return -1;
+    put_bytes(base, o, p, count ? strnlen((const char *)p, count) : 0);
+    return 0;
+}
+
 /* The head of a plan shaped string, block, string (shape_peek), read straight: what run does
- * for those three ops, without the walk's dispatch. It runs on every request a pool member
- * drops, so it is a third of the drop. */
+ * for those three ops, without the walk's dispatch (a pool's standby and answers watch read
+ * keys through it; the drop reads fer_request_parse_route, which does not scan the strings). */
 static int head_peek(const struct plan *pl, const uint8_t *b, uint64_t len, uint8_t *base)
 {
     const struct block *bl = &pl->blocks[pl->ops[1].count];
@@ -651,24 +666,6 @@ int fer_request_parse_head(const uint8_t *buf, uint64_t len, struct fer_request_
         return head_peek(pl, buf, len, (uint8_t *)v);
     run(pl, pl->head, &r, (uint8_t *)v, 1);
     return r.ok ? 0 : -1;
-}
-
-/* A CDR string at *at (aligned to 4): its bytes as the length gives them, no scan. */
-static inline int route_string(const uint8_t *b, uint64_t len, uint64_t *at, const uint8_t **p,
-                               uint32_t *bytes)
-{
-    uint64_t n = *at + ((0 - (*at - FER_CDR_ENCAPSULATION)) & 3), count;
-
-    if (n > len || 4 > len - n)
-        return -1;
-    count = load(b + n, 4);
-    n += 4;
-    if (count > len - n)
-        return -1;
-    *p = b + n;
-    *bytes = (uint32_t)count;
-    *at = n + count;
-    return 0;
 }
 
 /* Another shape of the head: the walk, its strings already scanned (their bytes end before

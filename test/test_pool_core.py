@@ -287,6 +287,20 @@ def test_a_session_id_ends_at_its_first_nul_in_the_drop_as_in_the_full_read():
             assert me.decide(request_cdr(sid, seq + 2))[0] == expected
 
 
+def test_a_truncated_request_is_dropped_only_when_its_header_is_whole():
+    """The drop reads the header straight from the bytes, every length checked against what is
+    left: a request cut anywhere before the end of its model_digest is malformed (decided here,
+    counted), one cut after it is another member's (dropped), remembered or not."""
+    me = Member_()
+    _view_of(me, "a", "b")
+    sid = session_where(me.pool, PoolRole.OTHER)
+    cdr = request_cdr(sid)
+    head_end = cdr.index(DIGEST.encode() + b"\0") + len(DIGEST) + 1
+    for cut in range(len(cdr)):
+        key, _ = me.decide(cdr[:cut])
+        assert key == (NOT_OWNER if cut >= head_end else "request_malformed"), cut
+
+
 @settings(max_examples=100, deadline=None)
 @given(sid=st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
                    min_size=1, max_size=20),
