@@ -15,7 +15,9 @@
 #define FNV_OFFSET 0xcbf29ce484222325ull
 #define FNV_PRIME 0x100000001b3ull
 
-uint64_t fer_pool_hash(const uint8_t *bytes, uint64_t len)
+/* The hash and the finaliser, inlined where the ranking runs: the exported names below go
+ * through the PLT from inside the module (a call per scored member). */
+static inline uint64_t fnv1a(const uint8_t *bytes, uint64_t len)
 {
     uint64_t h = FNV_OFFSET, i;
 
@@ -26,7 +28,7 @@ uint64_t fer_pool_hash(const uint8_t *bytes, uint64_t len)
     return h;
 }
 
-uint64_t fer_pool_mix64(uint64_t x)
+static inline uint64_t mix64(uint64_t x)
 {
     x ^= x >> 30;
     x *= 0xbf58476d1ce4e5b9ull;
@@ -35,6 +37,10 @@ uint64_t fer_pool_mix64(uint64_t x)
     x ^= x >> 31;
     return x;
 }
+
+uint64_t fer_pool_hash(const uint8_t *bytes, uint64_t len) { return fnv1a(bytes, len); }
+
+uint64_t fer_pool_mix64(uint64_t x) { return mix64(x); }
 
 /* ---- state ------------------------------------------------------------------------------------- */
 
@@ -444,7 +450,7 @@ static uint32_t rank_view(const struct pool_view *v, uint64_t sid_hash, uint64_t
         if (!open && ((v->from[i] != 0 && origin < v->from[i]) ||
                       (v->until[i] != 0 && origin >= v->until[i])))
             continue;
-        s = fer_pool_mix64(key ^ sid_hash);
+        s = mix64(key ^ sid_hash);
         if (found == 0 || beats(s, key, best, *k1)) {
             second = best;
             *k2 = *k1;
@@ -523,7 +529,7 @@ static inline int memo_holds(const struct pool_memo *m, const uint8_t *s, uint32
 /* The FNV-1a of n session id bytes, remembered in m (when they fit) for the next request */
 static uint64_t memo_hash(struct pool_memo *m, const uint8_t *s, uint32_t n, int plain)
 {
-    uint64_t h = fer_pool_hash(s, n);
+    uint64_t h = fnv1a(s, n);
 
     m->sid_hash = h;
     m->ranked = 0; /* the ranking there was another session's */
