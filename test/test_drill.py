@@ -39,7 +39,7 @@ HOLD_NFE = 64
 
 def _release(h) -> None:
     """End the hold: the busy request finishes at its next NFE boundary (<= HOLD_NFE_MS)."""
-    assert h.relay.set_parameters([Parameter("fault_nfe_delay_ms", value=0.0)])[0].successful
+    assert h.node.set_parameters([Parameter("fault_nfe_delay_ms", value=0.0)])[0].successful
 
 
 def _retry(h, first, retry_count: int, reason: int, deadline_ms: float):
@@ -182,13 +182,13 @@ def test_retry_of_a_queued_id_is_coalesced_and_answered_once():
     with running_relay(fault_nfe_delay_ms=HOLD_NFE_MS) as h:
         # holds the only worker (12.8 s) until released: "arm" certainly waits in the queue
         h.send(h.request(session_id="busy", sequence=1, remaining_nfe=HOLD_NFE))
-        assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 30)
+        assert wait_for(lambda: h.node.relay.core.stats().lanes_busy == 1, 30)
         first = h.request(session_id="arm", sequence=7, remaining_nfe=2, deadline_ms=60_000)
         h.send(first)
-        assert wait_for(lambda: h.relay.relay.core.stats().queue_depth == 1, 30)
+        assert wait_for(lambda: h.node.relay.core.stats().queue_depth == 1, 30)
         h.send(_retry(h, first, 1, R.RETRY_TIMEOUT, 60_000))
-        assert wait_for(lambda: h.relay.relay.core.stats().coalesced == 1, 30)
-        stats = h.relay.relay.core.stats()
+        assert wait_for(lambda: h.node.relay.core.stats().coalesced == 1, 30)
+        stats = h.node.relay.core.stats()
         assert stats.queue_depth == 1 and stats.lanes_busy == 1  # no second copy; still held
         _release(h)
         answer = h.answer_for(7, timeout=30)
@@ -210,29 +210,29 @@ def test_late_retry_is_rejected_deadline_and_drains_queued_late_copies():
     # released, so "arm" certainly waits in the queue through every step below.
     with running_relay(fault_nfe_delay_ms=HOLD_NFE_MS) as h:
         h.send(h.request(session_id="busy", sequence=1, remaining_nfe=HOLD_NFE))
-        assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 10)
+        assert wait_for(lambda: h.node.relay.core.stats().lanes_busy == 1, 10)
         # 1 s: ample for the trip to the relay, so it is queued rather than EXPIRED on arrival
         first = h.request(session_id="arm", sequence=7, remaining_nfe=2, deadline_ms=1_000)
         h.send(first)
-        assert wait_for(lambda: h.relay.relay.core.stats().queue_depth == 1, 10)
+        assert wait_for(lambda: h.node.relay.core.stats().queue_depth == 1, 10)
         time.sleep(1.1)  # its deadline passes while it waits behind the busy worker
-        assert h.relay.relay.core.stats().queue_depth == 1
+        assert h.node.relay.core.stats().queue_depth == 1
         # A blind retry of the queued, late original: coalesced, and the original is drained
         # now (EXPIRED, no NFE) instead of waiting for a worker.
         h.send(_retry(h, first, 1, R.RETRY_TIMEOUT, 150))
         drained = h.answer_for(7, timeout=10)
-        stats = h.relay.relay.core.stats()
+        stats = h.node.relay.core.stats()
         assert stats.lanes_busy == 1 and stats.queue_depth == 0 and stats.coalesced == 1
         # The client retries again: nothing left to coalesce into; age >= slack -> rejected.
         # (age >= 1.1 s, slack <= 150 ms)
         h.send(_retry(h, first, 2, R.RETRY_AFTER_EXPIRED, 150))
         assert wait_for(lambda: len(_answers(h, 7)) >= 2, 10)
-        assert h.relay.relay.core.stats().lanes_busy == 1  # all decided while busy still held
+        assert h.node.relay.core.stats().lanes_busy == 1  # all decided while busy still held
         _release(h)
         assert h.answer_for(1, timeout=30) is not None
         time.sleep(0.2)
         answers = _answers(h, 7)
-        stats = h.relay.relay.core.stats()
+        stats = h.node.relay.core.stats()
     assert drained.code == A.EXPIRED and drained.retry_count == 0 and drained.nfe_done == 0
     assert len(answers) == 2
     rejected = answers[1]
@@ -249,14 +249,14 @@ def test_age_gate_rejects_a_late_retry_even_with_an_idle_worker():
         old = h.request(sequence=0)
         origin = old.origin_stamp
         origin.sec -= 5  # first issued 5 s ago: age 5 s >= slack (at most 3 s)
-        assert h.relay.relay.core.stats().lanes_busy == 0
+        assert h.node.relay.core.stats().lanes_busy == 0
         h.send(h.request(sequence=1, remaining_nfe=2, origin_stamp=origin, deadline_ms=3_000,
                          retry_count=1, retry_reason=R.RETRY_AFTER_EXPIRED))
         late = h.answer_for(1)
         # the same age on a first attempt passes (age_gate: retries), and admission fits it
         h.send(h.request(sequence=2, remaining_nfe=2, origin_stamp=origin, deadline_ms=3_000))
         first = h.answer_for(2)
-        stats = h.relay.relay.core.stats()
+        stats = h.node.relay.core.stats()
     assert late.code == A.REJECTED_DEADLINE and late.nfe_done == 0
     assert first.code == A.INFERENCE
     assert stats.rejected_late_retries == 1 and stats.nfe_total == 2

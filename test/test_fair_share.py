@@ -111,13 +111,13 @@ def test_fair_share_set_live_applies_from_the_next_decision_and_answers_all_once
     once. Every request is answered exactly once."""
     with running_relay(queue_capacity=2, fault_nfe_delay_ms=HOLD_NFE_MS) as h:
         _send(h, 1, "robot-a", HOLD_NFE, 600_000)  # holds the lane until released
-        assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 10)
+        assert wait_for(lambda: h.node.relay.core.stats().lanes_busy == 1, 10)
         _send(h, 2, "robot-a", 5, 50_000)
         _send(h, 3, "robot-a", 5, 50_000)
-        assert wait_for(lambda: h.relay.relay.core.stats().queue_depth == 2, 10)
+        assert wait_for(lambda: h.node.relay.core.stats().queue_depth == 2, 10)
         _send(h, 4, "robot-b", 1, 60_000)  # off: the queue is full of earlier deadlines
         refused_off = h.answer_for(4)
-        before = h.relay.relay.core.stats().fair_share_rejected
+        before = h.node.relay.core.stats().fair_share_rejected
 
         assert _set(h, fair_share=True).successful
         assert status_values(h.latest_status("queue"))["fair_share"] == "on"
@@ -128,16 +128,16 @@ def test_fair_share_set_live_applies_from_the_next_decision_and_answers_all_once
 
         bad = _set(h, client_weights=["robot-b=0"])
         assert _set(h, client_weights=["robot-b=3"]).successful
-        weights = {c.client_id: c.weight for c in h.relay.relay.core.clients_snapshot()}
+        weights = {c.client_id: c.weight for c in h.node.relay.core.clients_snapshot()}
 
         assert _set(h, fair_share=False).successful
         _send(h, 7, "robot-a", 5, 20_000)  # off: an earlier deadline displaces b's (5) by EDF
         displaced_off = h.answer_for(5)
-        assert h.relay.relay.core.stats().lanes_busy == 1  # all decided while a's work held it
-        assert h.relay.set_parameters(
+        assert h.node.relay.core.stats().lanes_busy == 1  # all decided while a's work held it
+        assert h.node.set_parameters(
             [Parameter("fault_nfe_delay_ms", value=0.0)])[0].successful
         answers = h.wait_answers(7, timeout=60)
-        stats = h.relay.relay.core.stats()
+        stats = h.node.relay.core.stats()
     assert (refused_off.code, refused_off.reject_reason) == (A.REJECTED_CAPACITY,
                                                              A.REJECT_CAPACITY)
     assert before == 0

@@ -74,7 +74,7 @@ def test_nan_and_raising_requests_are_answered_inference_failed_on_every_loop(
         _assert_failed(answers[3])
         n = 5
         if slots > 1:  # dispatch held until all four are queued: they join one step together
-            core = h.relay.relay.serving.core
+            core = h.node.relay.serving.core
             core.hold_dispatch(True)
             batch = [GOOD, GOOD, NAN, GOOD]
             for i, obs in enumerate(batch):
@@ -85,7 +85,7 @@ def test_nan_and_raising_requests_are_answered_inference_failed_on_every_loop(
             for i in range(len(batch)):
                 (_assert_failed if i == 2 else _assert_good)(got[n + i])
             n += len(batch)
-            batch_stats = h.relay.relay.serving.pool.batch_stats()
+            batch_stats = h.node.relay.serving.pool.batch_stats()
             assert max(batch_stats["step_ns_by_rows"]) == len(batch)  # stepped together
         values = _counters(h, n)
         workers = status_values(h.latest_status("workers"))

@@ -498,13 +498,13 @@ def test_over_dds_a_message_over_the_size_limit_is_counted_and_the_next_is_answe
     from ros_helpers import running_relay
 
     with running_relay(max_request_bytes=1024) as h:
-        assert h.relay.relay.intake_loop == "native", h.relay.relay.intake_note
+        assert h.node.relay.intake_loop == "native", h.node.relay.intake_note
         big = h.request(session_id="big", sequence=1)
         big.observation = [0.0] * (lib.FER_INTAKE_SLACK_BYTES // 4 + 1024)
         h.send(big)
         h.send(h.request(session_id="ok", sequence=2))
         answer = h.answer_for(2)
-        counts = h.relay.relay.counters()
+        counts = h.node.relay.counters()
     assert answer is not None and answer.code == 0
     assert counts.received == 2 and counts.discarded["request_too_large"] == 1
 
@@ -522,7 +522,7 @@ def test_the_workers_status_says_which_intake_runs_and_why(params, loop, note):
         h.send(h.request(session_id="a", sequence=1))
         assert h.answer_for(1) is not None
         if "use_sim_time" in params:  # no /clock here: the diagnostics timer never fires
-            relay = h.relay.relay
+            relay = h.node.relay
             values = {"intake_loop": relay.intake_loop, "intake_loop_note": relay.intake_note}
         else:
             assert wait_for(lambda: h.latest_status("workers") is not None, 10)

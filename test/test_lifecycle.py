@@ -71,7 +71,7 @@ def test_each_transition_and_what_a_producer_sees_in_each_state():
         # unconfigured: no model, so nothing can be validated: discarded, counted, no answer
         assert m.state() == "unconfigured"
         h.send(h.request(session_id="u", sequence=1))
-        assert wait_for(lambda: h.relay.relay.counters().discarded["model_unavailable"] == 1, 10)
+        assert wait_for(lambda: h.node.relay.counters().discarded["model_unavailable"] == 1, 10)
         model = h.latest_status("model")
         assert model.level == DiagnosticStatus.WARN and "not configured" in model.message
         assert wait_for(lambda: served and served[-1].model_digest == "", 10)
@@ -100,10 +100,10 @@ def test_each_transition_and_what_a_producer_sees_in_each_state():
         h.send(h.request(session_id="d", sequence=4))
         assert h.answer_for(4).code == A.REJECTED_CAPACITY
         assert m.transition(Transition.TRANSITION_CLEANUP) and m.state() == "unconfigured"
-        assert h.relay.relay.pool is None
+        assert h.node.relay.pool is None
         assert wait_for(lambda: served[-1].model_digest == "", 10)
         h.send(h.request(session_id="c", sequence=5))
-        assert wait_for(lambda: h.relay.relay.counters().discarded["model_unavailable"] == 2, 10)
+        assert wait_for(lambda: h.node.relay.counters().discarded["model_unavailable"] == 2, 10)
 
         # configure again, then shutdown from active
         assert m.transition(Transition.TRANSITION_CONFIGURE)
@@ -123,7 +123,7 @@ def test_configure_fails_on_a_model_that_cannot_be_served_and_stays_unconfigured
         model = h.latest_status("model")
         assert model.level == DiagnosticStatus.ERROR and "/nonexistent/policy.onnx" in model.message
         h.send(h.request(session_id="x", sequence=1))
-        assert wait_for(lambda: h.relay.relay.counters().discarded["model_unavailable"] == 1, 10)
+        assert wait_for(lambda: h.node.relay.counters().discarded["model_unavailable"] == 1, 10)
 
 
 def test_autostart_configures_and_activates_and_a_broken_model_stays_up_unconfigured():
@@ -159,7 +159,7 @@ def test_every_request_is_answered_exactly_once_across_deactivate_and_activate_u
                                  deadline_ms=None if i % 4 else 200))
                 sent.append(i)
                 if i % 50 == 49:  # never far ahead of what the relay has taken
-                    wait_for(lambda s=i: h.relay.relay.counters().received > s - 25, 10)
+                    wait_for(lambda s=i: h.node.relay.counters().received > s - 25, 10)
                 i += 1
 
         producer = threading.Thread(target=produce, daemon=True)
@@ -168,9 +168,9 @@ def test_every_request_is_answered_exactly_once_across_deactivate_and_activate_u
         try:
             for r in range(rounds):
                 # the producer runs until rounds_done, so it certainly gets this far
-                assert wait_for(lambda r=r: h.relay.relay.counters().received > 100 + r * 200, 30)
+                assert wait_for(lambda r=r: h.node.relay.counters().received > 100 + r * 200, 30)
                 assert m.transition(Transition.TRANSITION_DEACTIVATE)
-                st = h.relay.relay.core.stats()
+                st = h.node.relay.core.stats()
                 idle_after_deactivate.append(st.queue_depth == 0 and st.lanes_busy == 0)
                 first = INACTIVE_BATCH_BASE + r * batch
                 h.send(*[h.request(session_id=f"off{r}", sequence=first + k, remaining_nfe=1)
@@ -186,7 +186,7 @@ def test_every_request_is_answered_exactly_once_across_deactivate_and_activate_u
                            *range(INACTIVE_BATCH_BASE, INACTIVE_BATCH_BASE + rounds * batch)])
         assert wait_for(lambda: len(h.answers()) >= len(expected), 60)
         time.sleep(0.3)  # room for an answer too many
-        stats = h.relay.relay.core.stats()
+        stats = h.node.relay.core.stats()
     keys = [a.sequence for a in h.answers()]
     assert sorted(keys) == expected  # exactly once, nothing lost
     assert inactive_codes == [A.REJECTED_CAPACITY] * (rounds * batch)

@@ -442,7 +442,7 @@ def test_relay_over_dds_answers_every_valid_request_exactly_once(loop, slots):
         for start in range(1, n, 20):
             stop = min(start + 20, n)
             h.send(*[build(i) for i in range(start, stop)])
-            assert wait_for(lambda s=stop: h.relay.relay.counters().received >= s, 30)
+            assert wait_for(lambda s=stop: h.node.relay.counters().received >= s, 30)
         h.wait_answers(n, timeout=60)
         time.sleep(0.3)  # room for an answer too many
         answers = h.answers()

@@ -28,7 +28,7 @@ HOLD_NFE = 64  # max_nfe
 
 def _release(h) -> None:
     """End the hold: held work finishes at its next NFE boundary (<= HOLD_NFE_MS)."""
-    assert h.relay.set_parameters([Parameter("fault_nfe_delay_ms", value=0.0)])[0].successful
+    assert h.node.set_parameters([Parameter("fault_nfe_delay_ms", value=0.0)])[0].successful
 
 
 @pytest.mark.ros
@@ -63,7 +63,7 @@ def test_admission_is_off_by_default():
     8 NFE x 200 ms cannot finish in 800 ms, while 800 ms is ample for the trip to the relay and
     the dispatch: the request starts, then stops EXPIRED at a step boundary."""
     with running_relay(fault_nfe_delay_ms=200.0) as h:
-        assert h.relay.get_parameter("nfe_ns").value == 0
+        assert h.node.get_parameter("nfe_ns").value == 0
         h.send(h.request(sequence=1, remaining_nfe=8, deadline_ms=800))
         ans = h.answer_for(1)
     assert ans.code == A.EXPIRED and 1 <= ans.nfe_done < 8
@@ -87,24 +87,24 @@ def test_runtime_change_of_nfe_ns_takes_effect():
     with running_relay() as h:
         h.send(h.request(sequence=1, remaining_nfe=8, deadline_ms=2_000))
         assert h.answer_for(1).code == A.INFERENCE
-        result = h.relay.set_parameters([Parameter("nfe_ns", value=1_000_000_000)])
+        result = h.node.set_parameters([Parameter("nfe_ns", value=1_000_000_000)])
         assert result[0].successful
         h.send(h.request(sequence=2, remaining_nfe=8, deadline_ms=2_000))
         assert h.answer_for(2).code == A.REJECTED_DEADLINE
-        bad = h.relay.set_parameters([Parameter("age_gate", value="sometimes")])
+        bad = h.node.set_parameters([Parameter("age_gate", value="sometimes")])
         assert not bad[0].successful
-        out_of_range = h.relay.set_parameters([Parameter("nfe_ns", value=-1)])
+        out_of_range = h.node.set_parameters([Parameter("nfe_ns", value=-1)])
         assert not out_of_range[0].successful
-        assert h.relay.get_parameter("nfe_ns").value == 1_000_000_000
+        assert h.node.get_parameter("nfe_ns").value == 1_000_000_000
 
 
 @pytest.mark.ros
 def test_newer_generation_cancels_queued_and_running_work():
     with running_relay(fault_nfe_delay_ms=HOLD_NFE_MS) as h:  # request 1 runs for 12.8 s
         h.send(h.request(session_id="r", sequence=1, generation=1, remaining_nfe=HOLD_NFE))
-        assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 10)
+        assert wait_for(lambda: h.node.relay.core.stats().lanes_busy == 1, 10)
         h.send(h.request(session_id="r", sequence=2, generation=1, remaining_nfe=20))
-        assert wait_for(lambda: h.relay.relay.core.stats().queue_depth == 1, 10)
+        assert wait_for(lambda: h.node.relay.core.stats().queue_depth == 1, 10)
         h.send(h.request(session_id="r", sequence=3, generation=2, remaining_nfe=1))
         running, queued, newer = h.answer_for(1), h.answer_for(2), h.answer_for(3)
     assert queued.code == A.REJECTED_STALE and queued.nfe_done == 0
@@ -126,14 +126,14 @@ def test_full_queue_displaces_the_latest_deadline():
     with running_relay(queue_capacity=2, fault_nfe_delay_ms=HOLD_NFE_MS) as h:
         # occupies the worker (12.8 s) until released below
         h.send(h.request(session_id="a", sequence=1, remaining_nfe=HOLD_NFE))
-        assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 10)
+        assert wait_for(lambda: h.node.relay.core.stats().lanes_busy == 1, 10)
         h.send(h.request(session_id="b", sequence=2))                    # no deadline
         h.send(h.request(session_id="c", sequence=3, deadline_ms=60_000))
-        assert wait_for(lambda: h.relay.relay.core.stats().queue_depth == 2, 10)
+        assert wait_for(lambda: h.node.relay.core.stats().queue_depth == 2, 10)
         h.send(h.request(session_id="d", sequence=4))                    # cannot displace
         h.send(h.request(session_id="e", sequence=5, deadline_ms=30_000))  # displaces b
         rejected_self, displaced = h.answer_for(4), h.answer_for(2)
-        assert h.relay.relay.core.stats().lanes_busy == 1  # decided while "a" still held the worker
+        assert h.node.relay.core.stats().lanes_busy == 1  # decided while "a" still held the worker
         _release(h)
         kept = h.answer_for(5, timeout=30)
     assert rejected_self.code == A.REJECTED_CAPACITY
@@ -223,12 +223,12 @@ def test_exactly_one_outcome_per_valid_request_above_capacity():
             stop = min(start + chunk, n)
             # built at send time, so deadlines (30-330 ms, one in five none) are relative to now
             h.send(*[request(i) for i in range(start, stop)])
-            assert wait_for(lambda s=stop: h.relay.relay.counters().received >= s, 30), (
-                h.relay.relay.counters(), stop)
+            assert wait_for(lambda s=stop: h.node.relay.counters().received >= s, 30), (
+                h.node.relay.counters(), stop)
         h.wait_answers(n, timeout=120)
         time.sleep(0.5)  # room for an answer too many
         answers = h.answers()
-        stats = h.relay.relay.core.stats()
+        stats = h.node.relay.core.stats()
     assert stats.rejection_outputs_dropped == 0 and stats.action_outputs_dropped == 0
     by_seq: dict[int, int] = {}
     for a in answers:
@@ -246,7 +246,7 @@ def test_no_relay_thread_outlives_the_node():
     before = {t.ident for t in threading.enumerate()}
     with running_relay(workers=2, fault_nfe_delay_ms=HOLD_NFE_MS) as h:
         h.send(h.request(sequence=1, remaining_nfe=HOLD_NFE))
-        assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 10)  # work in flight
+        assert wait_for(lambda: h.node.relay.core.stats().lanes_busy == 1, 10)  # work in flight
         # teardown starts with the work certainly still running (12.8 s of it)
     time.sleep(0.2)
     left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
@@ -357,7 +357,7 @@ def test_static_relay_raises_the_drift_alarm_when_nfe_cost_rises_mid_run():
     with running_relay(nfe_ns=NFE_NS, drill=True) as h:
         h.send(h.request(sequence=1, remaining_nfe=2))
         assert h.answer_for(1).code == A.INFERENCE
-        assert h.relay.set_parameters(
+        assert h.node.set_parameters(
             [Parameter("fault_nfe_delay_ms", value=SLOW_MS)])[0].successful
         # 2 x 40 NFE of >= 50 ms: seconds of slow NFEs while diagnostics are watched
         h.send(h.request(sequence=2, remaining_nfe=40), h.request(sequence=3, remaining_nfe=40))
@@ -382,7 +382,7 @@ def test_adaptive_relay_prices_the_slower_nfe_into_admission():
         h.client.create_subscription(RelayStats, "flowedge/stats", stats.append, 10)
         h.send(h.request(sequence=1, remaining_nfe=2))
         assert h.answer_for(1).code == A.INFERENCE
-        assert h.relay.set_parameters(
+        assert h.node.set_parameters(
             [Parameter("fault_nfe_delay_ms", value=SLOW_MS)])[0].successful
         h.send(h.request(sequence=2, remaining_nfe=2))
         assert h.answer_for(2).code == A.INFERENCE  # two NFEs of >= 50 ms measured
@@ -392,10 +392,10 @@ def test_adaptive_relay_prices_the_slower_nfe_into_admission():
         # 50 ms (1 s); the 600 ms leave the trip room on a loaded host
         h.send(h.request(sequence=3, remaining_nfe=20, deadline_ms=600))
         adaptive = h.answer_for(3)
-        assert h.relay.set_parameters([Parameter("cost_model", value="static")])[0].successful
+        assert h.node.set_parameters([Parameter("cost_model", value="static")])[0].successful
         h.send(h.request(sequence=4, remaining_nfe=20, deadline_ms=600))
         static = h.answer_for(4)
-        bad = h.relay.set_parameters([Parameter("cost_model", value="sometimes")])
+        bad = h.node.set_parameters([Parameter("cost_model", value="sometimes")])
     assert last.cost_model_adaptive and last.nfe_ns_configured == NFE_NS
     assert last.nfe_ns_observed_tail >= SLOW_MS * 1e6 and last.cost_window_ms == 10_000
     assert adaptive.code == A.REJECTED_DEADLINE and adaptive.nfe_done == 0
@@ -411,7 +411,7 @@ def test_batch_slots_answer_every_valid_request_exactly_once_over_dds():
     boundaries: batches of several rows form by construction, not by timing luck."""
     n = 16
     with running_relay(batch_slots=4, fault_nfe_delay_ms=30.0) as h:
-        assert h.relay.relay.core.lanes == 4
+        assert h.node.relay.core.lanes == 4
         sent = [h.request(session_id=f"arm{i}", sequence=i, generation=2, remaining_nfe=3,
                           noise_seed=i, deadline_ms=60_000) for i in range(n)]
         h.send(*sent)
@@ -480,10 +480,10 @@ def _b_displaces_a(h):
     holds the worker (12.8 s, until _release) and two more of a's fill the queue; robot-b, within
     its share, then displaces a's latest (sequence 3). Returns that request's answer."""
     _send_as(h, 1, "robot-a", HOLD_NFE)
-    assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 10)
+    assert wait_for(lambda: h.node.relay.core.stats().lanes_busy == 1, 10)
     _send_as(h, 2, "robot-a", 5, 50_000)
     _send_as(h, 3, "robot-a", 5, 50_000)
-    assert wait_for(lambda: h.relay.relay.core.stats().queue_depth == 2, 10)
+    assert wait_for(lambda: h.node.relay.core.stats().queue_depth == 2, 10)
     _send_as(h, 4, "robot-b", 1, 60_000)  # b is within its share: displaces a's latest (3)
     return h.answer_for(3)
 
@@ -505,7 +505,7 @@ def test_fair_share_displaces_the_flooding_client_and_says_why():
         _send_as(h, 6, "robot-a", 1)  # no deadline: may displace nothing, the queue is full
         full = h.answer_for(6)
         status = status_values(h.latest_status("queue"))
-        assert h.relay.relay.core.stats().lanes_busy == 1  # all decided while a's work held it
+        assert h.node.relay.core.stats().lanes_busy == 1  # all decided while a's work held it
         _release(h)
         kept = h.answer_for(4, timeout=30)
     assert (displaced.code, displaced.reject_reason) == (A.REJECTED_CAPACITY, A.REJECT_FAIR_SHARE)

@@ -243,7 +243,7 @@ def test_a_live_enum_set_as_ros2_param_set_sends_it_takes_yamls_spellings():
                 assert wait_for(future.done, 30)
                 (result,) = future.result().results
                 want = _expected(spec, text)
-                held = h.relay.get_parameter(spec.name).value
+                held = h.node.get_parameter(spec.name).value
                 if want is None:
                     assert not result.successful, text
                     assert result.reason.startswith(f"{spec.name} must be one of"), result.reason

@@ -269,24 +269,24 @@ def test_package_keeps_stale_deadline_capacity_and_expired_semantics():
         _send(h, served, arrays, 2, deadline_ms=5_000, session_id="d", remaining_nfe=2)
         _send(h, served, arrays, 3, deadline_ms=-5, session_id="e")
         deadline, fits, expired = h.answer_for(1), h.answer_for(2), h.answer_for(3)
-        assert h.relay.set_parameters([Parameter("nfe_ns", value=0),
+        assert h.node.set_parameters([Parameter("nfe_ns", value=0),
                                        Parameter("fault_nfe_delay_ms", value=30.0)])[0].successful
         # stale: a newer generation cancels the session's queued and running work
         _send(h, served, arrays, 10, deadline_ms=None, session_id="r", generation=1,
               remaining_nfe=20)
-        assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 10)
+        assert wait_for(lambda: h.node.relay.core.stats().lanes_busy == 1, 10)
         _send(h, served, arrays, 11, deadline_ms=None, session_id="r", generation=1,
               remaining_nfe=20)
-        assert wait_for(lambda: h.relay.relay.core.stats().queue_depth == 1, 10)
+        assert wait_for(lambda: h.node.relay.core.stats().queue_depth == 1, 10)
         _send(h, served, arrays, 12, deadline_ms=None, session_id="r", generation=2,
               remaining_nfe=1)
         running, queued, newer = h.answer_for(10), h.answer_for(11), h.answer_for(12)
         # capacity: a full queue (2) and a request without a deadline cannot displace
         _send(h, served, arrays, 20, deadline_ms=None, session_id="a", remaining_nfe=20)
-        assert wait_for(lambda: h.relay.relay.core.stats().lanes_busy == 1, 10)
+        assert wait_for(lambda: h.node.relay.core.stats().lanes_busy == 1, 10)
         _send(h, served, arrays, 21, deadline_ms=None, session_id="b", remaining_nfe=1)
         _send(h, served, arrays, 22, deadline_ms=60_000, session_id="c", remaining_nfe=1)
-        assert wait_for(lambda: h.relay.relay.core.stats().queue_depth == 2, 10)
+        assert wait_for(lambda: h.node.relay.core.stats().queue_depth == 2, 10)
         _send(h, served, arrays, 23, deadline_ms=None, session_id="x", remaining_nfe=1)
         full = h.answer_for(23)
         rest = [h.answer_for(seq, timeout=30) for seq in (20, 21, 22)]
@@ -315,8 +315,8 @@ def test_unavailable_execution_provider_is_the_model_error_naming_the_available_
         status = h.latest_status("model")
         h.send(h.request(sequence=1))
         key = Reason.MODEL_UNAVAILABLE.value
-        assert wait_for(lambda: h.relay.relay.counters().discarded[key] == 1, 10)
-        assert h.relay.relay.pool is None
+        assert wait_for(lambda: h.node.relay.counters().discarded[key] == 1, 10)
+        assert h.node.relay.pool is None
     assert status.level == DiagnosticStatus.ERROR
     error = status_values(status)["error"]
     assert "CUDAExecutionProvider" in error and "not available" in error

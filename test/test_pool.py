@@ -475,7 +475,7 @@ def test_without_a_pool_nothing_of_it_exists_and_spill_changes_nothing():
     from ros_helpers import running_relay
 
     with running_relay(pool_spill=True) as h:
-        assert h.relay.relay_pool is None
+        assert h.node.relay_pool is None
         topics = {name for name, _ in h.client.get_topic_names_and_types()}
         assert "/flowedge/pool" not in topics and "/flowedge/actions" in topics
         assert "/flowedge/pool/spill" not in topics
@@ -487,5 +487,5 @@ def test_without_a_pool_nothing_of_it_exists_and_spill_changes_nothing():
 
         assert wait_for(lambda: "flowedge_relay: admission" in names(), 30)  # its own arrays
         assert "flowedge_relay: pool" not in names()
-        (result,) = h.relay.set_parameters([Parameter("pool_spill", value=False)])
-        assert result.successful and h.relay.relay_pool is None
+        (result,) = h.node.set_parameters([Parameter("pool_spill", value=False)])
+        assert result.successful and h.node.relay_pool is None

@@ -230,7 +230,7 @@ def _answers(loop: str) -> tuple[dict, dict, np.ndarray]:
         answers = {a.sequence: a for a in h.wait_answers(3)}
         assert [answers[r.sequence].deadline for r in reqs] == [r.deadline for r in reqs]
         values = status_values(h.latest_status("workers"))
-        return answers, values, h.relay.relay.serving.output.latencies_ms().copy()
+        return answers, values, h.node.relay.serving.output.latencies_ms().copy()
 
 
 def _timeless(msg: ActionMessage) -> ActionMessage:
@@ -264,6 +264,6 @@ def test_simulated_time_keeps_the_rclpy_loop():
     """On simulated time the stamp must be the node's clock, which the C loop cannot read: the
     relay publishes through rclpy and says why."""
     with running_relay(use_sim_time=True) as h:  # no /clock: its timers never fire
-        values = h.relay.relay.loop_values()  # what the workers status would carry
+        values = h.node.relay.loop_values()  # what the workers status would carry
     assert values["publisher_loop"] == "python"
     assert "use_sim_time" in values["publisher_loop_note"]

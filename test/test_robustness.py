@@ -31,7 +31,7 @@ OK, WARN, ERROR = (stress.level(DiagnosticStatus(level=lv)) for lv in (
 
 
 def _alive(h) -> bool:
-    return all(stress.relay_threads_alive(h.relay).values())
+    return all(stress.relay_threads_alive(h.node).values())
 
 
 # ---- hostile input ---------------------------------------------------------------------------
@@ -43,7 +43,7 @@ def test_malformed_campaign_answers_valid_once_and_counts_invalid_per_reason(int
     what the campaign built (stress.Oracle), not by a second copy of the validator; through the
     C intake and the rclpy one."""
     with running_relay(intake_loop="auto" if intake == "native" else "python") as h:
-        assert h.relay.relay.intake_loop == intake
+        assert h.node.relay.intake_loop == intake
         fig = stress.run_malformed(h, messages=700, seed=8, warmup=100)
     assert stress.malformed_ok(fig) == []
     assert fig["crashes"] == 0 and fig["hangs"] == 0
@@ -109,39 +109,39 @@ def test_flood_beyond_the_receive_rate_every_message_is_accounted_for(tmp_path):
 
     sent = 12_000
     with running_relay(drill=True) as h:
-        relay = h.relay
+        node = h.node
         stats: list = []
         h.client.create_subscription(RelayStats, "flowedge/stats", stats.append, 10)
-        relay.relay.fault_pause_intake.set()
+        node.relay.fault_pause_intake.set()
         try:
             proc = _producer(tmp_path, h, "flood", sent, depth=100)
             published = json.loads(proc.stdout.readline())["published"]
         finally:
-            relay.relay.fault_pause_intake.clear()
+            node.relay.fault_pause_intake.clear()
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 0, out
 
         def arrived() -> int:
-            counts = relay.relay.counters()
+            counts = node.relay.counters()
             return counts.received + counts.middleware_lost
 
         last = -1
         while arrived() != last:  # settled: nothing more arrives for 2 s
             last = arrived()
             time.sleep(2.0)
-        st = relay.relay.core.stats()
-        wait_for(lambda: relay.relay.core.stats().queue_depth == 0
-                 and relay.relay.core.stats().lanes_busy == 0, 30.0)
-        decided = relay.relay.core.stats()
+        st = node.relay.core.stats()
+        wait_for(lambda: node.relay.core.stats().queue_depth == 0
+                 and node.relay.core.stats().lanes_busy == 0, 30.0)
+        decided = node.relay.core.stats()
         wait_for(lambda: len(h.answers()) >= sum(decided.outcomes), 10.0)
         answered = len(h.answers())
         admission = status_values(h.latest_status("admission"))
         wait_for(lambda: stats and stats[-1].middleware_lost
-                 == relay.relay.counters().middleware_lost, 5.0)
-        counts = relay.relay.counters()
+                 == node.relay.counters().middleware_lost, 5.0)
+        counts = node.relay.counters()
         received, lost = counts.received, counts.middleware_lost
         invalid = sum(counts.discarded.values())
-        st = relay.relay.core.stats()
+        st = node.relay.core.stats()
         keys = [(a.session_id, a.sequence) for a in h.answers()]
     # A publish the producer's own history refuses fails there, loudly (rare; not our loss).
     assert sent - 200 < published <= sent
@@ -184,7 +184,7 @@ def test_a_request_the_core_refuses_is_counted_and_the_thread_survives(monkeypat
         h.send(h.request(session_id="a", sequence=1, retry_reason=77, retry_count=1))
         h.send(h.request(session_id="a", sequence=2))
         marker = h.answer_for(2)
-        refused = h.relay.relay.counters().discarded[validation.Reason.CORE_REFUSED.value]
+        refused = h.node.relay.counters().discarded[validation.Reason.CORE_REFUSED.value]
         assert _alive(h)
     assert marker is not None and refused == 1
 
@@ -248,8 +248,8 @@ def test_worker_thread_dies_lane_leaves_admission_in_flight_gets_an_outcome():
 def test_regression_all_workers_dead_still_answers_every_valid_request():
     """Regression: with every lane dead, valid requests used to sit in the queue unanswered."""
     with running_relay(workers=1, drill=True) as h:
-        h.relay.relay.inject_worker_crash(0)
-        assert wait_for(lambda: h.relay.relay.core.stats().lanes_alive == 0, 10)
+        h.node.relay.inject_worker_crash(0)
+        assert wait_for(lambda: h.node.relay.core.stats().lanes_alive == 0, 10)
         h.send(h.request(session_id="a", sequence=1))
         h.send(h.request(session_id="a", sequence=2, deadline_ms=300))
         first, second = h.answer_for(1, timeout=3), h.answer_for(2, timeout=3)

@@ -94,7 +94,7 @@ def test_a_swap_under_steady_load_loses_nothing_and_each_answer_names_its_model(
         finally:
             stop.set()
             sender.join(10)
-        mismatched = lambda: h.relay.relay.counters().discarded["model_digest_mismatch"]  # noqa: E731
+        mismatched = lambda: h.node.relay.counters().discarded["model_digest_mismatch"]  # noqa: E731
         assert wait_for(lambda: len(h.answers()) + mismatched() >= len(sent), 60)
         time.sleep(0.5)  # a duplicate would be here by now
         answers = h.answers()
@@ -119,7 +119,7 @@ def test_a_model_that_cannot_be_served_is_refused_and_the_old_one_keeps_serving(
         served = _announced(h)
         result = _set(h, model_path="/nonexistent/policy.onnx")
         assert not result.successful and "/nonexistent/policy.onnx" in result.reason
-        assert h.relay.get_parameter("model_path").value == ""
+        assert h.node.get_parameter("model_path").value == ""
         h.send(h.request(session_id="a", sequence=1))
         assert h.answer_for(1).code == A.INFERENCE
         assert wait_for(lambda: served and served[-1].model_digest == SMALL.digest, 10)

@@ -384,7 +384,7 @@ def run_drill(cond: Conditions, admission: dict, log: Callable[[str], None] = pr
     records: dict[str, TrialRecord] = {}
     relay_counts: dict[str, dict] = {}
     with running_relay(**params) as h:
-        core = h.relay.relay.core
+        core = h.node.relay.core
         client = DrillClient(h.model, context=h.ctx,
                              probe=lambda: {"lanes_busy": core.stats().lanes_busy})
         try:
@@ -397,7 +397,7 @@ def run_drill(cond: Conditions, admission: dict, log: Callable[[str], None] = pr
                     raise TimeoutError("the relay did not answer the warm-up request")
                 for name, fault, uncapped in VARIANTS:
                     delay_ms = (cond.faulted_nfe_ms if fault else cond.nfe_ms) * cond.time_scale
-                    _set(h.relay, "fault_nfe_delay_ms", float(delay_ms))
+                    _set(h.node, "fault_nfe_delay_ms", float(delay_ms))
                     wait_for(lambda: _idle(core), 30)
                     before = core.stats()
                     trial = Trial(
@@ -419,7 +419,7 @@ def run_drill(cond: Conditions, admission: dict, log: Callable[[str], None] = pr
                     after = core.stats()
                     records[name] = rec
                     relay_counts[name] = _delta(before, after)
-                _set(h.relay, "fault_nfe_delay_ms", 0.0)
+                _set(h.node, "fault_nfe_delay_ms", 0.0)
                 status = h.latest_status("admission", timeout=3.0)
                 diagnostics = {k: v for k, v in status_values(status).items()
                                if k.startswith(("duplicate_retries", "rejected_late", "retries.",

@@ -202,16 +202,16 @@ class RelayHarness:
     """A RelayNode spinning as in production (request thread + main executor) and a client node
     that publishes InferenceRequests and collects ActionMessages and diagnostics over DDS."""
 
-    def __init__(self, ctx: Context, relay, client: Node) -> None:
+    def __init__(self, ctx: Context, node, client: Node) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
         from flowedge_relay_msgs.msg import ActionMessage, InferenceRequest
 
         from flowedge_relay.model import load_model
 
         self.ctx = ctx
-        self.relay = relay
+        self.node = node
         self.client = client
-        self.model = relay.relay.model or load_model(_default_model())
+        self.model = node.relay.model or load_model(_default_model())
         self.actions: list = []
         self.diagnostics: list = []
         self.diagnostics_seen = 0
@@ -316,20 +316,20 @@ def relay_spinning(ctx: Context, client_name: str, drill: bool = False,
 
     overrides = [Parameter(k, value=v) for k, v in params.items()]
     drill = drill or any(name.startswith("fault_") for name in params)
-    relay = RelayNode(context=ctx, parameter_overrides=overrides, drill=drill)
+    node = RelayNode(context=ctx, parameter_overrides=overrides, drill=drill)
     client = rclpy.create_node(client_name, context=ctx)
     spin_thread = threading.Thread(
-        target=spin_relay, args=(relay,), kwargs={"context": ctx}, daemon=True
+        target=spin_relay, args=(node,), kwargs={"context": ctx}, daemon=True
     )
     try:
         spin_thread.start()
-        yield relay, client
+        yield node, client
     finally:
-        relay.stop()
+        node.stop()
         ctx.try_shutdown()
         if spin_thread.is_alive():
             spin_thread.join(timeout=10)
-        relay.destroy_node()
+        node.destroy_node()
         client.destroy_node()
 
 
@@ -338,17 +338,17 @@ def running_relay(drill: bool = False, **params) -> Iterator[RelayHarness]:
     """Start a RelayNode with the given parameter overrides plus a client (started for a drill
     as relay_spinning says); tear both down."""
     with ros_context() as ctx, relay_spinning(ctx, "relay_test_client", drill, **params) as (
-        relay,
+        node,
         client,
     ):
-        harness = RelayHarness(ctx, relay, client)
+        harness = RelayHarness(ctx, node, client)
         with spinning(client, context=ctx):
             # the subscription matches at construction, the request thread starts later: a
             # request sent in between waits in the middleware and its deadline runs meanwhile.
             # Both directions: an answer published before the relay's writer has matched the
             # client's reader is dropped, and a test waiting for it stalls.
             wait_for_subscribers(harness.pub)
-            wait_for_subscribers(relay.actions_publisher)
-            if not relay.requests.taking.wait(30):
+            wait_for_subscribers(node.actions_publisher)
+            if not node.requests.taking.wait(30):
                 raise TimeoutError("the relay did not start taking requests within 30 s")
             yield harness

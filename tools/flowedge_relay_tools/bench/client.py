@@ -358,11 +358,11 @@ def saturate(client, workers: int, nfe: int, seconds: float, session: str,
     return answers
 
 
-def wait_idle(relay, timeout: float = 10.0) -> bool:
+def wait_idle(node, timeout: float = 10.0) -> bool:
     """The relay's queue is empty and no lane is busy."""
 
     def idle() -> bool:
-        s = relay.relay.core.stats()
+        s = node.relay.core.stats()
         return s.queue_depth == 0 and s.lanes_busy == 0
 
     return wait_for(idle, timeout, period=0.005)
@@ -373,15 +373,15 @@ def bench_relay(plain: bool = False, **params) -> Iterator[tuple[object, BenchCl
     """A RelayNode with these parameter overrides and a BenchClient (`plain`: an ordinary
     subscriber, BenchClient), torn down in order."""
     with private_context() as ctx, relay_spinning(ctx, "flowedge_bench_client", **params) as (
-        relay,
         node,
+        client_node,
     ):
-        if relay.relay.model is None:
-            raise RuntimeError(f"relay could not load its model: {relay.relay.model_error}")
-        client = BenchClient(node, relay.relay.model, plain=plain)
-        with spinning(node, context=ctx):
+        if node.relay.model is None:
+            raise RuntimeError(f"relay could not load its model: {node.relay.model_error}")
+        client = BenchClient(client_node, node.relay.model, plain=plain)
+        with spinning(client_node, context=ctx):
             wait_for_relay(client.pub, client.sub)
-            yield relay, client
+            yield node, client
 
 
 class NodeProcess:

@@ -125,20 +125,20 @@ def _time_calls(call, items) -> np.ndarray:
     return lat
 
 
-def _observed(relay, before) -> dict[str, int]:
+def _observed(node, before) -> dict[str, int]:
     """What the core and the intake counted since `before` (a (stats, discarded) pair)."""
     st0, disc0 = before
-    st = relay.relay.core.stats()
+    st = node.relay.core.stats()
     out = {name: st.outcomes[i] - st0.outcomes[i] for i, name in enumerate(OUTCOMES)}
     out["accepted"] = st.accepted - st0.accepted
-    for reason, count in relay.relay.counters().discarded.items():
+    for reason, count in node.relay.counters().discarded.items():
         if count - disc0[reason]:
             out[f"discarded.{reason}"] = count - disc0[reason]
     return {k: v for k, v in out.items() if v}
 
 
-def _mark(relay):
-    return relay.relay.core.stats(), relay.relay.counters().discarded
+def _mark(node):
+    return node.relay.core.stats(), node.relay.counters().discarded
 
 
 def _stats(lat: np.ndarray) -> dict:
@@ -147,8 +147,8 @@ def _stats(lat: np.ndarray) -> dict:
             "us_p99": round(float(np.percentile(us, 99)), 2)}
 
 
-def _cases(relay, n: int, rng, run_case) -> None:
-    """Every case once on `relay` (not spinning: this thread is its submit producer), through
+def _cases(node, n: int, rng, run_case) -> None:
+    """Every case once on `node` (not spinning: this thread is its submit producer), through
     run_case(kind, case, expected outcome, messages, prepare=(), settle_s=0): `prepare` goes
     first, untimed, with settle_s after its first message."""
     from rclpy.parameter import Parameter
@@ -156,7 +156,7 @@ def _cases(relay, n: int, rng, run_case) -> None:
     from flowedge_relay_tools.bench.client import wait_idle
     from flowedge_relay_tools.stress import Contract, RequestBuilder
 
-    b = RequestBuilder(Contract.of(relay.relay.model))
+    b = RequestBuilder(Contract.of(node.relay.model))
 
     def req(i: int, **fields):
         return _roundtrip(b.request(**{"sequence": i, "remaining_nfe": 1, "noise_seed": i,
@@ -174,28 +174,28 @@ def _cases(relay, n: int, rng, run_case) -> None:
     newer = req(next(seq), session_id="st", generation=10)
     run_case("decision", "older_generation", "rejected_stale",
              [req(next(seq), session_id="st", generation=1) for _ in range(n)], prepare=[newer])
-    wait_idle(relay, 60.0)
+    wait_idle(node, 60.0)
     # one NFE "costs" a minute: a deadline 10 s away (that cannot pass while the messages are
     # built) is out of reach
-    relay.set_parameters([Parameter("nfe_ns", value=60_000_000_000)])
+    node.set_parameters([Parameter("nfe_ns", value=60_000_000_000)])
     run_case("decision", "deadline_unreachable", "rejected_deadline",
              [req(next(seq), session_id=f"d{i % 8}", deadline_ms=10_000) for i in range(n)])
-    relay.set_parameters([Parameter("nfe_ns", value=0)])
-    wait_idle(relay, 60.0)
+    node.set_parameters([Parameter("nfe_ns", value=0)])
+    wait_idle(node, 60.0)
     run_case("decision", "accepted_then_run", "accepted",
              [req(next(seq), session_id=f"a{i % 8}") for i in range(n)])
-    wait_idle(relay, 60.0)
+    wait_idle(node, 60.0)
     # one request holds the worker (max_nfe NFE x 0.5 s, released below by clearing the delay,
     # read per NFE), the queue fills: later ones find no room
-    relay.set_parameters([Parameter("fault_nfe_delay_ms", value=500.0)])
-    hold = [req(next(seq), session_id="hold", remaining_nfe=relay.relay.validator.max_nfe)]
+    node.set_parameters([Parameter("fault_nfe_delay_ms", value=500.0)])
+    hold = [req(next(seq), session_id="hold", remaining_nfe=node.relay.validator.max_nfe)]
     fill = [req(next(seq), session_id=f"f{i % 8}")
-            for i in range(relay.get_parameter("queue_capacity").value)]
+            for i in range(node.get_parameter("queue_capacity").value)]
     run_case("decision", "queue_full", "rejected_capacity",
              [req(next(seq), session_id=f"c{i % 8}") for i in range(n)], prepare=hold + fill,
              settle_s=0.2)
-    relay.set_parameters([Parameter("fault_nfe_delay_ms", value=0.0)])
-    wait_idle(relay, 60.0)
+    node.set_parameters([Parameter("fault_nfe_delay_ms", value=0.0)])
+    wait_idle(node, 60.0)
 
 
 def intake_costs(n: int, intake: str, bar: Progress | None = None) -> list[dict]:
@@ -210,18 +210,18 @@ def intake_costs(n: int, intake: str, bar: Progress | None = None) -> list[dict]
 
     rows = []
     with ros_context() as ctx:
-        relay = RelayNode(context=ctx, drill=True, parameter_overrides=[
+        node = RelayNode(context=ctx, drill=True, parameter_overrides=[
             Parameter("workers", value=1), Parameter("queue_capacity", value=2 * n + 64),
             Parameter("intake_loop", value="auto" if intake == "c" else "python")])
         try:
-            if relay.relay.intake_loop != ("native" if intake == "c" else "python"):
+            if node.relay.intake_loop != ("native" if intake == "c" else "python"):
                 raise RuntimeError(
-                    f"the {intake} intake is not available: {relay.relay.intake_note}")
+                    f"the {intake} intake is not available: {node.relay.intake_note}")
             if intake == "c":
-                call = relay.relay.handle_serialized
+                call = node.relay.handle_serialized
                 wire = lambda m: m if isinstance(m, bytes) else serialize_message(m)  # noqa: E731
             else:
-                call = relay.requests.handle
+                call = node.requests.handle
                 wire = lambda m: m  # noqa: E731
 
             def run_case(kind, case, expected, msgs, prepare=(), settle_s=0.0) -> None:
@@ -232,9 +232,9 @@ def intake_costs(n: int, intake: str, bar: Progress | None = None) -> list[dict]
                     if k == 0:
                         time.sleep(settle_s)  # the first one reaches its worker
                 items = [wire(m) for m in msgs]
-                before = _mark(relay)
+                before = _mark(node)
                 lat = _time_calls(call, items)
-                observed = _observed(relay, before)
+                observed = _observed(node, before)
                 row = {"kind": kind, "case": case, "outcome": expected, "intake": intake,
                        "n": int(lat.size), **_stats(lat), "observed": observed,
                        "as_expected": observed.get(expected, 0) == int(lat.size)}
@@ -245,9 +245,9 @@ def intake_costs(n: int, intake: str, bar: Progress | None = None) -> list[dict]
                 if bar:
                     bar.advance(label=f"{intake}: {case}")
 
-            _cases(relay, n, random.Random(1), run_case)
+            _cases(node, n, random.Random(1), run_case)
         finally:
-            relay.destroy_node()
+            node.destroy_node()
     return rows
 
 

@@ -22,29 +22,29 @@ def fault_consumer_stops(h, n: int = 400) -> dict:
     drop and count, nothing blocks; once it drains again, answers flow again."""
     from flowedge_relay_tools.harness import wait_for
 
-    relay = h.relay
-    st0 = relay.relay.core.stats()
-    relay.relay.fault_pause_output.set()
+    node = h.node
+    st0 = node.relay.core.stats()
+    node.relay.fault_pause_output.set()
     time.sleep(0.05)
     t0 = time.monotonic()
     for start in range(0, n, 100):
         h.send(*[h.request(session_id=f"c{i % 4}", sequence=i, remaining_nfe=1,
                            deadline_ms=-1 if i % 2 else None) for i in range(start, start + 100)])
-        pace(relay, received(relay) + 0, backlog=10_000)
-    submitted = wait_for(lambda: relay.relay.core.stats().submitted - st0.submitted >= n, 30.0)
+        pace(node, received(node) + 0, backlog=10_000)
+    submitted = wait_for(lambda: node.relay.core.stats().submitted - st0.submitted >= n, 30.0)
     admit_s = time.monotonic() - t0
-    idle = wait_for(lambda: relay.relay.core.stats().queue_depth == 0
-                    and relay.relay.core.stats().lanes_busy == 0, 30.0)
-    st = relay.relay.core.stats()
+    idle = wait_for(lambda: node.relay.core.stats().queue_depth == 0
+                    and node.relay.core.stats().lanes_busy == 0, 30.0)
+    st = node.relay.core.stats()
     answers_while_paused = len(h.answers())
-    relay.relay.fault_pause_output.clear()
+    node.relay.fault_pause_output.clear()
     rej_drop = st.rejection_outputs_dropped - st0.rejection_outputs_dropped
     act_drop = st.action_outputs_dropped - st0.action_outputs_dropped
     # the rings drain first (everything not dropped is answered), then new work flows again
     drained = wait_for(lambda: len(h.answers()) >= n - rej_drop - act_drop, 30.0)
     h.send(h.request(session_id="after", sequence=10**6))
     after = h.answer_for(10**6, timeout=30)
-    st_after = relay.relay.core.stats()
+    st_after = node.relay.core.stats()
     time.sleep(0.3)
     keys = Counter((a.session_id, a.sequence) for a in h.answers())
     return {
@@ -60,11 +60,11 @@ def fault_consumer_stops(h, n: int = 400) -> dict:
         "duplicate_answers": sum(1 for c in keys.values() if c > 1),
         "answered_after_resume": after is not None,
         "accounting_closes": len(h.answers()) - 1 + rej_drop + act_drop == n,
-        "relay_received": received(relay),
+        "relay_received": received(node),
         "submitted_after_resume": st_after.submitted - st0.submitted,
         "outcomes_after_resume": [a - b for a, b in zip(st_after.outcomes, st0.outcomes,
                                                         strict=True)],
-        "threads_alive": relay_threads_alive(relay),
+        "threads_alive": relay_threads_alive(node),
     }
 
 
@@ -100,7 +100,7 @@ def fault_slow_worker(h) -> dict:
     h.wait_answers(len(keys), timeout=30)
     admission, workers = h.latest_status("admission"), h.latest_status("workers")
     time.sleep(0.3)
-    st = h.relay.relay.core.stats()
+    st = h.node.relay.core.stats()
     return {
         **exactly_once(h.answers(), keys),
         "calibration_misses": st.calibration_misses,
@@ -118,14 +118,14 @@ def fault_worker_dies(h) -> dict:
     request gets an outcome, ERROR diagnostics, the other lane keeps serving."""
     from flowedge_relay_tools.harness import wait_for
 
-    relay = h.relay
+    node = h.node
     h.send(h.request(session_id="long", sequence=1, remaining_nfe=40))
-    wait_for(lambda: any(lane.busy for lane in relay.relay.core.lanes_snapshot()), 10)
-    lane = next(x.lane for x in relay.relay.core.lanes_snapshot() if x.busy)
-    alive_before = relay.relay.core.stats().lanes_alive
-    relay.relay.inject_worker_crash(lane)
+    wait_for(lambda: any(lane.busy for lane in node.relay.core.lanes_snapshot()), 10)
+    lane = next(x.lane for x in node.relay.core.lanes_snapshot() if x.busy)
+    alive_before = node.relay.core.stats().lanes_alive
+    node.relay.inject_worker_crash(lane)
     in_flight = h.answer_for(1, timeout=10)
-    wait_for(lambda: relay.relay.core.stats().lanes_alive == alive_before - 1, 10)
+    wait_for(lambda: node.relay.core.stats().lanes_alive == alive_before - 1, 10)
     workers = h.latest_status("workers")
     for i in range(2, 6):
         h.send(h.request(session_id="after", sequence=i, remaining_nfe=2))
@@ -135,13 +135,13 @@ def fault_worker_dies(h) -> dict:
         **exactly_once(h.answers(), [("long", 1)] + [("after", i) for i in range(2, 6)]),
         "crashed_lane": lane,
         "lanes_alive_before": alive_before,
-        "lanes_alive_after": relay.relay.core.stats().lanes_alive,
+        "lanes_alive_after": node.relay.core.stats().lanes_alive,
         "in_flight_code": None if in_flight is None else in_flight.code,
         "in_flight_nfe_done": None if in_flight is None else in_flight.nfe_done,
         "workers_level": level(workers),
         "workers_message": workers.message,
         "later_codes": [None if a is None else a.code for a in later],
-        "threads_alive": relay_threads_alive(relay),
+        "threads_alive": relay_threads_alive(node),
     }
 
 
@@ -163,15 +163,15 @@ def fault_bad_model(h) -> dict:
         "answers": len(h.answers()),
         "discarded_model_unavailable": int(admission["invalid.model_unavailable"]),
         "diagnostics_still_published": again is not None,
-        "request_thread_alive": relay_threads_alive(h.relay)["request"],
+        "request_thread_alive": relay_threads_alive(h.node)["request"],
     }
 
 
 def fault_burst(h, factor: int = 10, sessions: int = 8) -> dict:
     """A burst of `factor` x what the relay can hold (queue_capacity + workers), sent at once,
     mixed with duplicate retries and invalid input: exactly one answer per valid request."""
-    relay = h.relay
-    capacity = param(relay, "queue_capacity") + param(relay, "workers")
+    node = h.node
+    capacity = param(node, "queue_capacity") + param(node, "workers")
     n = factor * capacity
     keys, batch = [], []
     for i in range(n):
@@ -182,12 +182,12 @@ def fault_burst(h, factor: int = 10, sessions: int = 8) -> dict:
         keys.append((sid, i))
         if i % 10 == 0:  # an invalid one: no answer, counted
             batch.append(h.request(session_id=sid, sequence=10**9 + i, remaining_nfe=0))
-    st0 = relay.relay.core.stats()
+    st0 = node.relay.core.stats()
     t0 = time.monotonic()
     h.send(*batch)
     h.wait_answers(n, timeout=60)
     time.sleep(0.5)
-    st = relay.relay.core.stats()
+    st = node.relay.core.stats()
     codes = Counter(a.code for a in h.answers())
     return {
         "burst": n,
@@ -197,7 +197,7 @@ def fault_burst(h, factor: int = 10, sessions: int = 8) -> dict:
         "codes": dict(sorted(codes.items())),
         "dropped": st.rejection_outputs_dropped + st.action_outputs_dropped
         - st0.rejection_outputs_dropped - st0.action_outputs_dropped,
-        "invalid_discarded": sum(relay.relay.counters().discarded.values()),
+        "invalid_discarded": sum(node.relay.counters().discarded.values()),
     }
 
 
@@ -208,7 +208,7 @@ def fault_many_sessions(h, sessions: int = 200) -> dict:
     ones need their places: evictions happen by construction, however fast the relay takes
     requests."""
     keys = []
-    batch_size = max(1, param(h.relay, "max_sessions") // 2)
+    batch_size = max(1, param(h.node, "max_sessions") // 2)
     for start in range(0, sessions, batch_size):
         batch = []
         for i in range(start, min(start + batch_size, sessions)):
@@ -218,10 +218,10 @@ def fault_many_sessions(h, sessions: int = 200) -> dict:
         h.wait_answers(len(keys), timeout=30)
     h.wait_answers(sessions, timeout=60)
     time.sleep(0.3)
-    st = h.relay.relay.core.stats()
+    st = h.node.relay.core.stats()
     return {
         **exactly_once(h.answers(), keys),
-        "max_sessions": param(h.relay, "max_sessions"),
+        "max_sessions": param(h.node, "max_sessions"),
         "sessions_gauge": st.sessions,
         "sessions_evicted": st.sessions_evicted,
         "codes": dict(sorted(Counter(a.code for a in h.answers()).items())),

@@ -87,15 +87,15 @@ def run_malformed(h, messages: int = 2000, seed: int = 1, warmup: int = 300,
     """The hostile-input campaign, producer in this process, flow-controlled by the relay's
     intake (at most `backlog` unread); returns figures (report.py)."""
 
-    relay = h.relay
-    factory = ProbeFactory(h, seed, relay.relay.validator.max_nfe, huge=huge)
+    node = h.node
+    factory = ProbeFactory(h, seed, node.relay.validator.max_nfe, huge=huge)
     total = warmup + messages
     oracle = Oracle(total + 1)
     book = FloodBook(total + 1)
     h.keep_answers = False
     h.on_answer = book.on_answer
     h.max_diagnostics = 20
-    mark = RelayMark.of(relay)
+    mark = RelayMark.of(node)
     typed = 0
     hangs = 0
     rss_warm = rss_bytes()
@@ -103,14 +103,14 @@ def run_malformed(h, messages: int = 2000, seed: int = 1, warmup: int = 300,
     t0 = time.monotonic()
     for i in range(total):
         if i == warmup:
-            pace(relay, mark.received + typed, backlog=0)
+            pace(node, mark.received + typed, backlog=0)
             rss_warm = rss_bytes()
         p = factory.make(i, mix)
         oracle.record(i, p)  # before sending: a passed deadline is answered within microseconds
         typed += p.expect != RAW
         h.pub.publish(p.payload)
         if i % 50 == 49:
-            if not pace(relay, mark.received + typed, backlog):
+            if not pace(node, mark.received + typed, backlog):
                 hangs += 1
             if i % 1000 == 999:
                 rss_samples.append([round(time.monotonic() - t0, 2), rss_bytes()])
@@ -120,7 +120,7 @@ def run_malformed(h, messages: int = 2000, seed: int = 1, warmup: int = 300,
     marker = total
     oracle.record(marker, Probe("marker", None, VALID_ANY, session="marker"))
     h.send(factory.valid(marker, session="marker", past=False))
-    if not _settle(relay, book, oracle, marker, 60.0):
+    if not _settle(node, book, oracle, marker, 60.0):
         hangs += 1
     time.sleep(0.5)  # any duplicate answer would arrive by now
     return campaign_report(
@@ -130,7 +130,7 @@ def run_malformed(h, messages: int = 2000, seed: int = 1, warmup: int = 300,
         tail={"rss_samples": rss_samples, "seconds": round(time.monotonic() - t0, 2)})
 
 
-def _settle(relay, book: FloodBook, oracle: Oracle, marker: int, timeout: float) -> bool:
+def _settle(node, book: FloodBook, oracle: Oracle, marker: int, timeout: float) -> bool:
     """Wait for the marker's answer and every valid answer, or, should some never come, for
     the relay to go quiet (nothing received, answered, queued or running for 2 s). False
     only when the marker (sent last) is never answered: the relay hangs."""
@@ -141,8 +141,8 @@ def _settle(relay, book: FloodBook, oracle: Oracle, marker: int, timeout: float)
     while time.monotonic() < end:
         if int((book.count[valid] > 0).sum()) >= n_valid:
             return True
-        st = relay.relay.core.stats()
-        now = (received(relay), book.answered(), st.queue_depth, st.lanes_busy)
+        st = node.relay.core.stats()
+        now = (received(node), book.answered(), st.queue_depth, st.lanes_busy)
         if now != last:
             last, still_since = now, time.monotonic()
         elif st.queue_depth == 0 and st.lanes_busy == 0 and time.monotonic() - still_since > 2:
@@ -170,16 +170,16 @@ def run_flood(h, rate: float, duration_s: float, seed: int = 1, mix: str = "floo
     import subprocess
     import tempfile
 
-    relay = h.relay
+    node = h.node
     n = int(rate * duration_s) + 1
     book = FloodBook(n + 1)
     h.keep_answers, h.on_answer, h.max_diagnostics = False, book.on_answer, 5
-    mark = RelayMark.of(relay)
+    mark = RelayMark.of(node)
     with tempfile.TemporaryDirectory() as tmp:
         oracle_path = str(Path(tmp) / "oracle.npz")
         cmd = producer_command(Contract.of(h.model), rate=rate, count=n, mix=mix,
                                oracle=oracle_path, depth=producer_depth, seed=seed,
-                               max_nfe=relay.relay.validator.max_nfe)
+                               max_nfe=node.relay.validator.max_nfe)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         rss_warm, rss_max, samples = 0, 0, []
         t0 = time.monotonic()
@@ -189,8 +189,8 @@ def run_flood(h, rate: float, duration_s: float, seed: int = 1, mix: str = "floo
             rss_max = max(rss_max, rss)
             if not rss_warm and time.monotonic() - t0 >= min(5.0, duration_s / 4):
                 rss_warm = rss
-            samples.append([round(time.monotonic() - t0, 1), rss, mark.received_since(relay),
-                            mark.lost_since(relay)])
+            samples.append([round(time.monotonic() - t0, 1), rss, mark.received_since(node),
+                            mark.lost_since(node)])
             if progress and len(samples) % 5 == 0:
                 progress(f"flood {samples[-1][0]:5.0f} s: relay received {samples[-1][2]}, "
                          f"middleware lost {samples[-1][3]}, answers {book.answered()}, "
@@ -207,7 +207,7 @@ def run_flood(h, rate: float, duration_s: float, seed: int = 1, mix: str = "floo
     oracle = oracle_full
     # settle: the relay has taken (or the middleware has reported lost) everything it will
     def arrived() -> int:
-        return mark.received_since(relay) + mark.lost_since(relay)
+        return mark.received_since(node) + mark.lost_since(node)
 
     last, still_since = -1, time.monotonic()
     end = time.monotonic() + settle_s
@@ -222,7 +222,7 @@ def run_flood(h, rate: float, duration_s: float, seed: int = 1, mix: str = "floo
     oracle.record(marker, Probe("marker", None, VALID_ANY, session="marker"))
     h.send(h.request(session_id="marker", sequence=BASE_SEQ + marker))
     sent = int((oracle.expect != NOT_SENT).sum())  # the marker included, as everywhere below
-    hangs = int(hung) + (not _settle(relay, book, oracle, marker, 60.0))
+    hangs = int(hung) + (not _settle(node, book, oracle, marker, 60.0))
     time.sleep(0.5)
     fig = campaign_report(
         h, mark, oracle, book, mix=mix,

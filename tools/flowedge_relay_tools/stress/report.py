@@ -36,23 +36,23 @@ def rss_bytes() -> int:
     return 0
 
 
-def relay_threads_alive(relay) -> dict[str, bool]:
+def relay_threads_alive(node) -> dict[str, bool]:
     """Liveness of every relay thread that must survive hostile input."""
-    return {"request": relay.requests.alive, **relay.relay.threads_alive()}
+    return {"request": node.requests.alive, **node.relay.threads_alive()}
 
 
-def received(relay) -> int:
+def received(node) -> int:
     """Requests the relay's callback has seen (valid or not)."""
-    return relay.relay.counters().received
+    return node.relay.counters().received
 
 
-def lost(relay) -> int:
+def lost(node) -> int:
     """Requests the middleware reported lost before the relay's callback."""
-    return relay.relay.counters().middleware_lost
+    return node.relay.counters().middleware_lost
 
 
-def param(relay, name: str):
-    return relay.get_parameter(name).value
+def param(node, name: str):
+    return node.get_parameter(name).value
 
 
 @dataclass
@@ -65,18 +65,18 @@ class RelayMark:
     discarded: dict = field(default_factory=dict)
 
     @classmethod
-    def of(cls, relay) -> RelayMark:
-        return cls(received(relay), lost(relay), relay.relay.counters().discarded)
+    def of(cls, node) -> RelayMark:
+        return cls(received(node), lost(node), node.relay.counters().discarded)
 
-    def received_since(self, relay) -> int:
-        return received(relay) - self.received
+    def received_since(self, node) -> int:
+        return received(node) - self.received
 
-    def lost_since(self, relay) -> int:
-        return lost(relay) - self.lost
+    def lost_since(self, node) -> int:
+        return lost(node) - self.lost
 
-    def reasons_since(self, relay) -> dict[str, int]:
+    def reasons_since(self, node) -> dict[str, int]:
         """Discards per reason (validation.Reason value) since the mark."""
-        return {r: c - self.discarded[r] for r, c in relay.relay.counters().discarded.items()}
+        return {r: c - self.discarded[r] for r, c in node.relay.counters().discarded.items()}
 
 
 def judge(oracle: Oracle, book) -> dict:
@@ -119,11 +119,11 @@ def _close_accounting(fig: dict, oracle: Oracle, got_reasons: dict[str, int]) ->
 def _relay_figures(h, got_reasons: dict[str, int]) -> dict:
     from flowedge_relay_tools.harness import status_values
 
-    relay = h.relay
-    stats = relay.relay.core.stats()
+    node = h.node
+    stats = node.relay.core.stats()
     status = h.latest_status("admission")
     diag = status_values(status) if status else {}
-    alive = relay_threads_alive(relay)
+    alive = relay_threads_alive(node)
     return {
         "diagnostics_invalid_discarded": int(diag.get("invalid_discarded", -1)),
         "diagnostics_by_reason": {k[len("invalid."):]: int(v) for k, v in diag.items()
@@ -149,8 +149,8 @@ def campaign_report(h, mark: RelayMark, oracle: Oracle, book, *, mix: str, head:
     judgement, answers by code, the relay's own figures, hangs, RSS (MB; the growth is None
     without a warm reading), the campaign's trailing figures (`tail`), then the per-reason
     accounting."""
-    relay = h.relay
-    got_reasons = mark.reasons_since(relay)
+    node = h.node
+    got_reasons = mark.reasons_since(node)
     rss = {"rss_warm_mb": round(rss_warm / MB, 2)}
     if rss_max is not None:
         rss["rss_max_mb"] = round(rss_max / MB, 2)
@@ -160,8 +160,8 @@ def campaign_report(h, mark: RelayMark, oracle: Oracle, book, *, mix: str, head:
         "mix": mix,
         **head,
         "kinds": dict(sorted(oracle.kinds.items())),
-        "relay_received": mark.received_since(relay),
-        "middleware_lost": mark.lost_since(relay),
+        "relay_received": mark.received_since(node),
+        "middleware_lost": mark.lost_since(node),
         **judge(oracle, book),
         "answers_by_code": answers_by_code(book),
         **_relay_figures(h, got_reasons),

@@ -64,9 +64,9 @@ def measure_capacity(h, seconds: float = 4.0, nfe_mix=(1, 8), sessions: int = 8)
     """Saturate the relay with no-deadline requests; answers/s is the capacity at this mix."""
     from flowedge_relay_tools.harness import wait_for
 
-    relay = h.relay
+    node = h.node
     rng = random.Random(7)
-    inflight_target = max(4, min(param(relay, "queue_capacity") // 2, 32))
+    inflight_target = max(4, min(param(node, "queue_capacity") // 2, 32))
     done = [0]
 
     def on_answer(msg):
@@ -90,7 +90,7 @@ def measure_capacity(h, seconds: float = 4.0, nfe_mix=(1, 8), sessions: int = 8)
     wait_for(lambda: done[0] >= sent, 30.0)
     if rate <= 0:
         raise RuntimeError(f"no answers while measuring capacity ({done[0]} of {sent} answered)")
-    p50, p99, _ = relay.relay.pool.nfe_percentiles() if relay.relay.pool else (0.0, 0.0, 0)
+    p50, p99, _ = node.relay.pool.nfe_percentiles() if node.relay.pool else (0.0, 0.0, 0)
     return {"requests_per_s": round(rate, 1), "nfe_p50_ns": int(p50), "nfe_p99_ns": int(p99)}
 
 
@@ -153,21 +153,21 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
 
     from flowedge_relay_tools.harness import wait_for
 
-    relay = h.relay
+    node = h.node
     cap = measure_capacity(h)
     nfe_ns = 0
     if admission and cap["nfe_p99_ns"]:
         nfe_ns = int(max(3 * cap["nfe_p99_ns"], 200_000))
-        relay.set_parameters([Parameter("nfe_ns", value=nfe_ns),
-                              Parameter("admission_reserve_ns", value=2_000_000)])
+        node.set_parameters([Parameter("nfe_ns", value=nfe_ns),
+                             Parameter("admission_reserve_ns", value=2_000_000)])
     # capacity was measured at NFE 1-8 uniform, the soak's valid mix: offer load x that
     rate = max(load * cap["requests_per_s"], 1.0)
     n = int(rate * duration_s * 1.1) + 100
     book = AnswerBook(n)
-    traffic = SoakTraffic(h, book, seed, sessions, relay.relay.validator.max_nfe)
+    traffic = SoakTraffic(h, book, seed, sessions, node.relay.validator.max_nfe)
     h.keep_answers, h.on_answer, h.max_diagnostics = False, book.on_answer, 5
-    stats0 = relay.relay.core.stats()
-    received0 = received(relay)
+    stats0 = node.relay.core.stats()
+    received0 = received(node)
     samples = []
     t0 = time.monotonic()
     next_sample, next_progress = t0, t0 + progress_every_s
@@ -180,7 +180,7 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
         while traffic.i < sent_target and traffic.i < n:
             traffic.send_one()
         if now >= next_sample:
-            samples.append(_soak_sample(relay, book, traffic, stats0, now - t0))
+            samples.append(_soak_sample(node, book, traffic, stats0, now - t0))
             next_sample += sample_s
         if progress and now >= next_progress:
             s = samples[-1]
@@ -193,14 +193,14 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
     want = traffic.valid_sent
 
     def settled() -> bool:
-        st = relay.relay.core.stats()
+        st = node.relay.core.stats()
         return (book.total() + st.coalesced - stats0.coalesced >= want
                 and st.queue_depth == 0 and st.lanes_busy == 0)
 
     drained = wait_for(settled, 60.0)
     time.sleep(0.5)
-    samples.append(_soak_sample(relay, book, traffic, stats0, time.monotonic() - t0))
-    st = relay.relay.core.stats()
+    samples.append(_soak_sample(node, book, traffic, stats0, time.monotonic() - t0))
+    st = node.relay.core.stats()
     coalesced = st.coalesced - stats0.coalesced
     drops = (st.rejection_outputs_dropped + st.action_outputs_dropped
              - stats0.rejection_outputs_dropped - stats0.action_outputs_dropped)
@@ -217,12 +217,12 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
         "capacity": cap,
         "offered_rate_per_s": round(rate, 1),
         "nfe_ns_configured": nfe_ns,
-        "workers": param(relay, "workers"),
-        "queue_capacity": param(relay, "queue_capacity"),
+        "workers": param(node, "workers"),
+        "queue_capacity": param(node, "queue_capacity"),
         "valid_sent": traffic.valid_sent,
         "retries_sent": traffic.retries_sent,
         "invalid_sent": traffic.invalid_sent,
-        "relay_received": received(relay) - received0,
+        "relay_received": received(node) - received0,
         "answered": book.total(),
         "coalesced": coalesced,
         "dropped": drops,
@@ -234,20 +234,20 @@ def run_soak(h, duration_s: float, load: float = 0.8, seed: int = 3, sample_s: f
         "unexpected_answers": book.unexpected,
         "outcomes": samples[-1]["outcomes"],
         "calibration_misses": st.calibration_misses - stats0.calibration_misses,
-        "invalid_discarded": sum(relay.relay.counters().discarded.values()),
+        "invalid_discarded": sum(node.relay.counters().discarded.values()),
         "queue_depth_max": max(s["queue_depth"] for s in samples),
         "rss_start_mb": samples[0]["rss_mb"],
         "rss_warm_mb": warm,
         "rss_end_mb": samples[-1]["rss_mb"],
         "rss_max_mb": float(rss.max()),
         "rss_slope_second_half_mb_per_min": round(slope, 3),
-        "threads_alive": relay_threads_alive(relay),
+        "threads_alive": relay_threads_alive(node),
         "samples": samples,
     }
 
 
-def _soak_sample(relay, book, traffic, stats0, t: float) -> dict:
-    st = relay.relay.core.stats()
+def _soak_sample(node, book, traffic, stats0, t: float) -> dict:
+    st = node.relay.core.stats()
     names = CODE_KEYS
     return {
         "t": round(t, 2),
@@ -259,7 +259,7 @@ def _soak_sample(relay, book, traffic, stats0, t: float) -> dict:
         "answered": book.total(),
         "coalesced": st.coalesced - stats0.coalesced,
         "dropped": st.rejection_outputs_dropped + st.action_outputs_dropped,
-        "invalid_discarded": sum(relay.relay.counters().discarded.values()),
+        "invalid_discarded": sum(node.relay.counters().discarded.values()),
         "outcomes": {k: st.outcomes[j] - stats0.outcomes[j] for j, k in enumerate(names)},
     }
 
