@@ -289,9 +289,9 @@ struct fer_client_state {
 
 /* The cost model (docs/design.md §5.2) at one instant: what NFEs measured lately cost, and what
  * admission assumes. quantile_tail_ns is the cost_quantile_ppm quantile of the NFE durations
- * measured in the last cost_window_ns, window_max_ns their maximum; block_mean_ns the largest mean
- * busy span per step over a block of one worker's whole requests (16 to 128 steps) that ended in
- * the window (a step's span: the
+ * measured in the last cost_window_ns, window_max_ns their maximum; block_mean_ns the p99 of
+ * the mean busy span per step over blocks of one worker's whole requests (16 to 128 steps) that
+ * ended in the window (a step's span: the
  * wall time since its worker's previous step ended, or since the worker had work again after
  * idling, or since its last prefix pass; never less than the step's measured time), less the
  * excess of a window's single stall up to admission_reserve_ns (§5.2's stall rule); and
@@ -308,7 +308,7 @@ struct fer_cost_stats {
     uint64_t configured_ns;              /* nfe_ns */
     uint64_t observed_tail_ns;           /* max(quantile_tail_ns, block_mean_ns): what adapts */
     uint64_t quantile_tail_ns;           /* the quantile_ppm quantile of the window's NFEs */
-    uint64_t block_mean_ns;              /* the largest block's mean busy span per step (§5.2) */
+    uint64_t block_mean_ns;              /* the p99 block's mean busy span per step (§5.2) */
     uint64_t window_max_ns;
     uint64_t window_samples;             /* NFE measured in the window */
     uint64_t in_use_ns;

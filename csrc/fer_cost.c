@@ -66,9 +66,17 @@ static void forget_all(struct fer_cost *k)
     memset(k->agg, 0, sizeof(k->agg));
     memset(k->sub_count, 0, sizeof(k->sub_count));
     memset(k->sub_max, 0, sizeof(k->sub_max));
-    memset(k->sub_block, 0, sizeof(k->sub_block));
-    memset(k->sub_block_ex, 0, sizeof(k->sub_block_ex));
     memset(k->sub_stalls, 0, sizeof(k->sub_stalls));
+    memset(k->sub_blocks, 0, sizeof(k->sub_blocks));
+    memset(k->bsub, 0, sizeof(k->bsub));
+    memset(k->bsub_ex, 0, sizeof(k->bsub_ex));
+    memset(k->bagg, 0, sizeof(k->bagg));
+    memset(k->bagg_ex, 0, sizeof(k->bagg_ex));
+    memset(k->bsub_max, 0, sizeof(k->bsub_max));
+    memset(k->bsub_max_ex, 0, sizeof(k->bsub_max_ex));
+    k->blocks = 0;
+    k->btop = 0;
+    k->btop_ex = 0;
     /* A new window knows none of the stalls that the promises still open may have met. */
     if (k->promised_until_ns > k->long_until_ns)
         k->long_until_ns = k->promised_until_ns;
@@ -85,26 +93,56 @@ static void forget_all(struct fer_cost *k)
     k->adm_qtail = 0;
 }
 
+/* The bucket of the ppm quantile of a histogram of total samples whose highest non-empty bucket
+ * is top: the first bucket, from the top, below which fewer than (1 - q) x total samples lie
+ * above. total < 2^34 and FER_COST_PPM < 2^20, so the product cannot overflow. */
+static uint32_t quantile_bucket(const uint32_t *agg, uint32_t top, uint64_t total, uint32_t ppm)
+{
+    uint64_t allowed = total * (FER_COST_PPM - ppm) / FER_COST_PPM, cum = 0;
+    uint32_t b;
+
+    for (b = top;; b--) {
+        cum += agg[b];
+        if (cum > allowed || b == 0)
+            break;
+    }
+    return b;
+}
+
+/* The block mean (fer_cost.h): the largest of the window's block means (stall-free ones when ex)
+ * in the bucket their FER_COST_BLOCK_PPM quantile falls in; 0 without a block. */
+static uint64_t block_quantile(const struct fer_cost *k, int ex)
+{
+    const uint64_t(*bmx)[FER_COST_BUCKETS] = ex ? k->bsub_max_ex : k->bsub_max;
+    uint64_t v = 0;
+    uint32_t b, s;
+
+    if (k->blocks == 0)
+        return 0;
+    b = quantile_bucket(ex ? k->bagg_ex : k->bagg, ex ? k->btop_ex : k->btop, k->blocks,
+                        FER_COST_BLOCK_PPM);
+    for (s = 0; s < FER_COST_SUBWINDOWS; s++)
+        if (bmx[s][b] > v)
+            v = bmx[s][b];
+    return v;
+}
+
 /* Tail, maximum, admission value and validity from the histogram (after any change). */
 static void recompute(struct fer_cost *k)
 {
-    uint64_t allowed, cum = 0, wmax = 0, bmax = 0;
-    uint32_t b, s, stalls = 0;
-    const uint64_t *block;
+    uint64_t wmax = 0, qt;
+    uint32_t s, stalls = 0;
 
-    for (s = 0; s < FER_COST_SUBWINDOWS; s++)
-        stalls += k->sub_stalls[s];
-    /* The stall rule (fer_cost.h): one stall in the window, no promise longer than it open. */
-    block = stalls <= 1 && k->long_until_ns <= fer_sat_mul(k->epoch, k->sub_ns) ? k->sub_block_ex
-                                                                              : k->sub_block;
     for (s = 0; s < FER_COST_SUBWINDOWS; s++) {
+        stalls += k->sub_stalls[s];
         if (k->sub_max[s] > wmax)
             wmax = k->sub_max[s];
-        if (block[s] > bmax)
-            bmax = block[s];
     }
     k->window_max = wmax;
-    k->block_mean = bmax;
+    /* The window's p99 block (fer_cost.h), its largest below 100 blocks; under the stall rule
+     * (one stall in the window, no promise longer than it open) of the stall-free means. */
+    k->block_mean = block_quantile(k, stalls <= 1 &&
+                                          k->long_until_ns <= fer_sat_mul(k->epoch, k->sub_ns));
     if (k->total == 0) {
         k->qtail = 0;
         k->tail = 0;
@@ -113,16 +151,9 @@ static void recompute(struct fer_cost *k)
         k->valid_until_ns = 0;
         return;
     }
-    /* The quantile: the first bucket, from the top, below which fewer than (1 - q) x total
-     * samples lie above. total < 2^34 and FER_COST_PPM < 2^20, so the product cannot overflow. */
-    allowed = k->total * (FER_COST_PPM - k->quantile_ppm) / FER_COST_PPM;
-    for (b = k->top;; b--) {
-        cum += k->agg[b];
-        if (cum > allowed || b == 0)
-            break;
-    }
-    k->qtail = bucket_upper(b) < wmax ? bucket_upper(b) : wmax;
-    k->tail = k->qtail > bmax ? k->qtail : bmax;
+    qt = bucket_upper(quantile_bucket(k->agg, k->top, k->total, k->quantile_ppm));
+    k->qtail = qt < wmax ? qt : wmax;
+    k->tail = k->qtail > k->block_mean ? k->qtail : k->block_mean;
     k->adm_tail = k->model == FER_COST_ADAPTIVE ? k->tail : 0;
     k->adm_qtail = k->model == FER_COST_ADAPTIVE ? k->qtail : 0;
     k->valid_until_ns = fer_sat_mul(fer_sat_add(k->epoch, FER_COST_SUBWINDOWS), k->sub_ns);
@@ -142,9 +173,23 @@ static void clear_sub(struct fer_cost *k, uint32_t s)
         while (k->top > 0 && k->agg[k->top] == 0)
             k->top--;
     }
+    if (k->sub_blocks[s] != 0) {
+        for (b = 0; b < FER_COST_BUCKETS; b++) {
+            k->bagg[b] -= k->bsub[s][b];
+            k->bagg_ex[b] -= k->bsub_ex[s][b];
+            k->bsub[s][b] = 0;
+            k->bsub_ex[s][b] = 0;
+            k->bsub_max[s][b] = 0;
+            k->bsub_max_ex[s][b] = 0;
+        }
+        k->blocks -= k->sub_blocks[s];
+        k->sub_blocks[s] = 0;
+        while (k->btop > 0 && k->bagg[k->btop] == 0)
+            k->btop--;
+        while (k->btop_ex > 0 && k->bagg_ex[k->btop_ex] == 0)
+            k->btop_ex--;
+    }
     k->sub_max[s] = 0;
-    k->sub_block[s] = 0;
-    k->sub_block_ex[s] = 0;
     k->sub_stalls[s] = 0;
 }
 
@@ -178,7 +223,10 @@ void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg)
     if (cfg->admission_reserve_ns != k->reserve_ns) {
         /* What was left out was bounded by the old reserve: charge it all until it ages out. */
         k->reserve_ns = cfg->admission_reserve_ns;
-        memcpy(k->sub_block_ex, k->sub_block, sizeof(k->sub_block_ex));
+        memcpy(k->bsub_ex, k->bsub, sizeof(k->bsub_ex));
+        memcpy(k->bagg_ex, k->bagg, sizeof(k->bagg_ex));
+        memcpy(k->bsub_max_ex, k->bsub_max, sizeof(k->bsub_max_ex));
+        k->btop_ex = k->btop;
     }
     cfg->cost_window_ns = k->window_ns;
     cfg->cost_quantile_ppm = k->quantile_ppm;
@@ -208,10 +256,24 @@ static void complete_block(struct fer_cost *k, uint32_t s, uint64_t sum, uint64_
             k->sub_stalls[s]++;
         }
     }
-    if (mean > k->sub_block[s])
-        k->sub_block[s] = mean;
-    if (mean_ex > k->sub_block_ex[s])
-        k->sub_block_ex[s] = mean_ex;
+    if (k->sub_blocks[s] != UINT32_MAX) { /* a saturated sub-window keeps its shape */
+        uint32_t b = bucket_of(mean), b_ex = bucket_of(mean_ex);
+
+        k->bsub[s][b]++;
+        k->bagg[b]++;
+        k->bsub_ex[s][b_ex]++;
+        k->bagg_ex[b_ex]++;
+        k->sub_blocks[s]++;
+        k->blocks++;
+        if (b > k->btop)
+            k->btop = b;
+        if (b_ex > k->btop_ex)
+            k->btop_ex = b_ex;
+        if (mean > k->bsub_max[s][b])
+            k->bsub_max[s][b] = mean;
+        if (mean_ex > k->bsub_max_ex[s][b_ex])
+            k->bsub_max_ex[s][b_ex] = mean_ex;
+    }
 }
 
 void fer_cost_record(struct fer_cost *k, struct fer_turnover *t, uint64_t now, uint64_t nfe_ns,

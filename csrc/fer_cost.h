@@ -18,7 +18,7 @@
  * NFE estimator also takes, once per worker step, the step's busy span: the wall time since
  * that worker's previous step ended (or since it had work again, when it was idle), less a
  * pacing pause it reported (priced apart, docs/design.md §5.3), and keeps
- * the largest mean span over a block of the worker's steps in the window. The tail is the
+ * the p99 of the mean spans over blocks of the worker's steps in the window. The tail is the
  * larger of the two: a slowdown that lasts as long as a short queue counts at once, a single
  * preemption counts a block's share, or nothing when the reserve already covers it (the stall
  * rule above struct fer_cost). A block is a worker's run of whole requests: it closes at the end
@@ -52,14 +52,24 @@ struct fer_config;
 #define FER_COST_BLOCK_MAX 128 /* most spans of a block: one request's worth of long RTC work */
 #define FER_COST_PPM 1000000u  /* quantile_ppm's whole */
 #define FER_COST_STALL_DIV 2   /* a stall: a span's excess of at least reserve / this */
+#define FER_COST_BLOCK_PPM 990000u /* the block mean: this quantile of the window's blocks */
 
 /* Invariants: agg[b] = sum over sub-windows s of sub[s][b]; total = sum of agg; epoch = the
  * sub-window index (now / sub_ns) of the newest sample, stored in sub[epoch % SUBWINDOWS];
- * sub_block[s] = the largest block mean completed in sub-window s (0 if none); the block each
- * worker is filling is its own (struct fer_turnover's run), forgotten when a whole window passes
- * without a span of that worker or when `resets` moves on. sub_block_ex[s] <= sub_block[s]
- * is the same with one stall's excess left out (below), sub_stalls[s] the stalls of the blocks
- * completed in s. qtail (the quantile), block_mean, tail = max(qtail, block_mean) and window_max
+ * bsub[s] = the histogram of the means of the blocks completed in sub-window s (sub_blocks[s]
+ * of them), bsub_max[s][b] the largest mean in bucket b; bsub_ex / bsub_max_ex the same of the
+ * blocks' stall-free means (below); bagg / bagg_ex their sums over the window (`blocks` each),
+ * btop / btop_ex their highest non-empty buckets; sub_stalls[s] the stalls of the blocks
+ * completed in s. The block each worker is filling is its own (struct fer_turnover's run),
+ * forgotten when a whole window passes without a span of that worker or when `resets` moves on.
+ * block_mean is the FER_COST_BLOCK_PPM quantile of the window's block means, read exactly: the
+ * largest mean in the bucket the quantile falls in (a bucket's upper edge would price every NFE
+ * up to 6% above it). A block is whole requests, so that is what the p99 request of the window
+ * costs per NFE: the figure static's calibration of whole requests takes (docs/design.md §5.2,
+ * §11), so adaptive prices a host as that calibration would; the blocks above it are what the
+ * calibration leaves to the promise's slack and the reserve. Below 1 / (1 - quantile) blocks
+ * the quantile is the largest. qtail (the quantile), block_mean, tail = max(qtail, block_mean)
+ * and window_max
  * describe the window that ends with sub-window `epoch`, and hold until valid_until_ns =
  * (epoch + SUBWINDOWS) * sub_ns, when every sample in it has aged out. adm_tail = tail and
  * adm_qtail = qtail when the model is adaptive, both 0 when static: the admission read is
@@ -74,20 +84,23 @@ struct fer_config;
  * largest span's excess over that is a stall when it is at least reserve_ns /
  * FER_COST_STALL_DIV (never with reserve_ns 0). The block's stall-free mean leaves min(excess,
  * reserve_ns) out of its sum (the typical span itself when the excess is within the reserve).
- * block_mean = max of sub_block_ex while the window holds at most one stall and no promise
- * horizon longer than the window is open (long_until_ns <= epoch x sub_ns, the newest
- * sub-window's start), else max of sub_block. Soundness, under the premise every adaptive
- * estimate rests on (the next window's steps look like the last window's): a promise with a
- * horizon of at most the window then meets at most one stall, whose excess up to reserve_ns the
- * reserve pays and whose remainder, like every other span, the block mean still prices; so the
- * sum of its steps' spans stays within work x block_mean + reserve_ns: the reserve pays the
- * stall it is sized for, instead of standing next to a block mean that prices it as well. Two
- * stalls in the window (repeated, or a slowdown made of long preemptions) or an open promise
- * longer than the window (long_until_ns, the latest deadline of those: fer_cost_promise) price
- * every stall again, at once and in full, and a smaller excess (jitter, a sustained slowdown) is
- * never left out. Each worker fills its own blocks: a stall that stops W workers is W stalls
- * (charged, on the safe side, when W > 1). A change of reserve_ns forgets the stall-free means (they copy sub_block); a
- * change of window suspends the rule until every promise made before it has ended
+ * block_mean is taken over the stall-free means (bagg_ex) while the window holds at most one
+ * stall and no promise horizon longer than the window is open (long_until_ns <= epoch x sub_ns,
+ * the newest sub-window's start), else over the full ones (bagg). Soundness, under the premise
+ * every adaptive estimate rests on (the next window's steps look like the last window's), in
+ * the terms static admission's is (a calibrated p99 request per NFE, the reserve on top): a
+ * promise's horizon is whole requests, 99 in 100 of them at most block_mean per NFE, each
+ * leaving its shortfall as slack; a request past the p99 is the excess the reserve and that
+ * slack pay, as for static. A promise with a horizon of at most the window meets at most one
+ * stall, whose excess up to reserve_ns the reserve pays and whose remainder the block mean still
+ * prices (below 100 blocks, where the quantile is the largest, in full); so the sum of its
+ * steps' spans stays within work x block_mean + reserve_ns. Two stalls in the window (repeated,
+ * or a slowdown made of long preemptions) or an open promise longer than the window
+ * (long_until_ns, the latest deadline of those: fer_cost_promise) price every stall again, and a
+ * slowdown in more than 1 in 100 of the window's blocks is the p99 block's, in full. Each worker
+ * fills its own blocks: a stall that stops W workers is W stalls (charged, on the safe side,
+ * when W > 1). A change of reserve_ns forgets the stall-free means (they copy the full ones);
+ * a change of window suspends the rule until every promise made before it has ended
  * (long_until_ns takes promised_until_ns, the latest deadline ever promised). */
 struct fer_cost {
     uint32_t model;            /* FER_COST_STATIC / FER_COST_ADAPTIVE */
@@ -107,15 +120,25 @@ struct fer_cost {
     uint32_t top;              /* highest non-empty bucket of agg (0 when empty) */
     uint32_t sub_count[FER_COST_SUBWINDOWS];
     uint64_t sub_max[FER_COST_SUBWINDOWS];
-    uint64_t sub_block[FER_COST_SUBWINDOWS];
-    uint64_t sub_block_ex[FER_COST_SUBWINDOWS];
     uint32_t sub_stalls[FER_COST_SUBWINDOWS];
+    uint32_t sub_blocks[FER_COST_SUBWINDOWS]; /* blocks completed in each sub-window */
+    uint64_t blocks;           /* blocks completed in the window: sum of sub_blocks */
+    uint32_t btop;             /* highest non-empty bucket of bagg (0 when empty) */
+    uint32_t btop_ex;          /* the same of bagg_ex */
     uint64_t reserve_ns;       /* cfg.admission_reserve_ns: the most of a stall left out */
     uint64_t long_until_ns;    /* latest deadline of a promise whose horizon exceeds the window */
     uint64_t promised_until_ns; /* latest deadline of any promise */
     uint64_t resets;           /* times every sample was forgotten (a worker's run with them) */
     uint32_t sub[FER_COST_SUBWINDOWS][FER_COST_BUCKETS];
     uint32_t agg[FER_COST_BUCKETS];
+    /* The block means' histograms: full (bsub, bagg) and stall-free (bsub_ex, bagg_ex), one
+     * count per completed block, in the sub-window it completed in. */
+    uint32_t bsub[FER_COST_SUBWINDOWS][FER_COST_BUCKETS];
+    uint32_t bsub_ex[FER_COST_SUBWINDOWS][FER_COST_BUCKETS];
+    uint32_t bagg[FER_COST_BUCKETS];
+    uint32_t bagg_ex[FER_COST_BUCKETS];
+    uint64_t bsub_max[FER_COST_SUBWINDOWS][FER_COST_BUCKETS];    /* each bucket's largest mean */
+    uint64_t bsub_max_ex[FER_COST_SUBWINDOWS][FER_COST_BUCKETS];
 };
 
 /* A worker's turnover (docs/design.md §5.2): the time between a request's dispatch and its first

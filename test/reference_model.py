@@ -87,6 +87,27 @@ class Client:
     fair_share_rejections: int = 0
 
 
+def cost_bucket_of(v: int) -> int:
+    """fer_cost.c's log-linear bucket: 0 below 2^10 ns, then 16 per power of two, the last
+    open-ended."""
+    if v < 1 << 10:
+        return 0
+    e = v.bit_length() - 1
+    if e >= 10 + 26:
+        return 1 + 26 * 16
+    return 1 + (e - 10) * 16 + ((v >> (e - 4)) & 15)
+
+
+def block_quantile(values: list[int], ppm: int) -> int:
+    """The ppm quantile of block means as the estimator reads it from its histogram: the largest
+    value in the first bucket, from the top, above which at most (1 - q) x n values lie."""
+    if not values:
+        return 0
+    allowed = len(values) * (1_000_000 - ppm) // 1_000_000
+    b = sorted((cost_bucket_of(v) for v in values), reverse=True)[min(allowed, len(values) - 1)]
+    return max(v for v in values if cost_bucket_of(v) == b)
+
+
 @dataclass
 class RefConfig:
     workers: int
@@ -121,15 +142,16 @@ class RefCost:
     aged out, after which the configured nfe_ns applies again. The block mean: each worker's step
     spans (passed with a step's first row) fill its block, which closes at the end of a request
     (done or stopped) once it holds BLOCK spans, or at BLOCK_MAX spans; its mean is kept as the
-    largest in the sub-window where the block completed; the tail is the larger of the window
-    maximum and that. A worker's block is forgotten after a whole window without a span of it,
-    or when the window changes.
+    largest in the sub-window where the block completed, and the block mean is the window's
+    BLOCK_PPM quantile of them (the largest below 100 blocks); the tail is the larger of the
+    window maximum and that. A worker's block is forgotten after a whole window without a span
+    of it, or when the window changes.
 
     The stall rule: a block's largest span is a stall when its excess over the mean of the
     block's other spans is at least reserve / STALL_DIV (reserve = admission_reserve_ns, never
     with 0); the block's stall-free mean leaves min(excess, reserve) out of its sum. While the
     window holds at most one stall and no promise (a tested acceptance) longer than the window is
-    open, the block mean is the largest stall-free mean; otherwise the largest full one.
+    open, the block mean is the quantile of the stall-free means; otherwise of the full ones.
 
     The turnover rule (`turnover`): a worker's first step after a dispatch takes its gap (span
     minus the step's compute) out of its span into the worker's debt, unless the gap is
@@ -142,6 +164,7 @@ class RefCost:
     BLOCK = 16
     BLOCK_MAX = 128
     STALL_DIV = 2
+    BLOCK_PPM = 990_000
 
     def __init__(self) -> None:
         self.window_ns = 0
@@ -162,20 +185,20 @@ class RefCost:
             self.epoch = 0
             self.sub_max = [0] * self.SUBWINDOWS
             self.sub_count = [0] * self.SUBWINDOWS
-            self.sub_block = [0] * self.SUBWINDOWS
-            self.sub_block_ex = [0] * self.SUBWINDOWS
             self.sub_stalls = [0] * self.SUBWINDOWS
+            self.sub_means: list[list[tuple[int, int]]] = [[] for _ in range(self.SUBWINDOWS)]
             self.resets += 1
             self.long_until = max(self.long_until, self.promised_until)
         if reserve_ns != self.reserve:
             self.reserve = reserve_ns
-            self.sub_block_ex = list(self.sub_block)
+            self.sub_means = [[(m, m) for m, _ in means] for means in self.sub_means]
         self._recompute()
 
     def _recompute(self) -> None:
         total = sum(self.sub_count)
         rule = sum(self.sub_stalls) <= 1 and self.long_until <= sat(self.epoch * self.sub_ns)
-        self.block_mean = max(self.sub_block_ex if rule else self.sub_block)
+        self.block_mean = block_quantile([pair[1 if rule else 0] for means in self.sub_means
+                                         for pair in means], self.BLOCK_PPM)
         self.qtail = max(self.sub_max) if total else 0
         self.tail = max(self.qtail, self.block_mean) if total else 0
         self.adm_tail = self.tail if self.model == 1 else 0
@@ -188,8 +211,8 @@ class RefCost:
             return False
         for i in range(1, min(e - self.epoch, self.SUBWINDOWS) + 1):
             k = (self.epoch + i) % self.SUBWINDOWS
-            self.sub_max[k] = self.sub_count[k] = self.sub_block[k] = 0
-            self.sub_block_ex[k] = self.sub_stalls[k] = 0
+            self.sub_max[k] = self.sub_count[k] = self.sub_stalls[k] = 0
+            self.sub_means[k] = []
         self.epoch = e
         return True
 
@@ -225,8 +248,7 @@ class RefCost:
             if self.stall_sized(excess):
                 mean_ex = (total - min(excess, self.reserve)) // n
                 self.sub_stalls[k] += 1
-        self.sub_block[k] = max(self.sub_block[k], mean)
-        self.sub_block_ex[k] = max(self.sub_block_ex[k], mean_ex)
+        self.sub_means[k].append((mean, mean_ex))
 
     def record(self, now: int, measured: int, span: int = 0, t: list | None = None,
                ends: bool = False) -> None:
