@@ -77,6 +77,7 @@ static void forget_all(struct fer_cost *k)
     k->blocks = 0;
     k->btop = 0;
     k->btop_ex = 0;
+    k->block_dirty = 1;
     /* A new window knows none of the stalls that the promises still open may have met. */
     if (k->promised_until_ns > k->long_until_ns)
         k->long_until_ns = k->promised_until_ns;
@@ -131,7 +132,7 @@ static uint64_t block_quantile(const struct fer_cost *k, int ex)
 static void recompute(struct fer_cost *k)
 {
     uint64_t wmax = 0, qt;
-    uint32_t s, stalls = 0;
+    uint32_t s, stalls = 0, ex;
 
     for (s = 0; s < FER_COST_SUBWINDOWS; s++) {
         stalls += k->sub_stalls[s];
@@ -141,8 +142,12 @@ static void recompute(struct fer_cost *k)
     k->window_max = wmax;
     /* The window's p99 block (fer_cost.h), its largest below 100 blocks; under the stall rule
      * (one stall in the window, no promise longer than it open) of the stall-free means. */
-    k->block_mean = block_quantile(k, stalls <= 1 &&
-                                          k->long_until_ns <= fer_sat_mul(k->epoch, k->sub_ns));
+    ex = stalls <= 1 && k->long_until_ns <= fer_sat_mul(k->epoch, k->sub_ns);
+    if (k->block_dirty || ex != k->block_ex) { /* a step that closes no block reads no histogram */
+        k->block_mean = block_quantile(k, (int)ex);
+        k->block_ex = ex;
+        k->block_dirty = 0;
+    }
     if (k->total == 0) {
         k->qtail = 0;
         k->tail = 0;
@@ -184,6 +189,7 @@ static void clear_sub(struct fer_cost *k, uint32_t s)
         }
         k->blocks -= k->sub_blocks[s];
         k->sub_blocks[s] = 0;
+        k->block_dirty = 1;
         while (k->btop > 0 && k->bagg[k->btop] == 0)
             k->btop--;
         while (k->btop_ex > 0 && k->bagg_ex[k->btop_ex] == 0)
@@ -227,6 +233,7 @@ void fer_cost_configure(struct fer_cost *k, struct fer_config *cfg)
         memcpy(k->bagg_ex, k->bagg, sizeof(k->bagg_ex));
         memcpy(k->bsub_max_ex, k->bsub_max, sizeof(k->bsub_max_ex));
         k->btop_ex = k->btop;
+        k->block_dirty = 1;
     }
     cfg->cost_window_ns = k->window_ns;
     cfg->cost_quantile_ppm = k->quantile_ppm;
@@ -265,6 +272,7 @@ static void complete_block(struct fer_cost *k, uint32_t s, uint64_t sum, uint64_
         k->bagg_ex[b_ex]++;
         k->sub_blocks[s]++;
         k->blocks++;
+        k->block_dirty = 1;
         if (b > k->btop)
             k->btop = b;
         if (b_ex > k->btop_ex)

@@ -125,6 +125,8 @@ struct fer_cost {
     uint64_t blocks;           /* blocks completed in the window: sum of sub_blocks */
     uint32_t btop;             /* highest non-empty bucket of bagg (0 when empty) */
     uint32_t btop_ex;          /* the same of bagg_ex */
+    uint32_t block_dirty;      /* the block histograms changed since block_mean was read */
+    uint32_t block_ex;         /* whether block_mean was read of the stall-free means */
     uint64_t reserve_ns;       /* cfg.admission_reserve_ns: the most of a stall left out */
     uint64_t long_until_ns;    /* latest deadline of a promise whose horizon exceeds the window */
     uint64_t promised_until_ns; /* latest deadline of any promise */
