@@ -33,9 +33,11 @@ member owns as many, NFE and slack uniform) and stamps every answer as it receiv
   decision path, not compute; per member its owner decisions and `not_owner` drops (from its
   flowedge/stats), the pool's decisions per second, and every request answered once. Next to it,
   the C intake's not_owner drop against a full decision (bench/pool_sim.py's measurement).
-- (f) one owner pushed past its capacity (a queue of 2, 2x one member's capacity on its sessions,
-  slack 2-6 leases so its refusals are capacity ones) with `pool_spill` off, then on: answered
-  once, duplicated, spilled, on time and goodput side by side. `--spill-only` runs (f) alone.
+- (f) one owner pushed past its capacity (a queue of 2; 2x what one member serves, from the
+  calibration's mean compute per NFE, on its sessions, since at 2x admission's p99 bound a
+  member served all with room to spare; slack 2-6 leases so its refusals are capacity ones)
+  with `pool_spill` off, then on: answered once, duplicated, spilled, on time and goodput side
+  by side. `--spill-only` runs (f) alone.
 
 Targets are printed, never asserted. A measurement on a shared host: the load average is recorded.
 """
@@ -798,7 +800,7 @@ def intake(args, size: Size, params: dict, lease_ms: int, bar: Progress) -> list
 # among admitted at receipt, and the goodput (answers with actions on time per second of load).
 
 SPILL_QUEUE = 2  # queued requests a member holds: past them, a capacity rejection
-SPILL_LOAD = 2.0  # x one member's capacity, all on member 0's sessions
+SPILL_LOAD = 2.0  # x what one member serves (its mean cost), all on member 0's sessions
 #: (f)'s slack, in leases: wide enough that admission passes a request behind a full queue, so
 #: the owner's refusals are capacity ones (the queue), the case spill is for
 SPILL_SLACK_LEASES = (2, 6)
@@ -821,12 +823,13 @@ def set_spill(node, ns: str, index: int, on: bool) -> None:
         node.destroy_client(client)
 
 
-def spill(args, size, params: dict, capacity_rps: float, lease_ms: int,
+def spill(args, size, params: dict, served_rps: float, lease_ms: int,
           slack_ns: tuple[int, int], info, bar) -> dict:  # fmt: skip
-    """Both runs of (f) on one pool; {"off": ..., "on": ..., "rate": offered requests/s}."""
+    """Both runs of (f) on one pool; {"off": ..., "on": ..., "rate": offered requests/s}.
+    served_rps: what the pool's lanes complete at their mean cost (not admission's bound)."""
     ns = "/poolbench_spill"
     p = {**params, "queue_capacity": SPILL_QUEUE}
-    rate = SPILL_LOAD * capacity_rps / args.members  # the members' lanes are equal
+    rate = SPILL_LOAD * served_rps / args.members  # the members' lanes are equal
     slack_ns = (SPILL_SLACK_LEASES[0] * lease_ms * MS, SPILL_SLACK_LEASES[1] * lease_ms * MS)
     load_s = SPILL_LOAD_S["quick" if args.quick else "full"]
     out: dict = {"rate": rate, "queue_capacity": SPILL_QUEUE, "load": SPILL_LOAD,
@@ -937,7 +940,10 @@ def run(args: argparse.Namespace) -> dict:
         abc = {} if only else scenarios_abc(args, size, params, capacity_rps, lease_ms,
                                             slack_ns, info, bar)
         d = [] if only else intake(args, size, params, lease_ms, bar)
-        f = spill(args, size, params, capacity_rps, lease_ms, slack_ns, info, bar)
+        # (f) overloads its owner past what it serves: at 2x the p99 bound's capacity a member
+        # served every request with room to spare and nothing spilled
+        served_rps = calibrate.capacity(cal, mean_nfe, lanes)[0] if cal else capacity_rps
+        f = spill(args, size, params, served_rps, lease_ms, slack_ns, info, bar)
     costs = {} if only else pool_sim.intake_costs(4, 2000 if quick else 20_000, load_served(path))
     report = {
         "size": "quick" if quick else "full", "host": host, "members": args.members,
