@@ -88,6 +88,42 @@ def test_measure_counts_in_time_and_spare_rows_from_the_answers():
     assert m["window_binding"] == 4 and m["window_binding_share"] == pytest.approx(0.8)
 
 
+def test_the_margin_is_taken_apart_into_reserve_cost_slack_row_end_and_trip():
+    """Why d - k is what it is: per answer, margin = reserve + (nfe_done x nfe_ns - compute)
+    + (chunk_start + d x period - the bound at nfe_ns) - trip, the means add up, and d - k is
+    floor(margin / period)."""
+    p, nfe_ns, reserve = 10 * MS, 100_000, 15 * MS
+    trace = rtc.RtcTrace.build(TraceSpec(), SERVED, 8, (8, 8), period_ms=10)
+    start = 1_000 * p
+    # dispatched at start + 1 ms, 40 NFE computed in 2 ms (cost slack 40 x 0.1 - 2 = 2 ms),
+    # published at start + 3 ms: the bound at nfe_ns is start + 1 + 4 + 15 = start + 20 ms
+    dispatch, compute = start + 1 * MS, 2 * MS
+    answers = {
+        ("s", 1): Answer(0, dispatch + compute + MS // 2, dispatch + compute, 40, 0, 0, compute,
+                         b"", 2, start),  # d 2: bound at row 2's start, received in row 1
+        ("s", 2): Answer(0, dispatch + compute + MS, dispatch + compute, 40, 0, 0, compute, b"",
+                         3, start),  # d 3: adaptive's cost above nfe_ns pushed it a row on
+    }
+    keys = list(answers)
+    sent = [(start, 8, start + 60 * MS)] * 2
+    m = rtc.measure(types.SimpleNamespace(answers=answers), keys, sent, trace, (nfe_ns, reserve))
+    x = m["margin_parts_ms"]
+    assert x["reserve"] == 15.0 and x["cost_slack"] == pytest.approx(2.0)
+    assert x["to_row_end"] == pytest.approx((0 + 10) / 2)  # the bound at 20 ms; rows end 20, 30
+    assert x["trip"] == pytest.approx(0.75)
+    margins = [(start + 2 * p - (dispatch + compute + MS // 2)) / 1e6,
+               (start + 3 * p - (dispatch + compute + MS)) / 1e6]
+    assert x["margin"] == pytest.approx(np.mean(margins))
+    assert x["margin"] == pytest.approx(x["reserve"] + x["cost_slack"] + x["to_row_end"]
+                                        - x["trip"])
+    assert m["spare_rows_hist"] == {"1": 1, "2": 1}  # k 1 for both: floor(margin / period)
+    assert [int(v // 10) for v in margins] == [1, 2]
+    assert rtc.measure(types.SimpleNamespace(answers=answers), keys, sent, trace)[
+        "margin_parts_ms"] is None  # without the bound it ran with, nothing to take apart
+    assert rtc.measure(types.SimpleNamespace(answers=answers), keys, sent, trace, (0, 0))[
+        "margin_parts_ms"] is None  # admission off (expire_only): no bound at all
+
+
 def _args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     overload.add_arguments(parser)
@@ -129,6 +165,13 @@ def test_overload_rtc_tiny():
                 assert x["in_time_ratio"] == x["in_time"] / x["inference"]
             if policy == "expire_only":  # nfe_ns 0: no bound but the window
                 assert set(x["frozen_rows_hist"]) <= {"2", "3", "4"}
+            parts = x["margin_parts_ms"]
+            if policy == "expire_only" or not x["inference"]:
+                assert parts is None
+            else:
+                assert parts["reserve"] == report["admission_reserve_ns"] / 1e6
+                assert parts["margin"] == pytest.approx(
+                    parts["reserve"] + parts["cost_slack"] + parts["to_row_end"] - parts["trip"])
             inference += x["inference"]
     assert inference > 0
     assert {"edf_admission.rtc_in_time_ratio", "edf_admission.rtc_spare_rows_p50"} <= set(

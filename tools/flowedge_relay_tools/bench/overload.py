@@ -199,9 +199,10 @@ def policy_params(policy: str, nfe_ns: int, reserve_ns: int, timeout_ms: int,
 
 
 def replay(node, client, arrivals, *, drain_timeout_s: float, on_tick=None,
-           rtc: rtc_trace.RtcTrace | None = None) -> dict:  # fmt: skip
+           rtc: rtc_trace.RtcTrace | None = None, bound: tuple[int, int] | None = None) -> dict:
     """Publish the arrivals on schedule, wait for every answer (or the timeout), then measure.
-    With `rtc`, request i carries its prefix, prefix_start on the period grid at its send."""
+    With `rtc`, request i carries its prefix, prefix_start on the period grid at its send;
+    `bound` (nfe_ns, admission_reserve_ns) takes its margin apart."""
     before = node.relay.core.stats()
     n = len(arrivals)
     keys, deadlines, lag = [], [], np.zeros(n, np.int64)
@@ -235,7 +236,7 @@ def replay(node, client, arrivals, *, drain_timeout_s: float, on_tick=None,
     after = node.relay.core.stats()
     m = _measure(client, keys, deadlines, lag, before, after)
     if rtc is not None:
-        m["rtc"] = rtc_trace.measure(client, keys, rtc_sent, rtc)
+        m["rtc"] = rtc_trace.measure(client, keys, rtc_sent, rtc, bound)
         m["rtc_in_time_ratio"] = m["rtc"]["in_time_ratio"]  # flat, for the targets
         m["rtc_spare_rows_p50"] = m["rtc"]["spare_rows_p50"]
     return m
@@ -456,10 +457,12 @@ def _trace(args, node, client, trace, loads, duration, capacity, spec, drain, ba
         for policy in args.policies[k:] + args.policies[:k]:
             done = bar.done
             bar.update(label=f"load {load:g} {policy} ({len(arrivals)} requests)")
-            set_policy(node, **params_of(policy))
+            params = params_of(policy)
+            set_policy(node, **params)
             tick = lambda s, d=done: bar.update(done=d + min(s / duration, 1.0))  # noqa: E731
             t0 = time.time_ns()
-            m = replay(node, client, arrivals, drain_timeout_s=drain, on_tick=tick, rtc=rtc)
+            m = replay(node, client, arrivals, drain_timeout_s=drain, on_tick=tick, rtc=rtc,
+                       bound=(params["nfe_ns"], params["admission_reserve_ns"]))
             t1 = time.time_ns()
             m.update(goodput(m, duration, capacity, spec.mean_nfe,
                               node.capacity_between(t0, t1)

@@ -42,6 +42,17 @@ Per point, over the INFERENCE answers (`measure`):
   frozen_rows_hist    how many answers froze d rows, d = 0..max_delay
   margin_ms_*         chunk_start + d x period - received
   dds_trip_ns_*       relay publish (header.stamp) -> client callback
+  margin_parts_ms     with the admission values the point ran with (`bound`): the mean margin
+                      taken apart, per answer exactly margin = reserve + cost_slack +
+                      to_row_end - trip: cost_slack = nfe_done x nfe_ns - compute_ns (what the
+                      configured cost adds over the request's own compute), to_row_end =
+                      chunk_start + d x period - (the bound at nfe_ns, dispatch read as publish
+                      - compute_ns): the rounding up to a row, plus what adaptive's cost in use
+                      added over nfe_ns, less the publisher's lag; trip as above. d - k is
+                      floor(margin / period) (k between 0 and rows), so the median d - k is 1
+                      only while the median margin is under two periods: with a reserve of
+                      about a period and a half that holds for no cost model at all, since the
+                      rounding alone adds half a period on average.
 """
 
 from __future__ import annotations
@@ -152,11 +163,14 @@ def rows_executed(received_ns: int, start_ns: int, period_ns: int, rows: int) ->
     return min(max(0, math.ceil((received_ns - start_ns) / period_ns)), rows)
 
 
-def measure(client, keys: list, sent: list[tuple[int, int, int]], rtc: RtcTrace) -> dict:
+def measure(client, keys: list, sent: list[tuple[int, int, int]], rtc: RtcTrace,
+            bound: tuple[int, int] | None = None) -> dict:  # fmt: skip
     """The RTC figures of one point. `sent`: per key, (prefix_start ns as sent, rows, the
-    trace's own deadline ns)."""
+    trace's own deadline ns); `bound`: (nfe_ns, admission_reserve_ns) the point admitted with,
+    which takes the margin apart (margin_parts_ms), None without admission."""
     p = rtc.period_ns
     frozen, spare, margin, trip = [], [], [], []
+    parts: list[tuple[float, float]] = []  # per answer: cost_slack, to_row_end (ms)
     inference = in_time = late_published_in_time = 0
     over_window = start_mismatch = binding = 0
     for key, (start, rows, deadline) in zip(keys, sent, strict=True):
@@ -176,6 +190,8 @@ def measure(client, keys: list, sent: list[tuple[int, int, int]], rtc: RtcTrace)
         spare.append(d - rows_executed(ans.received_ns, ans.chunk_start_ns, p, rows))
         margin.append((due - ans.received_ns) / 1e6)
         trip.append(ans.received_ns - ans.published_ns)
+        if bound is not None and bound[0] > 0:
+            parts.append(_margin_parts(ans, due, *bound))
     offered = len(keys)
     return {
         "inference": inference,
@@ -199,7 +215,26 @@ def measure(client, keys: list, sent: list[tuple[int, int, int]], rtc: RtcTrace)
         "dds_trip_ns_max": max(trip) if trip else None,
         "window_binding": binding,
         "window_binding_share": binding / offered if offered else None,
+        "margin_parts_ms": _parts_mean(parts, bound, trip),
     }
+
+
+def _margin_parts(ans, due: int, nfe_ns: int, reserve_ns: int) -> tuple[float, float]:
+    """(cost_slack, to_row_end) of one answer in ms: margin = reserve + both - trip."""
+    cost_slack = ans.nfe_done * nfe_ns - ans.compute_ns
+    floor_bound = ans.published_ns - ans.compute_ns + ans.nfe_done * nfe_ns + reserve_ns
+    return cost_slack / 1e6, (due - floor_bound) / 1e6
+
+
+def _parts_mean(parts: list[tuple[float, float]], bound: tuple[int, int] | None,
+                trip: list[int]) -> dict | None:  # fmt: skip
+    """The mean margin's parts (means add up, medians need not), None without them."""
+    if not parts or bound is None:
+        return None
+    cost, row = np.asarray(parts).mean(axis=0)
+    reserve, trip_ms = bound[1] / 1e6, float(np.mean(trip)) / 1e6
+    return {"margin": reserve + cost + row - trip_ms, "reserve": reserve,
+            "cost_slack": float(cost), "to_row_end": float(row), "trip": trip_ms}  # fmt: skip
 
 
 def row_cells(m: dict) -> dict:
@@ -263,6 +298,15 @@ def header(report: dict) -> list[str]:
             f"{top['dds_trip_ns_max'] / 1e6:.2f} ms: the reserve "
             + ("covers it" if top["dds_trip_ns_max"] <= reserve else
                "does not cover it alone (nfe_ns's margin over the real cost may)"))
+    for policy, by_load in report["policies"].items():
+        for load, m in by_load.items():
+            x = (m.get("rtc") or {}).get("margin_parts_ms")
+            if x:
+                lines.append(
+                    f"d-k parts, {policy} {load}x (mean ms): margin {x['margin']:.1f} = reserve "
+                    f"{x['reserve']:.1f} + cost slack {x['cost_slack']:.1f} + to the row end "
+                    f"{x['to_row_end']:.1f} - trip {x['trip']:.1f}; d-k = floor(margin / "
+                    f"{r['action_period_ns'] / 1e6:g} ms)")
     if not f["fits"]:
         lines.append(
             f"WARNING: a mean request's admission bound ({f['mean_request_bound_ms']:.1f} ms) is "
