@@ -120,9 +120,9 @@ def test_the_ceiling_is_the_highest_rate_answered_in_full():
     steps = [step(2000.0), step(4000.0), step(8000.0, unanswered=5), step(6000.0)]
     z = pool.ceiling(2, steps, 8000.0)
     assert z["ceiling_rate"] == 6000.0 and z["first_short_rate"] == 8000.0
-    assert z["first_short_why"] == ["unanswered 5"] and not z["generator_bound"]
+    assert z["first_short_why"] == ["unanswered 5"] and not z["ramp_top"]
     top = pool.ceiling(1, [step(2000.0), step(8000.0)], 8000.0)
-    assert top["ceiling_rate"] == 8000.0 and top["generator_bound"]  # never short: the ramp's top
+    assert top["ceiling_rate"] == 8000.0 and top["ramp_top"]  # never short: the ramp's top
     none = pool.ceiling(4, [step(2000.0, duplicated=1)], 8000.0)
     assert none["ceiling_rate"] == 0.0 and none["first_short_rate"] == 2000.0
 

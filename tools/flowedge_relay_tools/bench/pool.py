@@ -921,8 +921,9 @@ def intake_costs_split(sizes: list[dict]) -> None:
 
 def ceiling(members: int, steps: list[dict], top_rate: float) -> dict:
     """One pool size's steps summed up: the highest rate answered in full (its step's figures
-    stand for the size), the first short step and why; `generator_bound` when the ceiling is the
-    top of the ramp (the pool was never short: the generator, not the pool, stopped there)."""
+    stand for the size), the first short step and why; `ramp_top` when the ceiling is the top of
+    the ramp (the pool was never short: the ramp, not the pool, stopped there; at full size the
+    ramp ends near what one generator sends)."""
     full = [s for s in steps if not s["short"]]
     best = max(full, key=lambda s: s["rate"]) if full else None
     short = [s for s in steps if s["short"]]
@@ -934,7 +935,7 @@ def ceiling(members: int, steps: list[dict], top_rate: float) -> dict:
         "ceiling_decided_per_s": best["pool_decided_per_s"] if best else 0.0,
         "first_short_rate": first["rate"] if first else None,
         "first_short_why": first["short"] if first else [],
-        "generator_bound": first is None and best is not None and best["rate"] >= top_rate,
+        "ramp_top": first is None and best is not None and best["rate"] >= top_rate,
     }  # fmt: skip
 
 
@@ -1262,7 +1263,7 @@ def intake_rows(r: dict) -> list[dict]:
     for z in sizes:
         why = (f" (short at {z['first_short_rate']:,.0f}/s: {', '.join(z['first_short_why'])})"
                if z["first_short_rate"] is not None else
-               " (the ramp's top: the generator's)" if z["generator_bound"] else "")
+               " (never short: the ramp's top)" if z["ramp_top"] else "")
         rows.append({
             "measure": f"(d) {z['members']} member(s): requests/s answered in full here "
                        "(host-bounded)",
@@ -1411,8 +1412,8 @@ def intake_panel(ax, report: dict) -> None:
            label="one core per member (from CPU time"
                  + (f", at {common:,.0f}/s)" if common is not None else ")"))
     for i, z in enumerate(sizes):
-        if z["generator_bound"]:
-            ax.annotate("generator's limit", (i - 0.2, z["ceiling_offered_per_s"]),
+        if z["ramp_top"]:
+            ax.annotate("never short: the ramp's top", (i - 0.2, z["ceiling_offered_per_s"]),
                         ha="center", va="bottom", fontsize=6)
     ax.set_xticks(list(x), [str(z["members"]) for z in sizes])
     ax.set_title("(d) the pool's decisions/s per size", fontsize=9)
