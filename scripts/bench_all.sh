@@ -53,8 +53,9 @@ mkdir -p "$OUT"
 # flowedge-relayd processes over DDS (calibrated inline, on time judged at receipt); fairness-sim
 # runs the same on the C core in virtual time (deterministic per seed). pool-sim measures the pool's
 # C mechanism (balance, re-homing, the not_owner drop); pool runs real flowedge-relayd members of
-# one pool over DDS (about 3 minutes): kill -9, a join and a SIGSTOP under 2x load, answered
-# exactly once, and the intake of 1, 2 and 4 members.
+# one pool over DDS (about 4 minutes): kill -9, a join and a SIGSTOP under 2x load, answered
+# exactly once, and the intake of 1, 2 and 4 members (each size's ceiling here and its CPU per
+# request, so the decisions/s with one core per member).
 RT_TRACE="--model bench --policies edf_admission edf_adaptive --loads 2 3 --noise continuous
           --calibrate-under-noise"
 declare -A ARGS=(

@@ -47,17 +47,29 @@ def test_quick_pool_bench_accounting_is_exact(tmp_path):
     assert sum(k[p]["sent"] for p in ("before", "during", "after")) == k["sent"]
     assert len(k["members"]) == 2  # the survivors
     assert report["join"]["sessions"] == 3 * 2 and report["join"]["moved_share"] <= 1
-    rows = report["intake"]
-    assert [r["members"] for r in rows] == [2, 1]
-    for r in rows:
-        assert r["sent"] > 0 and r["books_balance"], r
-        assert set(r["received"].values()) == {r["sent"]}, r
-        assert r["pool_decided"] == sum(r["decided"].values())
-        # one owner decision per request, plus one per request a member took over (a member
-        # the host starved for a lease is taken over, even here)
-        assert sum(r["not_owner"].values()) + r["pool_decided"] == \
-            r["members"] * r["sent"] + r["taken_over_requests"], r
-        assert r["answered_once"] + r["duplicated"] + r["unanswered"] == r["sent"], r
+    sizes = report["intake"]
+    assert [z["members"] for z in sizes] == [2, 1]
+    for z in sizes:
+        assert z["steps"] and z["steps"][0]["rate"] == pool.SIZES["quick"].intake_rates[0]
+        full = [r for r in z["steps"] if not r["short"]]
+        assert z["ceiling_rate"] == max((r["rate"] for r in full), default=0.0), z
+        for r in z["steps"]:
+            assert r["short"] == pool.shortfalls(r)
+            assert r["sent"] > 0 and r["books_balance"], r
+            if not r["middleware_lost"]:
+                assert set(r["received"].values()) == {r["sent"]}, r
+            assert r["pool_decided"] == sum(r["decided"].values())
+            # one owner decision per request, plus one per request a member took over (a
+            # member the host starved for a lease is taken over, even here)
+            assert sum(r["not_owner"].values()) + r["pool_decided"] == \
+                sum(r["received"].values()) + r["taken_over_requests"], r
+            assert r["answered_once"] + r["duplicated"] + r["unanswered"] == r["sent"], r
+            # each member's process did the work: CPU time read from /proc, over the step
+            assert set(r["cpu_s"]) == set(r["decided"]), r
+            cores = report["host_cores"]["allowed"]
+            assert all(0 < v <= cores * r["wall_s"] for v in r["cpu_s"].values()), r
+            assert 0 < r["generator_cpu_s"], r
+    assert report["host_cores"]["allowed"] >= 1
     assert set(report["drop_over_decision"]) == {"4"}
     for key in ("off", "on"):  # (f): an owner past its capacity, spill off then on
         s = report["spill"][key]
@@ -70,3 +82,10 @@ def test_quick_pool_bench_accounting_is_exact(tmp_path):
     json.dumps(report, allow_nan=False)
     png = pool.plot(report, str(tmp_path / "pool.png"))
     assert (tmp_path / "pool.png").stat().st_size > 0 and png.endswith(".png")
+    # --intake-only's report: (d) and pool-sim's drop, nothing of (a)-(c) or (f)
+    alone = {**report, "kill": None, "join": None, "freeze": None, "spill": None}
+    alone["rows"] = pool.report_rows(alone)
+    assert all(row["measure"].startswith("(d)") for row in alone["rows"])
+    assert "(d) step by step" in pool.table(alone)
+    pool.plot(alone, str(tmp_path / "intake.png"))
+    assert (tmp_path / "intake.png").stat().st_size > 0

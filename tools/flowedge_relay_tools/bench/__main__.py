@@ -55,7 +55,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                  "the intake's not_owner drop against a full decision"),
     "pool": ("flowedge_relay_tools.bench.pool",
              "a relay pool of real flowedge-relayd processes over DDS: kill -9, join and "
-             "SIGSTOP under 2x load, answered exactly once; the intake of 1, 2 and 4 members"),
+             "SIGSTOP under 2x load, answered exactly once; the intake of 1, 2 and 4 members: "
+             "ceiling here, CPU per request, decisions/s per core"),
     "rtc": ("flowedge_relay_tools.bench.rtc",
             "real-time chunking on the closed-loop detour task: success, seam jump and mode "
             "flips of synchronous, naive, inpaint and training-time RTC at delays 0-4"),

@@ -15,6 +15,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def proc_stat_cpu_seconds(stat: str) -> float:
+    """utime + stime, in seconds, from the text of a /proc/<pid>/stat (proc(5): fields 14 and
+    15, counted after the command name, which may hold spaces and parentheses)."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int | str = "self") -> float:
+    """The CPU time a process (all its threads) has used so far, on any core: a load's cost
+    that a busy host's waiting does not inflate, as wall time would."""
+    with open(f"/proc/{pid}/stat") as f:
+        return proc_stat_cpu_seconds(f.read())
+
+
 def host_info() -> dict:
     """CPU model, cores, load average, versions, commit: enough to say which machine."""
     cpu = platform.processor() or platform.machine()

@@ -25,6 +25,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from flowedge_relay_tools.bench.host import cpu_seconds
+
 DEFAULT = "50/50"
 
 
@@ -54,9 +56,7 @@ def describe(busy_ms: float, sleep_ms: float, processes: int = 1) -> str:
 def _cpu_seconds(pid: int) -> float:
     """utime + stime of a child from /proc (0.0 where /proc is not there)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(pid)
     except (OSError, IndexError, ValueError):
         return 0.0
 

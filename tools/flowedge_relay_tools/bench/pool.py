@@ -2,7 +2,8 @@
 """`bench pool`: a relay pool of real `flowedge-relayd` processes over DDS (docs/design.md §13).
 
     flowedge_relay_bench pool [--quick] [--members 3] [--lease-ms 1000] [--load 2]
-                              [--json PATH] [--plot PATH.png]
+                              [--spill-only | --intake-only] [--intake-members 1 2 4]
+                              [--intake-rates R ...] [--json PATH] [--plot PATH.png]
 
 Each relay runs as deployed, in a namespace of its own with the pool's topics remapped to one
 shared set (as launch/pool.launch.py does), in the bench's private DDS domain. Admission is
@@ -30,9 +31,23 @@ member owns as many, NFE and slack uniform) and stamps every answer as it receiv
   and its stalls, what the others took over.
 - (d) the aggregate intake of one pool of 1, 2 and 4 members on this host: a C load generator
   (bench/loadgen.py) floods expired-on-arrival requests over 64 sessions, so the figure is the
-  decision path, not compute; per member its owner decisions and `not_owner` drops (from its
-  flowedge/stats), the pool's decisions per second, and every request answered once. Next to it,
-  the C intake's not_owner drop against a full decision (bench/pool_sim.py's measurement).
+  decision path, not compute. Every member takes every request off DDS (a successor keeps a
+  standby copy) and drops the ones it does not own in the C intake, so only the decisions split.
+  Per pool size the offered rate steps up a ramp (to the ~40,000/s the generator sends) until a
+  step is short (a request unanswered or answered twice, one lost in DDS or dropped on output,
+  or the generator behind its schedule), then once halfway back: the highest rate answered in
+  full is the size's ceiling here, bounded by this host, whose cores the members share with the
+  generator (os.sched_getaffinity; printed). Per step, the CPU time (utime + stime,
+  /proc/<pid>/stat) of this process (the generator) and of each member, less the member's share
+  at rest: CPU-us per request taken, per owned decision (the pool of one's at the same rate) and
+  per not_owner drop (the rest), and the pool's decisions/s with one core per member: each
+  member's decisions per CPU-second of load on the core its rest leaves, summed, but no more
+  than the busiest member takes (every member takes every request), which the host does not
+  bound. Sizes compare at the highest rate all of them answered in full (a member's CPU per
+  request falls as the rate rises); there, over every member of every size, the decision's and
+  the drop's CPU-us by least squares. Next to it, the C intake's not_owner drop against a full
+  decision (bench/pool_sim.py's measurement).
+  `--intake-only` runs (d) alone (uncalibrated: its requests are never admitted).
 - (f) one owner pushed past its capacity (a queue of 2; 2x what one member serves, from the
   calibration's mean compute per NFE, on its sessions, since at 2x admission's p99 bound a
   member served all with room to spare; slack 2-6 leases so its refusals are capacity ones)
@@ -47,6 +62,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import itertools
 import os
 import random
 import signal
@@ -77,7 +93,7 @@ from flowedge_relay_tools.bench.client import (
     relay_ros_args,
     warm_up,
 )
-from flowedge_relay_tools.bench.host import host_info
+from flowedge_relay_tools.bench.host import cpu_seconds, host_info
 from flowedge_relay_tools.bench.progress import Progress
 from flowedge_relay_tools.bench.tables import VERDICT, format_rows, percent
 from flowedge_relay_tools.harness import load_served, spinning, wait_for, wait_for_relay
@@ -99,12 +115,15 @@ class Size:
     before_s: float  # load before the event
     after_s: float  # load after the event (after the cutover, for a join)
     sessions_per_member: int
-    intake_rates: tuple[float, ...]  # (d): offered requests/s
-    intake_s: float
+    intake_rates: tuple[float, ...]  # (d): the ramp of offered requests/s, up to a short step
+    intake_s: float  # (d): seconds per step
+    intake_idle_s: float  # (d): seconds each pool size's members are watched at rest
 
 
-SIZES = {"quick": Size(12, 0.3, 0.8, 1.0, 2, (300.0,), 0.4),
-         "full": Size(150, 2.0, 2.0, 2.5, 8, (4000.0, 12000.0, 24000.0), 1.0)}  # fmt: skip
+#: (d)'s full ramp: up to the ~40,000 requests/s one C load generator sends on a 2-core host
+FULL_RAMP = (2000.0, 4000.0, *(8000.0 + 4000.0 * k for k in range(9)))
+SIZES = {"quick": Size(12, 0.3, 0.8, 1.0, 2, (500.0, 2000.0), 0.4, 0.5),
+         "full": Size(150, 2.0, 2.0, 2.5, 8, FULL_RAMP, 1.0, 2.0)}  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -126,6 +145,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --nfe-ns: this admission_reserve_ns (default 0)")
     parser.add_argument("--intake-members", type=int, nargs="+", default=[1, 2, 4],
                         help="(d) pool sizes (default 1 2 4)")
+    parser.add_argument("--intake-rates", type=float, nargs="+", default=None,
+                        help="(d) the ramp of offered requests/s, stepped up until the pool is "
+                             "short (default 2000 4000 8000 .. 40000; quick 500 2000)")
+    parser.add_argument("--intake-only", action="store_true",
+                        help="run (d) only: each pool size's ceiling and CPU per request")
     parser.add_argument("--udp", action="store_true",
                         help="Fast DDS over UDPv4 only (FASTDDS_BUILTIN_TRANSPORTS=UDPv4), for "
                              "the relays and this process: no shared-memory transport")
@@ -733,16 +757,200 @@ def scenarios_abc(args, size: Size, params: dict, capacity_rps: float, lease_ms:
 
 
 # ---- (d) the aggregate intake ----------------------------------------------------------------
+#
+# Every member takes every request off DDS (a successor keeps a standby copy of what it does not
+# own), so only the decisions split; and the pool's members and the load generator share this
+# host's cores. So (d) measures two figures per pool size: the ceiling on this host (the offered
+# rate stepped up until the pool no longer answers in full), bounded by the host; and the
+# pool's capacity with one core per member, from each member's CPU time during the steps, which
+# this host does not bound.
+
+#: (d): a step is short when the generator sent at less than this share of the rate asked
+SENDER_KEEPS_UP = 0.95
+#: (d): the ramp halves the last interval once, if it is at least twice this (requests/s)
+MIN_RAMP_STEP = 1000.0
+#: (d) alone, uncalibrated: the members' nfe_ns (an expired-on-arrival request is never admitted)
+INTAKE_NFE_NS = 1_000_000
+#: (d): counted losses that make a step short (each member's counters, the generator's tally)
+SHORT_IF = ("unanswered", "duplicated", "publish_failed", "middleware_lost", "outputs_dropped")
+
+
+def host_cores() -> dict[str, int]:
+    """The host's cores and those this process may run on (its members inherit them)."""
+    return {"cpu_count": os.cpu_count() or 0, "allowed": len(os.sched_getaffinity(0))}
+
+
+def shortfalls(step: dict) -> list[str]:
+    """Why a step was not answered in full (empty: it was): every request answered exactly
+    once, none lost in DDS or dropped on output, the generator on schedule."""
+    out = [f"{k} {step[k]}" for k in SHORT_IF if step[k]]
+    if step["offered_per_s"] < SENDER_KEEPS_UP * step["rate"]:
+        out.append(f"sender behind ({step['offered_per_s']:.0f}/s of {step['rate']:.0f}/s)")
+    return out
+
+
+def load_cpu_s(d: dict, wall_s: float) -> float:
+    """A member's CPU time over a step less what it spends idle in as long (its timers, its
+    announcements, DDS's own threads): the load's cost."""
+    return d["cpu_s"] - d["idle_share"] * wall_s
+
+
+def capacity_per_core(per: dict[str, dict], wall_s: float) -> dict:
+    """The pool's decisions/s with one core per member, from one step of `wall_s` seconds: per
+    member `decided`, `received` (requests it took), `cpu_s` (its process's CPU time) and
+    `idle_share` (its CPU share at rest). A member's core leaves 1 - idle_share for the load,
+    which costs it load_cpu_s / received per request. Alone, each member would scale its
+    decisions to that; summed over members, `sum_per_s`. But every member takes every request,
+    so the pool takes no more requests per second than its busiest member can take, and decides
+    the pool's decisions per request of them: `bound_per_s`. The capacity is the smaller (None
+    if a member's load did not register in its CPU time)."""
+    load = {i: load_cpu_s(d, wall_s) for i, d in per.items()}
+    if not per or any(load[i] <= 0 or d["received"] <= 0 for i, d in per.items()):
+        return {"sum_per_s": None, "bound_per_s": None, "capacity_per_s": None,
+                "bounded_by": None}  # fmt: skip
+    scale = {i: (1.0 - d["idle_share"]) / load[i] for i, d in per.items()}  # per CPU-s of load
+    total = sum(d["decided"] for d in per.values())
+    taken = max(d["received"] for d in per.values())
+    unbounded = sum(d["decided"] * scale[i] for i, d in per.items())
+    busiest = min(per, key=lambda i: per[i]["received"] * scale[i])
+    bound = per[busiest]["received"] * scale[busiest] * total / taken
+    return {"sum_per_s": unbounded, "bound_per_s": bound, "capacity_per_s": min(unbounded, bound),
+            "bounded_by": busiest if bound < unbounded else None}  # fmt: skip
+
+
+def drop_cost_us(load_cpu_s: float, decided: int, not_owner: int,
+                 decision_us: float | None) -> float | None:  # fmt: skip
+    """A member's CPU-us per not_owner drop: the load's CPU time (load_cpu_s) less its owned
+    decisions at `decision_us` each (a full decision, DDS included: a pool of one at the same
+    rate), over its drops. None without the two."""
+    if decision_us is None or not_owner <= 0:
+        return None
+    return (load_cpu_s * 1e6 - decision_us * decided) / not_owner
+
+
+def fit_costs(points: list[tuple[int, int, float]]) -> tuple[float, float] | None:
+    """CPU-us per owned decision and per not_owner drop, least squares over (decided,
+    not_owner, load CPU seconds) of members of pools of different sizes at one rate (each size
+    splits a member's requests differently between the two); None if the sizes do not tell them
+    apart (one size only, or nothing decided)."""
+    dd = sum(d * d for d, _, _ in points)
+    oo = sum(o * o for _, o, _ in points)
+    do = sum(d * o for d, o, _ in points)
+    det = dd * oo - do * do
+    if det <= 1e-9 * max(dd * oo, 1):
+        return None
+    dy = sum(d * y for d, _, y in points) * 1e6
+    oy = sum(o * y for _, o, y in points) * 1e6
+    return (dy * oo - oy * do) / det, (oy * dd - dy * do) / det
+
+
+def idle_shares(live: list[Member], seconds: float) -> dict[str, float]:
+    """Each member's CPU share at rest over `seconds` (no load): what a step's CPU time holds
+    besides the load's cost."""
+    cpu0, t0 = {m.index: cpu_seconds(m.pid) for m in live}, time.monotonic()
+    time.sleep(seconds)
+    wall = time.monotonic() - t0
+    return {str(m.index): (cpu_seconds(m.pid) - cpu0[m.index]) / wall for m in live}
+
+
+def intake_step(gen, watch: PoolWatch, live: list[Member], rate: float, seconds: float,
+                idle: dict[str, float]) -> dict:  # fmt: skip
+    """One step of (d): the expired-on-arrival flood at `rate` for `seconds`; what was answered,
+    each member's counters and its process's CPU time (and this process's: the generator, its
+    tally and the watch node) over the step; `idle`: each member's CPU share at rest."""
+    before = {m.index: counters(watch.snapshot(m)) for m in live}
+    cpu0 = {m.index: cpu_seconds(m.pid) for m in live}
+    gen0, t0 = cpu_seconds(), time.monotonic()
+    r = gen.run(gen.load(["expired"], rate, max(1, int(rate * seconds)), sessions=64),
+                drain_s=3.0 + seconds)
+    wall = time.monotonic() - t0
+    cpu = {m.index: cpu_seconds(m.pid) - cpu0[m.index] for m in live}
+    gen_cpu = cpu_seconds() - gen0
+    # until every member took (or lost) every request and decided or dropped each
+    per = settled(watch, live, before, lambda per: all(
+        balanced(d) and d["received"] + d["middleware_lost"] >= r.sent for d in per.values()),
+        timeout=5.0)  # fmt: skip
+    got = r.first_answer_ns[r.answers > 0]
+    span_s = (float(got.max()) - r.first_send_ns) / 1e9 if got.size else 0.0
+    pool_decided = sum(d["decided"] for d in per.values())
+    by = {str(i): {**d, "cpu_s": cpu[i], "idle_share": idle[str(i)]} for i, d in per.items()}
+    load = {i: load_cpu_s(d, wall) for i, d in by.items()}
+    step = {
+        "rate": rate, "offered_per_s": round(r.offered_per_s(), 1), "sent": r.sent,
+        "publish_failed": r.publish_failed, "answered_once": r.answered_once,
+        "unanswered": r.unanswered, "duplicated": r.duplicated, "pool_decided": pool_decided,
+        "pool_decided_per_s": pool_decided / span_s if span_s > 0 else 0.0,
+        "not_owner": {i: d["not_owner"] for i, d in by.items()},
+        "taken_over_requests": sum(d["taken_over_requests"] for d in per.values()),
+        "decided": {i: d["decided"] for i, d in by.items()},
+        "received": {i: d["received"] for i, d in by.items()},
+        "middleware_lost": sum(d["middleware_lost"] for d in per.values()),
+        "outputs_dropped": sum(d["outputs_dropped"] for d in per.values()),
+        "sender_behind_max_ms": r.behind_max_ns / MS, "stray_answers": r.stray,
+        "books_balance": all(balanced(d) for d in per.values()),
+        "wall_s": wall, "cpu_s": {i: d["cpu_s"] for i, d in by.items()},
+        "busy_share": {i: d["cpu_s"] / wall for i, d in by.items()}, "idle_share": idle,
+        "load_cpu_s": load,
+        "cpu_us_per_request": {i: 1e6 * load[i] / d["received"] if d["received"] else None
+                               for i, d in by.items()},
+        "generator_cpu_s": gen_cpu, "generator_busy_share": gen_cpu / wall,
+        "generator_cpu_us_per_request": 1e6 * gen_cpu / r.sent if r.sent else None,
+        "capacity": capacity_per_core(by, wall),
+    }  # fmt: skip
+    step["short"] = shortfalls(step)
+    return step
+
+
+def intake_costs_split(sizes: list[dict]) -> None:
+    """Per step: each member's CPU-us per owned decision (the pool of one's CPU-us per decision
+    at the same rate, answered in full: a member's cost per request falls as the rate rises, its
+    wakeups taking more requests each) and per not_owner drop (the rest, per drop), and the drop
+    over the decision; in place. Without a pool of one in full at that rate, None."""
+    one = {s["rate"]: s for z in sizes if z["members"] == 1 for s in z["steps"] if not s["short"]}
+    for z in sizes:
+        for s in z["steps"]:
+            ref = one.get(s["rate"])
+            d_us = None
+            if ref is not None and ref["decided"]["0"] and ref["load_cpu_s"]["0"] > 0:
+                d_us = 1e6 * ref["load_cpu_s"]["0"] / ref["decided"]["0"]
+            s["decision_us"] = d_us
+            s["not_owner_us"] = {i: drop_cost_us(v, s["decided"][i], s["not_owner"][i], d_us)
+                                 for i, v in s["load_cpu_s"].items()}  # fmt: skip
+            s["not_owner_over_decision"] = {
+                i: None if v is None or not d_us else v / d_us
+                for i, v in s["not_owner_us"].items()}
+
+
+def ceiling(members: int, steps: list[dict], top_rate: float) -> dict:
+    """One pool size's steps summed up: the highest rate answered in full (its step's figures
+    stand for the size), the first short step and why; `ramp_top` when the ceiling is the top of
+    the ramp (the pool was never short: the ramp, not the pool, stopped there; at full size the
+    ramp ends near what one generator sends)."""
+    full = [s for s in steps if not s["short"]]
+    best = max(full, key=lambda s: s["rate"]) if full else None
+    short = [s for s in steps if s["short"]]
+    first = min(short, key=lambda s: s["rate"]) if short else None
+    return {
+        "members": members, "steps": steps,
+        "ceiling_rate": best["rate"] if best else 0.0,
+        "ceiling_offered_per_s": best["offered_per_s"] if best else 0.0,
+        "ceiling_decided_per_s": best["pool_decided_per_s"] if best else 0.0,
+        "first_short_rate": first["rate"] if first else None,
+        "first_short_why": first["short"] if first else [],
+        "ramp_top": first is None and best is not None and best["rate"] >= top_rate,
+    }  # fmt: skip
 
 
 def intake(args, size: Size, params: dict, lease_ms: int, bar: Progress) -> list[dict]:
     """A pool of max(intake_members) members, stopped down member by member: at each size the
-    expired-on-arrival flood at each rate; per member its decisions and not_owner drops."""
+    expired-on-arrival flood stepped up the ramp until a step is short, then once halfway back;
+    per step each member's decisions, not_owner drops and CPU time. One dict per size."""
     from flowedge_relay_tools.bench.loadgen import LoadGenerator
 
     ns = "/poolbench_intake"
     sizes = sorted(set(args.intake_members), reverse=True)
-    rows = []
+    rates = sorted(args.intake_rates or size.intake_rates)
+    out = []
     with pool_of(ns, "poolbench_intake", list(range(sizes[0])), params,
                  lease_ms) as (members, watch, node):  # fmt: skip
         # its own node, never spun: only the C tally takes the answers (an executor spinning
@@ -758,36 +966,23 @@ def intake(args, size: Size, params: dict, lease_ms: int, bar: Progress) -> list
             while len(live) > n:  # a clean stop: it announces finalized and leaves the view
                 live.pop().proc.stop()
             watch.wait_views(live)
-            for rate in size.intake_rates:
+            idle = idle_shares(live, size.intake_idle_s)
+            steps: list[dict] = []
+            for k, rate in enumerate(rates):
                 bar.update(label=f"(d) {n} member(s), {rate:g}/s")
-                before = {m.index: counters(watch.snapshot(m)) for m in live}
-                r = gen.run(gen.load(["expired"], rate, max(1, int(rate * size.intake_s)),
-                                     sessions=64), drain_s=3.0 + size.intake_s)
-                # until every member took every request and decided or dropped each
-                per = {str(i): d for i, d in settled(
-                    watch, live, before, lambda per, sent=r.sent: all(
-                        balanced(d) and d["received"] >= sent for d in per.values())).items()}
-                got = r.first_answer_ns[r.answers > 0]
-                span_s = (float(got.max()) - r.first_send_ns) / 1e9 if got.size else 0.0
-                pool_decided = sum(d["decided"] for d in per.values())
-                rows.append({
-                    "members": n, "offered_per_s": round(r.offered_per_s(), 1),
-                    "sent": r.sent, "answered_once": r.answered_once,
-                    "unanswered": r.unanswered, "duplicated": r.duplicated,
-                    "pool_decided": pool_decided,
-                    "pool_decided_per_s": pool_decided / span_s if span_s > 0 else 0.0,
-                    "not_owner": {i: d["not_owner"] for i, d in per.items()},
-                    "taken_over_requests": sum(d["taken_over_requests"] for d in per.values()),
-                    "decided": {i: d["decided"] for i, d in per.items()},
-                    "received": {i: d["received"] for i, d in per.items()},
-                    "middleware_lost": sum(d["middleware_lost"] for d in per.values()),
-                    "outputs_dropped": sum(d["outputs_dropped"] for d in per.values()),
-                    "sender_behind_max_ms": r.behind_max_ns / MS,
-                    "stray_answers": r.stray,
-                    "books_balance": all(balanced(d) for d in per.values()),
-                })  # fmt: skip
+                steps.append(intake_step(gen, watch, live, rate, size.intake_s, idle))
                 bar.advance()
-    return rows
+                if steps[-1]["short"]:  # once halfway back to the last step in full
+                    bar.advance(len(rates) - k - 1)
+                    below = rates[k - 1] if k else 0.0
+                    if rate - below >= 2 * MIN_RAMP_STEP:
+                        bar.update(label=f"(d) {n} member(s), {(below + rate) / 2:g}/s")
+                        steps.append(intake_step(gen, watch, live, (below + rate) / 2,
+                                                 size.intake_s, idle))
+                    break
+            out.append(ceiling(n, steps, rates[-1]))
+    intake_costs_split(out)
+    return out
 
 
 # ---- (f) spill on capacity (docs/design.md §13.5) --------------------------------------------
@@ -918,12 +1113,18 @@ def run(args: argparse.Namespace) -> dict:
     lanes = args.members * args.workers
     path = model_path("bench")
     info = load_served(path)
-    only = getattr(args, "spill_only", False)
-    steps = 1 + 2 + (0 if only else 3 + len(set(args.intake_members)) * len(size.intake_rates))
+    spill_only, intake_only = args.spill_only, args.intake_only
+    if spill_only and intake_only:
+        raise ValueError("--spill-only and --intake-only exclude each other")
+    ramp = args.intake_rates or size.intake_rates
+    steps = (1 + (0 if intake_only else 2) + (0 if spill_only else len(set(args.intake_members))
+             * len(ramp)) + (0 if spill_only or intake_only else 3))  # fmt: skip
     with Progress("pool", steps, unit=" steps") as bar:
         cal = None
         if args.nfe_ns:
             nfe_ns, reserve = args.nfe_ns, args.admission_reserve_ns
+        elif intake_only:  # (d)'s flood is expired on arrival: admission's figures never count
+            nfe_ns, reserve = INTAKE_NFE_NS, 0
         else:
             bar.update(label=f"inline calibration, {lanes} lanes")
             with relay_for_bench(False, model_path=path, workers=lanes,
@@ -937,14 +1138,16 @@ def run(args: argparse.Namespace) -> dict:
         params = dict(model_path=path, workers=args.workers, max_nfe=64, nfe_ns=nfe_ns,
                       admission_reserve_ns=reserve, cost_model="static",
                       pool_lease_ms=lease_ms, stats_rate_hz=STATS_HZ)  # fmt: skip
-        abc = {} if only else scenarios_abc(args, size, params, capacity_rps, lease_ms,
-                                            slack_ns, info, bar)
-        d = [] if only else intake(args, size, params, lease_ms, bar)
+        abc = {} if spill_only or intake_only else scenarios_abc(
+            args, size, params, capacity_rps, lease_ms, slack_ns, info, bar)
+        d = [] if spill_only else intake(args, size, params, lease_ms, bar)
         # (f) overloads its owner past what it serves: at 2x the p99 bound's capacity a member
         # served every request with room to spare and nothing spilled
         served_rps = calibrate.capacity(cal, mean_nfe, lanes)[0] if cal else capacity_rps
-        f = spill(args, size, params, served_rps, lease_ms, slack_ns, info, bar)
-    costs = {} if only else pool_sim.intake_costs(4, 2000 if quick else 20_000, load_served(path))
+        f = None if intake_only else spill(args, size, params, served_rps, lease_ms, slack_ns,
+                                           info, bar)  # fmt: skip
+    costs = ({} if spill_only
+             else pool_sim.intake_costs(4, 2000 if quick else 20_000, load_served(path)))
     report = {
         "size": "quick" if quick else "full", "host": host, "members": args.members,
         "workers": args.workers, "lease_ms": lease_ms, "load": args.load,
@@ -956,7 +1159,7 @@ def run(args: argparse.Namespace) -> dict:
             k: cal.get(k) for k in ("recommended_nfe_ns", "recommended_admission_reserve_ns",
                                     "relay_compute_ns_per_nfe_mean", "noisy_host")},
         "kill": abc.get("kill"), "join": abc.get("join"), "freeze": abc.get("freeze"),
-        "intake": d, "spill": f,
+        "intake": d, "intake_s": size.intake_s, "host_cores": host_cores(), "spill": f,
         "drop_over_decision": pool_sim.drop_over_decision(costs) if costs else {},
         "targets": TARGETS,
         "method": (
@@ -967,9 +1170,10 @@ def run(args: argparse.Namespace) -> dict:
             f"capacity ({capacity_rps:.0f} requests/s of {NFE_RANGE[0]}-{NFE_RANGE[1]} NFE, "
             f"slack {slack[0]:g}-{slack[1]:g} ms) over sessions each member owns equally; "
             "answers counted per (session_id, sequence) at receipt. (d): a C load generator "
-            "floods expired-on-arrival requests; decisions read from each member's flowedge/stats"),
+            "floods expired-on-arrival requests, stepped up per pool size until the pool is "
+            "short; decisions read from each member's flowedge/stats, CPU time from /proc"),
     }  # fmt: skip
-    report["rows"] = _rows(report)
+    report["rows"] = report_rows(report)
     return report
 
 
@@ -980,9 +1184,15 @@ def _verdict(*oks: bool | None) -> str:
     return VERDICT[None if any(ok is None for ok in oks) else True]
 
 
-def _rows(r: dict) -> list[dict]:
-    if r["kill"] is None:  # --spill-only
-        return spill_rows(r["spill"])
+def report_rows(r: dict) -> list[dict]:
+    """The report's rows, of the scenarios it ran: (a)-(c), (d), (f)."""
+    rows = [] if r["kill"] is None else abc_rows(r)  # --spill-only, --intake-only: none
+    rows += intake_rows(r)
+    return rows + ([] if r["spill"] is None else spill_rows(r["spill"]))
+
+
+def abc_rows(r: dict) -> list[dict]:
+    """The rows of (a)-(c): answered exactly once, the takeover, the join's moves."""
     k, j, f = r["kill"], r["join"], r["freeze"]
     lease = r["lease_ms"]
     on_time = k["outcomes"]["on_time_among_admitted"]
@@ -1014,22 +1224,142 @@ def _rows(r: dict) -> list[dict]:
          "target": "0 / 0 (all tagged)",
          "met": _verdict(f["met"]["missing"], f["met"]["duplicated"])},
     ]
-    for row in r["intake"]:
+    return rows
+
+
+def step_at(z: dict, rate: float | None) -> dict | None:
+    """Pool size z's step at `rate` answered in full (None: none)."""
+    return next((s for s in z["steps"] if not s["short"] and s["rate"] == rate), None)
+
+
+def common_rate(sizes: list[dict]) -> float | None:
+    """The highest rate every pool size answered in full: there their costs compare like for
+    like (a member's CPU per request depends on the rate)."""
+    full = [{s["rate"] for s in z["steps"] if not s["short"]} for z in sizes]
+    both = set.intersection(*full) if full else set()
+    return max(both) if both else None
+
+
+def grows(values: list[float | None]) -> bool | None:
+    """Whether each value is above the one before (None: fewer than two, or one not measured)."""
+    if len(values) < 2 or any(v is None for v in values):
+        return None
+    return all(b > a for a, b in itertools.pairwise(values))
+
+
+def _per_s(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}/s"
+
+
+def per_core(step: dict | None) -> float | None:
+    return None if step is None else step["capacity"]["capacity_per_s"]
+
+
+def intake_rows(r: dict) -> list[dict]:
+    """(d)'s rows: per pool size its ceiling on this host (bounded by the host's cores, which
+    the members share with the generator) and its decisions/s with one core per member (from CPU
+    time: not bounded by the host) at its ceiling and at the rate every size answered in full;
+    whether each grows with members; the not_owner drop against a full decision, end to end at
+    that rate (a member's CPU) and in C (pool-sim)."""
+    rows = []
+    sizes = sorted(r["intake"], key=lambda z: z["members"])
+    cores = r["host_cores"]["allowed"]
+    common = common_rate(sizes)
+    at = f"{common:,.0f}/s" if common is not None else "-"
+    for z in sizes:
+        why = (f" (short at {z['first_short_rate']:,.0f}/s: {', '.join(z['first_short_why'])})"
+               if z["first_short_rate"] is not None else
+               " (never short: the ramp's top)" if z["ramp_top"] else "")
         rows.append({
-            "measure": f"(d) {row['members']} member(s), {row['offered_per_s']:.0f}/s offered: "
-                       "pool decisions/s (answered once of sent; lost in DDS; not_owner per "
-                       "member)",
-            "measured": f"{row['pool_decided_per_s']:.0f}/s ({row['answered_once']}/"
-                        f"{row['sent']}; {row['middleware_lost']}; "
-                        f"{', '.join(map(str, row['not_owner'].values()))})",
+            "measure": f"(d) {z['members']} member(s): requests/s answered in full here "
+                       "(host-bounded)",
+            "measured": f"{_per_s(z['ceiling_offered_per_s'])}{why}",
             "target": "-", "met": "-"})  # fmt: skip
+        rows.append({
+            "measure": f"(d) {z['members']} member(s): decisions/s with one core per member, at "
+                       f"the ceiling / at {at} (CPU time; not host-bounded)",
+            "measured": f"{_per_s(per_core(step_at(z, z['ceiling_rate'])))} / "
+                        f"{_per_s(per_core(step_at(z, common)))}",
+            "target": "-", "met": "-"})  # fmt: skip
+    if sizes:
+        within = [z for z in sizes if z["members"] <= max(cores - 1, 1)]
+        rows.append({
+            "measure": f"(d) answered in full here grows with members up to the host's {cores} "
+                       "cores (one is the generator's)",
+            "measured": ", ".join(f"{z['members']}: {_per_s(z['ceiling_offered_per_s'])}"
+                                  for z in sizes),
+            "target": f"grows over 1..{max(cores - 1, 1)} member(s)",
+            "met": _verdict(grows([z["ceiling_offered_per_s"] for z in within]))})
+        cap = [per_core(step_at(z, common)) for z in sizes]
+        rows.append({
+            "measure": f"(d) decisions/s with one core per member grow with members (at {at}; "
+                       "not host-bounded)",
+            "measured": ", ".join(f"{z['members']}: {_per_s(v)}"
+                                  for z, v in zip(sizes, cap, strict=True)),
+            "target": "grows", "met": _verdict(grows(cap))})
+    for z in sizes:
+        ratios = [v for v in ((step_at(z, common) or {}).get("not_owner_over_decision") or {})
+                  .values() if v is not None]  # fmt: skip
+        if z["members"] < 2 or not ratios:
+            continue
+        rows.append({
+            "measure": f"(d) not_owner drop / full decision per member, {z['members']} members "
+                       f"at {at} (process CPU less the pool of one's decisions: noisy)",
+            "measured": ", ".join(f"{v:.2f}" for v in ratios),
+            "target": "-", "met": "-"})
+    fit = fit_costs([(s["decided"][i], s["not_owner"][i], s["load_cpu_s"][i])
+                     for z in sizes if (s := step_at(z, common)) for i in s["decided"]])
+    if fit is not None:
+        rows.append({
+            "measure": f"(d) not_owner drop / full decision, every member of every size at {at} "
+                       "(least squares: CPU-us per decision, per drop; process CPU, DDS included)",
+            "measured": f"{fit[1] / fit[0]:.2f} ({fit[0]:.1f} us, {fit[1]:.1f} us)",
+            "target": f"<= {pool_sim.TARGETS['drop_over_decision']}",
+            "met": _verdict(fit[1] / fit[0] <= pool_sim.TARGETS["drop_over_decision"])})
     for m, v in r["drop_over_decision"].items():
         rows.append({"measure": f"(d) not_owner drop / cheapest full decision, {m} members "
                                 "(C, p50; pool-sim)",
                      "measured": f"{v:.3f}",
                      "target": f"<= {pool_sim.TARGETS['drop_over_decision']}",
                      "met": _verdict(v <= pool_sim.TARGETS["drop_over_decision"])})
-    return rows + spill_rows(r["spill"])
+    return rows
+
+
+def _each(values: dict, fmt: str) -> str:
+    return " ".join("-" if v is None else format(v, fmt) for v in values.values())
+
+
+def intake_table(report: dict) -> str:
+    """(d) step by step: what was answered, why a step was short, each member's busy share and
+    CPU-us per request taken, per not_owner drop over a full decision, the generator's."""
+    rows = []
+    for z in report["intake"]:
+        for s in z["steps"]:
+            cap = s["capacity"]["capacity_per_s"]
+            rows.append({
+                "members": z["members"], "offered/s": f"{s['offered_per_s']:,.0f}",
+                "answered once": f"{s['answered_once']}/{s['sent']}",
+                "short": ", ".join(s["short"]) or "-",
+                "busy (idle) per member": f"{_each(s['busy_share'], '.2f')} "
+                                          f"({_each(s['idle_share'], '.2f')})",
+                "us/request (members)": _each(s["cpu_us_per_request"], ".1f"),
+                "drop/decision": _each(s.get("not_owner_over_decision", {}), ".2f") or "-",
+                "generator busy, us/request": f"{s['generator_busy_share']:.2f}, "
+                f"{s['generator_cpu_us_per_request'] or 0:.1f}",
+                "per core/s": "-" if cap is None else f"{cap:,.0f}"})  # fmt: skip
+    c = report["host_cores"]
+    return "\n".join([
+        f"(d) step by step, {report['intake_s']:g} s each (this host: {c['cpu_count']} cores, "
+        f"{c['allowed']} allowed; the members and the generator share them, so 'offered/s' "
+        "answered in full is bounded by the host; 'per core/s' is the pool's decisions/s with one "
+        "core per member, from CPU time, and is not):",
+        format_rows(rows),
+        "busy: CPU time (utime + stime of the process, /proc) over the step's wall time (idle: "
+        "at rest, taken off the step's as the members' own overhead); us/request: the load's "
+        "CPU-us per request the member took; drop/decision: a member's CPU-us per "
+        "not_owner drop (its CPU less its owned decisions at the pool of one's CPU-us per "
+        "decision at the same rate) over that decision; generator: this process (the C "
+        "generator, its tally, the watch node)"])
 
 
 def table(report: dict) -> str:
@@ -1037,7 +1367,7 @@ def table(report: dict) -> str:
     lines = [f"pool: {report['method']}", f"host: {report['host']}",
              format_rows(report["rows"])]
     s = report["spill"]
-    for key in ("off", "on"):
+    for key in ("off", "on") if s is not None else ():
         lines.append(f"(f) spill {key}: {s[key]['sent']} sent at {s['rate']:.1f}/s to one owner "
                      f"(queue {s['queue_capacity']}, slack {s['slack_ms'][0]:g}-"
                      f"{s['slack_ms'][1]:g} ms); answered by the owner "
@@ -1047,7 +1377,9 @@ def table(report: dict) -> str:
                      f"{s[key]['surrendered']}; outcomes {s[key]['outcomes']}")
         for d in s[key]["duplicate_detail"]:
             lines.append(f"    duplicate {d['session']}#{d['sequence']}: {d['answers']}")
-    if k is None:  # --spill-only
+    if report["intake"]:
+        lines.append(intake_table(report))
+    if k is None:  # --spill-only, --intake-only
         return "\n".join(lines)
     lines.append(f"(a) takeover counter per survivor, moved between its stats stamps (ms after "
                  f"the kill; stats at {STATS_HZ:g} Hz): "
@@ -1065,25 +1397,49 @@ def table(report: dict) -> str:
                  f"; the others took over {f['others_took_over']}")
     for d in f["duplicate_detail"][:3]:
         lines.append(f"    duplicate {d['session']}#{d['sequence']}: {d['answers']}")
-    full = {}
-    for row in report["intake"]:
-        if row["unanswered"] == 0 and row["duplicated"] == 0:
-            full[row["members"]] = max(full.get(row["members"], 0), row["pool_decided_per_s"])
-    lines.append("(d) the most decisions/s with every request answered exactly once, per pool "
-                 "size: " + ", ".join(f"{n} member(s) {v:.0f}/s" for n, v in sorted(full.items()))
-                 + " (of the offered rates; every member takes every request, on this host's "
-                 f"{report['host'].get('cores', '?')} cores with the load generator)")
     for s in ("kill", "join", "freeze"):
         lines.append(f"send behind schedule at most ({s}): "
                      f"{report[s]['send_behind_max_ms']:.1f} ms")
     return "\n".join(lines)
 
 
+def intake_panel(ax, report: dict) -> None:
+    """(d) per pool size: requests/s answered in full on this host (bounded by it) next to the
+    decisions/s with one core per member (from CPU time, not bounded by it) at the rate every
+    size answered in full."""
+    sizes = sorted(report["intake"], key=lambda z: z["members"])
+    x = range(len(sizes))
+    common = common_rate(sizes)
+    cap = [per_core(step_at(z, common)) or 0.0 for z in sizes]
+    cores = report["host_cores"]["allowed"]
+    ax.bar([i - 0.2 for i in x], [z["ceiling_offered_per_s"] for z in sizes], width=0.4,
+           color="#2166ac", label=f"answered in full here ({cores} cores, with the generator)")
+    ax.bar([i + 0.2 for i in x], cap, width=0.4, color="#1b7837",
+           label="one core per member (from CPU time"
+                 + (f", at {common:,.0f}/s)" if common is not None else ")"))
+    for i, z in enumerate(sizes):
+        if z["ramp_top"]:
+            ax.annotate("never short: the ramp's top", (i - 0.2, z["ceiling_offered_per_s"]),
+                        ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(list(x), [str(z["members"]) for z in sizes])
+    ax.set_title("(d) the pool's decisions/s per size", fontsize=9)
+    ax.set_xlabel("members")
+    ax.set_ylabel("requests/s, each decided once")
+    ax.legend(fontsize=6)
+
+
 def plot(report: dict, path: str) -> str:
     from flowedge_relay_tools.bench.plots import save, subplots
 
+    h = report["host"]
+    note = (f"lease {report['lease_ms']} ms; {report['transport']}; {h.get('cpu')}, "
+            f"{h.get('cores')} cores, load average at start {h.get('loadavg_at_start')}")
     if report["kill"] is None:
-        raise ValueError("the plot needs (a)-(d): run without --spill-only")
+        if not report["intake"]:
+            raise ValueError("no plot of (f) alone: run without --spill-only")
+        fig, ax = subplots(1, 1, width=6.0, height=3.6)
+        intake_panel(ax, report)
+        return save(fig, path, title="relay pool over DDS: the intake", note=note)
     fig, axes = subplots(2, 2, width=6.0, height=3.6)
     axes = list(axes)
     for ax, (name, title, events) in zip(axes, (
@@ -1101,16 +1457,5 @@ def plot(report: dict, path: str) -> str:
         ax.set_xlabel("s (receipt)")
         ax.set_ylabel("answers/s by member")
         ax.legend(fontsize=6)
-    ax = axes[3]
-    rates = sorted({r["offered_per_s"] for r in report["intake"]})
-    for r in report["intake"]:
-        ax.bar(f"{r['members']}\n{r['offered_per_s'] / 1e3:.1f}k", r["pool_decided_per_s"],
-               color="#1b7837" if r["unanswered"] == 0 and r["duplicated"] == 0 else "#b2182b")
-    ax.set_title("(d) pool decisions/s (red: not every request answered once)", fontsize=9)
-    ax.set_xlabel(f"members / offered requests/s ({len(rates)} rates)")
-    ax.tick_params(axis="x", labelsize=7)
-    h = report["host"]
-    return save(fig, path, title="relay pool over DDS (dashed: the event)",
-                note=f"lease {report['lease_ms']} ms; {report['transport']}; {h.get('cpu')}, "
-                     f"{h.get('cores')} cores, load average at start "
-                     f"{h.get('loadavg_at_start')}")
+    intake_panel(axes[3], report)
+    return save(fig, path, title="relay pool over DDS (dashed: the event)", note=note)
