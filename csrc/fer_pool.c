@@ -596,23 +596,25 @@ static int route(struct fer_pool *p, uint64_t h, uint64_t digest_hash, int64_t o
     uint64_t k1, k2;
     uint32_t found, count = memo != NULL;
     int64_t excluded;
-    int role, alone = 0, held = 0;
+    int role, alone = 0, held = 0, stale;
 
     if (count) /* the deciding thread acts on what it takes: its own stall first */
         fer_pool_stall_check(p, now_ns);
     found = rank(p, h, digest_hash, origin_ns, &k1, &k2, memo);
     excluded = __atomic_load_n(&p->excluded_before, __ATOMIC_ACQUIRE);
-    if (excluded != 0 && (found == 0 || k1 == p->key || (found == 2 && k2 == p->key)) &&
-        (origin_ns != 0 ? origin_ns : ros_now()) < excluded) {
+    stale = excluded != 0 && (origin_ns != 0 ? origin_ns : ros_now()) < excluded;
+    if (stale) {
         uint64_t a1, a2;
 
         /* surrendered: the others may have taken this member's requests over until its
          * rejoin's owning_from, so it decides none of them (neither owner nor successor). But
          * they may have stalled and surrendered too: the member that the view ranks first
          * with every window ignored (the same at every member whose view has the same
-         * members, whichever rejoins have been heard) holds it, until an answer names it or
-         * it is due (fer_pool.h, "Hold, do not drop") */
+         * members, whichever rejoins have been heard, its own included) holds it, until an
+         * answer names it or it is due (fer_pool.h, "Hold, do not drop") */
         held = rank(p, h, digest_hash, 0, &a1, &a2, NULL) > 0 && a1 == p->key;
+    }
+    if (stale && (held || found == 0 || k1 == p->key || (found == 2 && k2 == p->key))) {
         if (k1 == p->key) {
             k1 = k2;
             found--;
@@ -752,13 +754,20 @@ int fer_pool_takeover(struct fer_pool *p, uint64_t dead_key)
 
 static uint64_t fingerprint(uint64_t sid_hash, uint64_t sequence);
 
-/* When held work is due: max(mark + lease + margin, deadline) + leases x lease */
-static uint64_t hold_due(const struct fer_pool *p, uint64_t mark, uint64_t deadline_mono,
-                         uint64_t leases)
+/* When held work is due: max(mark + lease + margin, arrival, deadline) + leases x lease; no
+ * deadline counts as HOLD_NO_DEADLINE_LEASES leases after the rest of the max (an owner's
+ * queue bounds its answer only through a deadline) */
+#define HOLD_NO_DEADLINE_LEASES 3
+static uint64_t hold_due(const struct fer_pool *p, uint64_t mark, uint64_t arrival_mono,
+                         uint64_t deadline_mono, uint64_t leases)
 {
     uint64_t t = fer_sat_add(mark, fer_sat_add(p->cfg.lease_ns, FER_POOL_STALL_MARGIN_NS));
 
-    if (deadline_mono > t)
+    if (arrival_mono > t)
+        t = arrival_mono;
+    if (deadline_mono == 0)
+        t = fer_sat_add(t, fer_sat_mul(p->cfg.lease_ns, HOLD_NO_DEADLINE_LEASES));
+    else if (deadline_mono > t)
         t = deadline_mono;
     return fer_sat_add(t, fer_sat_mul(p->cfg.lease_ns, leases));
 }
@@ -803,7 +812,7 @@ int fer_pool_hold(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uint
         __atomic_fetch_add(&p->c.surrendered, 1, __ATOMIC_RELAXED);
         return FER_EFULL;
     }
-    p->hold[i] = (struct pool_hold){fp, hold_due(p, mark, deadline, 1), HOLD_WAITING, 0};
+    p->hold[i] = (struct pool_hold){fp, hold_due(p, mark, 0, deadline, 1), HOLD_WAITING, 0};
     __atomic_store_n(&p->n_hold, p->n_hold + 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&p->c.held, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&p->mu);
@@ -943,7 +952,7 @@ int fer_pool_standby_put(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
 static void hold_entry(struct fer_pool *p, struct pool_entry *x, uint64_t mark, uint64_t leases)
 {
     x->held = 1;
-    x->due_ns = hold_due(p, mark, x->deadline_ns, leases);
+    x->due_ns = hold_due(p, mark, x->arrival_ns, x->deadline_ns, leases);
     p->n_held_entries++;
     bump(&p->c.held, 1);
 }

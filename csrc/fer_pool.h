@@ -202,9 +202,11 @@ int fer_pool_surrender(struct fer_pool *pool, uint64_t now_mono);
  * watermark covers is held and the answers watch (fer_pool_answer) is consulted: held work that
  * another member answered is dropped, counted surrendered; held work nobody answered by its due
  * time is answered here, counted held_released. Due = max(mark + lease +
- * FER_POOL_STALL_MARGIN_NS, its deadline) + leases x lease: a takeover by the others has
- * answered it by the max (it starts within lease + margin of their view of the death, and
- * answers by the deadline, EXPIRED at once past it), and its answer's trip gets a lease; the
+ * FER_POOL_STALL_MARGIN_NS, its arrival here, its deadline) + leases x lease: another member
+ * has answered it by the max (a takeover starts within lease + margin of their view of the
+ * death, a live owner decides a late-delivered request as it arrives, and either answers by
+ * the deadline, EXPIRED at once past it; with no deadline the max is 3 leases later), and
+ * its answer's trip gets a lease; the
  * owner's hold takes 1 lease, a successor's copy (a takeover's entry kept before the watermark)
  * 2, so the owner's answer reaches the successor before its copy is due.
  * hold: a publisher, for an outcome of a request that arrived before mark (arrival_mono < mark;

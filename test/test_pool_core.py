@@ -934,6 +934,12 @@ def test_a_surrendered_member_decides_no_request_stamped_before_its_rejoin():
     assert me.decide(request_cdr(kept, 1), 2) == (NOT_OWNER, None)
     c = me.pool.counters()
     assert (c.standby_entries, c.held) == (1, 1)
+    # its rejoin moved its own window to the cutover: still the one that holds it (the
+    # ranking that picks the holder ignores windows, as the others' does, whatever they heard)
+    me.pool.set_view([PoolViewMember(other, (DIGEST,)),
+                      PoolViewMember(me.pool.key, (DIGEST,), owning_from_ns=rejoined)])
+    assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.HELD
+    assert me.pool.role(kept.encode(), DIGEST, ROS) == PoolRole.OTHER
     # its view losing the others after the stall is its own stale judgement: still held
     me.pool.set_view(members(me.pool.key))
     assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.HELD
@@ -1018,7 +1024,8 @@ def test_outputs_from_before_the_watermark_are_held_then_dropped_if_answered_els
 def test_a_held_outcome_is_dropped_once_an_answer_names_it_and_its_slot_is_freed():
     """The hold's slots, as a publisher uses them: an answer arriving while an outcome is held
     marks it answered (held says ANSWERED once, then the slot is free for another); one that
-    nobody answers is DUE at max(mark + lease + margin, deadline) + lease, not before; with
+    nobody answers is DUE at max(mark + lease + margin, deadline) + lease, not before (no
+    deadline: the max 3 leases later); with
     every slot in use an outcome is dropped, counted hold_full."""
     pool = Pool("holder-1-00000001", lease_ns=HOLD_LEASE)
     pool.set_view(members(pool_key("other"), pool.key))
@@ -1027,7 +1034,7 @@ def test_a_held_outcome_is_dropped_once_an_answer_names_it_and_its_slot_is_freed
     assert lib.fer_pool_hold(pool.ptr, b"a", 1, 1, 0, mark, mark, slot) == lib.FER_POOL_HOLD_WAIT
     answered = slot[0]
     assert lib.fer_pool_hold(pool.ptr, b"a", 1, 2, 0, mark, mark, slot) == lib.FER_POOL_HOLD_WAIT
-    due = mark + HOLD_LEASE + lib.FER_POOL_STALL_MARGIN_NS + HOLD_LEASE
+    due = mark + HOLD_LEASE + lib.FER_POOL_STALL_MARGIN_NS + 3 * HOLD_LEASE + HOLD_LEASE
     assert pool.held(answered, mark) == lib.FER_POOL_HOLD_WAIT
     assert pool.answer(answer_cdr("a", 1, relay_id="other")) == 0
     assert pool.held(answered, mark) == lib.FER_POOL_HOLD_ANSWERED
@@ -1086,7 +1093,8 @@ def test_after_a_surrender_held_requests_are_dropped_if_answered_else_decided_on
 def test_a_held_request_of_its_own_is_decided_once_when_due_unless_answered():
     """A request delivered after the stall, stamped before the exclusion, of a session this
     member ranks first: held (FER_POOL_HELD), dropped if another member answers it, else
-    decided here once, a lease after max(the watermark + lease + margin, its deadline)."""
+    decided here once, a lease after max(the watermark + lease + margin, its arrival, its
+    deadline): a live owner decides a late-delivered request about when it arrives here."""
     me = Member_()
     me.pool.set_view(members(pool_key("other"), me.pool.key))
     sid = session_where(me.pool, PoolRole.OWNER)
@@ -1100,5 +1108,11 @@ def test_a_held_request_of_its_own_is_decided_once_when_due_unless_answered():
     assert me.service(due_ms) == 1
     assert me.service(due_ms + 1000) == 0
     assert [(o.sequence, o.code) for o in me.core.pop_outcomes()] == [(2, Code.EXPIRED)]
+    # delivered 1.5 s after the stall was found, no deadline: due 3 + 1 leases after arrival
+    assert me.decide(request_cdr(sid, 4), 1500) == (STANDBY, None)
+    assert me.service(1500 + 4 * LEASE // MS - 1) == 0
+    assert me.service(1500 + 4 * LEASE // MS) == 1
+    assert [(o.sequence, o.code) for o in me.core.pop_outcomes()] == []  # admitted, queued
+    assert [q.sequence for q in me.core.queue_snapshot()] == [4]
     c = me.pool.counters()
-    assert (c.held, c.held_released, c.surrendered) == (2, 1, 1)
+    assert (c.held, c.held_released, c.surrendered) == (3, 2, 1)
