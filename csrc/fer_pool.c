@@ -754,6 +754,13 @@ int fer_pool_takeover(struct fer_pool *p, uint64_t dead_key)
 
 static uint64_t fingerprint(uint64_t sid_hash, uint64_t sequence);
 
+/* The deciding thread: fp's answer was seen (or its request decided here) in the early-answer
+ * filter; relaxed, as a publisher's fer_pool_hold reads it too. */
+static void note_answered(struct fer_pool *p, uint64_t fp)
+{
+    __atomic_store_n(&p->answered[fp & p->mask], fp, __ATOMIC_RELAXED);
+}
+
 /* When held work is due: max(mark + lease + margin, arrival, deadline) + leases x lease; no
  * deadline counts as HOLD_NO_DEADLINE_LEASES leases after the rest of the max (an owner's
  * queue bounds its answer only through a deadline) */
@@ -984,14 +991,12 @@ uint64_t fer_pool_run_held(struct fer_pool *p, uint64_t now_ns, fer_pool_redecid
         return 0;
     for (i = 0; i < p->count; i++) {
         struct pool_entry *x = at(p, i);
-        uint64_t fp;
 
         if (!x->live || !x->held || now_ns < x->due_ns)
             continue;
         unlink_entry(p, x); /* due and nobody answered it: decided here, once */
         bump(&p->c.held_released, 1);
-        fp = fingerprint(x->sid_hash, x->sequence);
-        __atomic_store_n(&p->answered[fp & p->mask], fp, __ATOMIC_RELAXED);
+        note_answered(p, fingerprint(x->sid_hash, x->sequence));
         fn(ctx, p->arena + x->off, x->len, x->arrival_ns);
         done++;
     }
@@ -1081,8 +1086,7 @@ int fer_pool_answer(struct fer_pool *p, const uint8_t *cdr, uint64_t len)
     if (__atomic_load_n(&p->n_hold, __ATOMIC_RELAXED))
         hold_answered(p, fp);
     if (n == 0) {
-        /* relaxed: a publisher's fer_pool_hold reads it too */
-        __atomic_store_n(&p->answered[fp & p->mask], fp, __ATOMIC_RELAXED);
+        note_answered(p, fp);
     } else {
         bump(&p->c.standby_answered, (uint64_t)n);
     }
@@ -1181,8 +1185,7 @@ uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, voi
             unlink_entry(p, x);
             bump(&p->c.taken_over_requests, 1);
             /* decided here now: a handover of it that comes later is not decided again */
-            p->answered[fingerprint(x->sid_hash, x->sequence) & p->mask] =
-                fingerprint(x->sid_hash, x->sequence);
+            note_answered(p, fingerprint(x->sid_hash, x->sequence));
             if (x->spilled) /* handed to the dead member: answered here, never spilled again */
                 bump(&p->c.spill_back, 1);
             fn(ctx, p->arena + x->off, x->len, x->arrival_ns);
@@ -1572,7 +1575,7 @@ uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *
                     p->e[idx].sequence == h.sequence && p->e[idx].arrival_ns < arrival)
                     arrival = p->e[idx].arrival_ns;
             remove_answered(p, sh, h.sequence);
-            p->answered[fingerprint(sh, h.sequence) & p->mask] = fingerprint(sh, h.sequence);
+            note_answered(p, fingerprint(sh, h.sequence));
             if (is_me(p, h.relay_id, h.relay_id_len)) /* its own, given back: its target's
                                                        * in box was full */
                 bump(&p->c.spill_taken_back, 1);
