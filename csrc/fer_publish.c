@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_publish.c - the publisher thread's loop in C: outcome rings -> ActionMessage CDR -> rcl
- * (fer_publish.h says why). Allocates only in create.
+ * (fer_publish.h says why). Allocates only in create (and a pool
+ * member's hold buffers in the first fer_publisher_set_pool).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,20 @@ int fer_publisher_set_pool(struct fer_publisher *p, struct fer_pool *pool)
 {
     if (p == NULL)
         return FER_EINVAL;
+    if (pool != NULL && p->held == NULL) { /* the hold's buffers: a pool member's only */
+        p->held = calloc(FER_POOL_HOLD_MAX, sizeof(*p->held));
+        p->held_actions = calloc((size_t)FER_POOL_HOLD_MAX * p->action_len + 1, sizeof(float));
+        p->mine = calloc(FER_POOL_HOLD_MAX, 1);
+        if (p->held == NULL || p->held_actions == NULL || p->mine == NULL) {
+            free(p->held);
+            free(p->held_actions);
+            free(p->mine);
+            p->held = NULL;
+            p->held_actions = NULL;
+            p->mine = NULL;
+            return FER_ENOMEM;
+        }
+    }
     __atomic_store_n(&p->pool, pool, __ATOMIC_RELEASE);
     return FER_OK;
 }
@@ -161,14 +176,10 @@ int fer_publisher_create(struct fer_core *core, const char *digest, uint32_t dig
     p->cdr_cap = 256 + 2ull * (FER_SESSION_ID_MAX + 8) + FER_DIGEST_MAX + FER_POOL_RELAY_ID_MAX +
                  5 * 8 + (uint64_t)p->action_len * sizeof(float);
     p->outcomes = calloc(FER_PUBLISH_BATCH, sizeof(*p->outcomes));
-    p->held = calloc(FER_POOL_HOLD_MAX, sizeof(*p->held));
-    p->held_actions = calloc((size_t)FER_POOL_HOLD_MAX * p->action_len + 1, sizeof(float));
-    p->mine = calloc(FER_POOL_HOLD_MAX, 1);
     p->actions = calloc((size_t)FER_PUBLISH_BATCH * p->action_len, sizeof(float));
     x = calloc(1, sizeof(*x));
     p->msg = x;
-    if (p->outcomes == NULL || p->actions == NULL || x == NULL || p->held == NULL ||
-        p->held_actions == NULL || p->mine == NULL) {
+    if (p->outcomes == NULL || p->actions == NULL || x == NULL) {
         fer_publisher_destroy(p);
         return FER_ENOMEM;
     }
