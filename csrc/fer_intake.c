@@ -481,11 +481,14 @@ static int not_owned(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
 
     if (role == FER_POOL_OWNER || role == FER_POOL_UNOWNED)
         return 0;
-    if (role == FER_POOL_SUCCESSOR) {
+    if (role == FER_POOL_SUCCESSOR || role == FER_POOL_HELD) {
         if (stamp_ok(v->deadline_sec, v->deadline_nanosec))
             deadline = deadline_mono(stamp_ns(v->deadline_sec, v->deadline_nanosec), now_ros,
                                      now_mono);
-        fer_pool_standby_put(in->pool, cdr, len, owner, now_mono, deadline, now_mono);
+        if (role == FER_POOL_HELD) /* its own, surrendered: held, decided here when due */
+            fer_pool_standby_hold(in->pool, cdr, len, now_mono, deadline, now_mono);
+        else
+            fer_pool_standby_put(in->pool, cdr, len, owner, now_mono, deadline, now_mono);
         *decision = FER_INTAKE_STANDBY;
     } else {
         *decision = FER_INTAKE_NOT_OWNER;
@@ -602,6 +605,7 @@ int fer_intake_pool_service(struct fer_intake *in, uint64_t now_mono, int64_t no
     in->svc_mono = now_mono;
     in->svc_ros = now_ros;
     n = fer_pool_run_takeovers(in->pool, redecide, in);
+    n += fer_pool_run_held(in->pool, now_mono, redecide, in);
     n += fer_pool_run_spills(in->pool, redecide, in);
     fer_pool_tick(in->pool, now_mono);
     return n > INT32_MAX ? INT32_MAX : (int)n;

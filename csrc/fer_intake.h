@@ -127,7 +127,8 @@ struct fer_pool;                      /* fer_pool.h */
 /* fer_intake_decide's *decision for a request a pool member does not decide (fer_pool.h): after
  * the core's decisions (0..FER_COALESCED), never counted in decided[]. */
 #define FER_INTAKE_NOT_OWNER 8        /* another member owns it: dropped before any copy */
-#define FER_INTAKE_STANDBY 9          /* another member owns it, this one is its successor: kept */
+#define FER_INTAKE_STANDBY 9          /* another member owns it, this one is its successor: kept
+                                       * (or, after its own stall, held: fer_pool_standby_hold) */
 
 /* create: checks cfg (digest_len <= FER_INTAKE_DIGEST_MAX, n_inputs <= FER_INTAKE_INPUTS_MAX,
  *   each spec's name_len, ndim, dtype, and offset + count x model itemsize within the core's

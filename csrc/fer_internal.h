@@ -594,6 +594,10 @@ int fer_pool_route_wire(struct fer_pool *p, const uint8_t *sid, uint32_t sid_byt
                         uint64_t digest_hash, int64_t origin_ns, uint64_t now_ns,
                         uint64_t *owner_key, uint64_t *successor_key);
 uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx);
+/* the deciding thread: decide every held standby entry that is due at now_ns and unanswered
+ * (fer_pool.h, "Hold, do not drop"); how many */
+uint64_t fer_pool_run_held(struct fer_pool *p, uint64_t now_ns, fer_pool_redecide_fn fn,
+                           void *ctx);
 /* the deciding thread: decide every queued handover to this member (fer_pool_spill_in) */
 uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx);
 void fer_pool_tick(struct fer_pool *p, uint64_t now_ns);

@@ -96,7 +96,17 @@ struct pool_entry {
     uint32_t live;
     int32_t next;                        /* hash chain: index of the next entry, -1 = end */
     uint32_t spilled;                    /* a request this member handed to owner_key (§13.5) */
-    uint32_t _pad;
+    uint32_t held;                       /* held after an own stall until answered or due_ns */
+    uint64_t due_ns;
+};
+
+/* A held outcome's slot (fer_pool_hold): its request's fingerprint, due time and state */
+#define HOLD_FREE 0
+#define HOLD_WAITING 1
+#define HOLD_ANSWERED 2
+struct pool_hold {
+    uint64_t fp, due;
+    uint32_t state, _pad;
 };
 
 /* A box of handovers (docs/design.md §13.5): records in arrival order in a ring arena of cap
@@ -155,6 +165,9 @@ struct fer_pool {
     uint8_t *arena;
     uint64_t arena_cap, a_head, a_used;
     uint32_t spill_on;                   /* fer_pool_set_spill (relaxed) */
+    struct pool_hold hold[FER_POOL_HOLD_MAX]; /* held outcomes, under mu */
+    uint32_t n_hold;                     /* slots in use (written under mu; read relaxed) */
+    uint32_t n_held_entries;             /* held standby entries, the deciding thread's */
     struct spill_box out, in;            /* handovers to publish / to decide, under mu */
 };
 
@@ -409,14 +422,6 @@ int fer_pool_alive(struct fer_pool *p, uint64_t now_mono)
     return FER_OK;
 }
 
-int fer_pool_surrenders(struct fer_pool *p, uint64_t arrival_mono, uint64_t mark)
-{
-    if (p == NULL || arrival_mono >= mark)
-        return 0;
-    __atomic_fetch_add(&p->c.surrendered, 1, __ATOMIC_RELAXED);
-    return 1;
-}
-
 const char *fer_pool_relay_id(const struct fer_pool *p, uint32_t *relay_id_len)
 {
     if (relay_id_len)
@@ -591,16 +596,25 @@ static int route(struct fer_pool *p, uint64_t h, uint64_t digest_hash, int64_t o
     uint64_t k1, k2;
     uint32_t found, count = memo != NULL;
     int64_t excluded;
-    int role, alone = 0;
+    int role, alone = 0, held = 0, stale;
 
     if (count) /* the deciding thread acts on what it takes: its own stall first */
         fer_pool_stall_check(p, now_ns);
     found = rank(p, h, digest_hash, origin_ns, &k1, &k2, memo);
     excluded = __atomic_load_n(&p->excluded_before, __ATOMIC_ACQUIRE);
-    if (excluded != 0 && found > 0 && (k1 == p->key || (found == 2 && k2 == p->key)) &&
-        (origin_ns != 0 ? origin_ns : ros_now()) < excluded) {
-        /* surrendered: the others took this member's requests over until its rejoin's
-         * owning_from, so it counts for none of them (neither owner nor successor) */
+    stale = excluded != 0 && (origin_ns != 0 ? origin_ns : ros_now()) < excluded;
+    if (stale) {
+        uint64_t a1, a2;
+
+        /* surrendered: the others may have taken this member's requests over until its
+         * rejoin's owning_from, so it decides none of them (neither owner nor successor). But
+         * they may have stalled and surrendered too: the member that the view ranks first
+         * with every window ignored (the same at every member whose view has the same
+         * members, whichever rejoins have been heard, its own included) holds it, until an
+         * answer names it or it is due (fer_pool.h, "Hold, do not drop") */
+        held = rank(p, h, digest_hash, 0, &a1, &a2, NULL) > 0 && a1 == p->key;
+    }
+    if (stale && (held || found == 0 || k1 == p->key || (found == 2 && k2 == p->key))) {
         if (k1 == p->key) {
             k1 = k2;
             found--;
@@ -612,7 +626,9 @@ static int route(struct fer_pool *p, uint64_t h, uint64_t digest_hash, int64_t o
          * judgement of them (they outlived its stall), so it still decides nothing */
         alone = found == 0;
     }
-    if (alone)
+    if (held)
+        role = FER_POOL_HELD;
+    else if (alone)
         role = FER_POOL_OTHER;
     else if (found == 0)
         role = FER_POOL_UNOWNED;
@@ -734,6 +750,112 @@ int fer_pool_takeover(struct fer_pool *p, uint64_t dead_key)
 
 /* ---- the standby table (the deciding thread) --------------------------------------------------- */
 
+/* ---- holding what an own stall would drop (fer_pool.h: "Hold, do not drop") ------------------- */
+
+static uint64_t fingerprint(uint64_t sid_hash, uint64_t sequence);
+
+/* The deciding thread: fp's answer was seen (or its request decided here) in the early-answer
+ * filter; relaxed, as a publisher's fer_pool_hold reads it too. */
+static void note_answered(struct fer_pool *p, uint64_t fp)
+{
+    __atomic_store_n(&p->answered[fp & p->mask], fp, __ATOMIC_RELAXED);
+}
+
+/* When held work is due: max(mark + lease + margin, arrival, deadline) + leases x lease; no
+ * deadline counts as HOLD_NO_DEADLINE_LEASES leases after the rest of the max (an owner's
+ * queue bounds its answer only through a deadline) */
+#define HOLD_NO_DEADLINE_LEASES 3
+static uint64_t hold_due(const struct fer_pool *p, uint64_t mark, uint64_t arrival_mono,
+                         uint64_t deadline_mono, uint64_t leases)
+{
+    uint64_t t = fer_sat_add(mark, fer_sat_add(p->cfg.lease_ns, FER_POOL_STALL_MARGIN_NS));
+
+    if (arrival_mono > t)
+        t = arrival_mono;
+    if (deadline_mono == 0)
+        t = fer_sat_add(t, fer_sat_mul(p->cfg.lease_ns, HOLD_NO_DEADLINE_LEASES));
+    else if (deadline_mono > t)
+        t = deadline_mono;
+    return fer_sat_add(t, fer_sat_mul(p->cfg.lease_ns, leases));
+}
+
+/* The deciding thread: an answer named fp; a held outcome of it is answered (under mu). */
+static void hold_answered(struct fer_pool *p, uint64_t fp)
+{
+    uint32_t i;
+
+    pthread_mutex_lock(&p->mu);
+    for (i = 0; i < FER_POOL_HOLD_MAX; i++)
+        if (p->hold[i].state == HOLD_WAITING && p->hold[i].fp == fp)
+            p->hold[i].state = HOLD_ANSWERED;
+    pthread_mutex_unlock(&p->mu);
+}
+
+int fer_pool_hold(struct fer_pool *p, const uint8_t *sid, uint32_t sid_len, uint64_t sequence,
+                  uint64_t deadline_ros, uint64_t mark, uint64_t now_mono, int32_t *slot)
+{
+    uint64_t fp, deadline = 0;
+    int64_t now_ros = ros_now();
+    uint32_t i;
+
+    if (p == NULL || slot == NULL || (sid == NULL && sid_len > 0))
+        return FER_EINVAL;
+    *slot = -1;
+    fp = fingerprint(fnv1a(sid, sid_len), sequence);
+    if (deadline_ros != 0) /* its deadline on the monotonic clock */
+        deadline = deadline_ros > (uint64_t)now_ros
+                       ? fer_sat_add(now_mono, deadline_ros - (uint64_t)now_ros)
+                       : fer_sat_sub(now_mono, (uint64_t)now_ros - deadline_ros);
+    if (__atomic_load_n(&p->answered[fp & p->mask], __ATOMIC_RELAXED) == fp) {
+        __atomic_fetch_add(&p->c.surrendered, 1, __ATOMIC_RELAXED); /* answered already */
+        return FER_POOL_HOLD_ANSWERED;
+    }
+    pthread_mutex_lock(&p->mu);
+    for (i = 0; i < FER_POOL_HOLD_MAX && p->hold[i].state != HOLD_FREE; i++)
+        ;
+    if (i == FER_POOL_HOLD_MAX) {
+        pthread_mutex_unlock(&p->mu);
+        __atomic_fetch_add(&p->c.hold_full, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&p->c.surrendered, 1, __ATOMIC_RELAXED);
+        return FER_EFULL;
+    }
+    p->hold[i] = (struct pool_hold){fp, hold_due(p, mark, 0, deadline, 1), HOLD_WAITING, 0};
+    __atomic_store_n(&p->n_hold, p->n_hold + 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&p->c.held, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&p->mu);
+    *slot = (int32_t)i;
+    return FER_POOL_HOLD_WAIT;
+}
+
+int fer_pool_held(struct fer_pool *p, int32_t slot, uint64_t now_mono)
+{
+    struct pool_hold *h;
+    int rc = FER_POOL_HOLD_WAIT;
+
+    if (p == NULL || slot < 0 || slot >= FER_POOL_HOLD_MAX)
+        return FER_EINVAL;
+    pthread_mutex_lock(&p->mu);
+    h = &p->hold[slot];
+    if (h->state == HOLD_ANSWERED)
+        rc = FER_POOL_HOLD_ANSWERED;
+    else if (h->state == HOLD_WAITING && now_mono >= h->due)
+        rc = FER_POOL_HOLD_DUE;
+    else if (h->state == HOLD_FREE)
+        rc = FER_EINVAL;
+    if (rc == FER_POOL_HOLD_ANSWERED || rc == FER_POOL_HOLD_DUE) {
+        h->state = HOLD_FREE;
+        __atomic_store_n(&p->n_hold, p->n_hold - 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(rc == FER_POOL_HOLD_DUE ? &p->c.held_released : &p->c.surrendered, 1,
+                           __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+struct pool_entry;
+static void hold_entry(struct fer_pool *p, struct pool_entry *x, uint64_t mark, uint64_t leases);
+
+
 static uint64_t fingerprint(uint64_t sid_hash, uint64_t sequence)
 {
     return fer_pool_mix64(sid_hash ^ fer_pool_mix64(sequence)) | 1u;
@@ -759,6 +881,8 @@ static void unlink_entry(struct fer_pool *p, struct pool_entry *x)
     if (*link == idx)
         *link = x->next;
     x->live = 0;
+    if (x->held)
+        p->n_held_entries--;
     gauge32(&p->c.standby_entries, p->c.standby_entries - 1);
 }
 
@@ -810,8 +934,9 @@ static int arena_fit(const struct fer_pool *p, uint64_t len, uint64_t *off, uint
     return len <= p->a_head - tail;
 }
 
-/* Keep a request (session hash h, sequence) for owner_key; spilled: handed to it (§13.5). */
-static void keep(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint64_t h,
+/* Keep a request (session hash h, sequence) for owner_key; spilled: handed to it (§13.5). The
+ * entry, or NULL when it was not kept (answered already, or too big). */
+static struct pool_entry *keep(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint64_t h,
                  uint64_t sequence, uint64_t owner_key, uint64_t arrival_ns,
                  uint64_t deadline_ns, uint64_t now_ns, uint32_t spilled);
 
@@ -830,9 +955,59 @@ int fer_pool_standby_put(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
     return FER_OK;
 }
 
-static void keep(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint64_t h,
-                 uint64_t sequence, uint64_t owner_key, uint64_t arrival_ns,
-                 uint64_t deadline_ns, uint64_t now_ns, uint32_t spilled)
+/* Hold a kept entry until an answer names it or due (the deciding thread) */
+static void hold_entry(struct fer_pool *p, struct pool_entry *x, uint64_t mark, uint64_t leases)
+{
+    x->held = 1;
+    x->due_ns = hold_due(p, mark, x->arrival_ns, x->deadline_ns, leases);
+    p->n_held_entries++;
+    bump(&p->c.held, 1);
+}
+
+int fer_pool_standby_hold(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
+                          uint64_t arrival_ns, uint64_t deadline_ns, uint64_t now_ns)
+{
+    const uint8_t *sid;
+    uint32_t sid_len;
+    uint64_t sequence;
+    struct pool_entry *x;
+
+    if (p == NULL || cdr == NULL || fer_wire_request_key(cdr, len, &sid, &sid_len, &sequence) != 0)
+        return FER_EINVAL;
+    x = keep(p, cdr, len, fer_pool_hash(sid, sid_len), sequence, p->key, arrival_ns, deadline_ns,
+             now_ns, 0);
+    if (x != NULL)
+        hold_entry(p, x, __atomic_load_n(&p->surrender_before, __ATOMIC_ACQUIRE), 1);
+    return FER_OK;
+}
+
+uint64_t fer_pool_run_held(struct fer_pool *p, uint64_t now_ns, fer_pool_redecide_fn fn,
+                           void *ctx)
+{
+    uint64_t done = 0;
+    uint32_t i;
+
+    if (p->n_held_entries == 0)
+        return 0;
+    for (i = 0; i < p->count; i++) {
+        struct pool_entry *x = at(p, i);
+
+        if (!x->live || !x->held || now_ns < x->due_ns)
+            continue;
+        unlink_entry(p, x); /* due and nobody answered it: decided here, once */
+        bump(&p->c.held_released, 1);
+        note_answered(p, fingerprint(x->sid_hash, x->sequence));
+        fn(ctx, p->arena + x->off, x->len, x->arrival_ns);
+        done++;
+    }
+    pop_dead(p);
+    gauges(p);
+    return done;
+}
+
+static struct pool_entry *keep(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint64_t h,
+                               uint64_t sequence, uint64_t owner_key, uint64_t arrival_ns,
+                               uint64_t deadline_ns, uint64_t now_ns, uint32_t spilled)
 {
     uint64_t fp, off, skip;
     struct pool_entry *x;
@@ -840,13 +1015,13 @@ static void keep(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint64_t 
 
     fp = fingerprint(h, sequence);
     saw_now(p, now_ns);
-    if (p->answered[fp & p->mask] == fp) { /* its answer came first */
-        bump(&p->c.answers_early, 1);
-        return;
+    if (__atomic_load_n(&p->answered[fp & p->mask], __ATOMIC_RELAXED) == fp) {
+        bump(&p->c.answers_early, 1); /* its answer came first */
+        return NULL;
     }
     if (len > p->arena_cap) {
         bump(&p->c.standby_evicted, 1);
-        return;
+        return NULL;
     }
     pop_dead(p);
     while (p->count == p->cfg.standby_entries || !arena_fit(p, len, &off, &skip))
@@ -857,13 +1032,14 @@ static void keep(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint64_t 
     memcpy(p->arena + off, cdr, len);
     p->a_used += skip + len;
     *x = (struct pool_entry){h, sequence, owner_key, arrival_ns, deadline_ns, off, len,
-                             skip + len, 1, -1, spilled, 0};
+                             skip + len, 1, -1, spilled, 0, 0};
     chain = &p->bucket[(h ^ sequence) & p->mask];
     x->next = *chain;
     *chain = idx;
     bump(&p->c.standby_stored, 1);
     gauge32(&p->c.standby_entries, p->c.standby_entries + 1);
     gauges(p);
+    return x;
 }
 
 /* Remove every live entry of (sid_hash, sequence); how many. */
@@ -877,6 +1053,8 @@ static int remove_answered(struct fer_pool *p, uint64_t h, uint64_t sequence)
 
         idx = x->next;
         if (x->live && x->sid_hash == h && x->sequence == sequence) {
+            if (x->held) /* held after an own stall: another member answered it */
+                __atomic_fetch_add(&p->c.surrendered, 1, __ATOMIC_RELAXED);
             unlink_entry(p, x);
             n++;
         }
@@ -904,9 +1082,11 @@ int fer_pool_answer(struct fer_pool *p, const uint8_t *cdr, uint64_t len)
     h = fer_pool_hash(a.session_id, a.session_id_len);
     sequence = a.sequence;
     n = remove_answered(p, h, sequence);
+    fp = fingerprint(h, sequence);
+    if (__atomic_load_n(&p->n_hold, __ATOMIC_RELAXED))
+        hold_answered(p, fp);
     if (n == 0) {
-        fp = fingerprint(h, sequence);
-        p->answered[fp & p->mask] = fp;
+        note_answered(p, fp);
     } else {
         bump(&p->c.standby_answered, (uint64_t)n);
     }
@@ -948,8 +1128,8 @@ int fer_pool_expire(struct fer_pool *p, uint64_t now_ns)
         uint64_t due;
         int live;
 
-        if (!x->live || x->deadline_ns == 0)
-            continue; /* no deadline: kept until answered or evicted */
+        if (!x->live || x->deadline_ns == 0 || x->held)
+            continue; /* no deadline: kept until answered or evicted; held: until due */
         live = bsearch(&x->owner_key, keys, nk, sizeof(keys[0]), key_cmp) != NULL;
         due = fer_sat_add(x->deadline_ns, fer_sat_mul(lease, live ? 1 : 4));
         if (now_ns >= due) {
@@ -991,21 +1171,21 @@ uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, voi
         for (i = 0; i < p->count; i++) {
             struct pool_entry *x = at(p, i);
 
-            if (!x->live || x->owner_key != keys[k])
+            if (!x->live || x->owner_key != keys[k] || x->held)
                 continue;
-            unlink_entry(p, x);
             if (x->arrival_ns < mark) {
                 /* kept before this member's own stall: while it was dead to the others, its
                  * owner may have answered it, and a death this member judges just after
-                 * resuming may be its own stale view. Not answered here (the one-standby-copy
-                 * limit: an owner and its successor both lost). */
-                __atomic_fetch_add(&p->c.surrendered, 1, __ATOMIC_RELAXED);
+                 * resuming may be its own stale view; but the owner may have stalled too and
+                 * surrendered it. Held: dropped on the owner's (or anyone's) answer, decided
+                 * here when due, a lease after the owner's own hold (fer_pool.h). */
+                hold_entry(p, x, mark, 2);
                 continue;
             }
+            unlink_entry(p, x);
             bump(&p->c.taken_over_requests, 1);
             /* decided here now: a handover of it that comes later is not decided again */
-            p->answered[fingerprint(x->sid_hash, x->sequence) & p->mask] =
-                fingerprint(x->sid_hash, x->sequence);
+            note_answered(p, fingerprint(x->sid_hash, x->sequence));
             if (x->spilled) /* handed to the dead member: answered here, never spilled again */
                 bump(&p->c.spill_back, 1);
             fn(ctx, p->arena + x->off, x->len, x->arrival_ns);
@@ -1058,7 +1238,7 @@ int fer_pool_counters(struct fer_pool *p, struct fer_pool_counters *out)
     RD(standby_bytes_capacity); RD(standby_entries); RD(standby_capacity); RD(pool_members);
     RD(pool_epoch); RD(key); RD(stalls_detected); RD(surrender_before_ns); RD(spilled_out);
     RD(spilled_in); RD(spill_ignored); RD(spill_dropped); RD(spill_back); RD(spill_returned);
-    RD(spill_taken_back);
+    RD(spill_taken_back); RD(held); RD(held_released); RD(hold_full);
 #undef RD
     pthread_mutex_unlock(&p->mu);
     out->owned_sessions = owned;
@@ -1395,7 +1575,7 @@ uint64_t fer_pool_run_spills(struct fer_pool *p, fer_pool_redecide_fn fn, void *
                     p->e[idx].sequence == h.sequence && p->e[idx].arrival_ns < arrival)
                     arrival = p->e[idx].arrival_ns;
             remove_answered(p, sh, h.sequence);
-            p->answered[fingerprint(sh, h.sequence) & p->mask] = fingerprint(sh, h.sequence);
+            note_answered(p, fingerprint(sh, h.sequence));
             if (is_me(p, h.relay_id, h.relay_id_len)) /* its own, given back: its target's
                                                        * in box was full */
                 bump(&p->c.spill_taken_back, 1);

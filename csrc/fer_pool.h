@@ -31,11 +31,12 @@
  * re-decides every standby entry of that owner as an arrival (fer_intake_pool_service in
  * fer_intake.h): admission, the age gate and expiry decide, and a request past its deadline is
  * answered EXPIRED at once. An entry kept before this member's own-stall watermark (below) is
- * dropped instead, counted surrendered.
+ * held instead ("Hold, do not drop").
  *
  * Same rules as fer.h: read verbatim into the cdef (before fer_intake.h), so declarations and
  * plain integer #defines only. Threads: set_view, takeover, set_epoch, add_surrendered, alive,
- * stall_check, surrender, counters and the hash functions are for any thread; standby, answer and expiry calls belong to the one
+ * stall_check, surrender, hold, held, counters and the hash functions are for any thread;
+ * standby, answer and expiry calls belong to the one
  * thread that decides requests (the intake thread, or a test holding that role). Nothing
  * allocates after fer_pool_create.
  */
@@ -57,6 +58,16 @@
 #define FER_POOL_OTHER 2              /* neither: drop it */
 #define FER_POOL_UNOWNED 3            /* no member of the view covers it: decide it here, as a
                                        * single relay would (counted unowned) */
+#define FER_POOL_HELD 4               /* after this member's own stall, a request stamped before
+                                       * its exclusion that it would own: kept until another
+                                       * member's answer names it or its hold is due
+                                       * (docs/design.md §13.2) */
+
+/* Holding what an own stall would drop (docs/design.md §13.2): a held outcome's state */
+#define FER_POOL_HOLD_MAX 256         /* outcomes one pool holds at once */
+#define FER_POOL_HOLD_WAIT 0          /* held: nobody answered yet, not due */
+#define FER_POOL_HOLD_ANSWERED 1      /* another member answered it: drop it (surrendered) */
+#define FER_POOL_HOLD_DUE 2           /* due and unanswered: publish it (EXPIRED if late) */
 
 /* One member of the view, as the membership layer (flowedge_relay/pool.py) knows it. Times are
  * ROS time in ns, 0 = unbounded. digests: fer_pool_hash of each served model_digest string;
@@ -104,8 +115,9 @@ struct fer_pool_counters {
     uint64_t answers_early;           /* answers that came before their request (filtered) */
     uint64_t takeovers;               /* dead members' keys handled */
     uint64_t taken_over_requests;     /* standby entries re-decided by a takeover */
-    uint64_t surrendered;             /* outputs dropped unpublished after this member's own
-                                       * stall: their requests arrived before the watermark */
+    uint64_t surrendered;             /* held outputs and requests (from before this member's
+                                       * own stall) dropped: another member answered them, or
+                                       * no hold slot was left */
     uint64_t standby_bytes;           /* gauge: bytes held in the arena (holes included) */
     uint64_t standby_bytes_capacity;  /* gauge */
     uint32_t standby_entries;         /* gauge: live entries */
@@ -129,6 +141,11 @@ struct fer_pool_counters {
                                        * their owner (fer_pool_spill_give_back) */
     uint64_t spill_taken_back;        /* this member's own handovers given back by their target
                                        * and decided here (not in spilled_in) */
+    uint64_t held;                    /* outcomes and requests held after an own stall instead of
+                                       * dropped (docs/design.md §13.2) */
+    uint64_t held_released;           /* of those, due with no other member's answer: published
+                                       * (outcomes) or decided here (requests) */
+    uint64_t hold_full;               /* outcomes dropped (surrendered) with every hold slot used */
 };
 
 struct fer_pool;
@@ -163,21 +180,51 @@ int fer_pool_add_surrendered(struct fer_pool *pool, uint64_t n);
  *   the stall is found (once: last_alive moves to now_mono) and fer_pool_surrender(now_mono)
  *   follows. Returns the watermark (0 = none). Nothing before the first alive is a stall.
  * surrender: raise the watermark surrender_before_ns to now_mono (it only rises): every output
- *   of a request that arrived (was submitted to a core here) before it is dropped unpublished by
- *   the publisher, counted surrendered. Also, until the member rejoins, it counts for no request
+ *   of a request that arrived (was submitted to a core here) before it is held by the
+ *   publisher, not published (below). Also, until the member rejoins, it decides no request
  *   stamped (origin_stamp; an unset one: its arrival in ROS time) before CLOCK_REALTIME + 2 x
- *   lease at the surrender: the others took those over, and the rejoin announces owning_from no
- *   earlier; it decides none of them even where its view has lost every other member since (its
- *   own stale judgement after the stall). With no other member in the view it does nothing:
- *   nobody could have taken its work over. FER_OK, FER_EINVAL.
- * surrenders: with mark the watermark stall_check returned for this batch of outputs: 1 when
- *   the output of a request that arrived at arrival_mono is dropped (arrival_mono < mark;
- *   counted surrendered), 0 when it is published.
+ *   lease at the surrender: the others may have taken those over, and the rejoin announces
+ *   owning_from no earlier; it decides none of them even where its view has lost every other
+ *   member since (its own stale judgement after the stall). Of those, one whose session it ranks
+ *   first with every window ignored is held (FER_POOL_HELD), the rest dropped. With no other
+ *   member in the view it does nothing: nobody could have taken its work over. FER_OK,
+ *   FER_EINVAL.
+ * An output of a request that arrived before the watermark (arrival_mono < mark, the mark
+ *   stall_check returned for its batch) is held by the publisher (fer_pool_hold below).
  */
 int fer_pool_alive(struct fer_pool *pool, uint64_t now_mono);
 uint64_t fer_pool_stall_check(struct fer_pool *pool, uint64_t now_mono);
 int fer_pool_surrender(struct fer_pool *pool, uint64_t now_mono);
-int fer_pool_surrenders(struct fer_pool *pool, uint64_t arrival_mono, uint64_t mark);
+
+/*
+ * Hold, do not drop (docs/design.md §13.2). A member that surrenders may not have been declared
+ * dead (a stall of every member at once): nobody then takes over what it held. So what the
+ * watermark covers is held and the answers watch (fer_pool_answer) is consulted: held work that
+ * another member answered is dropped, counted surrendered; held work nobody answered by its due
+ * time is answered here, counted held_released. Due = max(mark + lease +
+ * FER_POOL_STALL_MARGIN_NS, its arrival here, its deadline) + leases x lease: another member
+ * has answered it by the max (a takeover starts within lease + margin of their view of the
+ * death, a live owner decides a late-delivered request as it arrives, and either answers by
+ * the deadline, EXPIRED at once past it; with no deadline the max is 3 leases later), and
+ * its answer's trip gets a lease; the
+ * owner's hold takes 1 lease, a successor's copy (a takeover's entry kept before the watermark)
+ * 2, so the owner's answer reaches the successor before its copy is due.
+ * hold: a publisher, for an outcome of a request that arrived before mark (arrival_mono < mark;
+ *   deadline_ros 0 = none): FER_POOL_HOLD_WAIT with *slot (0 .. FER_POOL_HOLD_MAX - 1; the
+ *   caller keeps the outcome there until held says otherwise), FER_POOL_HOLD_ANSWERED when an
+ *   answer was seen already (drop it), FER_EFULL when every slot is used (drop it; counted
+ *   hold_full), both counted surrendered; FER_EINVAL. Any thread (under the pool's lock).
+ * held: the slot's state at now_mono: FER_POOL_HOLD_WAIT, or ANSWERED / DUE, which free it.
+ */
+int fer_pool_hold(struct fer_pool *pool, const uint8_t *session_id, uint32_t session_id_len,
+                  uint64_t sequence, uint64_t deadline_ros, uint64_t mark, uint64_t now_mono,
+                  int32_t *slot);
+int fer_pool_held(struct fer_pool *pool, int32_t slot, uint64_t now_mono);
+/* The deciding thread: keep a request this member would own but surrendered (FER_POOL_HELD;
+ * arrival and deadline monotonic, 0 = none) until an answer names it or it is due (1 lease),
+ * then decide it here as a takeover does. fer_intake does this itself. FER_OK, FER_EINVAL. */
+int fer_pool_standby_hold(struct fer_pool *pool, const uint8_t *cdr, uint64_t len,
+                          uint64_t arrival_ns, uint64_t deadline_ns, uint64_t now_ns);
 
 /* Any thread: this member's role for a request (FER_POOL_OWNER .. FER_POOL_UNOWNED), from its
  * session id bytes, the fer_pool_hash of its model_digest and its origin_stamp (ROS ns, 0 =

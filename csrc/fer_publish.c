@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fer_publish.c - the publisher thread's loop in C: outcome rings -> ActionMessage CDR -> rcl
- * (fer_publish.h says why). Allocates only in create.
+ * (fer_publish.h says why). Allocates only in create (and a pool
+ * member's hold buffers in the first fer_publisher_set_pool).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,20 @@ int fer_publisher_set_pool(struct fer_publisher *p, struct fer_pool *pool)
 {
     if (p == NULL)
         return FER_EINVAL;
+    if (pool != NULL && p->held == NULL) { /* the hold's buffers: a pool member's only */
+        p->held = calloc(FER_POOL_HOLD_MAX, sizeof(*p->held));
+        p->held_actions = calloc((size_t)FER_POOL_HOLD_MAX * p->action_len + 1, sizeof(float));
+        p->mine = calloc(FER_POOL_HOLD_MAX, 1);
+        if (p->held == NULL || p->held_actions == NULL || p->mine == NULL) {
+            free(p->held);
+            free(p->held_actions);
+            free(p->mine);
+            p->held = NULL;
+            p->held_actions = NULL;
+            p->mine = NULL;
+            return FER_ENOMEM;
+        }
+    }
     __atomic_store_n(&p->pool, pool, __ATOMIC_RELEASE);
     return FER_OK;
 }
@@ -179,6 +194,9 @@ void fer_publisher_destroy(struct fer_publisher *p)
     free(p->outcomes);
     free(p->actions);
     free(p->msg);
+    free(p->held);
+    free(p->held_actions);
+    free(p->mine);
     free(p);
 }
 
@@ -229,6 +247,61 @@ static void publish_one(struct fer_publisher *p, const struct fer_outcome *o, co
     }
 }
 
+/* An outcome of a request that arrived before the own-stall watermark: held, or dropped
+ * (answered by another member already, or no slot left; counted surrendered). */
+static void hold_one(struct fer_publisher *p, struct fer_pool *pool, const struct fer_outcome *o,
+                     const float *act, uint64_t mark)
+{
+    int32_t slot;
+
+    if (fer_pool_hold(pool, (const uint8_t *)o->session_id, o->session_id_len, o->sequence,
+                      o->deadline_ros_ns, mark, mono_ns(), &slot) != FER_POOL_HOLD_WAIT) {
+        __atomic_store_n(&p->surrendered, p->surrendered + 1, __ATOMIC_RELAXED);
+        return;
+    }
+    p->held[slot] = *o;
+    if (o->has_actions)
+        memcpy(&p->held_actions[(size_t)slot * p->action_len], act,
+               (size_t)p->action_len * sizeof(float));
+    p->mine[slot] = 1;
+    p->n_held++;
+}
+
+/* The held outcomes: an answered one is dropped, a due one published, as EXPIRED when its
+ * deadline has passed (never a late INFERENCE). */
+static void release_held(struct fer_publisher *p, struct fer_pool *pool,
+                         fer_rcl_publish_fn publish, const void *rcl_publisher,
+                         fer_rcl_reset_error_fn reset_error)
+{
+    uint64_t now = mono_ns();
+    int32_t s;
+
+    for (s = 0; s < FER_POOL_HOLD_MAX && p->n_held > 0; s++) {
+        struct fer_outcome *o = &p->held[s];
+        int st;
+
+        if (!p->mine[s])
+            continue;
+        st = fer_pool_held(pool, s, now);
+        if (st == FER_POOL_HOLD_WAIT)
+            continue;
+        p->mine[s] = 0;
+        p->n_held--;
+        if (st != FER_POOL_HOLD_DUE) {
+            __atomic_store_n(&p->surrendered, p->surrendered + 1, __ATOMIC_RELAXED);
+            continue; /* another member answered it */
+        }
+        if (o->code == FER_INFERENCE && o->deadline_ros_ns != 0 &&
+            (uint64_t)realtime_ns() >= o->deadline_ros_ns) {
+            o->code = FER_EXPIRED;
+            o->has_actions = 0;
+        }
+        publish_one(p, o, &p->held_actions[(size_t)s * p->action_len], publish, rcl_publisher,
+                    reset_error);
+        __atomic_store_n(&p->held_published, p->held_published + 1, __ATOMIC_RELAXED);
+    }
+}
+
 int fer_publish_run(struct fer_publisher *p, fer_rcl_publish_fn publish,
                     const void *rcl_publisher, fer_rcl_reset_error_fn reset_error,
                     uint64_t wait_ns)
@@ -246,6 +319,12 @@ int fer_publish_run(struct fer_publisher *p, fer_rcl_publish_fn publish,
             continue;
         }
         fer_core_wait_outputs(p->core, wait_ns);
+        if (p->n_held > 0) {
+            struct fer_pool *pool = __atomic_load_n(&p->pool, __ATOMIC_ACQUIRE);
+
+            if (pool)
+                release_held(p, pool, publish, rcl_publisher, reset_error);
+        }
         while ((n = fer_core_pop_outcomes(p->core, p->outcomes, p->actions,
                                           FER_PUBLISH_BATCH)) > 0) {
             /* a pool member's own stall, found here if this thread runs first after it */
@@ -253,9 +332,11 @@ int fer_publish_run(struct fer_publisher *p, fer_rcl_publish_fn publish,
             uint64_t mark = pool ? fer_pool_stall_check(pool, mono_ns()) : 0;
 
             for (i = 0; i < n; i++) {
-                if (pool && fer_pool_surrenders(pool, p->outcomes[i].arrival_ns, mark)) {
-                    __atomic_store_n(&p->surrendered, p->surrendered + 1, __ATOMIC_RELAXED);
-                    continue; /* taken over: the others answer it */
+                if (pool && p->outcomes[i].arrival_ns < mark) {
+                    /* the others may have taken it over: held until an answer or due */
+                    hold_one(p, pool, &p->outcomes[i], &p->actions[(size_t)i * p->action_len],
+                             mark);
+                    continue;
                 }
                 publish_one(p, &p->outcomes[i], &p->actions[(size_t)i * p->action_len],
                             publish, rcl_publisher, reset_error);

@@ -60,6 +60,14 @@ struct fer_publisher {
     struct fer_pool *pool;               /* relay_id and pool_epoch of answers, and the own-stall
                                           * watermark (fer_pool_surrenders); NULL: "" and 0 */
     uint64_t surrendered;                /* outcomes dropped by the watermark, unpublished */
+    /* Outcomes held after an own stall (fer_pool_hold), by the pool's slot: held[slot] and its
+     * actions (action_len floats from held_actions + slot x action_len) while mine[slot]; made
+     * by the first fer_publisher_set_pool with a pool (NULL outside a pool). */
+    struct fer_outcome *held;
+    float *held_actions;
+    uint8_t *mine;
+    uint32_t n_held;
+    uint64_t held_published;             /* held outcomes published when due (EXPIRED if late) */
 };
 
 /* create: the relay's fixed message fields and every buffer (one batch of outcomes and their
@@ -99,7 +107,12 @@ uint64_t fer_action_cdr_max(const struct fer_publisher *p);
 /* A relay pool's member (fer_pool.h): from the next answer on, ActionMessage.relay_id and
  * pool_epoch are the pool's (NULL: "" and 0, a relay outside a pool), and before each batch of
  * outcomes the loop runs the pool's stall check: an outcome of a request that arrived before
- * the own-stall watermark is dropped unpublished, counted surrendered (in the pool, and in
- * `surrendered` here): the others took it over (docs/design.md §13.2). Any thread; the pool
- * outlives the publisher. FER_OK, FER_EINVAL. */
+ * the own-stall watermark is held (fer_pool_hold), not published: dropped when another
+ * member's answer names it, counted surrendered (in the pool, and in `surrendered` here: the
+ * others took it over), published when due with no such answer (the others did not: they
+ * stalled too), as EXPIRED if its deadline has passed (held_published); with every hold slot
+ * used it is dropped (hold_full). Each pass looks at the held ones (docs/design.md §13.2).
+ * The first pool set makes the hold's buffers (FER_POOL_HOLD_MAX outcomes and their actions;
+ * FER_ENOMEM), so set it before fer_publish_run; a relay outside a pool never has them. Any
+ * thread; the pool outlives the publisher. FER_OK, FER_EINVAL, FER_ENOMEM. */
 int fer_publisher_set_pool(struct fer_publisher *p, struct fer_pool *pool);

@@ -20,6 +20,7 @@ its lanes (``worker_lanes(w)``: ``[w*B, (w+1)*B)`` with B = batch_slots) and its
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -869,6 +870,7 @@ class PoolRole(enum.IntEnum):
     SUCCESSOR = lib.FER_POOL_SUCCESSOR  # second in its ranking: keep it in standby
     OTHER = lib.FER_POOL_OTHER  # neither: drop it
     UNOWNED = lib.FER_POOL_UNOWNED  # no member of the view covers it: decide it here
+    HELD = lib.FER_POOL_HELD  # its own after its own stall: held until answered or due
 
 
 def pool_hash(data: bytes | str) -> int:
@@ -938,6 +940,9 @@ class PoolCounters:
     spill_back: int = 0  # spilled requests answered here on the target's death
     spill_returned: int = 0  # handovers to this member given back (its in box was full)
     spill_taken_back: int = 0  # its own handovers given back by the target, decided here
+    held: int = 0  # outcomes and requests held after an own stall, not dropped (§13.2)
+    held_released: int = 0  # of those, due with nobody's answer: published or decided here
+    hold_full: int = 0  # outcomes dropped (surrendered) with every hold slot in use
 
 
 class Pool:
@@ -1038,16 +1043,29 @@ class Pool:
         return int(lib.fer_pool_stall_check(self._pool, now_mono))
 
     def surrender(self, now_mono: int) -> int:
-        """Raise the watermark to now_mono: no output of a request that arrived before it is
-        published (counted surrendered), and until its rejoin this member counts for no request
+        """Raise the watermark to now_mono: every output of a request that arrived before it is
+        held (`hold`), and until its rejoin this member counts for no request
         stamped before 2 x lease from now. Returns the watermark."""
         _check(lib.fer_pool_surrender(self._pool, now_mono))
         return self.stall_check(now_mono)
 
-    def surrenders(self, arrival_ns: int, mark: int) -> bool:
-        """The publisher's test for one outcome (mark: stall_check's watermark): True, counted
-        surrendered, when its request arrived before the watermark; then it is not published."""
-        return bool(lib.fer_pool_surrenders(self._pool, arrival_ns, mark))
+    def hold(self, outcome: Outcome, mark: int) -> int:
+        """Hold an outcome of a request that arrived before the watermark `mark` instead of
+        dropping it (another member may not have taken it over: it may have stalled too): its
+        slot (keep the outcome there until `held` frees it), or -1 when it is dropped, counted
+        surrendered (an answer was seen already, or every slot is used)."""
+        slot = ffi.new("int32_t *")
+        rc = lib.fer_pool_hold(self._pool, outcome.session_id, len(outcome.session_id),
+                               outcome.sequence, outcome.deadline_ros_ns, mark,
+                               time.monotonic_ns(), slot)
+        if rc == lib.FER_EINVAL:
+            _check(rc)
+        return int(slot[0]) if rc == lib.FER_POOL_HOLD_WAIT else -1
+
+    def held(self, slot: int, now_mono: int) -> int:
+        """A held slot's state: FER_POOL_HOLD_WAIT, _ANSWERED (drop it) or _DUE (publish it,
+        EXPIRED if late); the last two free it."""
+        return int(lib.fer_pool_held(self._pool, slot, now_mono))
 
     def takeover(self, dead_key: int) -> None:
         """A member died (not drained): the intake thread re-decides every request this member

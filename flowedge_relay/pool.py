@@ -17,8 +17,9 @@ This module only announces this member, follows the others and pushes each new v
   kept as that member's successor.
 - Its own stall: a member silent for more than lease + 100 ms may have been declared dead and
   taken over. The C pool finds it (whichever thread acts first: the intake, a publisher, this
-  module's timer), drops unpublished every output of work that arrived before, and counts for
-  no request stamped before its rejoin; this module then bumps the epoch and rejoins with a new
+  module's timer), holds every output of work that arrived before (dropped once another member's
+  answer names it, published when due and unanswered: docs/design.md §13.2) and decides no
+  request stamped before its rejoin; this module then bumps the epoch and rejoins with a new
   owning_from.
 
 Threads: the subscription, its event and the timer run in one callback group, spun by a thread
@@ -505,8 +506,8 @@ class CorePoolSink:
         return self.pool.stall_check(now_mono)
 
     def surrender(self, now_mono: int) -> int:
-        """After this member's own stall: what it held may have been taken over, so nothing of
-        it is published (the C publishers drop it, counted surrendered)."""
+        """After this member's own stall: what it held may have been taken over, so the C
+        publishers hold it until another member's answer drops it or it is due."""
         return self.pool.surrender(now_mono)
 
 

@@ -14,6 +14,7 @@ symbols cannot be found. Both send the same message (test/test_publish.py).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -63,6 +64,7 @@ class ActionPublisher:
     def __init__(self, host, core, publisher, model, native: bool = True, pool=None) -> None:
         self._host, self._core, self._pub, self._model = host, core, publisher, model
         self._pool = pool  # a relay pool's core.Pool: answers carry its relay_id and epoch
+        self._held: dict[int, object] = {}  # the Python loop's held outcomes, by pool slot
         self._stopping = threading.Event()
         self._native = None
         self.note = ""
@@ -143,13 +145,33 @@ class ActionPublisher:
                 # a pool member's own stall, as the C loop checks it (fer_publisher_set_pool)
                 mark = self._pool.stall_check(time.monotonic_ns()) if self._pool else 0
                 for outcome in outcomes:
-                    if self._pool and self._pool.surrenders(outcome.arrival_ns, mark):
-                        continue  # taken over after this member's stall: the others answer it
+                    if self._pool and outcome.arrival_ns < mark:
+                        # the others may have taken it over: held until an answer or due
+                        if (slot := self._pool.hold(outcome, mark)) >= 0:
+                            self._held[slot] = outcome
+                        continue
                     self._publish_one(outcome)
+            if self._held:
+                self._release_held()
             if stopping:
                 return
             if self._core.is_shut_down:  # waits return at once now: poll for stop, as in C
                 time.sleep(0.001)
+
+    def _release_held(self) -> None:
+        """Held outcomes (fer_pool_hold): dropped once another member answered them, published
+        when due, as EXPIRED if the deadline has passed (never a late INFERENCE)."""
+        now = time.monotonic_ns()
+        for slot, o in list(self._held.items()):
+            state = self._pool.held(slot, now)
+            if state == lib.FER_POOL_HOLD_WAIT:
+                continue
+            del self._held[slot]
+            if state != lib.FER_POOL_HOLD_DUE:
+                continue
+            if o.code == Code.INFERENCE and 0 < o.deadline_ros_ns <= time.time_ns():
+                o = dataclasses.replace(o, code=Code.EXPIRED, actions=None)
+            self._publish_one(o)
 
     def _publish_one(self, o) -> None:
         msg = action_message(o, self._host.now_ns(), self._model,

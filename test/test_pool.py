@@ -435,6 +435,73 @@ def test_a_frozen_member_surrenders_what_it_held_and_each_request_is_answered_on
           f"surrendered {client.status[name]['surrendered']}")
 
 
+def test_a_stall_of_every_member_at_once_leaves_no_request_unanswered(pool):
+    """SIGSTOP of all three members under load, while each holds queued and running work, for
+    longer than lease + the stall margin, then SIGCONT of all (a whole-host stall): each finds
+    its own stall and surrenders, but nobody was there to take its work over. What each would
+    have dropped is held and consulted against the answers watch (docs/design.md §13.2): every
+    request sent before, during and after the stall is answered, once, or again only by a
+    member with another relay_id or pool_epoch (the named window; counted and printed here)."""
+    client, procs, ids = pool
+    client.ensure_active(2, ids)
+    client.reset()
+    sessions = sessions_owned(ids, 2, "stall")
+    names = [f"{NS[1:]}/r{i}/flowedge_relay" for i in range(RELAYS)]
+    stalls = [int(client.status[n]["stalls"]) for n in names]
+    before = [(int(client.status[n].get("held", 0)), int(client.status[n].get("held_released", 0)))
+              for n in names]
+    with client.under_load(sessions, 12.0):
+        time.sleep(1.0)
+        burst = [client.send(s) for s in sessions * 3]  # 1.2 s of work at each member
+
+        def each_answered_one() -> bool:
+            by = client.answerers()
+            return all(any(by.get(k) == r for k in burst) for r in ids)
+
+        assert wait_for(each_answered_one, 30, 0.005)
+        time.sleep(0.02)  # the next answer of each is 200 ms of compute away
+        for p in procs:
+            os.kill(p.pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.2)  # an answer on its way at the freeze has arrived by now
+            held = [k for k in burst if k not in client.answerers()]
+            time.sleep(LEASE_MS / 1000 + 0.4)  # past lease + margin: each one's own stall
+        finally:
+            for p in procs:
+                os.kill(p.pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        assert held, "no member held unanswered work at the stall: nothing was at risk"
+        assert wait_for(lambda: all(int(client.status[n]["stalls"]) > s
+                                    for n, s in zip(names, stalls, strict=True)), 30)
+        client.wait_views(list(range(RELAYS)), set(ids))  # all rejoined
+        time.sleep(1.0)
+    # held work is due at most 6 leases + margin after the stall was found (a successor's copy
+    # of a request without a deadline: max + 3 leases, + 2; or one of its own that arrived 2
+    # leases after, + 3 + 1): wait past that, so that a late duplicate would be seen too
+    left = (6 * LEASE_MS + 100) / 1000 + 1.0 - (time.monotonic() - resumed)
+    time.sleep(max(left, 0.0))
+    counts = client.ledger()
+    with client.lock:
+        missing = [k for k in client.sent if counts[k] == 0]
+        tags = collections.defaultdict(list)
+        for a, _ in client.answers:
+            tags[(a.session_id, a.sequence)].append((a.relay_id, a.pool_epoch))
+        sent = len(client.sent)
+    assert not missing, f"{len(missing)} of {sent} unanswered: {missing[:5]}"
+    duplicated = {k: tags[k] for k, n in counts.items() if n > 1}
+    untagged = {k: t for k, t in duplicated.items() if len(set(t)) < len(t)}
+    assert not untagged, f"answered twice by one member and epoch: {untagged}"
+    after = [(int(client.status[n]["held"]), int(client.status[n]["held_released"]))
+             for n in names]
+    # each member held work of its own (the rule under test ran at every member), and what
+    # nobody else answered (the requests sent during the stall) was answered by its holder
+    assert all(a[0] > b[0] for a, b in zip(after, before, strict=True)), (before, after)
+    assert sum(a[1] - b[1] for a, b in zip(after, before, strict=True)) > 0, (before, after)
+    print(f"{len(held)} requests held at the stall; {sent} sent, 0 unanswered, "
+          f"{len(duplicated)} answered twice (tagged); held, released before {before}, "
+          f"after {after}")
+
+
 def test_kill_9_under_load_every_request_is_answered_once_and_taken_over_in_time(pool):
     """kill -9 of one member of three under load, while it holds queued work: every request
     sent before, during and after is answered exactly once (the survivors answer the victim's

@@ -10,6 +10,7 @@ a real core through the real C intake, with explicit clocks.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 
 import numpy as np
@@ -910,11 +911,12 @@ def test_the_surrender_watermark_only_rises_and_a_stall_is_found_once():
     assert c.surrendered == 0  # nothing was dropped yet: only outputs count
 
 
-def test_a_surrendered_member_counts_for_no_request_stamped_before_its_rejoin():
-    """After a surrender the member is neither owner nor successor of a request stamped before
-    2 x lease from then (the others took those over; its rejoin announces owning_from no
-    earlier): the intake drops such a request, delivered late, before any copy, also when its
-    view has lost the others since. Later stamps are owned as before."""
+def test_a_surrendered_member_decides_no_request_stamped_before_its_rejoin():
+    """After a surrender the member decides no request stamped before 2 x lease from then (the
+    others may have taken those over; its rejoin announces owning_from no earlier), delivered
+    late, also when its view has lost the others since: one of a session it ranks first
+    (every window ignored) is held, not decided (dropped once answered elsewhere, decided when
+    due: the next tests), any other is dropped before any copy. Later stamps as before."""
     me = Member_()
     other = pool_key("other")
     me.pool.set_view(members(other, me.pool.key))
@@ -922,46 +924,70 @@ def test_a_surrendered_member_counts_for_no_request_stamped_before_its_rejoin():
     kept = session_where(me.pool, PoolRole.SUCCESSOR)
     assert me.decide(request_cdr(mine, 1)) == (None, Decision.ACCEPTED)
     me.pool.surrender(MONO + MS)
-    assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.OTHER
+    assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.HELD
     assert me.pool.role(kept.encode(), DIGEST, ROS) == PoolRole.OTHER
     assert me.pool.ranking(mine.encode(), DIGEST, ROS)[0] == other
     rejoined = time.time_ns() + 2 * LEASE + 10_000 * MS
     assert me.pool.role(mine.encode(), DIGEST, rejoined) == PoolRole.OWNER
     assert me.pool.role(kept.encode(), DIGEST, rejoined) == PoolRole.SUCCESSOR
-    assert me.decide(request_cdr(mine, 2), 2) == (NOT_OWNER, None)
+    assert me.decide(request_cdr(mine, 2), 2) == (STANDBY, None)  # held
     assert me.decide(request_cdr(kept, 1), 2) == (NOT_OWNER, None)
-    assert me.pool.counters().standby_entries == 0
-    # its view losing the others after the stall is its own stale judgement: still not its
+    c = me.pool.counters()
+    assert (c.standby_entries, c.held) == (1, 1)
+    # its rejoin moved its own window to the cutover: still the one that holds it (the
+    # ranking that picks the holder ignores windows, as the others' does, whatever they heard)
+    me.pool.set_view([PoolViewMember(other, (DIGEST,)),
+                      PoolViewMember(me.pool.key, (DIGEST,), owning_from_ns=rejoined)])
+    assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.HELD
+    assert me.pool.role(kept.encode(), DIGEST, ROS) == PoolRole.OTHER
+    # its view losing the others after the stall is its own stale judgement: still held
     me.pool.set_view(members(me.pool.key))
-    assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.OTHER
-    assert me.decide(request_cdr(mine, 3), 3) == (NOT_OWNER, None)
+    assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.HELD
+    assert me.decide(request_cdr(mine, 3), 3) == (STANDBY, None)
     assert me.pool.role(mine.encode(), DIGEST, rejoined) == PoolRole.OWNER
+    assert [q.sequence for q in me.core.queue_snapshot()] == [1]  # none decided since
 
 
-def _finished_at(core: Core, sid: bytes, arrivals: list[int]) -> None:
-    """An INFERENCE outcome per arrival (submitted then, dispatched, stepped, finished)."""
+def _finished_at(core: Core, sid: bytes, arrivals: list[int], deadline_ros: int = 0) -> None:
+    """An INFERENCE outcome per arrival (submitted then, dispatched, stepped, finished); with
+    deadline_ros, each request's deadline on the ROS clock (its monotonic one 1 s away)."""
     from core_helpers import request
 
     for seq, now in enumerate(arrivals):
-        core.submit(request(sid, seq, origin=now, obs_dim=SMALL.obs_dim), now)
+        offset = deadline_ros - (now + 1000 * MS) if deadline_ros else None
+        core.submit(request(sid, seq, origin=now, obs_dim=SMALL.obs_dim,
+                            deadline=now + 1000 * MS if deadline_ros else 0,
+                            ros_clock_offset=offset), now)
         assert core.dispatch(0, now) is not None
         core.step(0, now + MS, MS)
         core.finish(0, now + 2 * MS, np.full(SMALL.action_len, seq, np.float32))
 
 
+#: the pool lease of the hold tests: a held outcome is due lease + margin + lease after the mark
+HOLD_LEASE = 50 * MS
+
+
 @pytest.mark.ros
 @pytest.mark.parametrize("native", [True, False], ids=["c_loop", "python_loop"])
-def test_outputs_of_work_that_arrived_before_the_watermark_are_not_published(native):
-    """Both publisher loops: an output of a request that arrived before the watermark is not
-    published and is counted surrendered; one that arrived after it is published."""
+def test_outputs_from_before_the_watermark_are_held_then_dropped_if_answered_else_expired(native):
+    """Both publisher loops, after an own stall that nobody may have taken over (every member
+    stalled): an output of a request that arrived before the watermark is held, not published.
+    One that another member answered (the answers watch saw it) is dropped, counted
+    surrendered; one nobody answered is published once when due (lease + margin + lease after
+    the watermark, its deadline long past), as EXPIRED, never a late INFERENCE; one that arrived
+    after the watermark is published at once."""
     from ros_helpers import ros_context, spinning, wait_for
     from ros_helpers import wait_for_subscribers as matched
 
-    pool = Pool("frozen-1-00000001", lease_ns=LEASE)
+    pool = Pool("frozen-1-00000001", lease_ns=HOLD_LEASE)
     pool.set_view(members(pool_key("other"), pool.key))
     core = Core(CoreConfig(obs_dim=SMALL.obs_dim, action_len=SMALL.action_len))
-    before, mark, after = MONO, MONO + 100 * MS, MONO + 200 * MS
-    _finished_at(core, b"s", [before, before + 10 * MS, after])
+    mark = time.monotonic_ns()
+    before, after = mark - 200 * MS, mark + MS
+    # each deadline passed before the watermark (the stall outlasted them)
+    _finished_at(core, b"s", [before, before + 10 * MS, after], time.time_ns() - 100 * MS)
+    # seq 0 was answered by the member that took it over; its answer came first
+    assert pool.answer(answer_cdr("s", 0, relay_id="other")) == 0
     with ros_context() as ctx:
         node = Node(f"surrender_{native}", context=ctx)
         got: list = []
@@ -973,30 +999,120 @@ def test_outputs_of_work_that_arrived_before_the_watermark_are_not_published(nat
                                         pool=pool)
             assert publisher.loop == ("native" if native else "python")
             assert pool.surrender(mark) == mark
-            publisher.stop()  # one pass: drain the rings, then return
-            publisher.run()
-            assert wait_for(lambda: len(got) == 1, 10)
-            time.sleep(0.3)  # nothing else comes
+            thread = threading.Thread(target=publisher.run)
+            thread.start()
+            try:
+                assert wait_for(lambda: len(got) == 1, 10)  # the one after the watermark
+                c = pool.counters()
+                assert (c.held, c.surrendered) == (1, 1)  # seq 1 held; seq 0 dropped
+                due = mark + HOLD_LEASE + lib.FER_POOL_STALL_MARGIN_NS + HOLD_LEASE
+                assert wait_for(lambda: len(got) == 2, 10)
+                published_at = time.monotonic_ns()
+                time.sleep(0.3)  # nothing else comes
+            finally:
+                publisher.stop()
+                thread.join()
         node.destroy_node()
-    assert [(m.session_id, m.sequence, m.relay_id) for m in got] == [("s", 2, pool.relay_id)]
-    assert pool.counters().surrendered == 2
+    assert published_at >= due
+    assert [(m.session_id, m.sequence, m.code, m.relay_id) for m in got] == [
+        ("s", 2, Code.INFERENCE, pool.relay_id), ("s", 1, Code.EXPIRED, pool.relay_id)]
+    assert len(got[1].actions) == 0
+    c = pool.counters()
+    assert (c.held, c.held_released, c.surrendered, c.hold_full) == (1, 1, 1, 0)
 
 
-def test_a_takeover_after_a_surrender_answers_only_what_was_kept_since():
-    """What a member kept in standby before its own stall is not taken over by it (the owner,
-    alive to the others all along, may have answered it; a death judged just after resuming may
-    be a stale view): dropped, counted surrendered; what it kept since is answered."""
+def test_a_held_outcome_is_dropped_once_an_answer_names_it_and_its_slot_is_freed():
+    """The hold's slots, as a publisher uses them: an answer arriving while an outcome is held
+    marks it answered (held says ANSWERED once, then the slot is free for another); one that
+    nobody answers is DUE at max(mark + lease + margin, deadline) + lease, not before (no
+    deadline: the max 3 leases later); with
+    every slot in use an outcome is dropped, counted hold_full."""
+    pool = Pool("holder-1-00000001", lease_ns=HOLD_LEASE)
+    pool.set_view(members(pool_key("other"), pool.key))
+    slot = ffi.new("int32_t *")
+    mark = MONO
+    assert lib.fer_pool_hold(pool.ptr, b"a", 1, 1, 0, mark, mark, slot) == lib.FER_POOL_HOLD_WAIT
+    answered = slot[0]
+    assert lib.fer_pool_hold(pool.ptr, b"a", 1, 2, 0, mark, mark, slot) == lib.FER_POOL_HOLD_WAIT
+    due = mark + HOLD_LEASE + lib.FER_POOL_STALL_MARGIN_NS + 3 * HOLD_LEASE + HOLD_LEASE
+    assert pool.held(answered, mark) == lib.FER_POOL_HOLD_WAIT
+    assert pool.answer(answer_cdr("a", 1, relay_id="other")) == 0
+    assert pool.held(answered, mark) == lib.FER_POOL_HOLD_ANSWERED
+    assert pool.held(answered, mark) == lib.FER_EINVAL  # freed
+    assert pool.held(slot[0], due - 1) == lib.FER_POOL_HOLD_WAIT
+    assert pool.held(slot[0], due) == lib.FER_POOL_HOLD_DUE
+    # a deadline later than mark + lease + margin sets the due time: deadline + lease
+    later = time.time_ns() + 5000 * MS
+    now = time.monotonic_ns()
+    assert lib.fer_pool_hold(pool.ptr, b"b", 1, 1, later, now, now, slot) == 0
+    assert pool.held(slot[0], now + 5000 * MS) == lib.FER_POOL_HOLD_WAIT
+    assert pool.held(slot[0], now + 5000 * MS + HOLD_LEASE + 50 * MS) == lib.FER_POOL_HOLD_DUE
+    for seq in range(lib.FER_POOL_HOLD_MAX):
+        assert lib.fer_pool_hold(pool.ptr, b"c", 1, seq, 0, mark, mark, slot) == 0
+    assert lib.fer_pool_hold(pool.ptr, b"c", 1, 999, 0, mark, mark, slot) == lib.FER_EFULL
+    c = pool.counters()
+    assert (c.held, c.held_released, c.surrendered, c.hold_full) == (
+        3 + lib.FER_POOL_HOLD_MAX, 2, 2, 1)
+
+
+def test_after_a_surrender_held_requests_are_dropped_if_answered_else_decided_once_when_due():
+    """What a member kept in standby before its own stall is not re-decided by its takeover of
+    the owner at once (the owner, alive to the others all along, may have answered it; a death
+    judged just after resuming may be a stale view) but held: the owner's answer drops it
+    (counted surrendered); unanswered, it is decided here once it is due, 2 leases after
+    max(the watermark + lease + margin, its deadline): EXPIRED, its deadline long past. What it
+    kept since the stall is taken over at once."""
     me = Member_()
     dead = pool_key("dead")
     me.pool.set_view(members(dead, me.pool.key))
-    sid = session_where(me.pool, PoolRole.SUCCESSOR, origin=time.time_ns() + 60_000 * MS)
     stamp = time.time_ns() + 60_000 * MS  # past the surrender's exclusion: kept again after it
-    assert me.decide(request_cdr(sid, 1, now_ros=stamp, deadline_ms=5000)) == (STANDBY, None)
-    me.pool.surrender(MONO + 10 * MS)
+    sid = session_where(me.pool, PoolRole.SUCCESSOR, origin=stamp)
+    for seq in (1, 3):  # deadline MONO + 5 s
+        assert me.decide(request_cdr(sid, seq, deadline_ms=5000)) == (STANDBY, None)
+    mark = MONO + 10 * MS
+    me.pool.surrender(mark)
     assert me.decide(request_cdr(sid, 2, now_ros=stamp, deadline_ms=5000), 20) == (STANDBY, None)
     me.pool.set_view(members(me.pool.key))
     me.pool.takeover(dead)
     assert me.service(30) == 1
     assert [q.sequence for q in me.core.queue_snapshot()] == [2]
     c = me.pool.counters()
-    assert (c.taken_over_requests, c.surrendered, c.standby_entries) == (1, 1, 0)
+    assert (c.taken_over_requests, c.held, c.standby_entries) == (1, 2, 2)
+    assert me.pool.answer(answer_cdr(sid, 1, relay_id="dead")) == 1  # its owner answered it
+    assert me.pool.counters().surrendered == 1
+    due_ms = 5000 + 2 * LEASE // MS
+    assert me.service(due_ms - 1) == 0
+    assert me.service(due_ms) == 1  # seq 3: nobody answered it
+    assert me.service(due_ms + 1000) == 0  # once
+    outcomes = [(o.sequence, o.code) for o in me.core.pop_outcomes()]
+    assert outcomes == [(3, Code.EXPIRED)]
+    c = me.pool.counters()
+    assert (c.held, c.held_released, c.surrendered, c.standby_entries) == (2, 1, 1, 0)
+
+
+def test_a_held_request_of_its_own_is_decided_once_when_due_unless_answered():
+    """A request delivered after the stall, stamped before the exclusion, of a session this
+    member ranks first: held (FER_POOL_HELD), dropped if another member answers it, else
+    decided here once, a lease after max(the watermark + lease + margin, its arrival, its
+    deadline): a live owner decides a late-delivered request about when it arrives here."""
+    me = Member_()
+    me.pool.set_view(members(pool_key("other"), me.pool.key))
+    sid = session_where(me.pool, PoolRole.OWNER)
+    mark = MONO + MS
+    me.pool.surrender(mark)
+    for seq in (1, 2):  # deadline MONO + 200 ms: before the watermark + lease + margin
+        assert me.decide(request_cdr(sid, seq, deadline_ms=200), 2) == (STANDBY, None)
+    assert me.pool.answer(answer_cdr(sid, 1, relay_id="other")) == 1
+    due_ms = 1 + (LEASE + lib.FER_POOL_STALL_MARGIN_NS + LEASE) // MS
+    assert me.service(due_ms - 1) == 0
+    assert me.service(due_ms) == 1
+    assert me.service(due_ms + 1000) == 0
+    assert [(o.sequence, o.code) for o in me.core.pop_outcomes()] == [(2, Code.EXPIRED)]
+    # delivered 1.5 s after the stall was found, no deadline: due 3 + 1 leases after arrival
+    assert me.decide(request_cdr(sid, 4), 1500) == (STANDBY, None)
+    assert me.service(1500 + 4 * LEASE // MS - 1) == 0
+    assert me.service(1500 + 4 * LEASE // MS) == 1
+    assert [(o.sequence, o.code) for o in me.core.pop_outcomes()] == []  # admitted, queued
+    assert [q.sequence for q in me.core.queue_snapshot()] == [4]
+    c = me.pool.counters()
+    assert (c.held, c.held_released, c.surrendered) == (3, 2, 1)
