@@ -53,8 +53,7 @@ Recommendation (conservative starting point, ADR 0015, docs/design.md#decision-r
   recommended_rtc_nfe_ns           = ceil(margin x max(p99 of relay compute ns per NFE of whole
                                                        requests, idle, saturated and at 3x (the
                                                        requests that ran half their NFE or more)))
-  recommended_rtc_reserve_ns       = ceil(margin x max(p99 of the fixed part, the answer's way
-                                                       out above; with --realtime the longest
+  recommended_rtc_reserve_ns       = ceil(margin x max(p99 of the fixed part, the longest answer
                                                        delivery saturated and at 3x)), whole
                                      us: the reserve for real-time chunking, where a stall past it
                                      expires the work at the robot's switch row (design.md §5.4)
@@ -673,11 +672,8 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0, whole_stall: bool = 
     # §5.4: with real-time chunking, work past its bound expires at the robot's switch row
     # instead of reaching it late, while every action period the bound adds freezes one row
     # more: nfe_ns bounds the p99 request per NFE (idle, saturated, at 3x), not the p99 step,
-    # and the reserve covers the answer's way out, not a stall: at normal scheduling the way
-    # out at STATED_Q the plain pair holds (a longer trip is a neighbour's time slice over the
-    # subscriber, a draw, and each period it adds freezes a row more of every chunk: its
-    # excess is named, as the stall's is), in the real-time mode the longest publish ->
-    # callback under load, whole
+    # and the reserve covers the answer's way out (the fixed part, and the longest publish ->
+    # callback under load), not a stall
     per_request = ("relay_compute_ns_per_nfe", "loaded_compute_ns_per_nfe",
                    "overloaded_compute_ns_per_nfe")  # idle, saturated, 3x offered
     report["recommended_rtc_nfe_ns"] = _us_ceil(margin * max(
@@ -685,9 +681,8 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0, whole_stall: bool = 
     out = [samples[k] for k in ("loaded_delivery_ns", "overloaded_delivery_ns")
            if len(samples.get(k, ()))]  # fmt: skip
     report["loaded_delivery_ns_max"] = float(max(np.max(v) for v in out)) if out else 0.0
-    report["recommended_rtc_reserve_ns"] = _us_ceil(margin * max(
-        report["fixed_overhead_ns_p99"],
-        report["loaded_delivery_ns_max"] if whole_stall else report["way_out_ns"]))
+    report["recommended_rtc_reserve_ns"] = _us_ceil(
+        margin * max(report["fixed_overhead_ns_p99"], report["loaded_delivery_ns_max"]))
     report["recommended_prefix_ns"] = 0
     if two_phase:
         # the relay's workers time each prefix pass; p50/p99 over its recent passes per phase
@@ -848,13 +843,10 @@ def table(report: dict) -> str:
         f"  with real-time chunking (prefix requests): nfe_ns = {report['recommended_rtc_nfe_ns']}"
         f" (the p99 request's compute per NFE, idle, saturated and at {OVERLOAD_X:g}x), "
         f"admission_reserve_ns = {report['recommended_rtc_reserve_ns']} (the answer's way out: "
-        + ("the p99 fixed part or the longest publish -> callback under load"
-           if report["stall_quantile"] == "max" else
-           f"the way out above; a longer trip, up to the longest seen "
-           f"{report.get('loaded_delivery_ns_max', 0.0) / 1e3:.0f} us, brings a chunk after "
-           "its switch row: NOT PROMISED at normal scheduling")
-        + "); work past that bound expires at the row the robot switches at, and every action "
-        "period the bound adds freezes one row more (docs/design.md §5.4)",
+        f"the p99 fixed part or the longest publish -> callback under load, "
+        f"{report.get('loaded_delivery_ns_max', 0.0) / 1e3:.0f} us); work past that bound "
+        "expires at the row the robot switches at, and every action period the bound adds "
+        "freezes one row more (docs/design.md §5.4)",
     ]
     command = (f"  flowedge-relayd --nfe-ns {report['recommended_nfe_ns']} "
                f"--admission-reserve-ns {report['recommended_admission_reserve_ns']}")

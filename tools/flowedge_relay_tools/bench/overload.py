@@ -365,9 +365,6 @@ def run(args: argparse.Namespace) -> dict:
                 host_latency = _host_latency(args, client, round(spec.mean_nfe))
                 if args.admission_reserve_ns is None and not rtc:  # or the longest stall
                     reserve = max(reserve, math.ceil(host_latency["late_ns_max"] / 1e3) * 1_000)
-            if args.realtime and rtc and args.admission_reserve_ns is None:
-                # the real-time mode's way out whole, as `calibrate --realtime` recommends it
-                reserve = max(reserve, math.ceil(cal["loaded_delivery_ns_max"] / 1e3) * 1_000)
             prefix_ns = None
             if two_phase:
                 prefix_ns = (args.prefix_ns if args.prefix_ns is not None

@@ -9,12 +9,11 @@ answer arrived, give or take one. The relay fixes d at dispatch from admission's
 only if what follows the relay's finish (publishing, DDS delivery to this client) outlasts the
 rest of the row. --rtc therefore admits with the calibration's real-time chunking values
 (recommended_rtc_nfe_ns, the p99 request's compute per NFE rather than the p99 step, and
-recommended_rtc_reserve_ns, the answer's way out: at normal scheduling the plain pair's, the
-publish -> callback trip at p99.9, and in the real-time mode the longest trip under load) unless
---nfe-ns / --admission-reserve-ns are given, and in the real-time mode it does not raise the
-reserve to the latency probe's longest stall: work past its bound is an EXPIRED answer (the
-overload table counts them), where a bound as long as the stall would freeze that many more rows of
-every chunk.
+recommended_rtc_reserve_ns, the answer's way out: the p99 fixed part or the longest publish ->
+callback trip under load) unless --nfe-ns / --admission-reserve-ns are given, and in the
+real-time mode it does not raise the reserve to the latency probe's longest stall: work past its
+bound is an EXPIRED answer (the overload table counts them), where a bound as long as the stall
+would freeze that many more rows of every chunk.
 
 Every request of the trace carries a prefix (`RtcTrace`): `rows` rows of the served policy's
 action_dim (8, or seeded in [lo, hi] with --rtc-rows), seeded values; prefix_start is the first
