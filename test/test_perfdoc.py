@@ -79,6 +79,12 @@ def test_readme_block_is_the_page_read_back(tmp_path):
     assert (root / "README.md").read_text() == generated
 
 
+def test_the_readme_states_the_host_without_its_load_commit_or_trademark_signs():
+    machine = ("Intel(R) Xeon(R) Processor, 2 cores, Linux 6.18, Python 3.11.7 (load average "
+               "0.5, 0.4, 0.3), commit abc1234, 2026-01-01 00:00 UTC")
+    assert perfdoc.short_host(machine) == "Intel Xeon Processor, 2 cores, Linux 6.18, Python 3.11.7"
+
+
 def test_committed_readme_block_is_generated_from_the_committed_page():
     """Nobody typed the README's figures: they are docs/performance.md's, picked by README_ROWS,
     and the block stays at the README's prose width outside its table."""

@@ -536,8 +536,10 @@ def side_by_side(rows: list[dict], previous: list[dict]) -> list[dict]:
 
 
 def short_host(machine: str) -> str:
-    """A machine line without its load, commit and date: the host the README states."""
-    return re.sub(r" \(load average [^)]*\)", "", machine).split(", commit ", 1)[0]
+    """A machine line without its load, commit, date and trademark signs: the host the README
+    states (an "Intel(R) Xeon(R) Processor" otherwise wraps the block's first line to three)."""
+    host = re.sub(r" \(load average [^)]*\)", "", machine).split(", commit ", 1)[0]
+    return re.sub(r"\((?:R|TM)\)", "", host)
 
 
 def readme_rows(rows: list[dict]) -> list[dict]:
