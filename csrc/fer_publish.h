@@ -58,8 +58,9 @@ struct fer_publisher {
     void *msg;                           /* the ActionMessage filled per answer (fer_publish.c) */
     uint64_t cdr_cap;                    /* a bound on one answer's CDR (fer_action_cdr_max) */
     struct fer_pool *pool;               /* relay_id and pool_epoch of answers, and the own-stall
-                                          * watermark (fer_pool_surrenders); NULL: "" and 0 */
-    uint64_t surrendered;                /* outcomes dropped by the watermark, unpublished */
+                                          * watermark (fer_pool_stall_check); NULL: "" and 0 */
+    uint64_t surrendered;                /* outcomes held by the watermark and then dropped
+                                          * (answered by another member, or no slot left) */
     /* Outcomes held after an own stall (fer_pool_hold), by the pool's slot: held[slot] and its
      * actions (action_len floats from held_actions + slot x action_len) while mine[slot]; made
      * by the first fer_publisher_set_pool with a pool (NULL outside a pool). */
