@@ -136,6 +136,9 @@ def test_rtc_nfe_ns_leaves_out_requests_cut_short_after_a_few_steps():
     report = calibrate.summarize({**idle, **got}, nfe)
     assert report["recommended_rtc_nfe_ns"] == 70_000  # the 41-step request's, not 1.2 ms
     assert report["recommended_rtc_reserve_ns"] == 9_000_000
+    # recorded apart: the answers that carried actions, and every answer
+    assert report["way_out_3x_actions_ns_max"] == 300_000
+    assert report["way_out_3x_every_answer_ns_max"] == 9_000_000
 
 
 def test_overload_phase_lasts_long_enough_to_fill_the_step_ring():

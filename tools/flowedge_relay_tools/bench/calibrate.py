@@ -99,6 +99,7 @@ from flowedge_relay.policy import Policy, PolicySampler, fill_buffers, make_sess
 from flowedge_relay.workers import NFE_HISTORY
 from flowedge_relay_tools.bench import latency, realtime, targets
 from flowedge_relay_tools.bench.client import (
+    INFERENCE,
     collector_paused,
     percentiles,
     relay_for_bench,
@@ -291,7 +292,9 @@ def measure(node, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
         got = [_loaded_round(node, client, nfe, loaded_s, overload_x, bar, probe,
                              f"round {r + 1}/{rounds}: ") for r in range(max(1, rounds))]
         for key in ("loaded_compute_ns", "loaded_nfe_done", "loaded_delivery_ns",
-                    "overloaded_compute_ns", "overloaded_nfe_done", "overloaded_delivery_ns"):
+                    "loaded_action_delivery_ns", "overloaded_compute_ns",
+                    "overloaded_nfe_done", "overloaded_delivery_ns",
+                    "overloaded_action_delivery_ns"):
             if key in got[0]:
                 samples[key] = np.concatenate([r[key] for r in got])
         for key in ("loaded_step_ns_p99", "overloaded_step_ns_p99"):  # the worst round's
@@ -372,8 +375,9 @@ def _loaded_round(node, client, nfe: int, loaded_s: float, overload_x: float,
         probes.append(probed)
         ran = answer_samples("overloaded", [a for a in over if a.nfe_done],
                              min_nfe=math.ceil(nfe / 2))
-        ran["overloaded_delivery_ns"] = answer_samples("overloaded", over)[
-            "overloaded_delivery_ns"]  # every answer's way out, expired ones too
+        every = answer_samples("overloaded", over)  # every answer's way out, expired ones too
+        ran["overloaded_delivery_ns"] = every["overloaded_delivery_ns"]
+        ran["overloaded_action_delivery_ns"] = every["overloaded_action_delivery_ns"]
         out.update(ran)
         out.update(overloaded_rate_rps=rate, overloaded_s=over_s)
     out["probe"] = _merge_probes(probes)
@@ -420,7 +424,10 @@ def answer_samples(phase: str, answers: list, min_nfe: int = 1) -> dict[str, np.
     ran = [a for a in answers if a.nfe_done >= min_nfe]
     return {f"{phase}_compute_ns": column(ran, lambda a: a.compute_ns),
             f"{phase}_nfe_done": column(ran, lambda a: a.nfe_done),
-            f"{phase}_delivery_ns": column(answers, lambda a: a.received_ns - a.published_ns)}
+            f"{phase}_delivery_ns": column(answers, lambda a: a.received_ns - a.published_ns),
+            f"{phase}_action_delivery_ns": column(
+                [a for a in answers if a.code == INFERENCE],
+                lambda a: a.received_ns - a.published_ns)}
 
 
 def overloaded_steps(node, client, rate_rps: float, seconds: float, nfe: int,
@@ -681,6 +688,15 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0, whole_stall: bool = 
     out = [samples[k] for k in ("loaded_delivery_ns", "overloaded_delivery_ns")
            if len(samples.get(k, ()))]  # fmt: skip
     report["loaded_delivery_ns_max"] = float(max(np.max(v) for v in out)) if out else 0.0
+    # the way out per phase and per kind of answer, for the record: the answers that carried
+    # actions apart from the refusals and expiries that come in bursts when the 3x phase's
+    # queue sheds (admission is off there)
+    for phase, name in (("loaded", "saturated"), ("overloaded", "3x")):
+        for kind, what in (("delivery", "every_answer"), ("action_delivery", "actions")):
+            v = samples.get(f"{phase}_{kind}_ns", ())
+            report[f"way_out_{name}_{what}_ns_max"] = float(np.max(v)) if len(v) else 0.0
+            report[f"way_out_{name}_{what}_ns_p99_9"] = (
+                percentiles(v, (STATED_Q,))[0] if len(v) else 0.0)
     report["recommended_rtc_reserve_ns"] = _us_ceil(
         margin * max(report["fixed_overhead_ns_p99"], report["loaded_delivery_ns_max"]))
     report["recommended_prefix_ns"] = 0
