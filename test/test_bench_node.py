@@ -8,6 +8,7 @@ sanity are checked, never a timing target: on a shared machine the bench is a me
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -139,6 +140,18 @@ def test_rtc_nfe_ns_leaves_out_requests_cut_short_after_a_few_steps():
     # recorded apart: the answers that carried actions, and every answer
     assert report["way_out_3x_actions_ns_max"] == 300_000
     assert report["way_out_3x_every_answer_ns_max"] == 9_000_000
+
+
+def test_history_frozen_hides_what_the_client_kept_from_the_collector():
+    """A calibration's client keeps every answer; inside a phase the collector walks only what
+    the phase made (gc.freeze), and the block's longest collection is reported."""
+    kept = [[i] for i in range(50_000)]  # tracked containers, like the answers kept so far
+    with calibrate.history_frozen() as seen:
+        assert gc.get_freeze_count() >= len(kept)
+        made = [[i] for i in range(1_000)]
+        gc.collect()
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    assert seen["longest_ns"] > 0 and len(made) == 1_000
 
 
 def test_overload_phase_lasts_long_enough_to_fill_the_step_ring():

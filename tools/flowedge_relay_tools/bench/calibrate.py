@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import math
 import threading
 import time
@@ -277,7 +278,9 @@ def measure(node, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
         if raw.two_phase:  # one raw prefix pass per raw request of `nfe` NFE
             prefix_parts.append(raw.prefix_ns(max(1, raw_nfe // blocks // nfe)))
         n = requests // blocks + (1 if b < requests % blocks else 0)
-        for key, values in relay_samples(client, n, nfe, bar).items():
+        with history_frozen():
+            part = relay_samples(client, n, nfe, bar)
+        for key, values in part.items():
             relay_acc.setdefault(key, []).extend(values)
     samples = {k: np.asarray(v, np.int64) for k, v in relay_acc.items()}
     samples["raw_nfe_ns"] = np.concatenate(raw_parts)
@@ -289,8 +292,12 @@ def measure(node, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
         # cores): admission must be calibrated for the load it will face, not an idle relay.
         # Measured in `rounds` rounds, each a saturated and an overload phase, so that a stall
         # met (or missed) by chance shows as spread between rounds instead of as the figure.
-        got = [_loaded_round(node, client, nfe, loaded_s, overload_x, bar, probe,
-                             f"round {r + 1}/{rounds}: ") for r in range(max(1, rounds))]
+        got = []
+        for r in range(max(1, rounds)):
+            with history_frozen() as collected:
+                got.append(_loaded_round(node, client, nfe, loaded_s, overload_x, bar, probe,
+                                         f"round {r + 1}/{rounds}: "))  # fmt: skip
+            got[-1]["client_gc_ns_max"] = collected["longest_ns"]
         for key in ("loaded_compute_ns", "loaded_nfe_done", "loaded_delivery_ns",
                     "loaded_action_delivery_ns", "overloaded_compute_ns",
                     "overloaded_nfe_done", "overloaded_delivery_ns",
@@ -308,6 +315,35 @@ def measure(node, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
         if raw.two_phase:
             samples["loaded_relay_prefix"] = node.relay.pool.prefix_percentiles()
     return samples
+
+
+@contextlib.contextmanager
+def history_frozen() -> Iterator[dict]:
+    """The collector on, but blind to what this process kept before the block (gc.freeze);
+    yields {"longest_ns": the longest collection in the block}, filled at its end.
+
+    This client keeps every answer of the calibration, so a full collection late in it walks
+    tens of thousands of objects (tens of ms here) while its callbacks wait, and the answers'
+    way out would carry a pause that a robot's node, which does not keep its history, never
+    has. Frozen, a collection walks only the block's own objects, as a robot node's would."""
+    found = {"longest_ns": 0}
+    began = [0]
+
+    def timed(phase: str, _info: dict) -> None:
+        now = time.perf_counter_ns()
+        if phase == "start":
+            began[0] = now
+        else:
+            found["longest_ns"] = max(found["longest_ns"], now - began[0])
+
+    gc.collect()
+    gc.freeze()
+    gc.callbacks.append(timed)
+    try:
+        yield found
+    finally:
+        gc.callbacks.remove(timed)
+        gc.unfreeze()
 
 
 @contextlib.contextmanager
@@ -562,6 +598,7 @@ def _round_figures(r: dict, prefix_ns: float, whole_stall: bool) -> dict[str, fl
         "probe_p99_9_ns": probe_p99_9,  # probe_late_ns's parts at normal scheduling
         "probe_share_ns": probe_share,
         "probe_late_ns_max": float(probe.get("late_ns_max", 0.0)),
+        "client_gc_ns_max": float(r.get("client_gc_ns_max", 0.0)),  # for the record
     }
     f["nfe_ns"] = max(f["step_saturated_ns_p99"], f["step_3x_ns_p99"],
                       f["compute_saturated_ns_per_nfe_p99"])
@@ -669,6 +706,7 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0, whole_stall: bool = 
     report["stall_ns"] = (stall_bound(rounds) if rounds and not whole_stall
                           else report["stall_ns_pooled"])
     report["probe_late_ns_max"] = worst("probe_late_ns_max")
+    report["client_gc_ns_max"] = worst("client_gc_ns_max")
     report["stall_quantile"] = "max" if whole_stall else f"p{STATED_Q:g}"
     report["recommended_admission_reserve_ns"] = _us_ceil(
         margin * (report["way_out_ns"] + report["stall_ns"]))

@@ -139,14 +139,14 @@ def _calibration(cal: dict) -> dict:
             "loaded_step_ns_p99", "overloaded_step_ns_p99",
             # the stall's parts, every round pooled: which of them a long stall moved
             "stall_ns_pooled", "loaded_stall_ns_pooled", "probe_stall_p99_9_ns",
-            "probe_stall_share_ns")  # fmt: skip
+            "probe_stall_share_ns", "client_gc_ns_max")  # fmt: skip
     out = {k: cal.get(k) for k in keys}
     out["round_spread"] = {k: v["spread"] for k, v in (cal.get("spread") or {}).items()}
     out["rounds"] = [{k: r.get(k) for k in ("nfe_ns", "reserve_ns", "way_out_ns", "stall_ns",
                                             "step_saturated_ns_p99", "step_3x_ns_p99",
                                             "stall_saturated_ns", "probe_late_ns",
                                             "probe_p99_9_ns", "probe_share_ns",
-                                            "probe_late_ns_max")}
+                                            "probe_late_ns_max", "client_gc_ns_max")}
                      for r in cal.get("rounds") or ()]  # fmt: skip
     return out
 
