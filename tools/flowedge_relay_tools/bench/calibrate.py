@@ -600,11 +600,13 @@ def unsteady(rounds: list[dict[str, float]], bounds: dict) -> list[str]:
     the values are built not to follow it); values that hang on which rounds ran do: the rounds
     split into calm and stalled ones, or the host changed part way. With one round there is
     nothing to leave out."""
-    out = []
+    out: list[str] = []
+    if len(rounds) < 2:
+        return out
     left = max(1, len(rounds) // 4)
     for name, bound in bounds.items():
         full = bound(rounds)
-        if len(rounds) < 2 or full <= 0:
+        if full <= 0:
             continue
         moved = max(abs(bound([r for i, r in enumerate(rounds) if i not in drop]) - full)
                     for drop in itertools.combinations(range(len(rounds)), left))
