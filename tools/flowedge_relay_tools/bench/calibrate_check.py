@@ -241,7 +241,8 @@ def _rows(report: dict) -> list[dict]:
             "reserve_us": round(c["recommended_admission_reserve_ns"] / 1e3),
             "way_out_us": round((c["way_out_ns"] or 0) / 1e3),
             "stall_us": round((c["stall_ns"] or 0) / 1e3),
-            # did this calibration's rounds agree within +-25%? (else it said so, conservative)
+            # did this calibration's values reproduce without any quarter of its rounds within
+            # +-25%? (else it said so, conservative)
             "rounds_agree": "yes" if not c["not_reproduced"] else "no",
             "offered": k["offered"], "admitted": k["admitted"],
             "late_at_receipt": k["late_at_receipt"], "published_late": k["published_late"],

@@ -29,8 +29,8 @@ RTC = {"rtc_in_time_ratio": (">=", 1.0), "rtc_spare_rows_p50": ("<=", 1.0)}
 #: bench calibrate-check, every run per hog setting: on time among admitted at receipt; on the
 #: host as it is also goodput (on time / offered)
 CALIBRATE_CHECK = {"on_time_at_receipt": (">=", 0.999), "goodput": (">=", 0.35)}
-#: bench calibrate: a figure reproduces when every round is within this fraction of the rounds'
-#: median (calibrate-check holds its runs' calibrations to the same)
+#: bench calibrate: a value reproduces when leaving out a quarter of its rounds moves it at most
+#: this fraction (calibrate-check holds its runs' calibrations to the same around their median)
 REPRODUCE_TOL = 0.25
 #: bench batching: saturated capacity at batch_slots 8 vs 1, per bundled model (small, bench)
 BATCHING_SPEEDUP = {"small": 4.0, "bench": 2.0}
