@@ -65,10 +65,11 @@ def stop_pool(tmp_path_factory):
 
 
 def test_outcomes_held_when_a_member_stops_are_answered_once(stop_pool):
-    """SIGSTOP of all three members under load past lease + margin, SIGCONT, then SIGTERM of
-    one member at once: it answers at its stop what it held (no other member answered it, and
-    none could take it over), so every request sent is answered, each exactly once, and its
-    hold ends empty with its counters balanced (held = released + surrendered)."""
+    """SIGSTOP of all three members under load past lease + margin and past the burst's
+    deadline + lease, SIGCONT, then SIGTERM of one member at once, before anything it holds is
+    due: it answers at its stop what it held (no other member answered it, none took it over,
+    and the successors' copies are gone), so every request sent is answered, each exactly once,
+    the ones it held by it, and its hold ends empty with its counters balanced."""
     client, procs, ids, logs = stop_pool
     client.reset()
     victim = 0
@@ -125,6 +126,8 @@ def test_outcomes_held_when_a_member_stops_are_answered_once(stop_pool):
     assert holding == 0 and held_n > 0 and released > 0, line[-1]
     assert held_n <= released + surrendered, line[-1]  # each held one ended one of the two ways
     by = client.answerers()
+    # the survivors' copies were gone (deadline + lease passed in the freeze): only it could
+    assert all(by[k] == ids[victim] for k in held), {k: by[k] for k in held}
     print(f"{len(held)} requests of the stopped member unanswered at the stall; {sent} sent, 0 "
           f"unanswered, 0 answered twice; {sum(by[k] == ids[victim] for k in held)} of them "
           f"answered by it at its stop; its pool counters at stop: {line[-1]}")
