@@ -1068,8 +1068,8 @@ class Pool:
         return int(lib.fer_pool_held(self._pool, slot, now_mono))
 
     def holding(self) -> int:
-        """Work held now (outcomes in hold slots and held standby entries; 0 = none): what a
-        stopping member waits on while its intake still reads the answers watch."""
+        """Work held now (outcomes in hold slots and held standby entries; 0 = none): 0 once a
+        stop ended every held item, as the pool's log at stop says."""
         return int(lib.fer_pool_holding(self._pool))
 
     def takeover(self, dead_key: int) -> None:

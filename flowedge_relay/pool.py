@@ -621,17 +621,18 @@ class RelayPool:
         self.membership.leave(state)
 
     def settle_held(self, stopped: Callable[[], bool] = lambda: False) -> None:
-        """Before a stop (SIGINT / SIGTERM, cleanup): wait, while the intake still reads the
-        answers watch, until nothing an own stall left held remains (each answered elsewhere,
-        dropped, or due and answered here), at most until the latest due of held work without
-        a deadline (6 leases + the stall margin after the watermark). A survivor that took the
-        work over has answered it by then, so the publisher's last pass, which answers what is
-        left, duplicates only work with a later deadline (docs/design.md §13.2)."""
-        mark = self.c.counters().surrender_before_ns
-        if not mark or not self.c.holding():
+        """Before a stop (SIGINT / SIGTERM, cleanup) after an own stall: wait, while the intake
+        still reads the answers watch and the workers finish what came before the watermark
+        (held as it finishes), until the latest due of held work without a deadline (6 leases +
+        the stall margin after the watermark). A survivor that took the work over has answered
+        it by then, so the publisher's last pass, which answers what is still held, duplicates
+        only work with a later deadline (docs/design.md §13.2). Waiting only while something
+        was held let the stop run before the workers' outcomes were held: duplicates."""
+        mark = self.c.stall_check(time.monotonic_ns())  # a stall not found yet is found here
+        if not mark:
             return
         bound = mark + HOLD_SETTLE_LEASES * self.lease_ns + int(lib.FER_POOL_STALL_MARGIN_NS)
-        while self.c.holding() and time.monotonic_ns() < bound and not stopped():
+        while time.monotonic_ns() < bound and not stopped():
             time.sleep(0.005)
 
     def values(self) -> dict[str, object]:
