@@ -19,7 +19,6 @@ import signal
 import time
 
 import pytest
-from core_helpers import wait_for
 from relayd import relayds
 from test_pool import (
     LEASE_MS,
@@ -81,26 +80,11 @@ def test_outcomes_held_when_a_member_stops_are_answered_once(stop_pool):
         burst = [send_due(client, s, BURST_SEQ + k, BURST_DEADLINE_MS)
                  for k, s in enumerate(sessions * 3)]
         sent_at = time.monotonic()
-
-        def each_answered_one() -> bool:
-            by = client.answerers()
-            return all(any(by.get(k) == r for k in burst) for r in ids)
-
-        assert wait_for(each_answered_one, 30, 0.005)
-        time.sleep(0.02)  # the next answer of each is 200 ms of compute away
-        for p in procs:
-            os.kill(p.pid, signal.SIGSTOP)
-        try:
-            time.sleep(0.2)  # an answer on its way at the freeze has arrived by now
-            answered = client.answerers()
+        with client.all_frozen(procs, burst, ids) as answered:
             held = [k for k in burst if k not in answered and owner(k[0], ids) == ids[victim]]
             # past lease + margin (each one's own stall) and past the burst's deadline + lease
-            frozen = max(LEASE_MS / 1000 + 0.4,
-                         (BURST_DEADLINE_MS + LEASE_MS) / 1000 + 0.5 - (time.monotonic() - sent_at))
-            time.sleep(frozen)
-        finally:
-            for p in procs:
-                os.kill(p.pid, signal.SIGCONT)
+            time.sleep(max(LEASE_MS / 1000 + 0.4, (BURST_DEADLINE_MS + LEASE_MS) / 1000 + 0.5
+                           - (time.monotonic() - sent_at)))
         # stopped at once: what it holds is due a lease + margin + a lease from now at the
         # earliest, so nothing it held has been answered by the hold's own release yet
         procs[victim].send_signal(signal.SIGTERM)
