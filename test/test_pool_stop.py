@@ -13,7 +13,6 @@ frozen), so what it holds is answered by nobody else unless it answers it at its
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import time
@@ -137,17 +136,8 @@ def test_a_member_stopped_after_its_takeover_duplicates_nothing(stop_pool):
     with client.under_load(sessions, 4.0):
         time.sleep(1.0)
         burst = client.busy(ids[victim], victims)  # freeze while it holds the rest
-        os.kill(procs[victim].pid, signal.SIGSTOP)
-        frozen_at = time.monotonic()
-        try:
-            time.sleep(0.2)  # an answer on its way at the freeze has arrived by now
-            held = [k for k in burst if k not in client.answerers()]
-            # frozen until the others have declared it dead (taken over), and for more than
-            # lease + margin: a state the pool reports, not a guess
-            client.wait_views(survivors, {ids[i] for i in survivors})
-            time.sleep(max(LEASE_MS / 1000 + 0.5 - (time.monotonic() - frozen_at), 0.0))
-        finally:
-            os.kill(procs[victim].pid, signal.SIGCONT)
+        held = client.frozen_until_taken_over(procs[victim], burst, survivors,
+                                              {ids[i] for i in survivors})
         procs[victim].send_signal(signal.SIGTERM)  # at once: its hold is not due for 2 leases
         assert held, "the member stopped held no unanswered work at the freeze: nothing at risk"
         assert procs[victim].wait(timeout=120) == 0
