@@ -167,7 +167,8 @@ struct fer_pool {
     uint32_t spill_on;                   /* fer_pool_set_spill (relaxed) */
     struct pool_hold hold[FER_POOL_HOLD_MAX]; /* held outcomes, under mu */
     uint32_t n_hold;                     /* slots in use (written under mu; read relaxed) */
-    uint32_t n_held_entries;             /* held standby entries, the deciding thread's */
+    uint32_t n_held_entries;             /* held standby entries (the deciding thread's;
+                                          * stored relaxed: fer_pool_holding reads it) */
     struct spill_box out, in;            /* handovers to publish / to decide, under mu */
 };
 
@@ -852,6 +853,14 @@ int fer_pool_held(struct fer_pool *p, int32_t slot, uint64_t now_mono)
     return rc;
 }
 
+uint32_t fer_pool_holding(const struct fer_pool *p)
+{
+    if (p == NULL)
+        return 0;
+    return __atomic_load_n(&p->n_hold, __ATOMIC_RELAXED) +
+           __atomic_load_n(&p->n_held_entries, __ATOMIC_RELAXED);
+}
+
 struct pool_entry;
 static void hold_entry(struct fer_pool *p, struct pool_entry *x, uint64_t mark, uint64_t leases);
 
@@ -882,7 +891,7 @@ static void unlink_entry(struct fer_pool *p, struct pool_entry *x)
         *link = x->next;
     x->live = 0;
     if (x->held)
-        p->n_held_entries--;
+        __atomic_store_n(&p->n_held_entries, p->n_held_entries - 1, __ATOMIC_RELAXED);
     gauge32(&p->c.standby_entries, p->c.standby_entries - 1);
 }
 
@@ -960,7 +969,7 @@ static void hold_entry(struct fer_pool *p, struct pool_entry *x, uint64_t mark, 
 {
     x->held = 1;
     x->due_ns = hold_due(p, mark, x->arrival_ns, x->deadline_ns, leases);
-    p->n_held_entries++;
+    __atomic_store_n(&p->n_held_entries, p->n_held_entries + 1, __ATOMIC_RELAXED);
     bump(&p->c.held, 1);
 }
 

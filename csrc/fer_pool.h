@@ -220,6 +220,10 @@ int fer_pool_hold(struct fer_pool *pool, const uint8_t *session_id, uint32_t ses
                   uint64_t sequence, uint64_t deadline_ros, uint64_t mark, uint64_t now_mono,
                   int32_t *slot);
 int fer_pool_held(struct fer_pool *pool, int32_t slot, uint64_t now_mono);
+/* Any thread: the work held now, outcomes in hold slots and held standby entries (0 = none),
+ *   read relaxed; 0 once a stop has ended every held item (docs/design.md §13.2, held
+ *   outcomes at stop; logged then). 0 for NULL. */
+uint32_t fer_pool_holding(const struct fer_pool *pool);
 /* The deciding thread: keep a request this member would own but surrendered (FER_POOL_HELD;
  * arrival and deadline monotonic, 0 = none) until an answer names it or it is due (1 lease),
  * then decide it here as a takeover does. fer_intake does this itself. FER_OK, FER_EINVAL. */

@@ -268,12 +268,12 @@ static void hold_one(struct fer_publisher *p, struct fer_pool *pool, const struc
 }
 
 /* The held outcomes: an answered one is dropped, a due one published, as EXPIRED when its
- * deadline has passed (never a late INFERENCE). */
+ * deadline has passed (never a late INFERENCE). At stop (now UINT64_MAX) every one is due but
+ * an answered one: nothing held outlives the loop unanswered (docs/design.md §13.2). */
 static void release_held(struct fer_publisher *p, struct fer_pool *pool,
                          fer_rcl_publish_fn publish, const void *rcl_publisher,
-                         fer_rcl_reset_error_fn reset_error)
+                         fer_rcl_reset_error_fn reset_error, uint64_t now)
 {
-    uint64_t now = mono_ns();
     int32_t s;
 
     for (s = 0; s < FER_POOL_HOLD_MAX && p->n_held > 0; s++) {
@@ -323,7 +323,7 @@ int fer_publish_run(struct fer_publisher *p, fer_rcl_publish_fn publish,
             struct fer_pool *pool = __atomic_load_n(&p->pool, __ATOMIC_ACQUIRE);
 
             if (pool)
-                release_held(p, pool, publish, rcl_publisher, reset_error);
+                release_held(p, pool, publish, rcl_publisher, reset_error, mono_ns());
         }
         while ((n = fer_core_pop_outcomes(p->core, p->outcomes, p->actions,
                                           FER_PUBLISH_BATCH)) > 0) {
@@ -342,8 +342,14 @@ int fer_publish_run(struct fer_publisher *p, fer_rcl_publish_fn publish,
                             publish, rcl_publisher, reset_error);
             }
         }
-        if (stopping)
+        if (stopping) {
+            /* the last pass: what is still held is answered now, or dropped if answered */
+            struct fer_pool *pool = __atomic_load_n(&p->pool, __ATOMIC_ACQUIRE);
+
+            if (pool && p->n_held > 0)
+                release_held(p, pool, publish, rcl_publisher, reset_error, UINT64_MAX);
             return FER_OK;
+        }
         if (atomic_load_explicit(&p->core->shutdown, memory_order_relaxed)) {
             /* After shutdown the doorbell no longer blocks, and stop comes only once the
              * workers are joined: poll for it instead of spinning. A SCHED_FIFO publisher

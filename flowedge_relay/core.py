@@ -1067,6 +1067,11 @@ class Pool:
         EXPIRED if late); the last two free it."""
         return int(lib.fer_pool_held(self._pool, slot, now_mono))
 
+    def holding(self) -> int:
+        """Work held now (outcomes in hold slots and held standby entries; 0 = none): 0 once a
+        stop ended every held item, as the pool's log at stop says."""
+        return int(lib.fer_pool_holding(self._pool))
+
     def takeover(self, dead_key: int) -> None:
         """A member died (not drained): the intake thread re-decides every request this member
         kept as its successor, as arrivals (answered once: admitted, or EXPIRED / rejected).

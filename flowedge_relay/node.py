@@ -142,7 +142,9 @@ class RelayNode(LifecycleNodeMixin, Node):
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Stop the workers and release the model."""
+        """Stop the workers and release the model (a pool member's held work first settles)."""
+        if self.relay_pool is not None:
+            self.relay_pool.settle_held(lambda: self._stopped)
         self.relay.cleanup()
         self._announce()
         if self.relay_pool is not None:

@@ -62,6 +62,9 @@ SPILL_TOPIC = "flowedge/pool/spill"
 #: how long the spill sender waits for a handover before it looks at its stop flag
 SPILL_WAIT_NS = 100_000_000
 MS = 1_000_000
+#: held work is due at most this many leases + the stall margin after the watermark (a
+#: successor's copy without a deadline: + 3 leases, + 2; one of its own arriving 2 leases late)
+HOLD_SETTLE_LEASES = 6
 #: lifecycle_msgs/State ids a member announces
 UNCONFIGURED, INACTIVE, ACTIVE, FINALIZED = 1, 2, 3, 4
 #: a member silent longer than lease + this may have been declared dead and taken over (the
@@ -617,6 +620,21 @@ class RelayPool:
     def leave(self, state: int = INACTIVE) -> None:
         self.membership.leave(state)
 
+    def settle_held(self, stopped: Callable[[], bool] = lambda: False) -> None:
+        """Before a stop (SIGINT / SIGTERM, cleanup) after an own stall: wait, while the intake
+        still reads the answers watch and the workers finish what came before the watermark
+        (held as it finishes), until the latest due of held work without a deadline (6 leases +
+        the stall margin after the watermark). A survivor that took the work over has answered
+        it by then, so the publisher's last pass, which answers what is still held, duplicates
+        only work with a later deadline (docs/design.md §13.2). Waiting only while something
+        was held let the stop run before the workers' outcomes were held: duplicates."""
+        mark = self.c.stall_check(time.monotonic_ns())  # a stall not found yet is found here
+        if not mark:
+            return
+        bound = mark + HOLD_SETTLE_LEASES * self.lease_ns + int(lib.FER_POOL_STALL_MARGIN_NS)
+        while time.monotonic_ns() < bound and not stopped():
+            time.sleep(0.005)
+
     def values(self) -> dict[str, object]:
         """The `pool` status on /diagnostics: the membership, then the C counters."""
         c = self.c.counters()
@@ -630,5 +648,9 @@ class RelayPool:
         for thread in (self._thread, self._sender):
             if thread is not None:
                 thread.join(timeout=2.0)
+        c = self.c.counters()  # the publishers stopped: every held outcome has ended
+        self._node.get_logger().info(
+            f"pool at stop: held {c.held}, released {c.held_released}, surrendered "
+            f"{c.surrendered}, hold_full {c.hold_full}, holding {self.c.holding()}")
         self.membership.close(FINALIZED)
         self.c.close()

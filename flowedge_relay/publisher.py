@@ -27,6 +27,9 @@ from flowedge_relay.timebase import ros_time
 
 LATENCY_WINDOW = lib.FER_LATENCY_WINDOW  # INFERENCE latencies kept for p50/p99 (a fixed ring)
 WAIT_NS = 20_000_000  # the loop's doorbell wait: how soon it sees a pause or stop
+#: the `now` of the last pass at stop: every held outcome is due then, unless answered
+#: elsewhere (docs/design.md §13.2, held outcomes at stop)
+AT_STOP = (1 << 64) - 1
 
 
 class OutputPause:
@@ -151,17 +154,17 @@ class ActionPublisher:
                             self._held[slot] = outcome
                         continue
                     self._publish_one(outcome)
-            if self._held:
-                self._release_held()
+            if self._held:  # at stop every one is due but an answered one, as in C
+                self._release_held(AT_STOP if stopping else time.monotonic_ns())
             if stopping:
                 return
             if self._core.is_shut_down:  # waits return at once now: poll for stop, as in C
                 time.sleep(0.001)
 
-    def _release_held(self) -> None:
+    def _release_held(self, now: int) -> None:
         """Held outcomes (fer_pool_hold): dropped once another member answered them, published
-        when due, as EXPIRED if the deadline has passed (never a late INFERENCE)."""
-        now = time.monotonic_ns()
+        when due at `now` (monotonic ns; AT_STOP: all are), as EXPIRED if the deadline has
+        passed (never a late INFERENCE)."""
         for slot, o in list(self._held.items()):
             state = self._pool.held(slot, now)
             if state == lib.FER_POOL_HOLD_WAIT:

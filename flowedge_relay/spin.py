@@ -53,6 +53,8 @@ def stop_in_order(relay, requests, actions, logger, pool=None) -> None:
     rclpy's context shutdown destroys nodes while holding the context lock, and a spinning
     request thread waits on that same lock, so the request thread gets only a short join; it
     exits as soon as the context is gone."""
+    if pool is not None:  # held work settles while the intake still reads the answers
+        pool.settle_held()
     relay.stopping.set()
     requests.stop()
     try:

@@ -250,6 +250,46 @@ class PoolClient:
         assert not duplicated, f"{len(duplicated)} answered twice: {detail[:6]}"
         return counts
 
+    @contextmanager
+    def all_frozen(self, procs: list, burst: list[tuple[str, int]],
+                   ids: list[str]) -> Iterator[dict[tuple[str, int], str]]:
+        """Every member of `procs` stopped (SIGSTOP) just after each of `ids` answered one of
+        `burst` (its next answer 200 ms of compute away), for the body of the with; yields the
+        answers seen 0.2 s into the freeze (one on its way at the freeze has arrived by then).
+        SIGCONT of all however the body ends."""
+
+        def each_answered_one() -> bool:
+            by = self.answerers()
+            return all(any(by.get(k) == r for k in burst) for r in ids)
+
+        assert wait_for(each_answered_one, 30, 0.005)
+        time.sleep(0.02)
+        for p in procs:
+            os.kill(p.pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.2)
+            yield self.answerers()
+        finally:
+            for p in procs:
+                os.kill(p.pid, signal.SIGCONT)
+
+    def frozen_until_taken_over(self, proc, burst: list[tuple[str, int]], survivors: list[int],
+                                expected: set[str]) -> list[tuple[str, int]]:
+        """SIGSTOP of `proc` until `survivors` report `expected` as their view (they declared
+        it dead and took it over) and for more than lease + margin, then SIGCONT however it
+        ends: a state the pool reports, not a guess. Returns the requests of `burst` unanswered
+        0.2 s into the freeze (an answer on its way at the freeze has arrived by then)."""
+        os.kill(proc.pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        try:
+            time.sleep(0.2)
+            held = [k for k in burst if k not in self.answerers()]
+            self.wait_views(survivors, expected)
+            time.sleep(max(LEASE_MS / 1000 + 0.5 - (time.monotonic() - frozen_at), 0.0))
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        return held
+
     def answerers(self) -> dict[tuple[str, int], str]:
         with self.lock:
             return {(a.session_id, a.sequence): a.relay_id for a, _ in self.answers}
@@ -410,18 +450,7 @@ def test_a_frozen_member_surrenders_what_it_held_and_each_request_is_answered_on
     with client.under_load(sessions, 12.0):
         time.sleep(1.0)
         burst = client.busy(ids[victim], victims)  # freeze while it holds the rest
-        os.kill(procs[victim].pid, signal.SIGSTOP)
-        frozen_at = time.monotonic()
-        try:
-            time.sleep(0.2)  # an answer on its way at the freeze has arrived by now
-            held = [k for k in burst if k not in client.answerers()]
-            # frozen until both others have declared it dead (taken over), and for more than
-            # lease + margin: a state the pool reports, not a guess
-            client.wait_views([1, 2], {ids[1], ids[2]})
-            left = LEASE_MS / 1000 + 0.5 - (time.monotonic() - frozen_at)
-            time.sleep(max(left, 0.0))
-        finally:
-            os.kill(procs[victim].pid, signal.SIGCONT)
+        held = client.frozen_until_taken_over(procs[victim], burst, [1, 2], {ids[1], ids[2]})
         assert held, "the victim held no unanswered work at the freeze: nothing to surrender"
         client.wait_views(list(range(RELAYS)), set(ids))  # it rejoined
         time.sleep(1.0)
@@ -453,22 +482,9 @@ def test_a_stall_of_every_member_at_once_leaves_no_request_unanswered(pool):
     with client.under_load(sessions, 12.0):
         time.sleep(1.0)
         burst = [client.send(s) for s in sessions * 3]  # 1.2 s of work at each member
-
-        def each_answered_one() -> bool:
-            by = client.answerers()
-            return all(any(by.get(k) == r for k in burst) for r in ids)
-
-        assert wait_for(each_answered_one, 30, 0.005)
-        time.sleep(0.02)  # the next answer of each is 200 ms of compute away
-        for p in procs:
-            os.kill(p.pid, signal.SIGSTOP)
-        try:
-            time.sleep(0.2)  # an answer on its way at the freeze has arrived by now
-            held = [k for k in burst if k not in client.answerers()]
+        with client.all_frozen(procs, burst, ids) as answered:
+            held = [k for k in burst if k not in answered]
             time.sleep(LEASE_MS / 1000 + 0.4)  # past lease + margin: each one's own stall
-        finally:
-            for p in procs:
-                os.kill(p.pid, signal.SIGCONT)
         resumed = time.monotonic()
         assert held, "no member held unanswered work at the stall: nothing was at risk"
         assert wait_for(lambda: all(int(client.status[n]["stalls"]) > s

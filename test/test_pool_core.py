@@ -1021,6 +1021,60 @@ def test_outputs_from_before_the_watermark_are_held_then_dropped_if_answered_els
     assert (c.held, c.held_released, c.surrendered, c.hold_full) == (1, 1, 1, 0)
 
 
+@pytest.mark.ros
+@pytest.mark.parametrize("native", [True, False], ids=["c_loop", "python_loop"])
+def test_outcomes_still_held_at_stop_are_answered_once_unless_answered_elsewhere(native):
+    """Both publisher loops, stopped while they hold outcomes from before the watermark, long
+    before any is due (a lease of 10 s): what another member answered meanwhile is dropped
+    (surrendered), every other one is published once in the last pass, as EXPIRED past its
+    deadline and with its actions before it; nothing stays held and the counters balance
+    (held = held_released + surrendered). Dropped unpublished at stop, they were lost when no
+    other member had answered them (docs/design.md §13.2, held outcomes at stop)."""
+    from ros_helpers import ros_context, spinning, wait_for
+    from ros_helpers import wait_for_subscribers as matched
+
+    pool = Pool("stopper-1-00000001", lease_ns=10_000 * MS)
+    pool.set_view(members(pool_key("other"), pool.key))
+    core = Core(CoreConfig(obs_dim=SMALL.obs_dim, action_len=SMALL.action_len))
+    mark = time.monotonic_ns()
+    before = mark - 200 * MS
+    _finished_at(core, b"late", [before, before + 10 * MS], time.time_ns() - 100 * MS)
+    _finished_at(core, b"live", [before + 20 * MS, before + 30 * MS], time.time_ns() + 60_000 * MS)
+    with ros_context() as ctx:
+        node = Node(f"held_at_stop_{native}", context=ctx)
+        got: list = []
+        node.create_subscription(ActionMessage, "held_at_stop_out", got.append, 100)
+        out = node.create_publisher(ActionMessage, "held_at_stop_out", 100)
+        with spinning(node, context=ctx):
+            matched(out)
+            publisher = ActionPublisher(Host.of(node, out), core, out, SMALL, native=native,
+                                        pool=pool)
+            assert pool.surrender(mark) == mark
+            thread = threading.Thread(target=publisher.run)
+            thread.start()
+            try:
+                assert wait_for(lambda: pool.counters().held == 4, 10)
+                assert pool.holding() == 4
+                # seq 1 of each answered by the member that took it over, while it is held
+                for sid in ("late", "live"):
+                    assert pool.answer(answer_cdr(sid, 1, relay_id="other")) == 0
+                assert wait_for(lambda: pool.counters().surrendered == 2, 10)
+                assert not got  # nothing due yet: the rest is still held
+            finally:
+                publisher.stop()
+                thread.join()
+            assert wait_for(lambda: len(got) == 2, 10)
+            time.sleep(0.3)  # nothing else comes
+        node.destroy_node()
+    assert sorted((m.session_id, m.sequence, m.code, m.relay_id) for m in got) == [
+        ("late", 0, Code.EXPIRED, pool.relay_id), ("live", 0, Code.INFERENCE, pool.relay_id)]
+    assert [len(m.actions) for m in sorted(got, key=lambda m: m.session_id)] == [
+        0, SMALL.action_len]
+    c = pool.counters()
+    assert (c.held, c.held_released, c.surrendered, c.hold_full) == (4, 2, 2, 0)
+    assert pool.holding() == 0
+
+
 def test_a_held_outcome_is_dropped_once_an_answer_names_it_and_its_slot_is_freed():
     """The hold's slots, as a publisher uses them: an answer arriving while an outcome is held
     marks it answered (held says ANSWERED once, then the slot is free for another); one that
