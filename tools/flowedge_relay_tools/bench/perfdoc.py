@@ -569,7 +569,7 @@ def readme_block(rows: list[dict], machines: list[str], command: str = "make ben
         runs = f"The last two `{command}` runs on {hosts[0]}"
     else:
         runs = f"The last two `{command}` runs on {hosts[0]} and (previous run) {hosts[1]}"
-    text = f"{runs}. All tables and how to rerun them: [docs/performance.md](docs/performance.md)."
+    text = f"{runs}. All tables, how to rerun: [docs/performance.md](docs/performance.md)."
     return "\n".join([BEGIN, textwrap.fill(text, WIDTH), "",
                       format_rows(readme_rows(rows), markdown=True), END])
 
