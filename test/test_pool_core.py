@@ -9,9 +9,11 @@ a real core through the real C intake, with explicit clocks.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -967,6 +969,37 @@ def _finished_at(core: Core, sid: bytes, arrivals: list[int], deadline_ros: int 
 HOLD_LEASE = 50 * MS
 
 
+@contextlib.contextmanager
+def _publishing(name: str, core: Core, pool: Pool, native: bool,
+                at_stop: int) -> Iterator[tuple[ActionPublisher, list]]:  # fmt: skip
+    """One publisher loop (C or Python) of `pool`'s member on its own thread, its answers
+    received by a subscriber of the same node: yields (publisher, answers). On exit it is
+    stopped (its last pass at stop included) while the node still spins, until `at_stop`
+    answers came, and then 0.3 s more in which nothing else may come."""
+    from ros_helpers import ros_context, spinning, wait_for
+    from ros_helpers import wait_for_subscribers as matched
+
+    with ros_context() as ctx:
+        node = Node(f"{name}_{native}", context=ctx)
+        got: list = []
+        node.create_subscription(ActionMessage, f"{name}_out", got.append, 100)
+        out = node.create_publisher(ActionMessage, f"{name}_out", 100)
+        with spinning(node, context=ctx):
+            matched(out)
+            publisher = ActionPublisher(Host.of(node, out), core, out, SMALL, native=native,
+                                        pool=pool)
+            thread = threading.Thread(target=publisher.run)
+            thread.start()
+            try:
+                yield publisher, got
+            finally:
+                publisher.stop()
+                thread.join()
+            assert wait_for(lambda: len(got) >= at_stop, 10)
+            time.sleep(0.3)  # nothing else comes
+        node.destroy_node()
+
+
 @pytest.mark.ros
 @pytest.mark.parametrize("native", [True, False], ids=["c_loop", "python_loop"])
 def test_outputs_from_before_the_watermark_are_held_then_dropped_if_answered_else_expired(native):
@@ -976,8 +1009,7 @@ def test_outputs_from_before_the_watermark_are_held_then_dropped_if_answered_els
     surrendered; one nobody answered is published once when due (lease + margin + lease after
     the watermark, its deadline long past), as EXPIRED, never a late INFERENCE; one that arrived
     after the watermark is published at once."""
-    from ros_helpers import ros_context, spinning, wait_for
-    from ros_helpers import wait_for_subscribers as matched
+    from ros_helpers import wait_for
 
     pool = Pool("frozen-1-00000001", lease_ns=HOLD_LEASE)
     pool.set_view(members(pool_key("other"), pool.key))
@@ -988,31 +1020,15 @@ def test_outputs_from_before_the_watermark_are_held_then_dropped_if_answered_els
     _finished_at(core, b"s", [before, before + 10 * MS, after], time.time_ns() - 100 * MS)
     # seq 0 was answered by the member that took it over; its answer came first
     assert pool.answer(answer_cdr("s", 0, relay_id="other")) == 0
-    with ros_context() as ctx:
-        node = Node(f"surrender_{native}", context=ctx)
-        got: list = []
-        node.create_subscription(ActionMessage, "surrender_out", got.append, 100)
-        out = node.create_publisher(ActionMessage, "surrender_out", 100)
-        with spinning(node, context=ctx):
-            matched(out)
-            publisher = ActionPublisher(Host.of(node, out), core, out, SMALL, native=native,
-                                        pool=pool)
-            assert publisher.loop == ("native" if native else "python")
-            assert pool.surrender(mark) == mark
-            thread = threading.Thread(target=publisher.run)
-            thread.start()
-            try:
-                assert wait_for(lambda: len(got) == 1, 10)  # the one after the watermark
-                c = pool.counters()
-                assert (c.held, c.surrendered) == (1, 1)  # seq 1 held; seq 0 dropped
-                due = mark + HOLD_LEASE + lib.FER_POOL_STALL_MARGIN_NS + HOLD_LEASE
-                assert wait_for(lambda: len(got) == 2, 10)
-                published_at = time.monotonic_ns()
-                time.sleep(0.3)  # nothing else comes
-            finally:
-                publisher.stop()
-                thread.join()
-        node.destroy_node()
+    assert pool.surrender(mark) == mark
+    with _publishing("surrender", core, pool, native, at_stop=2) as (publisher, got):
+        assert publisher.loop == ("native" if native else "python")
+        assert wait_for(lambda: len(got) == 1, 10)  # the one after the watermark
+        c = pool.counters()
+        assert (c.held, c.surrendered) == (1, 1)  # seq 1 held; seq 0 dropped
+        due = mark + HOLD_LEASE + lib.FER_POOL_STALL_MARGIN_NS + HOLD_LEASE
+        assert wait_for(lambda: len(got) == 2, 10)
+        published_at = time.monotonic_ns()
     assert published_at >= due
     assert [(m.session_id, m.sequence, m.code, m.relay_id) for m in got] == [
         ("s", 2, Code.INFERENCE, pool.relay_id), ("s", 1, Code.EXPIRED, pool.relay_id)]
@@ -1030,8 +1046,7 @@ def test_outcomes_still_held_at_stop_are_answered_once_unless_answered_elsewhere
     deadline and with its actions before it; nothing stays held and the counters balance
     (held = held_released + surrendered). Dropped unpublished at stop, they were lost when no
     other member had answered them (docs/design.md §13.2, held outcomes at stop)."""
-    from ros_helpers import ros_context, spinning, wait_for
-    from ros_helpers import wait_for_subscribers as matched
+    from ros_helpers import wait_for
 
     pool = Pool("stopper-1-00000001", lease_ns=10_000 * MS)
     pool.set_view(members(pool_key("other"), pool.key))
@@ -1040,32 +1055,15 @@ def test_outcomes_still_held_at_stop_are_answered_once_unless_answered_elsewhere
     before = mark - 200 * MS
     _finished_at(core, b"late", [before, before + 10 * MS], time.time_ns() - 100 * MS)
     _finished_at(core, b"live", [before + 20 * MS, before + 30 * MS], time.time_ns() + 60_000 * MS)
-    with ros_context() as ctx:
-        node = Node(f"held_at_stop_{native}", context=ctx)
-        got: list = []
-        node.create_subscription(ActionMessage, "held_at_stop_out", got.append, 100)
-        out = node.create_publisher(ActionMessage, "held_at_stop_out", 100)
-        with spinning(node, context=ctx):
-            matched(out)
-            publisher = ActionPublisher(Host.of(node, out), core, out, SMALL, native=native,
-                                        pool=pool)
-            assert pool.surrender(mark) == mark
-            thread = threading.Thread(target=publisher.run)
-            thread.start()
-            try:
-                assert wait_for(lambda: pool.counters().held == 4, 10)
-                assert pool.holding() == 4
-                # seq 1 of each answered by the member that took it over, while it is held
-                for sid in ("late", "live"):
-                    assert pool.answer(answer_cdr(sid, 1, relay_id="other")) == 0
-                assert wait_for(lambda: pool.counters().surrendered == 2, 10)
-                assert not got  # nothing due yet: the rest is still held
-            finally:
-                publisher.stop()
-                thread.join()
-            assert wait_for(lambda: len(got) == 2, 10)
-            time.sleep(0.3)  # nothing else comes
-        node.destroy_node()
+    assert pool.surrender(mark) == mark
+    with _publishing("held_at_stop", core, pool, native, at_stop=2) as (_, got):
+        assert wait_for(lambda: pool.counters().held == 4, 10)
+        assert pool.holding() == 4
+        # seq 1 of each answered by the member that took it over, while it is held
+        for sid in ("late", "live"):
+            assert pool.answer(answer_cdr(sid, 1, relay_id="other")) == 0
+        assert wait_for(lambda: pool.counters().surrendered == 2, 10)
+        assert not got  # nothing due yet: the rest is still held
     assert sorted((m.session_id, m.sequence, m.code, m.relay_id) for m in got) == [
         ("late", 0, Code.EXPIRED, pool.relay_id), ("live", 0, Code.INFERENCE, pool.relay_id)]
     assert [len(m.actions) for m in sorted(got, key=lambda m: m.session_id)] == [
