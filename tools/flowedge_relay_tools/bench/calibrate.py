@@ -767,18 +767,18 @@ def summarize(samples: dict, nfe: int, margin: float = 1.0, whole_stall: bool = 
                    "overloaded_compute_ns_per_nfe")  # idle, saturated, 3x offered
     report["recommended_rtc_nfe_ns"] = _us_ceil(margin * max(
         report[f"{name}_p99"] for name in per_request if name in series))
-    out = [samples[k] for k in ("loaded_delivery_ns", "overloaded_delivery_ns")
-           if len(samples.get(k, ()))]  # fmt: skip
-    report["loaded_delivery_ns_max"] = float(max(np.max(v) for v in out)) if out else 0.0
-    # the way out per phase and per kind of answer, for the record: the answers that carried
-    # actions apart from the refusals and expiries that come in bursts when the 3x phase's
-    # queue sheds (admission is off there)
+    # the way out per phase and per kind of answer: the answers that carried actions apart
+    # (for the record) from every answer, refusals and expiries included, which come in bursts
+    # when the 3x phase's queue sheds (admission is off there); the longest of every answer,
+    # saturated and at 3x, is the real-time chunking reserve
     for phase, name in (("loaded", "saturated"), ("overloaded", "3x")):
         for kind, what in (("delivery", "every_answer"), ("action_delivery", "actions")):
             v = samples.get(f"{phase}_{kind}_ns", ())
             report[f"way_out_{name}_{what}_ns_max"] = float(np.max(v)) if len(v) else 0.0
             report[f"way_out_{name}_{what}_ns_p99_9"] = (
                 percentiles(v, (STATED_Q,))[0] if len(v) else 0.0)
+    report["loaded_delivery_ns_max"] = max(report["way_out_saturated_every_answer_ns_max"],
+                                           report["way_out_3x_every_answer_ns_max"])
     report["recommended_rtc_reserve_ns"] = _us_ceil(
         margin * max(report["fixed_overhead_ns_p99"], report["loaded_delivery_ns_max"]))
     report["recommended_prefix_ns"] = 0
