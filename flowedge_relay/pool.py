@@ -200,6 +200,7 @@ class PoolMembership:
         self._heard: set[str] = set()  # every writer heard from (any pool), for discovery
         self._not_alive = 0  # writers on flowedge/pool DDS reports not alive now
         self._watch_until = 0  # monotonic: judge the stamps at each tick until then
+        self._rejudge = None  # a one-shot timer: judge again when a lapsed stamp is a lease old
         self.deaths = 0
         self.stalls = 0
         self.last_takeover_ns = 0  # monotonic, when the last death was handed to the core
@@ -364,27 +365,50 @@ class PoolMembership:
                 self._watch_until = time.monotonic_ns() + 3 * self.lease_ns
         if lapsed:
             self._drain_announcements()
-            self._judge()
+            self._judge("on DDS's lost-liveliness event")
 
     def _drain_announcements(self) -> None:
         from flowedge_relay.executors import take_waiting
 
         take_waiting(self._sub, self._on_member, READER_DEPTH)
 
-    def _judge(self) -> None:
+    def _judge(self, found: str) -> None:
         """Every member whose newest announcement is older than the lease is dead (called while
-        DDS reports a lapsed writer)."""
+        DDS reports a lapsed writer). One silent for over half a lease (a live member announces
+        every lease / 3) is judged again the moment its stamp is a lease old: DDS's event can
+        come a hair before that, and the next tick would be up to a third of a lease late."""
         now = self._now_ros()
+        due = None
         with self._lock:
             for rid, member in list(self._members.items()):
-                if now - member.stamp_ns <= self.lease_ns:
+                past = now - member.stamp_ns - self.lease_ns
+                if past <= 0:
+                    if -past < self.lease_ns // 2:
+                        due = -past if due is None else min(due, -past)
                     continue
                 del self._members[rid]
                 self._dead[rid] = (member.msg.epoch, now)
                 self.deaths += 1
                 if member.in_view:
                     self._push_view()
-                    self._take_over(member, "lost its liveliness")
+                    self._take_over(member, f"lost its liveliness (found {found}, "
+                                            f"{past / MS:.0f} ms past its last stamp + lease)")
+        if due is not None:
+            self._judge_again(due + MS)
+
+    def _judge_again(self, delay_ns: int) -> None:
+        if self.closed:
+            return
+        if self._rejudge is not None:
+            self.node.destroy_timer(self._rejudge)
+        self._rejudge = self.node.create_timer(delay_ns / 1e9, self._on_rejudge,
+                                               callback_group=self.group)
+
+    def _on_rejudge(self) -> None:
+        timer, self._rejudge = self._rejudge, None
+        if timer is not None:
+            self.node.destroy_timer(timer)  # one shot
+        self._judge("as its lease ran out")
 
     def _take_over(self, member: _Member, why: str) -> None:
         """The requests this member kept as `member`'s successor are decided here now."""
@@ -419,7 +443,7 @@ class PoolMembership:
                 f"{STALL_MARGIN_NS // MS} ms; its work was surrendered, epoch {self.epoch}")
         self.publish()
         if self._not_alive > 0 or now < self._watch_until:
-            self._judge()
+            self._judge("at the lease / 3 tick")
 
     # -- the view --------------------------------------------------------------------------
 
@@ -474,6 +498,7 @@ class PoolMembership:
             self.closed = True
         node = self.node
         for destroy, entity in ((node.destroy_timer, self._timer),
+                                (node.destroy_timer, self._rejudge),
                                 (node.destroy_subscription, self._sub),
                                 (node.destroy_publisher, self._pub)):
             try:

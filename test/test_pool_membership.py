@@ -37,6 +37,7 @@ class Recorder:
         self.views: list[tuple] = []
         self.epochs: list[int] = []
         self.takeovers: list[int] = []
+        self.takeover_ns: list[int] = []  # monotonic, when each takeover came
 
     def set_view(self, view) -> None:
         with self.lock:
@@ -48,6 +49,7 @@ class Recorder:
     def takeover(self, key: int) -> None:
         with self.lock:
             self.takeovers.append(key)
+            self.takeover_ns.append(time.monotonic_ns())
 
     def alive(self, now_mono: int) -> None:
         pass
@@ -63,10 +65,11 @@ class Recorder:
             return {m.key for m in self.views[-1]} if self.views else set()
 
 
-def _member(ctx, name: str, pool: str = "cell") -> tuple[PoolMembership, Recorder]:
+def _member(ctx, name: str, pool: str = "cell",
+            lease_ms: int = LEASE_MS) -> tuple[PoolMembership, Recorder]:
     sink = Recorder()
     node = Node(name, context=ctx)
-    member = PoolMembership(node, pool, LEASE_MS, lambda: SERVED, sink,
+    member = PoolMembership(node, pool, lease_ms, lambda: SERVED, sink,
                             member_id=f"{relay_id()}-{name}")
     assert member.key == member_key(member.relay_id)
     return member, sink
@@ -117,6 +120,39 @@ def test_a_joiner_owns_from_a_cutover_and_a_silent_member_is_taken_over_once():
             assert wait_for(lambda: sink_a.keys() == {a.key, b.key}, 10)
             assert sink_a.takeovers == [b.key]
         _close(a, b, other)
+
+
+def test_a_member_whose_clock_runs_ahead_is_taken_over_as_its_stamp_turns_a_lease_old():
+    """A member on a host whose clock runs ahead stamps its announcements in the others' future,
+    so when DDS reports its liveliness lost, its newest stamp is not yet a lease old. It is dead
+    the moment it is (a one-shot judgement then), not at a later tick of the lease / 3 timer,
+    which could come up to a third of a lease past the takeover bound."""
+    lease_ms, ahead_ms = 3000, 1000  # a tick every 1,000 ms: one finds it late 75% of the time
+    with ros_context() as ctx:
+        a, sink_a = _member(ctx, "ahead_a", pool="ahead", lease_ms=lease_ms)
+        b, _ = _member(ctx, "ahead_b", pool="ahead", lease_ms=lease_ms)
+        with spinning(a.node, b.node, context=ctx):
+            a.activate()
+            b.activate()
+            assert wait_for(lambda: sink_a.keys() == {a.key, b.key}, 10)
+            ahead = b.announcement(SERVED)
+            ahead_ns = b.node.get_clock().now().nanoseconds + ahead_ms * 1_000_000
+            ahead.stamp.sec, ahead.stamp.nanosec = divmod(ahead_ns, 1_000_000_000)
+            (timer,) = b.node.timers
+            b.node.destroy_timer(timer)  # b falls silent, its writer stays
+            b.publish()  # its last liveliness assertion
+            # its last stamp, from b's clock 1 s ahead (another writer: it lapses alike)
+            skewed = b.node.create_publisher(PoolMember, POOL_TOPIC, pool_qos(lease_ms))
+            assert wait_for(lambda: skewed.get_subscription_count() >= 2, 10)
+            skewed.publish(ahead)
+            due = time.monotonic_ns() + (ahead_ns - a.node.get_clock().now().nanoseconds
+                                         + lease_ms * 1_000_000)
+            assert wait_for(lambda: sink_a.takeovers == [b.key], 3 * lease_ms / 1000)
+            late_ms = (sink_a.takeover_ns[0] - due) / 1e6
+            print(f"taken over {late_ms:.0f} ms after its stamp was a lease old")
+            assert -20 <= late_ms <= 250
+            b.node.destroy_publisher(skewed)
+        _close(a, b)
 
 
 def test_a_drain_announces_owning_until_and_leaves_without_a_takeover():
