@@ -63,6 +63,22 @@ def test_digest_and_dims_match_file_and_sidecar(small):
     assert bench_model_path() != default_model_path()
 
 
+def _baselines(eval_obs: np.ndarray) -> dict[str, dict]:
+    """What a policy must beat on `eval_obs`: the straight line to the goal (the conditional
+    mean, which collides), the demonstrations' mean action, and random actions."""
+    demos = task.demonstrations(
+        np.random.default_rng(1), task.sample_observations(np.random.default_rng(2), 4000)
+    )
+    dataset_mean = np.broadcast_to(demos.mean(axis=0), (EVAL_N, demos.shape[1]))
+    return {
+        "conditional_mean": task.score(eval_obs, task.straight_line(eval_obs)).summary(),
+        "dataset_mean": task.score(eval_obs, dataset_mean).summary(),
+        "random": task.score(
+            eval_obs, np.random.default_rng(3).standard_normal((EVAL_N, 16), np.float32)
+        ).summary(),
+    }
+
+
 def test_small_policy_learned_the_task(small_sampler, eval_obs):
     """Margins: policy success >= 85% where every baseline is <= 5% (>= 80 points apart);
     policy goal error <= 0.05 and at most 1/10 of the random and dataset-mean baselines';
@@ -70,17 +86,7 @@ def test_small_policy_learned_the_task(small_sampler, eval_obs):
     both modes (each side >= 20% of samples) instead of collapsing onto one."""
     scored = task.score(eval_obs, _policy_actions(small_sampler, eval_obs))
     policy = scored.summary()
-    demos = task.demonstrations(
-        np.random.default_rng(1), task.sample_observations(np.random.default_rng(2), 4000)
-    )
-    dataset_mean = np.broadcast_to(demos.mean(axis=0), (EVAL_N, demos.shape[1]))
-    baselines = {
-        "conditional_mean": task.score(eval_obs, task.straight_line(eval_obs)).summary(),
-        "dataset_mean": task.score(eval_obs, dataset_mean).summary(),
-        "random": task.score(
-            eval_obs, np.random.default_rng(3).standard_normal((EVAL_N, 16), np.float32)
-        ).summary(),
-    }
+    baselines = _baselines(eval_obs)
     assert policy["success_rate"] >= 0.85, policy
     for name, base in baselines.items():
         assert base["success_rate"] <= 0.05, (name, base)
@@ -255,16 +261,8 @@ def test_vision_policy_learned_the_task(eval_obs):
 
     scored = task.score(eval_obs, run(images))
     policy = scored.summary()
-    demos = task.demonstrations(
-        np.random.default_rng(1), task.sample_observations(np.random.default_rng(2), 4000)
-    )
-    dataset_mean = np.broadcast_to(demos.mean(axis=0), (EVAL_N, demos.shape[1]))
     baselines = {
-        "conditional_mean": task.score(eval_obs, task.straight_line(eval_obs)).summary(),
-        "dataset_mean": task.score(eval_obs, dataset_mean).summary(),
-        "random": task.score(
-            eval_obs, np.random.default_rng(3).standard_normal((EVAL_N, 16), np.float32)
-        ).summary(),
+        **_baselines(eval_obs),
         "other_image": task.score(eval_obs, run(np.roll(images, 1, axis=0))).summary(),
     }
     print(f"\npolicy_vision @ {EVAL_NFE} NFE: success {policy['success_rate']:.3f}")
