@@ -143,16 +143,16 @@ def capacity_point(in_process: bool, model: str, slots: int, workers: int, nfe: 
     path = model_path(model)
     lanes = workers * slots
     with relay_for_bench(in_process, model_path=path, workers=workers, batch_slots=slots,
-                         queue_capacity=max(64, 4 * lanes), max_nfe=max(64, nfe)) as (node,
+                         queue_capacity=max(64, 4 * lanes), max_nfe=max(64, nfe)) as (relay,
                                                                                      client):
         warm_up(client)
         saturate(client, lanes, nfe, min(seconds, 0.3), "bench-batching-warm")
-        wait_idle(node)
-        before, t0 = node.relay.core.stats(), time.monotonic_ns()
+        wait_idle(relay)
+        before, t0 = relay.stats(), time.monotonic_ns()
         steps: list[tuple[float, float, int]] = []  # the step ring while every slot is busy
         answers = saturate(client, lanes, nfe, seconds, "bench-batching",
-                           at_end=lambda: steps.append(node.relay.pool.nfe_percentiles()))
-        after, t1 = node.relay.core.stats(), time.monotonic_ns()
+                           at_end=lambda: steps.append(relay.nfe_percentiles()))
+        after, t1 = relay.stats(), time.monotonic_ns()
         step_p50, step_p99, _ = steps[0]
     elapsed = (t1 - t0) * 1e-9
     nfe_done = after.nfe_total - before.nfe_total

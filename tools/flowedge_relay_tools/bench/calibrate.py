@@ -268,7 +268,7 @@ def relay_samples(
             "nfe_done": nfe_done}  # fmt: skip
 
 
-def measure(node, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
+def measure(relay, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
             bar: Progress | None = None, loaded_s: float = 0.0,
             overload_x: float = OVERLOAD_X, rounds: int = 1,
             probe: tuple[int | None, int] | None = None) -> dict:  # fmt: skip
@@ -279,7 +279,7 @@ def measure(node, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
     (CPU or None, priority), _probing); returns the sample arrays (the rounds' pooled, the step
     p99 of the worst round, and each round's own under `rounds`) and, for a two-phase model, the
     relay's prefix-pass percentiles at the end of each phase."""
-    raw = RawSampler(node.relay.model)
+    raw = RawSampler(relay.model)
     raw.nfe_ns(20)  # warm-up
     relay_acc: dict[str, list] = {}
     raw_parts, prefix_parts = [], []
@@ -299,7 +299,7 @@ def measure(node, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
     samples["raw_nfe_ns"] = np.concatenate(raw_parts)
     if raw.two_phase:
         samples["raw_prefix_ns"] = np.concatenate(prefix_parts)
-        samples["relay_prefix"] = node.relay.pool.prefix_percentiles()
+        samples["relay_prefix"] = relay.prefix_percentiles()
     if loaded_s > 0:
         # An NFE costs more when the request and publisher threads are busy too (the GIL, two
         # cores): admission must be calibrated for the load it will face, not an idle relay.
@@ -308,7 +308,7 @@ def measure(node, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
         got = []
         for r in range(max(1, rounds)):
             with history_frozen() as collected:
-                got.append(_loaded_round(node, client, nfe, loaded_s, overload_x, bar, probe,
+                got.append(_loaded_round(relay, client, nfe, loaded_s, overload_x, bar, probe,
                                          f"round {r + 1}/{rounds}: "))  # fmt: skip
             got[-1]["client_gc_ns_max"] = collected["longest_ns"]
         for key in ("loaded_compute_ns", "loaded_nfe_done", "loaded_delivery_ns",
@@ -326,7 +326,7 @@ def measure(node, client, requests: int, nfe: int, raw_nfe: int, blocks: int,
             samples["overloaded_s"] = max(r["overloaded_s"] for r in got)
         samples["rounds"] = got
         if raw.two_phase:
-            samples["loaded_relay_prefix"] = node.relay.pool.prefix_percentiles()
+            samples["loaded_relay_prefix"] = relay.prefix_percentiles()
     return samples
 
 
@@ -392,7 +392,7 @@ def _merge_probes(parts: list[dict]) -> dict:
     return out
 
 
-def _loaded_round(node, client, nfe: int, loaded_s: float, overload_x: float,
+def _loaded_round(relay, client, nfe: int, loaded_s: float, overload_x: float,
                   bar: Progress | None, probe: tuple[int | None, int] | None,
                   label: str) -> dict:  # fmt: skip
     """One round: the lanes saturated for loaded_s, then overload_x times that capacity offered
@@ -401,13 +401,13 @@ def _loaded_round(node, client, nfe: int, loaded_s: float, overload_x: float,
     callback) is kept, every answer of both phases."""
     if bar is not None:
         bar.update(label=f"{label}saturated {loaded_s:g} s")
-    lanes = getattr(node.relay.core, "lanes", node.relay.core.workers)  # W x B with batch slots
+    lanes = relay.lanes  # W x B with batch slots
     steps: list[tuple[float, float, int]] = []
     # read at the last moment every lane is still busy: the relay's own per-step timing,
     # whose tail a request's mean per NFE (over its nfe steps) smooths away
     with _probing(probe, loaded_s) as probed:
         answers = saturate(client, lanes, nfe, loaded_s, "bench-calibrate-load",
-                           at_end=lambda: steps.append(node.relay.pool.nfe_percentiles()))
+                           at_end=lambda: steps.append(relay.nfe_percentiles()))
     out: dict = {"loaded_step_ns_p99": steps[0][1] if steps else 0.0}
     out.update(answer_samples("loaded", answers))
     probes = [probed]
@@ -420,7 +420,7 @@ def _loaded_round(node, client, nfe: int, loaded_s: float, overload_x: float,
             bar.update(label=f"{label}{overload_x:g}x capacity for {over_s:.1f} s")
         with _probing(probe, over_s) as probed:
             out["overloaded_step_ns_p99"], out["overloaded_requests"], over = (
-                overloaded_steps(node, client, rate, over_s, nfe))
+                overloaded_steps(relay, client, rate, over_s, nfe))
         probes.append(probed)
         ran = answer_samples("overloaded", [a for a in over if a.nfe_done],
                              min_nfe=math.ceil(nfe / 2))
@@ -433,12 +433,12 @@ def _loaded_round(node, client, nfe: int, loaded_s: float, overload_x: float,
     return out
 
 
-def inline(node, client, mean_nfe: float, requests: int, loaded_s: float) -> dict:
+def inline(relay, client, mean_nfe: float, requests: int, loaded_s: float) -> dict:
     """The short calibration a bench runs on its own relay before its trace (overload,
     nfe-breakdown): `requests` requests of the trace's mean NFE alternating with ten times as
     many raw NFEs in four blocks, then `loaded_s` saturated and the overload phase; summarized."""
     nfe = max(1, round(mean_nfe))
-    return summarize(measure(node, client, requests, nfe, 10 * requests, 4, loaded_s=loaded_s),
+    return summarize(measure(relay, client, requests, nfe, 10 * requests, 4, loaded_s=loaded_s),
                      nfe)
 
 
@@ -479,7 +479,7 @@ def answer_samples(phase: str, answers: list, min_nfe: int = 1) -> dict[str, np.
                 lambda a: a.received_ns - a.published_ns)}
 
 
-def overloaded_steps(node, client, rate_rps: float, seconds: float, nfe: int,
+def overloaded_steps(relay, client, rate_rps: float, seconds: float, nfe: int,
                      slack_ns: int = 100_000_000) -> tuple[float, int, list]:  # fmt: skip
     """Offer rate_rps requests of nfe NFE (deadline: send time + slack_ns) for `seconds`, open
     loop. Admission is off, so the queue's capacity and dispatch expiry shed what the lanes
@@ -500,9 +500,9 @@ def overloaded_steps(node, client, rate_rps: float, seconds: float, nfe: int,
                                  nfe, noise_seed=i)  # fmt: skip
             client.send(req, slack_ns=slack_ns)
             keys.append((req.session_id, req.sequence))
-        _, step_p99, _ = node.relay.pool.nfe_percentiles()
+        _, step_p99, _ = relay.nfe_percentiles()
         client.wait_keys(keys, slack_ns * 1e-9 + 10.0)
-    wait_idle(node)
+    wait_idle(relay)
     return step_p99, len(keys), [client.answers[k] for k in keys if k in client.answers]
 
 
@@ -825,13 +825,13 @@ def run(args: argparse.Namespace) -> dict:
         bar.update(label="starting relay")
         # the answers reach an ordinary rclpy subscriber, as a robot's node receives them
         with (relay_for_bench(args.in_process, env=realtime.realtime_env(args), plain=True,
-                              **params) as (node, client),
+                              **params) as (relay, client),
               realtime.realtime_client(args) as client_mode):  # fmt: skip
-            applied = realtime.applied_settings(node)
+            applied = realtime.applied_settings(relay)
             warm_up(client)
-            samples = measure(node, client, requests, nfe, raw_nfe, blocks, bar, loaded_s,
+            samples = measure(relay, client, requests, nfe, raw_nfe, blocks, bar, loaded_s,
                               rounds=rounds, probe=probe)  # fmt: skip
-            nfe_p50, nfe_p99, _ = node.relay.pool.nfe_percentiles()
+            nfe_p50, nfe_p99, _ = relay.nfe_percentiles()
     report = summarize(samples, nfe, args.margin, whole_stall=args.realtime)
     report.update(
         mode=realtime.mode(args),

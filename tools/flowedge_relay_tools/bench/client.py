@@ -6,8 +6,9 @@ of the bench shares the relay's GIL (overhead, overload, calibrate); `remote_rel
 a `RemoteRelay` that reads the relay's counters from flowedge/stats and sets its live parameters
 through its parameter services. `bench_relay(**params)` starts a `RelayNode` in this process
 instead (dedicated request thread, main executor, worker threads; see `harness.running_relay`):
-the `--in-process` option of those benches. `echo_process` is the transport floor of
-bench/echo.py. Either way a `BenchClient` node spins on its own executor thread here.
+the `--in-process` option of those benches, seen through a `LocalRelay`. A bench body measures
+either through the one surface the two share (`BenchRelay`). `echo_process` is the transport
+floor of bench/echo.py. Either way a `BenchClient` node spins on its own executor thread here.
 
 The client stamps every request just before it
 publishes it and every answer in its subscription callback (so client-side latency includes DDS
@@ -358,11 +359,11 @@ def saturate(client, workers: int, nfe: int, seconds: float, session: str,
     return answers
 
 
-def wait_idle(node, timeout: float = 10.0) -> bool:
+def wait_idle(relay: BenchRelay, timeout: float = 10.0) -> bool:
     """The relay's queue is empty and no lane is busy."""
 
     def idle() -> bool:
-        s = node.relay.core.stats()
+        s = relay.stats()
         return s.queue_depth == 0 and s.lanes_busy == 0
 
     return wait_for(idle, timeout, period=0.005)
@@ -534,12 +535,36 @@ class RemoteStats:
     decided: int = 0  # outcomes the relay decided, every code (one per answered request)
 
 
+class LocalRelay:
+    """A RelayNode in this process (the benches' --in-process), seen as a bench sees any relay:
+    `model`, `workers`, `lanes`, `stats()`, `nfe_percentiles()`, `prefix_percentiles()` and
+    `set_parameters()`, the surface RemoteRelay offers too, so one bench body serves both."""
+
+    def __init__(self, node) -> None:
+        self.node = node
+        self.model = node.relay.model
+        self.workers = node.relay.core.workers
+        self.lanes = node.relay.core.lanes
+
+    def stats(self):
+        return self.node.relay.core.stats()
+
+    def nfe_percentiles(self) -> tuple[float, float, int]:
+        return self.node.relay.pool.nfe_percentiles()
+
+    def prefix_percentiles(self) -> tuple[float, float, int]:
+        return self.node.relay.pool.prefix_percentiles()
+
+    def set_parameters(self, params, atomically: bool = False) -> list:
+        if atomically:
+            return [self.node.set_parameters_atomically(params)]
+        return self.node.set_parameters(params)
+
+
 class RemoteRelay:
     """A relay in another process, seen through its ROS interface only: counters from
-    flowedge/stats, live parameters through its parameter services. Offers what the benches
-    use of an in-process RelayNode (`set_parameters`; of its `relay`: `model`, `core.workers`,
-    `core.stats()`, `pool.nfe_percentiles()`, `pool.prefix_percentiles()`), so one bench body
-    serves both."""
+    flowedge/stats, live parameters through its parameter services; the surface of LocalRelay,
+    and what only a process apart can show (its cost and work over a window of stats)."""
 
     def __init__(self, node: Node, info: ModelInfo | Policy, workers: int,
                  relay_name: str = "flowedge_relay", batch_slots: int = 1) -> None:  # fmt: skip
@@ -550,7 +575,6 @@ class RemoteRelay:
         self.model, self.workers = info, workers
         self.batch_slots = batch_slots
         self.lanes = workers * batch_slots  # what saturating it takes (Core.lanes)
-        self.relay = self.core = self.pool = self
         self._cv = threading.Condition()
         self._latest = None
         # (stamp ns, nfe_ns_in_use, nfe_ns_observed_tail, nfe_total, nfe_ns_p50, nfe_ns_p99,
@@ -705,6 +729,10 @@ class RemoteRelay:
         return s.nfe_ns_p50, s.nfe_ns_p99, 0
 
 
+#: what a bench measures a relay through, in this process or its own
+BenchRelay = LocalRelay | RemoteRelay
+
+
 @contextmanager
 def remote_relay(env: dict[str, str] | None = None, switch_interval_s: float | None = None,
                  namespace: str = "", wrapper: Sequence[str] = (),
@@ -721,15 +749,16 @@ def remote_relay(env: dict[str, str] | None = None, switch_interval_s: float | N
 
 @contextmanager
 def relay_for_bench(in_process: bool, env: dict[str, str] | None = None, plain: bool = False,
-                    **params) -> Iterator[tuple[object, BenchClient]]:  # fmt: skip
+                    **params) -> Iterator[tuple[BenchRelay, BenchClient]]:  # fmt: skip
     """(relay, client): a RemoteRelay of its own flowedge-relayd process (default, as deployed;
-    `env` added to its environment) or, with in_process, a RelayNode in this process; `plain`:
+    `env` added to its environment) or, with in_process, a LocalRelay of a RelayNode in this
+    process; `plain`:
     the client receives as an ordinary rclpy subscriber (BenchClient)."""
     if in_process:
         if env:
             raise ValueError("an environment for the relay needs it in its own process")
-        with bench_relay(plain=plain, **params) as pair:
-            yield pair
+        with bench_relay(plain=plain, **params) as (node, client):
+            yield LocalRelay(node), client
     else:
         with remote_relay(env=env, plain=plain, **params) as pair:
             yield pair

@@ -183,14 +183,14 @@ class Run:
                 "lane_utilisation_in_window": self.utilisation}
 
 
-def replay(node, client, arrivals, seconds: float, drain_s: float, rows: int = 0) -> Run:
+def replay(relay, client, arrivals, seconds: float, drain_s: float, rows: int = 0) -> Run:
     """Send (t_ns, client, nfe, slack_ns) arrivals on schedule, wait for every answer, then
     count per client and check the run's accounting against the relay's counters. `rows` > 0:
     each request carries a prefix of that many rows from its send, its window closing at 3/4 of
     its slack (the deadline that counts, as bench/fairness.py's simulation has it)."""
     prefix = np.zeros((rows, client.served.action_dim), np.float32) if rows else None
-    wait_idle(node, timeout=drain_s)
-    before, extra_before = node.relay.core.stats(), client.extra_answers
+    wait_idle(relay, timeout=drain_s)
+    before, extra_before = relay.stats(), client.extra_answers
     sent: list[tuple[tuple[str, int], str, int, int]] = []  # key, client, nfe, deadline
     lag_max, t0 = 0, time.time_ns()
     with collector_paused():
@@ -209,12 +209,12 @@ def replay(node, client, arrivals, seconds: float, drain_s: float, rows: int = 0
             due = at + (rows * period if rows else slack_ns)
             sent.append(((req.session_id, req.sequence), name, nfe, due))
         client.wait_keys([s[0] for s in sent], drain_s)
-    wait_idle(node, timeout=drain_s)
-    after = node.relay.core.stats()
-    lanes_nfe_per_s = node.capacity_between(t0, time.time_ns())
+    wait_idle(relay, timeout=drain_s)
+    after = relay.stats()
+    lanes_nfe_per_s = relay.capacity_between(t0, time.time_ns())
     # busy while the arrivals are offered: what a work-conserving rule keeps at 1 whatever the
     # lanes' speed (the drain after the window is left out)
-    utilisation = node.utilisation_between(window, window + int(seconds * 1e9))
+    utilisation = relay.utilisation_between(window, window + int(seconds * 1e9))
     tallies: dict[str, Tally] = {}
     for key, name, nfe, deadline in sent:
         tallies.setdefault(name, Tally()).count(nfe, client.answers.get(key), deadline)

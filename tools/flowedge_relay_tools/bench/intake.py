@@ -153,8 +153,10 @@ def _cases(node, n: int, rng, run_case) -> None:
     first, untimed, with settle_s after its first message."""
     from rclpy.parameter import Parameter
 
-    from flowedge_relay_tools.bench.client import wait_idle
+    from flowedge_relay_tools.bench.client import LocalRelay, wait_idle
     from flowedge_relay_tools.stress import Contract, RequestBuilder
+
+    relay = LocalRelay(node)
 
     b = RequestBuilder(Contract.of(node.relay.model))
 
@@ -174,17 +176,17 @@ def _cases(node, n: int, rng, run_case) -> None:
     newer = req(next(seq), session_id="st", generation=10)
     run_case("decision", "older_generation", "rejected_stale",
              [req(next(seq), session_id="st", generation=1) for _ in range(n)], prepare=[newer])
-    wait_idle(node, 60.0)
+    wait_idle(relay, 60.0)
     # one NFE "costs" a minute: a deadline 10 s away (that cannot pass while the messages are
     # built) is out of reach
     node.set_parameters([Parameter("nfe_ns", value=60_000_000_000)])
     run_case("decision", "deadline_unreachable", "rejected_deadline",
              [req(next(seq), session_id=f"d{i % 8}", deadline_ms=10_000) for i in range(n)])
     node.set_parameters([Parameter("nfe_ns", value=0)])
-    wait_idle(node, 60.0)
+    wait_idle(relay, 60.0)
     run_case("decision", "accepted_then_run", "accepted",
              [req(next(seq), session_id=f"a{i % 8}") for i in range(n)])
-    wait_idle(node, 60.0)
+    wait_idle(relay, 60.0)
     # one request holds the worker (max_nfe NFE x 0.5 s, released below by clearing the delay,
     # read per NFE), the queue fills: later ones find no room
     node.set_parameters([Parameter("fault_nfe_delay_ms", value=500.0)])
@@ -195,7 +197,7 @@ def _cases(node, n: int, rng, run_case) -> None:
              [req(next(seq), session_id=f"c{i % 8}") for i in range(n)], prepare=hold + fill,
              settle_s=0.2)
     node.set_parameters([Parameter("fault_nfe_delay_ms", value=0.0)])
-    wait_idle(node, 60.0)
+    wait_idle(relay, 60.0)
 
 
 def intake_costs(n: int, intake: str, bar: Progress | None = None) -> list[dict]:

@@ -198,12 +198,12 @@ def policy_params(policy: str, nfe_ns: int, reserve_ns: int, timeout_ms: int,
     return {"nfe_ns": 0, "admission_reserve_ns": 0, "queue_timeout_ms": timeout_ms, **static}
 
 
-def replay(node, client, arrivals, *, drain_timeout_s: float, on_tick=None,
+def replay(relay, client, arrivals, *, drain_timeout_s: float, on_tick=None,
            rtc: rtc_trace.RtcTrace | None = None, bound: tuple[int, int] | None = None) -> dict:
     """Publish the arrivals on schedule, wait for every answer (or the timeout), then measure.
     With `rtc`, request i carries its prefix, prefix_start on the period grid at its send;
     `bound` (nfe_ns, admission_reserve_ns) takes its margin apart."""
-    before = node.relay.core.stats()
+    before = relay.stats()
     n = len(arrivals)
     keys, deadlines, lag = [], [], np.zeros(n, np.int64)
     rtc_sent: list[tuple[int, int, int]] = []  # (prefix_start, rows, the trace's deadline)
@@ -232,8 +232,8 @@ def replay(node, client, arrivals, *, drain_timeout_s: float, on_tick=None,
             if on_tick is not None and i % 16 == 0:
                 on_tick((time.monotonic_ns() - start) * 1e-9)
         client.wait_keys(keys, drain_timeout_s)
-    wait_idle(node, timeout=drain_timeout_s)
-    after = node.relay.core.stats()
+    wait_idle(relay, timeout=drain_timeout_s)
+    after = relay.stats()
     m = _measure(client, keys, deadlines, lag, before, after)
     if rtc is not None:
         m["rtc"] = rtc_trace.measure(client, keys, rtc_sent, rtc, bound)
@@ -333,19 +333,19 @@ def run(args: argparse.Namespace) -> dict:
     results: dict[str, dict[str, dict]] = {p: {} for p in args.policies}
     with Progress("overload", points + 1, unit=" points") as bar:
         bar.update(label="starting relay")
-        with (relay_for_bench(args.in_process, env=env, **params) as (node, client),
+        with (relay_for_bench(args.in_process, env=env, **params) as (relay, client),
               realtime.realtime_client(args) as client_mode, contextlib.ExitStack() as hogs):
             warm_up(client)
             rtc = (rtc_trace.RtcTrace.build(spec, client.served, len(trace.nfe),
                                             tuple(args.rtc_rows), args.rtc_period_ms)
                    if args.rtc else None)  # fmt: skip
-            applied = realtime.applied_settings(node)
+            applied = realtime.applied_settings(relay)
             hog = (noise.cpu_hog(args.noise, args.noise_hogs) if args.noise
                    else contextlib.nullcontext())  # fmt: skip
             if args.calibrate_under_noise:
                 noise_info = hogs.enter_context(hog)
             bar.update(label="inline calibration")
-            cal = calibrate.inline(node, client, spec.mean_nfe, cal_requests, cal_loaded_s)
+            cal = calibrate.inline(relay, client, spec.mean_nfe, cal_requests, cal_loaded_s)
             capacity, ns_per_nfe, service_ns = calibrate.capacity(cal, spec.mean_nfe,
                                                                   args.workers, slots)
             two_phase = bool(cal["two_phase"])
@@ -376,10 +376,10 @@ def run(args: argparse.Namespace) -> dict:
             drain = spec.slack_max_ms / 1e3 + 2.0
             if not args.calibrate_under_noise:
                 noise_info = hogs.enter_context(hog)
-            _trace(args, node, client, trace, loads, duration, capacity, spec, drain, bar,
+            _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, bar,
                    results, _policy_params_for(nfe_ns, reserve, timeout_ms, prefix_ns), rtc)
             hogs.close()  # the noise's figures are final once it stopped
-            nfe_p50, nfe_p99, _ = node.relay.pool.nfe_percentiles()
+            nfe_p50, nfe_p99, _ = relay.nfe_percentiles()
     cal_public = {k: v for k, v in cal.items() if not isinstance(v, list | dict)}
     report = {
         "size": "quick" if args.quick else "full",
@@ -448,7 +448,7 @@ def _policy_params_for(nfe_ns: int, reserve_ns: int, timeout_ms: int, prefix_ns:
     return lambda policy: policy_params(policy, nfe_ns, reserve_ns, timeout_ms, prefix_ns)
 
 
-def _trace(args, node, client, trace, loads, duration, capacity, spec, drain, bar, results,
+def _trace(args, relay, client, trace, loads, duration, capacity, spec, drain, bar, results,
            params_of, rtc=None) -> None:  # fmt: skip
     """Every (load, policy) point, policies interleaved per load; fills results."""
     for li, load in enumerate(loads):
@@ -458,23 +458,23 @@ def _trace(args, node, client, trace, loads, duration, capacity, spec, drain, ba
             done = bar.done
             bar.update(label=f"load {load:g} {policy} ({len(arrivals)} requests)")
             params = params_of(policy)
-            set_policy(node, **params)
+            set_policy(relay, **params)
             tick = lambda s, d=done: bar.update(done=d + min(s / duration, 1.0))  # noqa: E731
             t0 = time.time_ns()
-            m = replay(node, client, arrivals, drain_timeout_s=drain, on_tick=tick, rtc=rtc,
+            m = replay(relay, client, arrivals, drain_timeout_s=drain, on_tick=tick, rtc=rtc,
                        bound=(params["nfe_ns"], params["admission_reserve_ns"]))
             t1 = time.time_ns()
             m.update(goodput(m, duration, capacity, spec.mean_nfe,
-                              node.capacity_between(t0, t1)
-                              if hasattr(node, "capacity_between") else None))  # fmt: skip
+                              relay.capacity_between(t0, t1)
+                              if hasattr(relay, "capacity_between") else None))  # fmt: skip
             # Per-NFE cost the workers saw (last 4096 NFE): was the host quiet?
-            m["worker_nfe_p50_ns"], m["worker_nfe_p99_ns"], _ = node.relay.pool.nfe_percentiles()
+            m["worker_nfe_p50_ns"], m["worker_nfe_p99_ns"], _ = relay.nfe_percentiles()
             # what the relay's threads held during the point, as it reads them back
-            m["realtime_applied"] = realtime.applied_settings(node)
+            m["realtime_applied"] = realtime.applied_settings(relay)
             # What admission assumed per NFE while the trace ran (adaptive: it follows the tail)
             # (stats published from the trace's start until its last answer)
-            if hasattr(node, "cost_during"):
-                m["cost_model"] = node.cost_during(t0, t1)
+            if hasattr(relay, "cost_during"):
+                m["cost_model"] = relay.cost_during(t0, t1)
             results[policy][f"{load:.1f}"] = m
             bar.update(done=done + 1)
 

@@ -135,12 +135,12 @@ def mode(args: argparse.Namespace) -> str:
 
 def applied_settings(relay) -> dict[str, str]:
     """The relay's threads' real-time settings as its `workers` diagnostics status reports them
-    (rt.*, memory_locked_kb: what the relay read back from /proc), from a relay process or an
-    in-process RelayNode (the same report)."""
+    (rt.*, memory_locked_kb: what the relay read back from /proc), from a RemoteRelay or a
+    LocalRelay (the same report)."""
     if hasattr(relay, "workers_status"):
         values = relay.workers_status(timeout=5.0, fresh=False)[2]
     else:
-        values = relay.thread_roles.report()[0]
+        values = relay.node.thread_roles.report()[0]  # a LocalRelay
     return {k: str(v) for k, v in values.items() if k.startswith("rt.") or k == "memory_locked_kb"}
 
 
