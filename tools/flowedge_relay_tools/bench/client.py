@@ -752,8 +752,7 @@ def relay_for_bench(in_process: bool, env: dict[str, str] | None = None, plain: 
                     **params) -> Iterator[tuple[BenchRelay, BenchClient]]:  # fmt: skip
     """(relay, client): a RemoteRelay of its own flowedge-relayd process (default, as deployed;
     `env` added to its environment) or, with in_process, a LocalRelay of a RelayNode in this
-    process; `plain`:
-    the client receives as an ordinary rclpy subscriber (BenchClient)."""
+    process; `plain`: the client receives as an ordinary rclpy subscriber (BenchClient)."""
     if in_process:
         if env:
             raise ValueError("an environment for the relay needs it in its own process")
