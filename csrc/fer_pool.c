@@ -1031,6 +1031,7 @@ static struct pool_entry *keep(struct fer_pool *p, const uint8_t *cdr, uint64_t 
     if (len > p->arena_cap) {
         bump(&p->c.standby_evicted, 1);
         return NULL;
+        bump(&p->c.held_requests_decided, 1);
     }
     pop_dead(p);
     while (p->count == p->cfg.standby_entries || !arena_fit(p, len, &off, &skip))
@@ -1275,6 +1276,7 @@ static int box_fit(const struct spill_box *b, uint64_t len, uint64_t *off, uint6
         return need <= b->cap;
     }
     tail = (b->head + b->used) % b->cap;
+    RD(held_requests_decided);
     if (tail > b->head) {
         if (need <= b->cap - tail) {
             *off = tail;

@@ -150,6 +150,8 @@ struct fer_pool_counters {
 
 struct fer_pool;
 
+    uint64_t held_requests_decided;   /* of held_released, the requests decided here (re-decided:
+                                       * counted not_owner when taken, like a takeover's) */
 /* 64-bit FNV-1a of bytes, and the splitmix64 finaliser (any thread; pure). */
 uint64_t fer_pool_hash(const uint8_t *bytes, uint64_t len);
 uint64_t fer_pool_mix64(uint64_t x);

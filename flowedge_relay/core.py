@@ -944,6 +944,7 @@ class PoolCounters:
     held_released: int = 0  # of those, due with nobody's answer: published or decided here
     hold_full: int = 0  # outcomes dropped (surrendered) with every hold slot in use
 
+    held_requests_decided: int = 0  # of held_released, requests decided here (taken not_owner)
 
 class Pool:
     """This relay's membership of a pool, in C (csrc/fer_pool.h): the view, the ownership of a

@@ -189,7 +189,7 @@ def _drift(s: Snapshot) -> str | None:
 POOL_STATS = ("not_owner", "pool_members", "pool_epoch", "owned_sessions", "takeovers",
               "taken_over_requests", "standby_entries", "standby_capacity", "standby_evicted",
               "surrendered", "spilled_out", "spilled_in", "spill_taken_back", "held",
-              "held_released", "hold_full")
+              "held_released", "hold_full", "held_requests_decided")
 
 TOP_CLIENTS = 8  # clients listed on the queue status and in RelayStats, most committed first
 STATS_RATE_WINDOW_NS = 1_000_000_000  # RelayStats' admitted NFE/s: over the last 1 to 2 s

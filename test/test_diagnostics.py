@@ -338,7 +338,8 @@ def test_pool_status_exists_only_in_a_pool_and_warns_after_a_takeover():
     """docs/design.md §13: a single relay's statuses are unchanged; a member adds `pool` (its
     view, epoch, owned sessions, takeovers, not_owner, standby use), WARN for hold_s after a
     takeover, a surrender or a standby eviction; RelayStats carries the same counters (0 outside
-    a pool), the hold's `held`, `held_released` and `hold_full` among them."""
+    a pool), the hold's `held`, `held_released`, `hold_full` and `held_requests_decided` among
+    them."""
     from flowedge_relay.diagnostics import POOL_STATS
 
     b = DiagnosticsBuilder("r", hold_s=10.0)
@@ -360,9 +361,11 @@ def test_pool_status_exists_only_in_a_pool_and_warns_after_a_takeover():
     assert (msg.takeovers, msg.taken_over_requests, msg.not_owner, msg.pool_members) == (
         1, 7, 40, 3)
     # the hold after an own stall (§13.2), each counter by its own name
-    stalled = snap(15.0, pool=_pool_values(held=9, held_released=5, hold_full=2, surrendered=6))
+    stalled = snap(15.0, pool=_pool_values(held=9, held_released=5, hold_full=2, surrendered=6,
+                                           held_requests_decided=3))
     msg = stats_message(stalled, _stamp())
-    assert (msg.held, msg.held_released, msg.hold_full, msg.surrendered) == (9, 5, 2, 6)
+    assert (msg.held, msg.held_released, msg.hold_full, msg.surrendered,
+            msg.held_requests_decided) == (9, 5, 2, 6, 3)
 
 
 def test_stats_list_the_top_clients_with_share_rate_and_refusals():

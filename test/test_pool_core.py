@@ -113,6 +113,13 @@ class Member_:
         dt = int(dt_ms * MS)
         return self.intake.service_pool(MONO + dt, ROS + dt)
 
+    def books(self) -> tuple[int, int]:
+        """(decided + not_owner, received + taken_over_requests + held_requests_decided): equal
+        once nothing is held, the books a bench reads off RelayStats."""
+        c = self.pool.counters()
+        return (self.core.stats().submitted + c.not_owner,
+                self.intake.received + c.taken_over_requests + c.held_requests_decided)
+
 
 # ---- hashing and ranking ----------------------------------------------------------------------
 
@@ -1167,4 +1174,5 @@ def test_a_held_request_of_its_own_is_decided_once_when_due_unless_answered():
     assert [(o.sequence, o.code) for o in me.core.pop_outcomes()] == []  # admitted, queued
     assert [q.sequence for q in me.core.queue_snapshot()] == [4]
     c = me.pool.counters()
-    assert (c.held, c.held_released, c.surrendered) == (3, 2, 1)
+    assert (c.held, c.held_released, c.surrendered, c.held_requests_decided) == (3, 2, 1, 2)
+    assert me.books() == (5, 5)  # 3 taken as its own but held (not_owner), 2 decided late

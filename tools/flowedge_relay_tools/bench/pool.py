@@ -319,7 +319,8 @@ def decided(s: RelayStats) -> int:
 
 
 COUNTERS = ("received", "not_owner", "takeovers", "taken_over_requests", "surrendered",
-            "middleware_lost", "standby_evicted")
+            "middleware_lost", "standby_evicted", "held", "held_released", "hold_full",
+            "held_requests_decided")
 
 
 def counters(s: RelayStats) -> dict[str, int]:
@@ -335,9 +336,11 @@ def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 
 def balanced(d: dict[str, int]) -> bool:
     """A member's books balance: every request it took it decided as owner or dropped as
-    not_owner, and every request it took over it decided (so, at rest, decided + not_owner =
-    received + taken_over_requests, whatever the events)."""
-    return d["decided"] + d["not_owner"] == d["received"] + d["taken_over_requests"]
+    not_owner, and every request it took over, or held after a stall and found unanswered when
+    due, it decided again (so, at rest, decided + not_owner = received + taken_over_requests +
+    held_requests_decided, whatever the events)."""
+    return d["decided"] + d["not_owner"] == (d["received"] + d["taken_over_requests"]
+                                             + d["held_requests_decided"])
 
 
 def settled(watch: PoolWatch, members: list[Member], before: dict[int, dict[str, int]],
@@ -882,6 +885,7 @@ def intake_step(gen, watch: PoolWatch, live: list[Member], rate: float, seconds:
         "pool_decided_per_s": pool_decided / span_s if span_s > 0 else 0.0,
         "not_owner": {i: d["not_owner"] for i, d in by.items()},
         "taken_over_requests": sum(d["taken_over_requests"] for d in per.values()),
+        "held_requests_decided": sum(d["held_requests_decided"] for d in per.values()),
         "decided": {i: d["decided"] for i, d in by.items()},
         "received": {i: d["received"] for i, d in by.items()},
         "middleware_lost": sum(d["middleware_lost"] for d in per.values()),
