@@ -481,12 +481,14 @@ static int not_owned(struct fer_intake *in, const uint8_t *cdr, uint64_t len,
 
     if (role == FER_POOL_OWNER || role == FER_POOL_UNOWNED)
         return 0;
-    if (role == FER_POOL_SUCCESSOR || role == FER_POOL_HELD) {
+    if (role != FER_POOL_OTHER) { /* SUCCESSOR, HELD, STALE_SUCCESSOR: kept */
         if (stamp_ok(v->deadline_sec, v->deadline_nanosec))
             deadline = deadline_mono(stamp_ns(v->deadline_sec, v->deadline_nanosec), now_ros,
                                      now_mono);
         if (role == FER_POOL_HELD) /* its own, surrendered: held, decided here when due */
             fer_pool_standby_hold(in->pool, cdr, len, now_mono, deadline, now_mono);
+        else if (role == FER_POOL_STALE_SUCCESSOR) /* held if its owner is taken over */
+            fer_pool_standby_put_stale(in->pool, cdr, len, owner, now_mono, deadline, now_mono);
         else
             fer_pool_standby_put(in->pool, cdr, len, owner, now_mono, deadline, now_mono);
         *decision = FER_INTAKE_STANDBY;

@@ -98,6 +98,8 @@ struct pool_entry {
     uint32_t spilled;                    /* a request this member handed to owner_key (§13.5) */
     uint32_t held;                       /* held after an own stall until answered or due_ns */
     uint64_t due_ns;
+    uint32_t stale;                      /* a copy kept after an own stall (STALE_SUCCESSOR):
+                                          * held, not decided, when its owner is taken over */
 };
 
 /* A held outcome's slot (fer_pool_hold): its request's fingerprint, due time and state */
@@ -597,7 +599,8 @@ static int route(struct fer_pool *p, uint64_t h, uint64_t digest_hash, int64_t o
     uint64_t k1, k2;
     uint32_t found, count = memo != NULL;
     int64_t excluded;
-    int role, alone = 0, held = 0, stale;
+    uint64_t a1 = 0, a2 = 0;
+    int role, alone = 0, held = 0, copy = 0, stale;
 
     if (count) /* the deciding thread acts on what it takes: its own stall first */
         fer_pool_stall_check(p, now_ns);
@@ -605,15 +608,18 @@ static int route(struct fer_pool *p, uint64_t h, uint64_t digest_hash, int64_t o
     excluded = __atomic_load_n(&p->excluded_before, __ATOMIC_ACQUIRE);
     stale = excluded != 0 && (origin_ns != 0 ? origin_ns : ros_now()) < excluded;
     if (stale) {
-        uint64_t a1, a2;
-
         /* surrendered: the others may have taken this member's requests over until its
          * rejoin's owning_from, so it decides none of them (neither owner nor successor). But
          * they may have stalled and surrendered too: the member that the view ranks first
          * with every window ignored (the same at every member whose view has the same
          * members, whichever rejoins have been heard, its own included) holds it, until an
-         * answer names it or it is due (fer_pool.h, "Hold, do not drop") */
-        held = rank(p, h, digest_hash, 0, &a1, &a2, NULL) > 0 && a1 == p->key;
+         * answer names it or it is due (fer_pool.h, "Hold, do not drop"); and the one it
+         * ranks second keeps a copy for that first one's takeover: it may have died in the
+         * stall of every member, and nobody else kept one */
+        uint32_t n = rank(p, h, digest_hash, 0, &a1, &a2, NULL);
+
+        held = n > 0 && a1 == p->key;
+        copy = n == 2 && a2 == p->key;
     }
     if (stale && (held || found == 0 || k1 == p->key || (found == 2 && k2 == p->key))) {
         if (k1 == p->key) {
@@ -629,6 +635,8 @@ static int route(struct fer_pool *p, uint64_t h, uint64_t digest_hash, int64_t o
     }
     if (held)
         role = FER_POOL_HELD;
+    else if (copy)
+        role = FER_POOL_STALE_SUCCESSOR;
     else if (alone)
         role = FER_POOL_OTHER;
     else if (found == 0)
@@ -640,9 +648,9 @@ static int route(struct fer_pool *p, uint64_t h, uint64_t digest_hash, int64_t o
     else
         role = FER_POOL_OTHER;
     if (owner_key)
-        *owner_key = k1;
+        *owner_key = copy ? a1 : k1;
     if (successor_key)
-        *successor_key = found == 2 ? k2 : 0;
+        *successor_key = found == 2 && !copy ? k2 : 0;
     if (count) {
         saw_now(p, now_ns);
         if (role == FER_POOL_UNOWNED)
@@ -964,6 +972,24 @@ int fer_pool_standby_put(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
     return FER_OK;
 }
 
+int fer_pool_standby_put_stale(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
+                               uint64_t owner_key, uint64_t arrival_ns, uint64_t deadline_ns,
+                               uint64_t now_ns)
+{
+    const uint8_t *sid;
+    uint32_t sid_len;
+    uint64_t sequence;
+    struct pool_entry *x;
+
+    if (p == NULL || cdr == NULL || fer_wire_request_key(cdr, len, &sid, &sid_len, &sequence) != 0)
+        return FER_EINVAL;
+    x = keep(p, cdr, len, fer_pool_hash(sid, sid_len), sequence, owner_key, arrival_ns,
+             deadline_ns, now_ns, 0);
+    if (x != NULL)
+        x->stale = 1;
+    return FER_OK;
+}
+
 /* Hold a kept entry until an answer names it or due (the deciding thread) */
 static void hold_entry(struct fer_pool *p, struct pool_entry *x, uint64_t mark, uint64_t leases)
 {
@@ -1005,6 +1031,7 @@ uint64_t fer_pool_run_held(struct fer_pool *p, uint64_t now_ns, fer_pool_redecid
             continue;
         unlink_entry(p, x); /* due and nobody answered it: decided here, once */
         bump(&p->c.held_released, 1);
+        bump(&p->c.held_requests_decided, 1);
         note_answered(p, fingerprint(x->sid_hash, x->sequence));
         fn(ctx, p->arena + x->off, x->len, x->arrival_ns);
         done++;
@@ -1031,7 +1058,6 @@ static struct pool_entry *keep(struct fer_pool *p, const uint8_t *cdr, uint64_t 
     if (len > p->arena_cap) {
         bump(&p->c.standby_evicted, 1);
         return NULL;
-        bump(&p->c.held_requests_decided, 1);
     }
     pop_dead(p);
     while (p->count == p->cfg.standby_entries || !arena_fit(p, len, &off, &skip))
@@ -1042,7 +1068,7 @@ static struct pool_entry *keep(struct fer_pool *p, const uint8_t *cdr, uint64_t 
     memcpy(p->arena + off, cdr, len);
     p->a_used += skip + len;
     *x = (struct pool_entry){h, sequence, owner_key, arrival_ns, deadline_ns, off, len,
-                             skip + len, 1, -1, spilled, 0, 0};
+                             skip + len, 1, -1, spilled, 0, 0, 0};
     chain = &p->bucket[(h ^ sequence) & p->mask];
     x->next = *chain;
     *chain = idx;
@@ -1183,12 +1209,13 @@ uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, voi
 
             if (!x->live || x->owner_key != keys[k] || x->held)
                 continue;
-            if (x->arrival_ns < mark) {
-                /* kept before this member's own stall: while it was dead to the others, its
-                 * owner may have answered it, and a death this member judges just after
-                 * resuming may be its own stale view; but the owner may have stalled too and
-                 * surrendered it. Held: dropped on the owner's (or anyone's) answer, decided
-                 * here when due, a lease after the owner's own hold (fer_pool.h). */
+            if (x->arrival_ns < mark || x->stale) {
+                /* kept before this member's own stall, or after it but stamped before its
+                 * exclusion (a stale copy): while it was dead to the others, its owner may
+                 * have answered it, and a death this member judges just after resuming may be
+                 * its own stale view; but the owner may have stalled too and surrendered it,
+                 * or died in the stall. Held: dropped on the owner's (or anyone's) answer,
+                 * decided here when due, a lease after the owner's own hold (fer_pool.h). */
                 hold_entry(p, x, mark, 2);
                 continue;
             }
@@ -1249,6 +1276,7 @@ int fer_pool_counters(struct fer_pool *p, struct fer_pool_counters *out)
     RD(pool_epoch); RD(key); RD(stalls_detected); RD(surrender_before_ns); RD(spilled_out);
     RD(spilled_in); RD(spill_ignored); RD(spill_dropped); RD(spill_back); RD(spill_returned);
     RD(spill_taken_back); RD(held); RD(held_released); RD(hold_full);
+    RD(held_requests_decided);
 #undef RD
     pthread_mutex_unlock(&p->mu);
     out->owned_sessions = owned;
@@ -1276,7 +1304,6 @@ static int box_fit(const struct spill_box *b, uint64_t len, uint64_t *off, uint6
         return need <= b->cap;
     }
     tail = (b->head + b->used) % b->cap;
-    RD(held_requests_decided);
     if (tail > b->head) {
         if (need <= b->cap - tail) {
             *off = tail;

@@ -62,6 +62,10 @@
                                        * its exclusion that it would own: kept until another
                                        * member's answer names it or its hold is due
                                        * (docs/design.md §13.2) */
+#define FER_POOL_STALE_SUCCESSOR 5    /* after this member's own stall, a request stamped before
+                                       * its exclusion that it ranks second (every window
+                                       * ignored): a copy for the first one's takeover, held
+                                       * then, not decided at once (docs/design.md §13.2) */
 
 /* Holding what an own stall would drop (docs/design.md §13.2): a held outcome's state */
 #define FER_POOL_HOLD_MAX 256         /* outcomes one pool holds at once */
@@ -146,12 +150,12 @@ struct fer_pool_counters {
     uint64_t held_released;           /* of those, due with no other member's answer: published
                                        * (outcomes) or decided here (requests) */
     uint64_t hold_full;               /* outcomes dropped (surrendered) with every hold slot used */
+    uint64_t held_requests_decided;   /* of held_released, the requests decided here (re-decided:
+                                       * counted not_owner when taken, like a takeover's) */
 };
 
 struct fer_pool;
 
-    uint64_t held_requests_decided;   /* of held_released, the requests decided here (re-decided:
-                                       * counted not_owner when taken, like a takeover's) */
 /* 64-bit FNV-1a of bytes, and the splitmix64 finaliser (any thread; pure). */
 uint64_t fer_pool_hash(const uint8_t *bytes, uint64_t len);
 uint64_t fer_pool_mix64(uint64_t x);
@@ -188,7 +192,8 @@ int fer_pool_add_surrendered(struct fer_pool *pool, uint64_t n);
  *   lease at the surrender: the others may have taken those over, and the rejoin announces
  *   owning_from no earlier; it decides none of them even where its view has lost every other
  *   member since (its own stale judgement after the stall). Of those, one whose session it ranks
- *   first with every window ignored is held (FER_POOL_HELD), the rest dropped. With no other
+ *   first with every window ignored is held (FER_POOL_HELD), one it ranks second is kept as a
+ *   copy for the first one's takeover (FER_POOL_STALE_SUCCESSOR), the rest dropped. With no other
  *   member in the view it does nothing: nobody could have taken its work over. FER_OK,
  *   FER_EINVAL.
  * An output of a request that arrived before the watermark (arrival_mono < mark, the mark
@@ -232,11 +237,12 @@ uint32_t fer_pool_holding(const struct fer_pool *pool);
 int fer_pool_standby_hold(struct fer_pool *pool, const uint8_t *cdr, uint64_t len,
                           uint64_t arrival_ns, uint64_t deadline_ns, uint64_t now_ns);
 
-/* Any thread: this member's role for a request (FER_POOL_OWNER .. FER_POOL_UNOWNED), from its
- * session id bytes, the fer_pool_hash of its model_digest and its origin_stamp (ROS ns, 0 =
- * unset). With owner_key / successor_key non-NULL, the two highest keys (0 = none). count != 0:
- * count not_owner (SUCCESSOR, OTHER) or unowned, as the intake does; only from the thread that
- * decides requests (the rclpy intake's request thread). A negative code for a NULL pool. */
+/* Any thread: this member's role for a request (FER_POOL_OWNER .. FER_POOL_STALE_SUCCESSOR),
+ * from its session id bytes, the fer_pool_hash of its model_digest and its origin_stamp (ROS
+ * ns, 0 = unset). With owner_key / successor_key non-NULL, the two highest keys (0 = none; for
+ * a STALE_SUCCESSOR, the key it keeps the copy for and 0). count != 0: count not_owner (every
+ * role but OWNER and UNOWNED) or unowned, as the intake does; only from the thread that decides
+ * requests (the rclpy intake's request thread). A negative code for a NULL pool. */
 int fer_pool_role(struct fer_pool *pool, const uint8_t *session_id, uint32_t session_id_len,
                   uint64_t digest_hash, int64_t origin_ns, uint32_t count, uint64_t *owner_key,
                   uint64_t *successor_key);
@@ -253,6 +259,11 @@ int fer_pool_takeover(struct fer_pool *pool, uint64_t dead_key);
 int fer_pool_standby_put(struct fer_pool *pool, const uint8_t *cdr, uint64_t len,
                          uint64_t owner_key, uint64_t arrival_ns, uint64_t deadline_ns,
                          uint64_t now_ns);
+/* The deciding thread: the same for a FER_POOL_STALE_SUCCESSOR copy: a takeover of owner_key
+ * holds it (as an entry kept before the watermark) instead of deciding it at once. */
+int fer_pool_standby_put_stale(struct fer_pool *pool, const uint8_t *cdr, uint64_t len,
+                               uint64_t owner_key, uint64_t arrival_ns, uint64_t deadline_ns,
+                               uint64_t now_ns);
 /* The deciding thread: one flowedge/actions message's CDR bytes. Removes every standby entry of
  * its (session_id, sequence) and returns how many (an answer of this member's own relay_id is
  * ignored: 0), or FER_EINVAL for bytes that are not an ActionMessage (counted). */

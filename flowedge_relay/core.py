@@ -871,6 +871,7 @@ class PoolRole(enum.IntEnum):
     OTHER = lib.FER_POOL_OTHER  # neither: drop it
     UNOWNED = lib.FER_POOL_UNOWNED  # no member of the view covers it: decide it here
     HELD = lib.FER_POOL_HELD  # its own after its own stall: held until answered or due
+    STALE_SUCCESSOR = lib.FER_POOL_STALE_SUCCESSOR  # after its own stall: a copy, held on takeover
 
 
 def pool_hash(data: bytes | str) -> int:
@@ -943,8 +944,8 @@ class PoolCounters:
     held: int = 0  # outcomes and requests held after an own stall, not dropped (§13.2)
     held_released: int = 0  # of those, due with nobody's answer: published or decided here
     hold_full: int = 0  # outcomes dropped (surrendered) with every hold slot in use
-
     held_requests_decided: int = 0  # of held_released, requests decided here (taken not_owner)
+
 
 class Pool:
     """This relay's membership of a pool, in C (csrc/fer_pool.h): the view, the ownership of a

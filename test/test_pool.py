@@ -550,6 +550,64 @@ def test_kill_9_under_load_every_request_is_answered_once_and_taken_over_in_time
     assert delay_ms <= LEASE_MS + 100 + 1000 / STATS_HZ
 
 
+def test_an_owner_killed_in_a_stall_of_every_member_loses_none_of_its_requests(pool):
+    """SIGSTOP of every member still up under load, kill -9 of one of them while all are
+    stopped, SIGCONT of the rest past lease + margin: a whole-host stall in which a member dies.
+    What was sent to the dead member's sessions during the stall reaches the survivors only
+    after their own stall, stamped before their exclusion; the survivor that ranks each such
+    session second keeps a copy for the dead owner's takeover, holds it there and answers it
+    when due (docs/design.md §13.2). Every request is answered once, or again only by another
+    relay_id or pool_epoch. Runs on the members still up (after the kill test above: two)."""
+    client, procs, ids = pool
+    live = [i for i in range(RELAYS) if procs[i].poll() is None]
+    assert len(live) >= 2, "a takeover needs another member"
+    victim, survivors = live[0], live[1:]
+    live_ids = [ids[i] for i in live]
+    client.wait_views(live, set(live_ids))
+    client.reset()
+    sessions = sessions_owned(live_ids, 2, "dies")
+    victims = {s for s in sessions if owner(s, live_ids) == ids[victim]}
+    # 4 requests/s of 200 ms: one survivor keeps up alone
+    with client.under_load(sessions, 4.0):
+        time.sleep(1.0)
+        for i in live:
+            os.kill(procs[i].pid, signal.SIGSTOP)
+        frozen_at = client.now()
+        try:
+            time.sleep(LEASE_MS / 1000 + 0.4)  # past lease + margin: each one's own stall
+            os.kill(procs[victim].pid, signal.SIGKILL)
+            procs[victim].wait(timeout=10)
+        finally:
+            for i in survivors:
+                os.kill(procs[i].pid, signal.SIGCONT)
+        resumed_at = client.now()
+        client.wait_views(survivors, {ids[i] for i in survivors})
+        time.sleep(1.0)
+    # a held copy is due at most 6 leases + margin after the stall was found: wait past that,
+    # so that a late duplicate would be seen too
+    time.sleep((6 * LEASE_MS + 100) / 1000 + 1.0)
+    counts = client.ledger()
+    with client.lock:
+        stalled = [k for k, at in client.sent.items()
+                   if k[0] in victims and frozen_at <= at < resumed_at]
+        missing = [k for k in client.sent if counts[k] == 0]
+        tags = collections.defaultdict(list)
+        for a, _ in client.answers:
+            tags[(a.session_id, a.sequence)].append((a.relay_id, a.pool_epoch))
+        sent = len(client.sent)
+    assert stalled, "nothing was sent to the dead member's sessions during the stall"
+    lost = [k for k in stalled if counts[k] == 0]
+    assert not missing, (f"{len(missing)} of {sent} unanswered, {len(lost)} of the "
+                         f"{len(stalled)} sent to the dead member during the stall: {missing[:5]}")
+    untagged = {k: t for k, t in tags.items() if len(set(t)) < len(t)}
+    assert not untagged, f"answered twice by one member and epoch: {untagged}"
+    by = client.answerers()
+    assert all(by[k] in {ids[i] for i in survivors} for k in stalled)
+    print(f"{len(stalled)} requests sent to the dead member's sessions during the stall, all "
+          f"answered by the survivors; {sent} sent, 0 unanswered, "
+          f"{sum(1 for t in tags.values() if len(t) > 1)} answered twice (tagged)")
+
+
 def test_without_a_pool_nothing_of_it_exists_and_spill_changes_nothing():
     """`pool` empty (the default) is a single relay: no pool topic, thread or status, the pool
     fields of RelayStats 0. `pool_spill: true` there, at start or on a live set, is accepted and

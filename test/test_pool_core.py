@@ -925,7 +925,9 @@ def test_a_surrendered_member_decides_no_request_stamped_before_its_rejoin():
     others may have taken those over; its rejoin announces owning_from no earlier), delivered
     late, also when its view has lost the others since: one of a session it ranks first
     (every window ignored) is held, not decided (dropped once answered elsewhere, decided when
-    due: the next tests), any other is dropped before any copy. Later stamps as before."""
+    due: the next tests), one it ranks second is kept as a copy for the first one's takeover
+    (held then: the next tests), any other is dropped before any copy. Later stamps as
+    before."""
     me = Member_()
     other = pool_key("other")
     me.pool.set_view(members(other, me.pool.key))
@@ -934,21 +936,22 @@ def test_a_surrendered_member_decides_no_request_stamped_before_its_rejoin():
     assert me.decide(request_cdr(mine, 1)) == (None, Decision.ACCEPTED)
     me.pool.surrender(MONO + MS)
     assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.HELD
-    assert me.pool.role(kept.encode(), DIGEST, ROS) == PoolRole.OTHER
+    assert me.pool.role(kept.encode(), DIGEST, ROS) == PoolRole.STALE_SUCCESSOR
     assert me.pool.ranking(mine.encode(), DIGEST, ROS)[0] == other
+    assert me.pool.ranking(kept.encode(), DIGEST, ROS) == (other, 0)
     rejoined = time.time_ns() + 2 * LEASE + 10_000 * MS
     assert me.pool.role(mine.encode(), DIGEST, rejoined) == PoolRole.OWNER
     assert me.pool.role(kept.encode(), DIGEST, rejoined) == PoolRole.SUCCESSOR
     assert me.decide(request_cdr(mine, 2), 2) == (STANDBY, None)  # held
-    assert me.decide(request_cdr(kept, 1), 2) == (NOT_OWNER, None)
+    assert me.decide(request_cdr(kept, 1), 2) == (STANDBY, None)  # a copy, not held
     c = me.pool.counters()
-    assert (c.standby_entries, c.held) == (1, 1)
+    assert (c.standby_entries, c.held, c.not_owner) == (2, 1, 2)
     # its rejoin moved its own window to the cutover: still the one that holds it (the
     # ranking that picks the holder ignores windows, as the others' does, whatever they heard)
     me.pool.set_view([PoolViewMember(other, (DIGEST,)),
                       PoolViewMember(me.pool.key, (DIGEST,), owning_from_ns=rejoined)])
     assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.HELD
-    assert me.pool.role(kept.encode(), DIGEST, ROS) == PoolRole.OTHER
+    assert me.pool.role(kept.encode(), DIGEST, ROS) == PoolRole.STALE_SUCCESSOR
     # its view losing the others after the stall is its own stale judgement: still held
     me.pool.set_view(members(me.pool.key))
     assert me.pool.role(mine.encode(), DIGEST, ROS) == PoolRole.HELD
@@ -1147,6 +1150,40 @@ def test_after_a_surrender_held_requests_are_dropped_if_answered_else_decided_on
     assert outcomes == [(3, Code.EXPIRED)]
     c = me.pool.counters()
     assert (c.held, c.held_released, c.surrendered, c.standby_entries) == (2, 1, 1, 0)
+    assert c.held_requests_decided == 1  # re-decided, like the takeover's seq 2
+    assert me.books() == (5, 5)  # 3 taken as standby (not_owner), 2 decided
+
+
+def test_a_stale_copy_is_held_when_its_owner_is_taken_over():
+    """After its own stall, a request stamped before the exclusion of a session this member
+    ranks second is kept as a copy for the first: that owner may have died in a stall of every
+    member, and nobody else kept one. The owner's takeover holds the copy (the death may be
+    this member's stale view after its stall): dropped if the owner's answer names it, else
+    decided here once when due, 2 leases after max(the watermark + lease + margin, its
+    arrival, its deadline), as a copy kept before the watermark is."""
+    me = Member_()
+    dead = pool_key("dead")
+    me.pool.set_view(members(dead, me.pool.key))
+    sid = session_where(me.pool, PoolRole.SUCCESSOR)
+    me.pool.surrender(MONO + MS)
+    assert me.pool.role(sid.encode(), DIGEST, ROS) == PoolRole.STALE_SUCCESSOR
+    for seq in (1, 2):  # delivered after the stall; deadline MONO + 200 ms
+        assert me.decide(request_cdr(sid, seq, deadline_ms=200), 2) == (STANDBY, None)
+    assert me.pool.standby() == [(pool_hash(sid), 1, dead), (pool_hash(sid), 2, dead)]
+    me.pool.set_view(members(me.pool.key))
+    me.pool.takeover(dead)
+    assert me.service(3) == 0  # held, not decided at once
+    c = me.pool.counters()
+    assert (c.takeovers, c.taken_over_requests, c.held) == (1, 0, 2)
+    assert me.pool.answer(answer_cdr(sid, 1, relay_id="dead")) == 1  # it answered after all
+    due_ms = 1 + (LEASE + lib.FER_POOL_STALL_MARGIN_NS + 2 * LEASE) // MS
+    assert me.service(due_ms - 1) == 0
+    assert me.service(due_ms) == 1
+    assert me.service(due_ms + 1000) == 0  # once
+    assert [(o.sequence, o.code) for o in me.core.pop_outcomes()] == [(2, Code.EXPIRED)]
+    c = me.pool.counters()
+    assert (c.held, c.held_released, c.surrendered, c.held_requests_decided) == (2, 1, 1, 1)
+    assert me.books() == (3, 3)  # 2 taken as copies (not_owner), 1 decided when due
 
 
 def test_a_held_request_of_its_own_is_decided_once_when_due_unless_answered():
