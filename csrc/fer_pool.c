@@ -957,24 +957,9 @@ static struct pool_entry *keep(struct fer_pool *p, const uint8_t *cdr, uint64_t 
                  uint64_t sequence, uint64_t owner_key, uint64_t arrival_ns,
                  uint64_t deadline_ns, uint64_t now_ns, uint32_t spilled);
 
-int fer_pool_standby_put(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
-                         uint64_t owner_key, uint64_t arrival_ns, uint64_t deadline_ns,
-                         uint64_t now_ns)
-{
-    const uint8_t *sid;
-    uint32_t sid_len;
-    uint64_t sequence;
-
-    if (p == NULL || cdr == NULL || fer_wire_request_key(cdr, len, &sid, &sid_len, &sequence) != 0)
-        return FER_EINVAL;
-    keep(p, cdr, len, fer_pool_hash(sid, sid_len), sequence, owner_key, arrival_ns, deadline_ns,
-         now_ns, 0);
-    return FER_OK;
-}
-
-int fer_pool_standby_put_stale(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
-                               uint64_t owner_key, uint64_t arrival_ns, uint64_t deadline_ns,
-                               uint64_t now_ns)
+/* standby_put and standby_put_stale: keep a request's CDR bytes for owner_key, marked stale */
+static int put(struct fer_pool *p, const uint8_t *cdr, uint64_t len, uint64_t owner_key,
+               uint64_t arrival_ns, uint64_t deadline_ns, uint64_t now_ns, uint32_t stale)
 {
     const uint8_t *sid;
     uint32_t sid_len;
@@ -986,8 +971,22 @@ int fer_pool_standby_put_stale(struct fer_pool *p, const uint8_t *cdr, uint64_t 
     x = keep(p, cdr, len, fer_pool_hash(sid, sid_len), sequence, owner_key, arrival_ns,
              deadline_ns, now_ns, 0);
     if (x != NULL)
-        x->stale = 1;
+        x->stale = stale;
     return FER_OK;
+}
+
+int fer_pool_standby_put(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
+                         uint64_t owner_key, uint64_t arrival_ns, uint64_t deadline_ns,
+                         uint64_t now_ns)
+{
+    return put(p, cdr, len, owner_key, arrival_ns, deadline_ns, now_ns, 0);
+}
+
+int fer_pool_standby_put_stale(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
+                               uint64_t owner_key, uint64_t arrival_ns, uint64_t deadline_ns,
+                               uint64_t now_ns)
+{
+    return put(p, cdr, len, owner_key, arrival_ns, deadline_ns, now_ns, 1);
 }
 
 /* Hold a kept entry until an answer names it or due (the deciding thread) */

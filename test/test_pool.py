@@ -299,6 +299,15 @@ class PoolClient:
             self.answers.clear()
             self.sent.clear()
 
+    def still_up(self, procs: list, ids: list[str]) -> list[int]:
+        """The members whose process still runs (a test before may have stopped one), at least
+        two, each listing just them; the ledger reset."""
+        live = [i for i in range(RELAYS) if procs[i].poll() is None]
+        assert len(live) >= 2, "a takeover needs another member"
+        self.wait_views(live, {ids[i] for i in live})
+        self.reset()
+        return live
+
     def ensure_active(self, i: int, ids: list[str]) -> None:
         """Relay i active and every member listing the three (a test that failed before may
         have left it inactive)."""
@@ -559,12 +568,9 @@ def test_an_owner_killed_in_a_stall_of_every_member_loses_none_of_its_requests(p
     when due (docs/design.md §13.2). Every request is answered once, or again only by another
     relay_id or pool_epoch. Runs on the members still up (after the kill test above: two)."""
     client, procs, ids = pool
-    live = [i for i in range(RELAYS) if procs[i].poll() is None]
-    assert len(live) >= 2, "a takeover needs another member"
+    live = client.still_up(procs, ids)
     victim, survivors = live[0], live[1:]
     live_ids = [ids[i] for i in live]
-    client.wait_views(live, set(live_ids))
-    client.reset()
     sessions = sessions_owned(live_ids, 2, "dies")
     victims = {s for s in sessions if owner(s, live_ids) == ids[victim]}
     # 4 requests/s of 200 ms: one survivor keeps up alone
