@@ -1139,13 +1139,18 @@ static int key_cmp(const void *a, const void *b)
 
 int fer_pool_expire(struct fer_pool *p, uint64_t now_ns)
 {
-    uint64_t keys[FER_POOL_MEMBERS_MAX], lease;
+    uint64_t keys[FER_POOL_MEMBERS_MAX], lease, mark, floor;
     uint32_t nk, i, s1;
     int n = 0;
 
     if (p == NULL)
         return FER_EINVAL;
     lease = p->cfg.lease_ns;
+    /* a copy kept before this member's own stall, or a stale one kept after it: its owner may
+     * have died in a stall of every member, judged here by lease + margin after the stall was
+     * found; until then its deadline counts from there (a takeover then holds it) */
+    mark = __atomic_load_n(&p->surrender_before, __ATOMIC_ACQUIRE);
+    floor = mark ? fer_sat_add(mark, fer_sat_add(lease, FER_POOL_STALL_MARGIN_NS)) : 0;
     saw_now(p, now_ns);
     do { /* the live keys, sorted */
         const struct pool_view *v;
@@ -1160,13 +1165,16 @@ int fer_pool_expire(struct fer_pool *p, uint64_t now_ns)
     qsort(keys, nk, sizeof(keys[0]), key_cmp);
     for (i = 0; i < p->count; i++) {
         struct pool_entry *x = at(p, i);
-        uint64_t due;
+        uint64_t due, from;
         int live;
 
         if (!x->live || x->deadline_ns == 0 || x->held)
             continue; /* no deadline: kept until answered or evicted; held: until due */
         live = bsearch(&x->owner_key, keys, nk, sizeof(keys[0]), key_cmp) != NULL;
-        due = fer_sat_add(x->deadline_ns, fer_sat_mul(lease, live ? 1 : 4));
+        from = x->deadline_ns;
+        if ((x->arrival_ns < mark || x->stale) && from < floor)
+            from = floor;
+        due = fer_sat_add(from, fer_sat_mul(lease, live ? 1 : 4));
         if (now_ns >= due) {
             unlink_entry(p, x);
             bump(&p->c.standby_expired, 1);
@@ -1179,11 +1187,14 @@ int fer_pool_expire(struct fer_pool *p, uint64_t now_ns)
     return n;
 }
 
-/* The deciding thread, each pass of its loop: expiry at most every lease / 4. */
+/* The deciding thread, each pass of its loop: expiry at most every lease / 4, its own stall
+ * found first (the first pass after a stall must not expire what the stall covers). */
 void fer_pool_tick(struct fer_pool *p, uint64_t now_ns)
 {
-    if (now_ns >= fer_sat_add(p->last_expire, p->cfg.lease_ns / 4))
+    if (now_ns >= fer_sat_add(p->last_expire, p->cfg.lease_ns / 4)) {
+        fer_pool_stall_check(p, now_ns);
         fer_pool_expire(p, now_ns);
+    }
 }
 
 uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, void *ctx)

@@ -45,6 +45,7 @@ POOL = "pooltest"
 LEASE_MS = 2000
 RELAYS = 3
 NFE_DELAY_MS = 50  # x 4 NFE: a request holds its worker 200 ms, so a burst stays queued
+QUEUED_DEADLINE_MS = 2000  # a burst queued at a member a stall then kills: past due in the stall
 STATS_HZ = 20.0  # the takeover counter is read from flowedge/stats, 50 ms apart
 TOPICS = ("flowedge/requests", "flowedge/actions", "flowedge/pool", "flowedge/pool/spill",
           "flowedge/model")
@@ -173,11 +174,12 @@ class PoolClient:
 
     # -- traffic -----------------------------------------------------------------------------
 
-    def send(self, session: str) -> tuple[str, int]:
+    def send(self, session: str, **fields) -> tuple[str, int]:
+        """One request of `session`, its next sequence (`fields`: deadline_ms and the like)."""
         self._seq[session] += 1
         key = (session, self._seq[session])
         now = self.now()
-        req = build_request(self.model, now, session_id=session, sequence=key[1])
+        req = build_request(self.model, now, session_id=session, sequence=key[1], **fields)
         with self.lock:
             self.sent[key] = now
         self.pub.publish(req)
@@ -209,12 +211,12 @@ class PoolClient:
             stop.set()
             thread.join()
 
-    def busy(self, member: str, sessions: list[str]) -> list[tuple[str, int]]:
+    def busy(self, member: str, sessions: list[str], **fields) -> list[tuple[str, int]]:
         """3 requests of each of `sessions` (a member's own: with NFE_DELAY_MS x 4 NFE each,
         200 ms of work apiece there), returned just after `member` answered one of them: the
         rest are queued or running at it, unanswered, and its next answer is 200 ms of compute
         away, so none of its answers is in flight when the caller acts."""
-        burst = [self.send(s) for s in sessions * 3]
+        burst = [self.send(s, **fields) for s in sessions * 3]
 
         def answered() -> bool:
             return any(r == member and k in burst for k, r in self.answerers().items())
@@ -560,13 +562,16 @@ def test_kill_9_under_load_every_request_is_answered_once_and_taken_over_in_time
 
 
 def test_an_owner_killed_in_a_stall_of_every_member_loses_none_of_its_requests(pool):
-    """SIGSTOP of every member still up under load, kill -9 of one of them while all are
-    stopped, SIGCONT of the rest past lease + margin: a whole-host stall in which a member dies.
-    What was sent to the dead member's sessions during the stall reaches the survivors only
-    after their own stall, stamped before their exclusion; the survivor that ranks each such
-    session second keeps a copy for the dead owner's takeover, holds it there and answers it
-    when due (docs/design.md §13.2). Every request is answered once, or again only by another
-    relay_id or pool_epoch. Runs on the members still up (after the kill test above: two)."""
+    """SIGSTOP of every member still up under load, while one holds queued work due in 2 s,
+    kill -9 of that one while all are stopped, SIGCONT of the rest past lease + margin and past
+    the queued work's deadline + lease: a whole-host stall in which a member dies. The
+    survivors' copies of its queued work outlive their deadline until the death can be judged
+    (the first pass after the stall does not expire them); what was sent to its sessions during
+    the stall reaches the survivors only after their own stall, stamped before their exclusion,
+    and the survivor that ranks each such session second keeps a copy. The dead owner's
+    takeover holds both kinds and answers them when due (docs/design.md §13.2). Every request
+    is answered once, or again only by another relay_id or pool_epoch. Runs on the members
+    still up (after the kill test above: two)."""
     client, procs, ids = pool
     live = client.still_up(procs, ids)
     victim, survivors = live[0], live[1:]
@@ -576,11 +581,15 @@ def test_an_owner_killed_in_a_stall_of_every_member_loses_none_of_its_requests(p
     # 4 requests/s of 200 ms: one survivor keeps up alone
     with client.under_load(sessions, 4.0):
         time.sleep(1.0)
+        burst = client.busy(ids[victim], sorted(victims), deadline_ms=QUEUED_DEADLINE_MS)
+        sent_at = time.monotonic()
         for i in live:
             os.kill(procs[i].pid, signal.SIGSTOP)
         frozen_at = client.now()
-        try:
-            time.sleep(LEASE_MS / 1000 + 0.4)  # past lease + margin: each one's own stall
+        queued = [k for k in burst if k not in client.answerers()]
+        try:  # past lease + margin (each one's own stall) and the queued work's deadline + lease
+            time.sleep(max(LEASE_MS / 1000 + 0.4, (QUEUED_DEADLINE_MS + LEASE_MS) / 1000 + 0.5
+                           - (time.monotonic() - sent_at)))
             os.kill(procs[victim].pid, signal.SIGKILL)
             procs[victim].wait(timeout=10)
         finally:
@@ -602,15 +611,18 @@ def test_an_owner_killed_in_a_stall_of_every_member_loses_none_of_its_requests(p
             tags[(a.session_id, a.sequence)].append((a.relay_id, a.pool_epoch))
         sent = len(client.sent)
     assert stalled, "nothing was sent to the dead member's sessions during the stall"
+    assert queued, "the member killed held no queued work at the stall: nothing was at risk"
     lost = [k for k in stalled if counts[k] == 0]
+    lost_queued = [k for k in queued if counts[k] == 0]
     assert not missing, (f"{len(missing)} of {sent} unanswered, {len(lost)} of the "
-                         f"{len(stalled)} sent to the dead member during the stall: {missing[:5]}")
+                         f"{len(stalled)} sent to the dead member during the stall, "
+                         f"{len(lost_queued)} of the {len(queued)} queued at it: {missing[:5]}")
     untagged = {k: t for k, t in tags.items() if len(set(t)) < len(t)}
     assert not untagged, f"answered twice by one member and epoch: {untagged}"
     by = client.answerers()
-    assert all(by[k] in {ids[i] for i in survivors} for k in stalled)
-    print(f"{len(stalled)} requests sent to the dead member's sessions during the stall, all "
-          f"answered by the survivors; {sent} sent, 0 unanswered, "
+    assert all(by[k] in {ids[i] for i in survivors} for k in stalled + queued)
+    print(f"{len(queued)} requests queued at the member killed and {len(stalled)} sent to its "
+          f"sessions during the stall, all answered by the survivors; {sent} sent, 0 unanswered, "
           f"{sum(1 for t in tags.values() if len(t) > 1)} answered twice (tagged)")
 
 

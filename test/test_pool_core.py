@@ -1186,6 +1186,43 @@ def test_a_stale_copy_is_held_when_its_owner_is_taken_over():
     assert me.books() == (3, 3)  # 2 taken as copies (not_owner), 1 decided when due
 
 
+@pytest.mark.parametrize("owner_dies", [True, False])
+def test_copies_a_stall_covers_outlive_their_deadline_until_a_death_in_it_is_judged(owner_dies):
+    """A successor's copy whose deadline + lease passed in this member's own stall is not
+    expired by the first pass after it, which finds the stall first: the owner may have died in
+    a stall of every member, judged here only lease + margin after the stall was found. Until
+    then its deadline counts from there, for a copy kept before the stall and a stale copy kept
+    after it alike. A takeover then holds both and answers them, EXPIRED, when due; with the
+    owner alive they expire a lease later (its answer would have come)."""
+    me = Member_()
+    owner = pool_key("owner")
+    me.pool.set_view(members(owner, me.pool.key))
+    sid = session_where(me.pool, PoolRole.SUCCESSOR)
+    me.pool.alive(MONO)
+    assert me.decide(request_cdr(sid, 1, deadline_ms=200)) == (STANDBY, None)
+    stall_ms = 2000  # the first pass after the stall finds it: the watermark is MONO + 2 s
+    assert me.service(stall_ms) == 0
+    assert me.pool.counters().surrender_before_ns == MONO + stall_ms * MS
+    assert me.decide(request_cdr(sid, 2, deadline_ms=200), stall_ms + 1) == (STANDBY, None)
+    judged_ms = stall_ms + (LEASE + lib.FER_POOL_STALL_MARGIN_NS) // MS
+    assert me.service(judged_ms) == 0
+    assert [q for _, q, _ in me.pool.standby()] == [1, 2]
+    if owner_dies:
+        me.pool.set_view(members(me.pool.key))
+        me.pool.takeover(owner)
+        assert me.service(judged_ms) == 0  # held: the death may be this member's stale view
+        due_ms = judged_ms + 2 * LEASE // MS
+        assert me.service(due_ms - 1) == 0
+        assert me.service(due_ms) == 2
+        outcomes = sorted((o.sequence, o.code) for o in me.core.pop_outcomes())
+        assert outcomes == [(1, Code.EXPIRED), (2, Code.EXPIRED)]
+        assert me.books() == (4, 4)
+    else:
+        expires_ns = MONO + (judged_ms * MS + LEASE)
+        assert me.pool.expire(expires_ns - 1) == 0
+        assert me.pool.expire(expires_ns) == 2 and me.pool.standby() == []
+
+
 def test_a_held_request_of_its_own_is_decided_once_when_due_unless_answered():
     """A request delivered after the stall, stamped before the exclusion, of a session this
     member ranks first: held (FER_POOL_HELD), dropped if another member answers it, else
