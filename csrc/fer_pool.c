@@ -1015,18 +1015,61 @@ int fer_pool_standby_hold(struct fer_pool *p, const uint8_t *cdr, uint64_t len,
     return FER_OK;
 }
 
+static int key_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* The keys of the view in force, sorted; how many (the deciding thread, without the lock) */
+static uint32_t view_keys(struct fer_pool *p, uint64_t keys[FER_POOL_MEMBERS_MAX])
+{
+    uint32_t nk, i, s1;
+
+    do {
+        const struct pool_view *v;
+
+        s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        v = &p->views[s1 & 1];
+        nk = v->n < FER_POOL_MEMBERS_MAX ? v->n : FER_POOL_MEMBERS_MAX;
+        for (i = 0; i < nk; i++)
+            keys[i] = v->m[i].key;
+        atomic_thread_fence(memory_order_acquire);
+    } while (s1 != __atomic_load_n(&p->seq, __ATOMIC_RELAXED));
+    qsort(keys, nk, sizeof(keys[0]), key_cmp);
+    return nk;
+}
+
+static int in_keys(uint64_t key, const uint64_t *keys, uint32_t nk)
+{
+    return bsearch(&key, keys, nk, sizeof(keys[0]), key_cmp) != NULL;
+}
+
 uint64_t fer_pool_run_held(struct fer_pool *p, uint64_t now_ns, fer_pool_redecide_fn fn,
                            void *ctx)
 {
-    uint64_t done = 0;
-    uint32_t i;
+    uint64_t keys[FER_POOL_MEMBERS_MAX], done = 0;
+    uint32_t i, nk;
 
     if (p->n_held_entries == 0)
         return 0;
+    nk = view_keys(p, keys);
     for (i = 0; i < p->count; i++) {
         struct pool_entry *x = at(p, i);
 
-        if (!x->live || !x->held || now_ns < x->due_ns)
+        if (!x->live || !x->held)
+            continue;
+        if (x->owner_key != p->key && in_keys(x->owner_key, keys, nk)) {
+            /* a copy whose owner is back in the view: the death its takeover acted on was this
+             * member's stale view after its stall, and the live owner answers it (this member
+             * may have missed that answer in the stall). A dead one never comes back: a
+             * restart has another relay_id, so another key. */
+            unlink_entry(p, x);
+            bump(&p->c.surrendered, 1);
+            continue;
+        }
+        if (now_ns < x->due_ns)
             continue;
         unlink_entry(p, x); /* due and nobody answered it: decided here, once */
         bump(&p->c.held_released, 1);
@@ -1130,17 +1173,10 @@ int fer_pool_answer(struct fer_pool *p, const uint8_t *cdr, uint64_t len)
     return n;
 }
 
-static int key_cmp(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-    return x < y ? -1 : x > y;
-}
-
 int fer_pool_expire(struct fer_pool *p, uint64_t now_ns)
 {
     uint64_t keys[FER_POOL_MEMBERS_MAX], lease, mark, floor;
-    uint32_t nk, i, s1;
+    uint32_t nk, i;
     int n = 0;
 
     if (p == NULL)
@@ -1152,17 +1188,7 @@ int fer_pool_expire(struct fer_pool *p, uint64_t now_ns)
     mark = __atomic_load_n(&p->surrender_before, __ATOMIC_ACQUIRE);
     floor = mark ? fer_sat_add(mark, fer_sat_add(lease, FER_POOL_STALL_MARGIN_NS)) : 0;
     saw_now(p, now_ns);
-    do { /* the live keys, sorted */
-        const struct pool_view *v;
-
-        s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
-        v = &p->views[s1 & 1];
-        nk = v->n < FER_POOL_MEMBERS_MAX ? v->n : FER_POOL_MEMBERS_MAX;
-        for (i = 0; i < nk; i++)
-            keys[i] = v->m[i].key;
-        atomic_thread_fence(memory_order_acquire);
-    } while (s1 != __atomic_load_n(&p->seq, __ATOMIC_RELAXED));
-    qsort(keys, nk, sizeof(keys[0]), key_cmp);
+    nk = view_keys(p, keys);
     for (i = 0; i < p->count; i++) {
         struct pool_entry *x = at(p, i);
         uint64_t due, from;
@@ -1170,7 +1196,7 @@ int fer_pool_expire(struct fer_pool *p, uint64_t now_ns)
 
         if (!x->live || x->deadline_ns == 0 || x->held)
             continue; /* no deadline: kept until answered or evicted; held: until due */
-        live = bsearch(&x->owner_key, keys, nk, sizeof(keys[0]), key_cmp) != NULL;
+        live = in_keys(x->owner_key, keys, nk);
         from = x->deadline_ns;
         if ((x->arrival_ns < mark || x->stale) && from < floor)
             from = floor;

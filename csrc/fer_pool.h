@@ -122,8 +122,9 @@ struct fer_pool_counters {
     uint64_t takeovers;               /* dead members' keys handled */
     uint64_t taken_over_requests;     /* standby entries re-decided by a takeover */
     uint64_t surrendered;             /* held outputs and requests (from before this member's
-                                       * own stall) dropped: another member answered them, or
-                                       * no hold slot was left */
+                                       * own stall) dropped: another member answered them, no
+                                       * hold slot was left, or (a takeover's copy) its owner
+                                       * came back to the view */
     uint64_t standby_bytes;           /* gauge: bytes held in the arena (holes included) */
     uint64_t standby_bytes_capacity;  /* gauge */
     uint32_t standby_entries;         /* gauge: live entries */
@@ -216,8 +217,10 @@ int fer_pool_surrender(struct fer_pool *pool, uint64_t now_mono);
  * death, a live owner decides a late-delivered request as it arrives, and either answers by
  * the deadline, EXPIRED at once past it; with no deadline the max is 3 leases later), and
  * its answer's trip gets a lease; the
- * owner's hold takes 1 lease, a successor's copy (a takeover's entry kept before the watermark)
- * 2, so the owner's answer reaches the successor before its copy is due.
+ * owner's hold takes 1 lease, a successor's copy (a takeover's entry kept before the watermark,
+ * or a stale copy) 2, so the owner's answer reaches the successor before its copy is due. A
+ * held copy whose owner is back in the view is dropped (surrendered): the death its takeover
+ * acted on was this member's stale view after its stall, and the live owner answers it.
  * hold: a publisher, for an outcome of a request that arrived before mark (arrival_mono < mark;
  *   deadline_ros 0 = none): FER_POOL_HOLD_WAIT with *slot (0 .. FER_POOL_HOLD_MAX - 1; the
  *   caller keeps the outcome there until held says otherwise), FER_POOL_HOLD_ANSWERED when an

@@ -1186,6 +1186,32 @@ def test_a_stale_copy_is_held_when_its_owner_is_taken_over():
     assert me.books() == (3, 3)  # 2 taken as copies (not_owner), 1 decided when due
 
 
+def test_a_held_copy_is_dropped_when_its_owner_comes_back_to_the_view():
+    """A death this member judges just after its own stall may be its own stale view: the
+    owner's next announcement puts it back in the view. Copies its takeover held (one kept
+    before the stall, one stale) are then dropped, counted surrendered, not decided when due:
+    the live owner answers them, and this member may have missed those answers in its stall.
+    An owner that stays out of the view has its copies decided when due (the tests above)."""
+    me = Member_()
+    owner = pool_key("owner")
+    me.pool.set_view(members(owner, me.pool.key))
+    sid = session_where(me.pool, PoolRole.SUCCESSOR)
+    assert me.decide(request_cdr(sid, 1, deadline_ms=200)) == (STANDBY, None)
+    me.pool.surrender(MONO + MS)
+    assert me.decide(request_cdr(sid, 2, deadline_ms=200), 2) == (STANDBY, None)  # stale
+    me.pool.set_view(members(me.pool.key))
+    me.pool.takeover(owner)
+    assert me.service(3) == 0
+    assert me.pool.counters().held == 2
+    me.pool.set_view(members(owner, me.pool.key))  # it announced: alive after all
+    assert me.service(4) == 0
+    assert me.service(1 + (LEASE + lib.FER_POOL_STALL_MARGIN_NS + 2 * LEASE) // MS) == 0
+    assert me.core.pop_outcomes() == [] and me.core.queue_snapshot() == []
+    c = me.pool.counters()
+    assert (c.held, c.held_released, c.surrendered, c.standby_entries) == (2, 0, 2, 0)
+    assert me.books() == (2, 2)  # both left to their owner (not_owner)
+
+
 @pytest.mark.parametrize("owner_dies", [True, False])
 def test_copies_a_stall_covers_outlive_their_deadline_until_a_death_in_it_is_judged(owner_dies):
     """A successor's copy whose deadline + lease passed in this member's own stall is not
