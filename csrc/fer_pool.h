@@ -24,8 +24,8 @@
  * (fer_pool_answer), its deadline + lease passed while its owner is in the view (deadline +
  * 4 x lease whatever the view says; for a copy kept before this member's own-stall watermark, or
  * a stale copy, the deadline counts from no earlier than the watermark + lease + margin, when
- * an owner's death in the stall has been judged), or it is the oldest when a new one does not fit (entries
- * and bytes bounded at create; counted standby_evicted). The bytes lie in one ring arena in
+ * an owner's death in the stall has been judged), or it is the oldest when a new one does not
+ * fit (entries and bytes bounded at create; counted standby_evicted). The bytes lie in one ring arena in
  * arrival order. An answer that comes before its request is remembered in a small direct-mapped
  * filter (2 x entries fingerprints), so the request is not kept when it arrives.
  *
