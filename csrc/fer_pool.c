@@ -989,6 +989,14 @@ int fer_pool_standby_put_stale(struct fer_pool *p, const uint8_t *cdr, uint64_t 
     return put(p, cdr, len, owner_key, arrival_ns, deadline_ns, now_ns, 1);
 }
 
+/* A copy this member's own stall covers (watermark mark): kept before the stall, or a stale
+ * copy kept after it. Its owner may have died in the stall: expiry waits for that death to be
+ * judged, and a takeover holds it rather than deciding it at once. */
+static int stall_covers(const struct pool_entry *x, uint64_t mark)
+{
+    return x->arrival_ns < mark || x->stale;
+}
+
 /* Hold a kept entry until an answer names it or due (the deciding thread) */
 static void hold_entry(struct fer_pool *p, struct pool_entry *x, uint64_t mark, uint64_t leases)
 {
@@ -1182,9 +1190,8 @@ int fer_pool_expire(struct fer_pool *p, uint64_t now_ns)
     if (p == NULL)
         return FER_EINVAL;
     lease = p->cfg.lease_ns;
-    /* a copy kept before this member's own stall, or a stale one kept after it: its owner may
-     * have died in a stall of every member, judged here by lease + margin after the stall was
-     * found; until then its deadline counts from there (a takeover then holds it) */
+    /* a copy the stall covers: a death in the stall is judged here by lease + margin after the
+     * stall was found; until then its deadline counts from there */
     mark = __atomic_load_n(&p->surrender_before, __ATOMIC_ACQUIRE);
     floor = mark ? fer_sat_add(mark, fer_sat_add(lease, FER_POOL_STALL_MARGIN_NS)) : 0;
     saw_now(p, now_ns);
@@ -1198,7 +1205,7 @@ int fer_pool_expire(struct fer_pool *p, uint64_t now_ns)
             continue; /* no deadline: kept until answered or evicted; held: until due */
         live = in_keys(x->owner_key, keys, nk);
         from = x->deadline_ns;
-        if ((x->arrival_ns < mark || x->stale) && from < floor)
+        if (stall_covers(x, mark) && from < floor)
             from = floor;
         due = fer_sat_add(from, fer_sat_mul(lease, live ? 1 : 4));
         if (now_ns >= due) {
@@ -1245,7 +1252,7 @@ uint64_t fer_pool_run_takeovers(struct fer_pool *p, fer_pool_redecide_fn fn, voi
 
             if (!x->live || x->owner_key != keys[k] || x->held)
                 continue;
-            if (x->arrival_ns < mark || x->stale) {
+            if (stall_covers(x, mark)) {
                 /* kept before this member's own stall, or after it but stamped before its
                  * exclusion (a stale copy): while it was dead to the others, its owner may
                  * have answered it, and a death this member judges just after resuming may be
